@@ -1,0 +1,293 @@
+"""The command line: parse, call, print, map errors to exit codes.
+
+stdout is the report; stderr is progress and errors.  A DsbisectError becomes one red
+line and its exit code (0 done, 1 domain failure, 2 bad input, 130 interrupted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from platformdirs import user_cache_dir
+from rich.console import Console
+
+from . import __version__, facts
+from . import matrix as matrix_mod
+from . import report as rep
+from .envs import EnvManager, IndexOptions
+from .errors import DsbisectError, InputError, Interrupted
+from .matrix import Case, EnvOptions
+from .runner import Runner
+from .store import Store
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  help="Find the release (and commit) of DeepSpeed, Transformers or Accelerate that broke a distributed job.")
+envs_app = typer.Typer(no_args_is_help=True, help="List or prune the cached point venvs.")
+app.add_typer(envs_app, name="envs")
+
+out = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
+
+
+class Format(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    try:
+        yield
+    except DsbisectError as e:
+        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        raise typer.Exit(e.exit_code) from None
+    except KeyboardInterrupt:
+        err.print("[bold red]interrupted[/]")
+        raise typer.Exit(Interrupted.exit_code) from None
+
+
+# ------------------------------------------------------------------ options
+
+StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE")]
+CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", help="Where venvs, wheels and uv's cache live (default: the user cache dir).", envvar="DSBISECT_CACHE_DIR")]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="No network: packages come from --find-links only.")]
+FindLinksOpt = Annotated[Optional[list[Path]], typer.Option("--find-links", help="A local wheelhouse (repeatable).")]
+IndexUrlOpt = Annotated[Optional[str], typer.Option("--index-url", help="Package index (PEP 503/691 simple API).", envvar="DSBISECT_INDEX_URL")]
+ExtraIndexOpt = Annotated[Optional[list[str]], typer.Option("--extra-index-url", help="Extra package index (repeatable).")]
+FormatOpt = Annotated[Format, typer.Option("--format", help="Report format on stdout.")]
+OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")]
+PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter (and, layered, environment) the point venvs are made from.")]
+BaseOpt = Annotated[Optional[str], typer.Option("--base", help="layered | isolated | auto (default from matrix.yaml, else auto).")]
+
+
+def index_options(offline: bool, find_links: list[Path] | None, index_url: str | None,
+                  extra: list[str] | None) -> IndexOptions:
+    links = []
+    for d in find_links or []:
+        if not d.is_dir():
+            raise InputError(f"--find-links {d}: no such folder")
+        links.append(str(d.resolve()))
+    if offline and not links:
+        raise InputError("--offline needs at least one --find-links wheelhouse")
+    return IndexOptions(offline=offline, find_links=tuple(links), index_url=index_url,
+                        extra_index_urls=tuple(extra or ()))
+
+
+def cache_root(cache_dir: Path | None) -> Path:
+    return (cache_dir or Path(user_cache_dir("dsbisect"))).expanduser()
+
+
+class ProgressUI:
+    """Progress on stderr: one line per finished step, a spinner for the current one."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+        self.status = None
+
+    def __call__(self, kind: str, text: str) -> None:
+        if self.quiet:
+            return
+        if kind in ("done", "reused", "note"):
+            err.print(f"  {text}", highlight=False)
+            if self.status:
+                self.status.update("")
+        elif self.status is not None:
+            self.status.update(text)
+        else:
+            err.print(f"  {text}", highlight=False, style="dim")
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        if err.is_terminal and not self.quiet:
+            with err.status("starting") as status:
+                self.status = status
+                try:
+                    yield
+                finally:
+                    self.status = None
+        else:
+            yield
+
+
+def emit(text: str, output: Path | None) -> None:
+    out.print(text, markup=False, highlight=False, end="" if text.endswith("\n") else "\n")
+    if output:
+        output.write_text(text)
+
+
+# ---------------------------------------------------------------------- run
+
+
+@app.command()
+def run(
+    matrix: Annotated[Path, typer.Argument(help="The matrix file.")] = Path("matrix.yaml"),
+    case: Annotated[Optional[list[str]], typer.Option("--case", help="Run only this case (repeatable).")] = None,
+    rerun: Annotated[bool, typer.Option("--rerun", help="Run points again even if the store has them.")] = False,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per point (for intermittent hangs).")] = 1,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall timeout per run, seconds (overrides the matrix).")] = None,
+    collective_timeout: Annotated[Optional[float], typer.Option("--collective-timeout", help="Collective timeout passed to the scripts, seconds.")] = None,
+    idle_timeout: Annotated[Optional[float], typer.Option("--idle-timeout", help="Hang if no output for this long, seconds.")] = None,
+    store: StoreOpt = Path(".dsbisect"),
+    cache_dir: CacheOpt = None,
+    offline: OfflineOpt = False,
+    find_links: FindLinksOpt = None,
+    index_url: IndexUrlOpt = None,
+    extra_index_url: ExtraIndexOpt = None,
+    python: PythonOpt = None,
+    base: BaseOpt = None,
+    fmt: FormatOpt = Format.table,
+    output: OutputOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+) -> None:
+    """Run every case of MATRIX at every version point and print the pass/fail/hang/skip grid."""
+    with user_errors():
+        m = matrix_mod.load(matrix)
+        cases = [m.case(n) for n in case] if case else list(m.cases)
+        cases = [_override(c, timeout, collective_timeout, idle_timeout) for c in cases]
+        index = index_options(offline, find_links, index_url, extra_index_url)
+        env_opts = _env_options(m.env, python, base)
+        from .versions import check_points
+
+        check_points(cases, index)
+        st = Store(store)
+        ui = ProgressUI(quiet)
+        runner = Runner(store=st, envs=EnvManager(cache_root(cache_dir), env_opts, index, log=lambda s: ui("env", s)),
+                        gpus=facts.gpus(), progress=ui, rerun=rerun)
+        records = []
+        with ui.running():
+            for c in cases:
+                for p in c.points:
+                    records += runner.runs(c, p, want=repeat)
+        _print_grid(records, f"dsbisect run {matrix.name}", fmt, output, cases)
+
+
+def _override(c: Case, timeout, collective, idle) -> Case:
+    changes = {}
+    if timeout is not None:
+        changes["timeout"] = timeout
+    if collective is not None:
+        changes["collective_timeout"] = collective
+    if idle is not None:
+        changes["idle_timeout"] = idle
+    return replace(c, **changes) if changes else c
+
+
+def _env_options(opts: EnvOptions, python: str | None, base: str | None) -> EnvOptions:
+    if base is not None and base not in ("auto", "layered", "isolated"):
+        raise InputError(f"--base {base}: expected layered, isolated or auto")
+    return replace(opts, python=python or opts.python, base=base or opts.base)
+
+
+def _print_grid(records, title: str, fmt: Format, output: Path | None, cases: list[Case]) -> None:
+    g = rep.grid(records)
+    compat = tuple(dict.fromkeys(s for c in cases for s in c.compat))
+    if fmt is Format.json:
+        emit(json.dumps(rep.grid_json(g, facts.host(), compat), indent=2) + "\n", output)
+    elif fmt is Format.markdown:
+        emit(rep.grid_markdown(g, title, facts.host(), compat), output)
+    else:
+        out.print(rep.grid_renderable(g, title))
+        if output:
+            output.write_text(rep.grid_markdown(g, title, facts.host(), compat))
+
+
+# ------------------------------------------------------------------- report
+
+
+@app.command()
+def report(
+    store: StoreOpt = Path(".dsbisect"),
+    case: Annotated[Optional[list[str]], typer.Option("--case", help="Only this case (repeatable).")] = None,
+    fmt: FormatOpt = Format.table,
+    output: OutputOpt = None,
+) -> None:
+    """Print the grid of every recorded run again, from the store."""
+    with user_errors():
+        st = _open_store(store)
+        records = st.runs(case)
+        if not records:
+            raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else ""))
+        _print_grid(records, "dsbisect report", fmt, output, [])
+
+
+@app.command()
+def show(
+    run_id: Annotated[int, typer.Argument(help="A run id, as printed in reports.")],
+    store: StoreOpt = Path(".dsbisect"),
+    lines: Annotated[int, typer.Option("--lines", help="Log lines to show per log.")] = 30,
+) -> None:
+    """Print one run: outcome, environment, hang signature, stacks and log tails."""
+    with user_errors():
+        from .show import render_run
+
+        st = _open_store(store)
+        record = st.run(run_id)
+        if record is None:
+            raise InputError(f"no run {run_id} in {store}")
+        out.print(render_run(record, lines))
+
+
+def _open_store(store: Path) -> Store:
+    if not (store / "dsbisect.sqlite3").is_file():
+        raise InputError(f"no dsbisect store in {store} (run 'dsbisect run' first, or pass --store)")
+    return Store(store)
+
+
+# --------------------------------------------------------------------- envs
+
+
+@envs_app.command("list")
+def envs_list(cache_dir: CacheOpt = None) -> None:
+    """List the cached point venvs with their pins and size."""
+    with user_errors():
+        mgr = EnvManager(cache_root(cache_dir))
+        from rich.table import Table
+
+        table = Table(header_style="bold")
+        for col in ("key", "mode", "requirements", "shadows", "MB", "built in"):
+            table.add_column(col)
+        for e in mgr.existing():
+            spec = e["spec"]
+            shadows = ", ".join(f"{n} {b}→{p}" for n, b, p in e.get("shadowed", []))
+            table.add_row(e["key"], spec["mode"], "; ".join(spec["requirements"]) + (f" @{spec['source']}" if spec.get("source") else ""),
+                          shadows, f"{e['bytes'] / 1e6:.0f}", f"{e.get('seconds', 0):.1f} s")
+        out.print(table)
+
+
+@envs_app.command("prune")
+def envs_prune(
+    cache_dir: CacheOpt = None,
+    older_than: Annotated[Optional[float], typer.Option("--older-than", help="Only venvs unused for this many days.")] = None,
+) -> None:
+    """Delete cached point venvs (all, or those unused for --older-than days) and half-built ones."""
+    with user_errors():
+        mgr = EnvManager(cache_root(cache_dir))
+        removed = mgr.prune(older_than_s=older_than * 86400 if older_than is not None else None)
+        err.print(f"removed {len(removed)} venv(s)")
+
+
+def version_callback(value: bool) -> None:
+    if value:
+        out.print(f"dsbisect {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Print the version.")] = False,
+) -> None:
+    pass
+
+
+def main() -> None:
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    app()

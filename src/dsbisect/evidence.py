@@ -1,0 +1,134 @@
+"""Capture evidence from live ranks before a hung run is torn down.
+
+Two ways to read a rank's Python stack:
+
+- ``py-spy dump --pid`` (needs ptrace rights over the rank);
+- the faulthandler hook that every point venv carries: ranks that registered it left a
+  ``stacks/rank<R>.pid<P>.txt`` file, and a signal makes them append their stacks to it.
+
+Both are tried; what failed is written down so the report can say so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+STACK_SIGNAL = "SIGUSR1"
+
+
+@dataclass
+class Capture:
+    """Files written and problems met while capturing one run's evidence."""
+
+    run_dir: Path
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    taken: list[str] = field(default_factory=list)
+
+    def __call__(self, procs: list[psutil.Process], reason: str) -> None:
+        """Launch hook: dump the stacks of ``procs`` (the live ranks)."""
+        if not procs:
+            self.notes.append(f"{reason}: no live rank to read a stack from")
+            return
+        self.taken.append(reason)
+        folder = self.run_dir / "stacks"
+        folder.mkdir(parents=True, exist_ok=True)
+        self._faulthandler(procs)
+        with ThreadPoolExecutor(max_workers=min(8, len(procs))) as pool:
+            list(pool.map(lambda p: self._pyspy(p, folder, reason), procs))
+
+    def _pyspy(self, proc: psutil.Process, folder: Path, reason: str) -> None:
+        exe = pyspy_bin()
+        rank = _rank(proc)
+        if exe is None:
+            self._note("py-spy is not installed; using faulthandler stacks")
+            return
+        try:
+            out = subprocess.run([exe, "dump", "--pid", str(proc.pid)], capture_output=True,
+                                 text=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            self._note(f"py-spy timed out on rank {rank}")
+            return
+        if out.returncode != 0:
+            err = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["failed"]
+            self._note(f"py-spy could not read rank {rank} ({err[0][:200]}); "
+                       "ptrace may be refused here: faulthandler stacks are used instead")
+            return
+        path = folder / f"pyspy.rank{rank}.{reason}.txt"
+        path.write_text(out.stdout)
+        self.files.append(str(path))
+
+    def _faulthandler(self, procs: list[psutil.Process]) -> None:
+        """Signal the ranks whose hook registered faulthandler (their file exists)."""
+        folder = self.run_dir / "stacks"
+        signum = getattr(signal, os.environ.get("DSBISECT_STACK_SIGNAL", STACK_SIGNAL))
+        asked = []
+        for p in procs:
+            marker = folder / f"rank{_rank(p)}.pid{p.pid}.txt"
+            if marker.exists():
+                try:
+                    p.send_signal(signum)
+                    asked.append(marker)
+                except psutil.Error:
+                    continue
+        if not asked:
+            self._note("no rank had the faulthandler hook registered")
+            return
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not all(m.stat().st_size > 0 for m in asked):
+            time.sleep(0.1)
+        self.files += [str(m) for m in asked if str(m) not in self.files]
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def wait_for_dumps(self, nranks: int, timeout: float) -> None:
+        """Give the NCCL flight recorder time to write one dump per rank."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(list(self.run_dir.glob("nccl_trace_rank_*"))) >= nranks:
+                return
+            time.sleep(0.25)
+
+    def as_json(self) -> dict:
+        dumps = sorted(str(p) for p in self.run_dir.glob("nccl_trace_rank_*"))
+        return {"files": sorted(set(self.files)) + dumps, "notes": self.notes, "taken": self.taken}
+
+
+def pyspy_bin() -> str | None:
+    found = shutil.which("py-spy")
+    if found:
+        return found
+    import sys
+
+    candidate = Path(sys.executable).parent / "py-spy"
+    return str(candidate) if candidate.exists() else None
+
+
+def _rank(proc: psutil.Process) -> str:
+    try:
+        return proc.environ().get("RANK", "?")
+    except psutil.Error:
+        return "?"
+
+
+def flight_recorder_env(run_dir: Path) -> dict[str, str]:
+    """Variables that make torch's NCCL flight recorder dump into the run folder on a timeout."""
+    prefix = str(run_dir / "nccl_trace_rank_")
+    return {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+        "TORCH_FR_DUMP_TEMP_FILE": prefix,
+    }

@@ -1,0 +1,136 @@
+"""What the machine and a point venv are: GPUs, torch, CUDA, NCCL, package versions.
+
+``probe`` runs inside the point venv: it imports the point's packages (an import that
+fails makes the point untestable, a SKIP) and reports versions.  ``gpus`` asks
+``nvidia-smi`` what the machine has, before any venv is built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+
+PROBE_CODE = r"""
+import importlib, importlib.metadata as md, json, os, sys, traceback
+want = json.loads(sys.argv[1])
+out = {"python": sys.version.split()[0], "versions": {}, "error": ""}
+
+def tops(dist):
+    names = (dist.read_text("top_level.txt") or "").split()
+    if not names:
+        names = sorted({f.parts[0].removesuffix(".py") for f in (dist.files or [])
+                        if f.parts and not f.parts[0].endswith((".dist-info", ".data", ".pth"))
+                        and f.parts[0] not in ("..", "bin")})
+    return [n for n in names if n.isidentifier() and not n.startswith("_") and n not in ("tests", "test")]
+
+for name in want:
+    try:
+        dist = md.distribution(name)
+    except md.PackageNotFoundError:
+        out["error"] = f"{name} is not installed"
+        break
+    for mod in tops(dist):
+        try:
+            importlib.import_module(mod)
+        except BaseException as e:
+            last = f"{type(e).__name__}: {e}".splitlines()[0][:400]
+            out["error"] = f"import {mod} ({name}) failed: {last}"
+            break
+    if out["error"]:
+        break
+for name in ["torch", "deepspeed", "transformers", "accelerate", "numpy", "pydantic", *want]:
+    try:
+        out["versions"][name] = md.version(name)
+    except md.PackageNotFoundError:
+        pass
+try:
+    import torch
+    out["cuda"] = torch.version.cuda
+    if torch.cuda.is_available():
+        out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+        try:
+            out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+        except Exception:
+            pass
+except BaseException as e:
+    out["error"] = out["error"] or f"import torch failed: {type(e).__name__}: {e}"
+print("DSBISECT-PROBE " + json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    ok: bool
+    reason: str
+    facts: dict
+
+
+def probe(python: Path, packages: list[str], env: dict[str, str], timeout: float = 600) -> ProbeResult:
+    """Import ``packages`` (distribution names) in the venv of ``python`` and read its versions."""
+    try:
+        proc = subprocess.run([str(python), "-c", PROBE_CODE, json.dumps(packages)], capture_output=True,
+                              text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return ProbeResult(False, f"importing {', '.join(packages)} took over {timeout:g} s", {})
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("DSBISECT-PROBE ")), None)
+    if line is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        return ProbeResult(False, f"the venv's python failed at start: {tail[0][:300]}", {})
+    facts = json.loads(line.removeprefix("DSBISECT-PROBE "))
+    error = facts.pop("error", "")
+    return ProbeResult(not error, error, facts)
+
+
+def gpus() -> list[str]:
+    """Names of the CUDA GPUs this process may use (CUDA_VISIBLE_DEVICES honoured)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if out.returncode != 0:
+        return []
+    names = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return names
+    picked = []
+    for tok in visible.split(","):
+        tok = tok.strip()
+        if tok.isdigit() and int(tok) < len(names):
+            picked.append(names[int(tok)])
+    return picked
+
+
+def host() -> dict:
+    return {
+        "dsbisect": __version__,
+        "host_python": sys.version.split()[0],
+        "platform": platform.platform(terse=True),
+        "cpus": os.cpu_count(),
+        "gpus": gpus(),
+    }
+
+
+def describe_env(facts: dict) -> str:
+    """One line: python, torch, CUDA, NCCL, GPUs."""
+    v = facts.get("versions", {})
+    parts = [f"python {facts.get('python', '?')}", f"torch {v.get('torch', '?')}"]
+    if facts.get("cuda"):
+        parts.append(f"CUDA {facts['cuda']}")
+    if facts.get("nccl"):
+        parts.append(f"NCCL {facts['nccl']}")
+    g = facts.get("gpus") or []
+    parts.append(f"{len(g)}× {g[0]}" if g else "no GPU")
+    return ", ".join(parts)

@@ -1,0 +1,286 @@
+"""Run a repro under a distributed launcher, watch it, and stop its whole process tree.
+
+The launcher runs in a new session (so in a process group of its own) with its output
+in ``<run dir>/launcher.log`` and each rank's in ``<run dir>/ranks/``.  The watch loop
+reads every log as it grows and ends the run when:
+
+- the launcher exits;
+- a collective-timeout line appears (NCCL's watchdog, gloo's recv/send timeout): a
+  *hang*, ended after ``hang_grace`` seconds so that flight-recorder dumps get written;
+- no log grows for ``idle_timeout`` seconds and the ranks' stacks did not move: a hang;
+- the wall deadline passes: a hang.
+
+Before a hang is torn down, ``on_hang`` gets the live rank processes (for stacks), and
+when the output first goes quiet ``on_quiet`` does too (a snapshot taken while the ranks
+are still stuck, before a gloo timeout turns them into tracebacks).  Teardown sends
+SIGINT, SIGTERM then SIGKILL to the group and to every descendant ever seen, and checks
+that none survives.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+HANG_PATTERNS = (
+    re.compile(r"Watchdog caught collective operation timeout"),
+    re.compile(r"collective operation timeout", re.I),
+    re.compile(r"Timed out waiting \d+ms for (recv|send) operation"),
+    re.compile(r"NCCL watchdog thread terminated"),
+    re.compile(r"ProcessGroupGloo.*[Tt]imed out"),
+)
+
+POLL_S = 0.25
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: Path
+    run_dir: Path
+    wall_timeout: float
+    idle_timeout: float | None = None
+    quiet_after: float | None = None
+    hang_grace: float = 15.0
+    expected_ranks: int = 0
+
+
+@dataclass(frozen=True)
+class LaunchResult:
+    exit_code: int | None
+    seconds: float
+    timed_out: bool = False
+    why: str = ""
+    hang_line: str = ""
+    hang_after: float | None = None
+    survivors: tuple[int, ...] = ()
+    pids: tuple[int, ...] = ()
+    log: Path | None = None
+
+
+RankHook = Callable[[list[psutil.Process], str], None]
+
+
+@dataclass
+class _Watch:
+    """Incremental reader of every log under the run folder."""
+
+    run_dir: Path
+    offsets: dict[Path, int] = field(default_factory=dict)
+    last_growth: float = field(default_factory=time.monotonic)
+    partial: dict[Path, str] = field(default_factory=dict)
+
+    def new_lines(self) -> list[str]:
+        lines: list[str] = []
+        for path in self._logs():
+            try:
+                size = path.stat().st_size
+            except OSError:
+                continue
+            start = self.offsets.get(path, 0)
+            if size <= start:
+                continue
+            with open(path, "rb") as f:
+                f.seek(start)
+                chunk = f.read(size - start).decode("utf-8", "replace")
+            self.offsets[path] = size
+            self.last_growth = time.monotonic()
+            text = self.partial.pop(path, "") + chunk
+            parts = text.split("\n")
+            if not text.endswith("\n"):
+                self.partial[path] = parts.pop()
+            lines += parts
+        return lines
+
+    def _logs(self) -> list[Path]:
+        return [p for p in self.run_dir.rglob("*.log") if p.is_file()]
+
+
+def free_port(avoid: set[int] = frozenset()) -> int:
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in avoid:
+            return port
+    raise RuntimeError("no free port")
+
+
+def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook | None = None) -> LaunchResult:
+    spec.run_dir.mkdir(parents=True, exist_ok=True)
+    log_path = spec.run_dir / "launcher.log"
+    t0 = time.monotonic()
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            list(spec.argv), env=spec.env, cwd=spec.cwd, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+    seen: dict[int, psutil.Process] = {}
+    try:
+        result = _watch(proc, spec, seen, t0, on_hang, on_quiet)
+    except BaseException:
+        stop_tree(proc.pid, seen)
+        raise
+    survivors = stop_tree(proc.pid, seen)
+    return LaunchResult(**(result | {"survivors": survivors, "pids": tuple(sorted(seen)), "log": log_path}))
+
+
+def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet) -> dict:
+    watch = _Watch(spec.run_dir)
+    hang_line, hang_at, quiet_taken = "", None, False
+    while True:
+        code = proc.poll()
+        _track(proc.pid, seen)
+        for line in watch.new_lines():
+            if not hang_line and any(p.search(line) for p in HANG_PATTERNS):
+                hang_line, hang_at = line.strip()[:500], time.monotonic()
+                _call(on_hang, seen, "watchdog")
+        now = time.monotonic()
+        if code is not None:
+            return _ended(code, now - t0, hang_line, hang_at, t0)
+        if hang_at is not None and now - hang_at > spec.hang_grace:
+            return _ended(None, now - t0, hang_line, hang_at, t0, why="collective timeout")
+        if now - t0 > spec.wall_timeout:
+            _call(on_hang, seen, "deadline")
+            return _ended(None, now - t0, hang_line, hang_at or now, t0, timed_out=True,
+                          why=f"no exit within the {spec.wall_timeout:g} s wall timeout")
+        quiet = now - watch.last_growth
+        if spec.quiet_after and not quiet_taken and quiet > spec.quiet_after and not hang_line:
+            quiet_taken = True
+            _call(on_quiet, seen, "quiet")
+        if quiet_taken and quiet < 1:
+            quiet_taken = False
+        if spec.idle_timeout and quiet > spec.idle_timeout and not hang_line:
+            _call(on_hang, seen, "idle")
+            return _ended(None, now - t0, hang_line, now, t0, timed_out=True,
+                          why=f"no output for {spec.idle_timeout:g} s")
+        time.sleep(POLL_S)
+
+
+def _ended(code, seconds, hang_line, hang_at, t0, timed_out=False, why="") -> dict:
+    return {
+        "exit_code": code,
+        "seconds": seconds,
+        "timed_out": timed_out,
+        "why": why,
+        "hang_line": hang_line,
+        "hang_after": (hang_at - t0) if hang_at is not None else None,
+    }
+
+
+def _call(hook: RankHook | None, seen: dict[int, psutil.Process], reason: str) -> None:
+    if hook is None:
+        return
+    hook(rank_processes(seen), reason)
+
+
+def _track(pid: int, seen: dict[int, psutil.Process]) -> None:
+    try:
+        root = psutil.Process(pid)
+        for p in [root, *root.children(recursive=True)]:
+            seen.setdefault(p.pid, p)
+    except psutil.NoSuchProcess:
+        pass
+
+
+def rank_processes(seen: dict[int, psutil.Process]) -> list[psutil.Process]:
+    """The live processes among ``seen`` that are ranks (they carry RANK in their environment)."""
+    ranks = []
+    for p in seen.values():
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "RANK" in p.environ():
+                ranks.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    # Only the top-most process of each rank (not its dataloader workers).
+    pids = {p.pid for p in ranks}
+    top = [p for p in ranks if _safe_ppid(p) not in pids]
+    return sorted(top, key=lambda p: int(_safe_env(p, "RANK") or 0))
+
+
+def _safe_ppid(p: psutil.Process) -> int | None:
+    try:
+        return p.ppid()
+    except psutil.Error:
+        return None
+
+
+def _safe_env(p: psutil.Process, key: str) -> str | None:
+    try:
+        return p.environ().get(key)
+    except psutil.Error:
+        return None
+
+
+def stop_tree(pid: int, seen: dict[int, psutil.Process], grace: tuple[float, float] = (2.0, 3.0)) -> tuple[int, ...]:
+    """Stop the group led by ``pid`` and every descendant ever seen: INT, TERM, KILL.
+
+    Returns the pids still alive afterwards (empty unless something is unkillable).
+    """
+    _track(pid, seen)
+    for sig, wait in ((signal.SIGINT, grace[0]), (signal.SIGTERM, grace[1]), (signal.SIGKILL, 5.0)):
+        alive = _alive(pid, seen)
+        if not alive:
+            break
+        _signal_group(pid, sig)
+        for p in alive:
+            try:
+                p.send_signal(sig)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=wait)
+    _reap(pid)
+    return tuple(sorted(p.pid for p in _alive(pid, seen)))
+
+
+def _alive(pid: int, seen: dict[int, psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for p in seen.values():
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.Error:
+            continue
+    try:
+        group = {q.pid for q in psutil.process_iter() if _pgid(q.pid) == pid}
+    except psutil.Error:
+        group = set()
+    for gpid in group - {p.pid for p in alive}:
+        try:
+            q = psutil.Process(gpid)
+            if q.status() != psutil.STATUS_ZOMBIE:
+                alive.append(q)
+        except psutil.Error:
+            continue
+    return alive
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass

@@ -1,0 +1,123 @@
+"""Outcomes of one run and the verdicts a bisection draws from them. Pure: no I/O.
+
+Three layers: ``launch`` gives the raw exit code, timeout flag and logs; ``classify``
+gives the Outcome; ``verdict`` maps outcomes to GOOD/BAD/SKIP for ``--regress-on``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import signal
+from dataclasses import dataclass
+
+SKIP_EXIT = 125  # git bisect's "cannot test this commit"
+
+
+class Outcome(enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    HANG = "hang"
+    SKIP = "skip"  # could not be tested: env build, import, not enough GPUs, exit 125
+
+
+class Verdict(enum.Enum):
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+
+
+class RegressOn(enum.Enum):
+    HANG = "hang"
+    FAIL = "fail"
+    ANY = "any"
+
+
+@dataclass(frozen=True)
+class Classified:
+    outcome: Outcome
+    reason: str
+
+
+_ERROR_LINE = re.compile(
+    r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit)\b.*?:.*)$"
+)
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
+
+
+def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, tail: str) -> Classified:
+    """The outcome of one run from what the launcher gave back."""
+    if hang_line:
+        return Classified(Outcome.HANG, _clip(hang_line))
+    if timed_out:
+        return Classified(Outcome.HANG, why or "timed out")
+    if exit_code == 0:
+        return Classified(Outcome.PASS, "")
+    if exit_code == SKIP_EXIT:
+        return Classified(Outcome.SKIP, first_error(tail) or "the script exited 125 (untestable)")
+    return Classified(Outcome.FAIL, first_error(tail) or _exit_text(exit_code))
+
+
+def first_error(text: str) -> str:
+    """The first exception line of a traceback in ``text`` (e.g. 'RuntimeError: ...')."""
+    lines = [_RANK_PREFIX.sub("", ln) for ln in text.splitlines()]
+    for i, ln in enumerate(lines):
+        if ln.startswith("Traceback (most recent call last)"):
+            for after in lines[i + 1 :]:
+                if after and not after.startswith((" ", "\t", "Traceback")):
+                    m = _ERROR_LINE.match(after)
+                    if m:
+                        return _clip(m.group(1))
+    for ln in lines:
+        m = _ERROR_LINE.match(ln)
+        if m and "Warning" not in m.group(1):
+            return _clip(m.group(1))
+    return ""
+
+
+def _exit_text(code: int | None) -> str:
+    if code is None:
+        return "no exit code"
+    if code < 0 or code >= 128:
+        num = -code if code < 0 else code - 128
+        try:
+            return f"exit {code} (signal {signal.Signals(num).name})"
+        except ValueError:
+            pass
+    return f"exit {code}"
+
+
+def _clip(s: str, n: int = 300) -> str:
+    s = " ".join(s.split())
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def verdict(outcome: Outcome, regress_on: RegressOn, signature: str = "", wanted: str | None = None) -> Verdict:
+    """GOOD/BAD/SKIP of one outcome.
+
+    ``wanted`` narrows BAD to runs whose signature (or failure reason) contains it, so an
+    unrelated crash or OOM does not steer a bisection: those become SKIP.
+    """
+    if outcome is Outcome.SKIP:
+        return Verdict.SKIP
+    if outcome is Outcome.PASS:
+        return Verdict.GOOD
+    counts = {
+        RegressOn.HANG: outcome is Outcome.HANG,
+        RegressOn.FAIL: outcome is Outcome.FAIL,
+        RegressOn.ANY: True,
+    }[regress_on]
+    if not counts:
+        return Verdict.SKIP
+    if wanted and wanted.lower() not in (signature or "").lower():
+        return Verdict.SKIP
+    return Verdict.BAD
+
+
+def combine(verdicts: list[Verdict]) -> Verdict:
+    """One point's verdict from its repeated runs: bad if any is bad, good only if all are good."""
+    if any(v is Verdict.BAD for v in verdicts):
+        return Verdict.BAD
+    if verdicts and all(v is Verdict.GOOD for v in verdicts):
+        return Verdict.GOOD
+    return Verdict.SKIP

@@ -1,0 +1,243 @@
+"""Records -> renderables: rich tables for the terminal, Markdown for GitHub, JSON.
+
+Nothing here prints; the CLI does.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from . import __version__
+from .compat import describe as describe_shims
+from .facts import describe_env
+from .outcome import Outcome
+from .store import RunRecord
+
+STYLE = {Outcome.PASS: "bold green", Outcome.FAIL: "bold red", Outcome.HANG: "bold magenta", Outcome.SKIP: "yellow"}
+ICON = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.HANG: "⏳", Outcome.SKIP: "⏭️"}
+RANK = {Outcome.HANG: 0, Outcome.FAIL: 1, Outcome.PASS: 2, Outcome.SKIP: 3}
+
+
+@dataclass(frozen=True)
+class Cell:
+    outcome: Outcome
+    counts: tuple[tuple[Outcome, int], ...]
+    seconds: float
+    runs: tuple[RunRecord, ...]
+
+    @property
+    def text(self) -> str:
+        name = self.outcome.value.upper()
+        total = sum(n for _, n in self.counts)
+        if total > 1:
+            name += " " + " ".join(f"{o.value}:{n}" for o, n in self.counts)
+        if self.outcome is not Outcome.SKIP:
+            name += f" ({self.seconds:.0f} s)" if self.seconds >= 10 else f" ({self.seconds:.1f} s)"
+        return name
+
+    @property
+    def last(self) -> RunRecord:
+        return self.runs[-1]
+
+
+@dataclass(frozen=True)
+class Grid:
+    cases: tuple[str, ...]
+    rows: tuple[tuple[str, dict[str, Cell]], ...]  # point label -> case -> cell
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [c for _, row in self.rows for c in row.values()]
+
+
+def cell(runs: list[RunRecord]) -> Cell:
+    counts = Counter(r.outcome for r in runs)
+    worst = min(counts, key=lambda o: RANK[o])
+    ordered = tuple(sorted(counts.items(), key=lambda kv: RANK[kv[0]]))
+    secs = sum(r.seconds or 0 for r in runs) / max(1, len(runs))
+    return Cell(worst, ordered, secs, tuple(runs))
+
+
+def grid(runs: list[RunRecord]) -> Grid:
+    """Rows are points in first-seen order, columns cases; the latest case version wins."""
+    latest_key: dict[str, str] = {}
+    for r in runs:
+        latest_key[r.case_name] = r.case_key
+    runs = [r for r in runs if latest_key[r.case_name] == r.case_key and r.outcome is not None]
+    cases = tuple(dict.fromkeys(r.case_name for r in runs))
+    table: dict[str, dict[str, list[RunRecord]]] = {}
+    for r in runs:
+        table.setdefault(r.point.label, {}).setdefault(r.case_name, []).append(r)
+    rows = tuple(
+        (label, {case: cell(_current(rs)) for case, rs in per_case.items()}) for label, per_case in table.items()
+    )
+    return Grid(cases, rows)
+
+
+def _current(runs: list[RunRecord]) -> list[RunRecord]:
+    """Runs of one (case, point): a later SKIP or re-run replaces earlier attempts of the same number."""
+    by_attempt: dict[int, RunRecord] = {}
+    for r in runs:
+        by_attempt[r.attempt] = r
+    return [by_attempt[a] for a in sorted(by_attempt)]
+
+
+# ------------------------------------------------------------------ terminal
+
+
+def grid_table(g: Grid, title: str = "") -> Table:
+    table = Table(title=title or None, show_lines=False, header_style="bold")
+    table.add_column("point", no_wrap=True)
+    for case in g.cases:
+        table.add_column(case)
+    for label, row in g.rows:
+        cells = []
+        for case in g.cases:
+            c = row.get(case)
+            cells.append(Text(c.text, style=STYLE[c.outcome]) if c else Text("—", style="dim"))
+        table.add_row(label, *cells)
+    return table
+
+
+def reasons(g: Grid) -> list[tuple[str, str, Cell]]:
+    out = []
+    for label, row in g.rows:
+        for case, c in row.items():
+            if c.outcome is not Outcome.PASS:
+                out.append((label, case, c))
+    return out
+
+
+def grid_renderable(g: Grid, title: str = "", verbose: bool = False) -> Group:
+    parts: list = [grid_table(g, title)]
+    for label, case, c in reasons(g):
+        r = c.last
+        why = r.signature or r.reason or ""
+        line = Text.assemble((f"{c.outcome.value.upper()} ", STYLE[c.outcome]), f"{case} · {label}: ", why)
+        if r.run_dir:
+            line.append(f"  [run {r.id}: {r.run_dir}]", style="dim")
+        parts.append(line)
+    env = environment_lines(g)
+    if env:
+        parts.append(Text("\n".join(env), style="dim"))
+    return Group(*parts)
+
+
+def environment_lines(g: Grid) -> list[str]:
+    seen = []
+    for c in g.cells:
+        for r in c.runs:
+            if r.facts.get("versions"):
+                line = describe_env(r.facts)
+                if line not in seen:
+                    seen.append(line)
+    return seen[:4]
+
+
+# ------------------------------------------------------------------ markdown
+
+
+def grid_markdown(g: Grid, title: str, host: dict, compat: tuple[str, ...] = ()) -> str:
+    lines = [f"### {title}", ""]
+    lines.append("| point | " + " | ".join(g.cases) + " |")
+    lines.append("|---|" + "---|" * len(g.cases))
+    for label, row in g.rows:
+        cells = []
+        for case in g.cases:
+            c = row.get(case)
+            cells.append(f"{ICON[c.outcome]} {c.text}" if c else "—")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    rs = reasons(g)
+    if rs:
+        lines.append("**Details**")
+        lines.append("")
+        for label, case, c in rs:
+            r = c.last
+            lines.append(f"- {c.outcome.value.upper()} `{case}` · {label}: {_md(r.signature or r.reason)} (run {r.id})")
+        lines.append("")
+    lines += _md_environment(g, host, compat)
+    stacks = [_stack_details(c.last) for c in g.cells if c.outcome is Outcome.HANG]
+    lines += [s for s in stacks if s]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _md_environment(g: Grid, host: dict, compat: tuple[str, ...]) -> list[str]:
+    lines = ["**Environment**", ""]
+    for env in environment_lines(g):
+        lines.append(f"- {env}")
+    gpus = host.get("gpus") or []
+    lines.append(f"- host: {host.get('platform', '?')}, {host.get('cpus', '?')} CPUs, "
+                 f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}{' (' + gpus[0] + ')' if gpus else ''}")
+    lines.append(f"- dsbisect {__version__}")
+    for shim in describe_shims(compat):
+        lines.append(f"- compat shim in use (a possible confounder): {shim}")
+    lines.append("")
+    return lines
+
+
+def _stack_details(run: RunRecord) -> str:
+    from .forensics import analyze, render_stack
+
+    if not run.run_dir or not Path(run.run_dir).is_dir():
+        return ""
+    sig = analyze(Path(run.run_dir))
+    if sig is None:
+        return ""
+    body = []
+    for st in sig.ranks:
+        if st.frames:
+            body.append(f"rank {st.rank}:\n{render_stack(st)}")
+    if not body:
+        return ""
+    text = "\n\n".join(body)
+    return (f"<details><summary>Stacks of hung run {run.id} ({run.point.label})</summary>\n\n"
+            f"```\n{text}\n```\n\n</details>\n")
+
+
+def _md(s: str) -> str:
+    return (s or "").replace("|", "\\|").replace("\n", " ")
+
+
+# ---------------------------------------------------------------------- json
+
+
+def run_json(r: RunRecord) -> dict:
+    return {
+        "id": r.id,
+        "case": r.case_name,
+        "point": r.point.label,
+        "versions": dict(r.point.versions),
+        "commit": r.point.source.commit if r.point.source else None,
+        "attempt": r.attempt,
+        "outcome": r.outcome.value if r.outcome else None,
+        "exit_code": r.exit_code,
+        "seconds": round(r.seconds or 0.0, 3),
+        "reason": r.reason,
+        "signature": r.signature,
+        "run_dir": r.run_dir,
+        "evidence": r.evidence,
+        "environment": r.facts,
+    }
+
+
+def grid_json(g: Grid, host: dict, compat: tuple[str, ...] = ()) -> dict:
+    return {
+        "dsbisect": __version__,
+        "host": host,
+        "compat": list(compat),
+        "cases": list(g.cases),
+        "grid": [
+            {"point": label, "cells": {case: {"outcome": c.outcome.value,
+                                              "counts": {o.value: n for o, n in c.counts},
+                                              "seconds": round(c.seconds, 3)} for case, c in row.items()}}
+            for label, row in g.rows
+        ],
+        "runs": [run_json(r) for c in g.cells for r in c.runs],
+    }

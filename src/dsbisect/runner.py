@@ -1,0 +1,213 @@
+"""Test one point of one case: venv, import probe, launch, classify, store.
+
+``Runner.runs`` is what ``run`` and ``bisect`` both stand on: it returns the recorded runs
+of a (case, point) and makes the missing ones.  PASS, FAIL and HANG are reused from the
+store; SKIPs are tried again, since their causes (no GPU here, a build that failed, an
+index that was down) belong to the machine and the moment rather than to the point.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from . import facts
+from .envs import Env, EnvManager, _clean_env
+from .errors import EnvBuildError, Interrupted
+from .evidence import Capture, flight_recorder_env
+from .forensics import analyze
+from .launch import LaunchSpec, free_port, launch
+from .matrix import Case, Point
+from .outcome import Outcome, classify
+from .store import Probe, RunRecord, Store
+
+Progress = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a run executes: the GPU indices it may use (None: CPU or all)."""
+
+    devices: tuple[int, ...] | None = None
+
+
+@dataclass
+class Runner:
+    store: Store
+    envs: EnvManager
+    gpus: list[str] = field(default_factory=list)
+    progress: Progress = lambda kind, text: None
+    rerun: bool = False
+    _ports: set[int] = field(default_factory=set)
+
+    # ----------------------------------------------------------------- public
+
+    def runs(self, case: Case, point: Point, want: int = 1,
+             enough: Callable[[list[RunRecord]], bool] | None = None, slot: Slot = Slot()) -> list[RunRecord]:
+        """Up to ``want`` runs of ``point``: recorded ones first, then new ones until ``enough``."""
+        case = self.effective(case)
+        recorded = [] if self.rerun else [
+            r for r in self.store.done_runs(case.key, point.key) if r.outcome is not Outcome.SKIP
+        ]
+        runs = recorded[:want]
+        for r in runs:
+            self.progress("reused", f"{case.name} · {point.label}: {r.outcome.value} (run {r.id}, recorded)")
+        while len(runs) < want and not (enough and enough(runs)):
+            run = self.run_once(case, point, attempt=len(runs) + 1, slot=slot)
+            runs.append(run)
+            if run.outcome is Outcome.SKIP:
+                break
+        return runs
+
+    def effective(self, case: Case) -> Case:
+        return case.for_gpu(self.gpus[0] if self.gpus else None)
+
+    def accelerator(self, case: Case) -> str:
+        if case.accelerator != "auto":
+            return case.accelerator
+        return "cuda" if len(self.gpus) >= case.nproc else "cpu"
+
+    # ---------------------------------------------------------------- one run
+
+    def run_once(self, case: Case, point: Point, attempt: int = 1, slot: Slot = Slot()) -> RunRecord:
+        label = f"{case.name} · {point.label}"
+        accel = self.accelerator(case)
+        if accel == "cuda" and len(self.gpus) < case.nproc:
+            have = f"{len(self.gpus)} ({self.gpus[0]})" if self.gpus else "0"
+            return self._skip(case, point, f"needs {case.nproc} CUDA GPUs; this machine has {have}")
+        self.progress("env", f"{label}: preparing venv")
+        try:
+            env = self.envs.ensure(point)
+        except EnvBuildError as e:
+            return self._skip(case, point, f"venv could not be built: {e}")
+        probe = self._probe(env, case, point, accel)
+        if not probe.ok:
+            return self._skip(case, point, probe.reason, env_key=env.key, facts=probe.facts)
+        return self._launch(case, point, env, probe, accel, attempt, slot)
+
+    def _skip(self, case: Case, point: Point, reason: str, env_key: str | None = None,
+              facts: dict | None = None) -> RunRecord:
+        run_id = self.store.start_run(case.name, case.key, point, env_key, 1, None)
+        self.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=reason, facts=facts or {})
+        self.progress("done", f"{case.name} · {point.label}: skip ({reason})")
+        return self.store.run(run_id)
+
+    def _probe(self, env: Env, case: Case, point: Point, accel: str) -> Probe:
+        cached = self.store.probe(env.key, case.compat)
+        if cached:
+            return cached
+        wanted = [n for n, _ in point.versions]
+        if point.source:
+            wanted.append(point.source.package)
+        wanted = [n for n in dict.fromkeys(wanted) if canonicalize_name(n) != "torch"] + ["torch"]
+        self.progress("env", f"{case.name} · {point.label}: importing {', '.join(wanted)}")
+        result = facts.probe(env.python, wanted, self._base_env(case, accel))
+        probe = Probe(result.ok, result.reason and f"import check: {result.reason}", result.facts)
+        self.store.put_probe(env.key, case.compat, probe)
+        return probe
+
+    def _launch(self, case: Case, point: Point, env: Env, probe: Probe, accel: str, attempt: int,
+                slot: Slot) -> RunRecord:
+        run_id = self.store.start_run(case.name, case.key, point, env.key, attempt, None)
+        run_dir = self.store.dir / "runs" / f"{run_id:06d}"
+        run_dir.mkdir(parents=True, exist_ok=True)
+        port = free_port(self._ports)
+        self._ports.add(port)
+        spec = LaunchSpec(
+            argv=tuple(launcher_argv(case, env.python, run_dir, port, slot.devices if accel == "cuda" else None)),
+            env=self._base_env(case, accel) | run_env(case, run_dir),
+            cwd=run_dir,
+            run_dir=run_dir,
+            wall_timeout=case.timeout,
+            idle_timeout=case.idle_timeout,
+            quiet_after=max(5.0, case.collective_timeout * 0.5),
+            hang_grace=20.0 if accel == "cuda" else 5.0,
+        )
+        capture = Capture(run_dir)
+        self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {case.nproc} ranks, {accel})")
+        t0 = time.monotonic()
+        try:
+            result = launch(spec, on_hang=capture, on_quiet=capture)
+        except KeyboardInterrupt:
+            self.store.abandon_run(run_id)
+            raise Interrupted("interrupted; the run's processes were stopped") from None
+        finally:
+            self._ports.discard(port)
+        tail = log_tail(run_dir)
+        c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, tail)
+        signature, evidence = self._evidence(c.outcome, run_dir, capture, result)
+        self.store.finish_run(
+            run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
+            signature=signature, evidence=evidence, facts=probe.facts | {"accelerator": accel},
+            env_key=env.key,
+        )
+        self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
+        return self.store.run(run_id)
+
+    def _evidence(self, outcome: Outcome, run_dir: Path, capture: Capture, result) -> tuple[str, dict]:
+        evidence = capture.as_json()
+        evidence["survivors"] = list(result.survivors)
+        evidence["pids"] = list(result.pids)
+        if result.hang_after is not None:
+            evidence["hang_detected_after_s"] = round(result.hang_after, 2)
+        if outcome is not Outcome.HANG:
+            return "", evidence
+        sig = analyze(run_dir)
+        if sig is None:
+            return "", evidence
+        evidence["notes"] = evidence["notes"] + list(sig.notes)
+        return sig.text, evidence
+
+    def _base_env(self, case: Case, accel: str) -> dict[str, str]:
+        env = _clean_env() | {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
+        if case.compat:
+            env["DSBISECT_COMPAT"] = ",".join(case.compat)
+        if accel == "cpu":
+            env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+        else:
+            env["DS_ACCELERATOR"] = "cuda"
+        return env
+
+
+# ------------------------------------------------------------------- helpers
+
+
+def run_env(case: Case, run_dir: Path) -> dict[str, str]:
+    return {
+        "DSBISECT_RUN_DIR": str(run_dir),
+        "DSBISECT_COLLECTIVE_TIMEOUT": f"{case.collective_timeout:g}",
+        "DSBISECT_CASE": case.name,
+    } | flight_recorder_env(run_dir) | dict(case.env)
+
+
+def launcher_argv(case: Case, python: Path, run_dir: Path, port: int, devices: tuple[int, ...] | None) -> list[str]:
+    ranks = run_dir / "ranks"
+    ranks.mkdir(parents=True, exist_ok=True)
+    if case.launcher == "torchrun":
+        argv = [str(python), "-u", "-m", "torch.distributed.run", "--nproc_per_node", str(case.nproc),
+                "--master_port", str(port), "--log-dir", str(ranks), "--tee", "3"]
+    else:
+        argv = [str(python), "-u", "-m", "deepspeed.launcher.runner"]
+        if devices:
+            argv += ["--include", "localhost:" + ",".join(str(d) for d in devices)]
+        else:
+            argv += ["--num_gpus", str(case.nproc)]
+        argv += ["--master_port", str(port), f"--enable_each_rank_log={ranks}"]
+    return argv + list(case.launcher_args) + [str(case.script), *case.args]
+
+
+def log_tail(run_dir: Path, lines: int = 200) -> str:
+    """The last lines of every log of a run, rank logs first."""
+    parts = []
+    logs = sorted(p for p in (run_dir / "ranks").rglob("*.log")) if (run_dir / "ranks").is_dir() else []
+    for path in [*logs, run_dir / "launcher.log"]:
+        try:
+            text = path.read_text(errors="replace")
+        except OSError:
+            continue
+        parts.append("\n".join(text.splitlines()[-lines:]))
+    return "\n".join(parts)

@@ -1,0 +1,153 @@
+"""Which releases of a package exist, in PEP 440 order, from an index or wheelhouses.
+
+The index is read through its simple API (PEP 503/691) with pypi-simple; a
+``--find-links`` wheelhouse is read from its file names.  ``--offline`` reads only the
+wheelhouses.  Yanked releases are left out, and so are pre-releases unless asked for.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
+
+from .envs import IndexOptions
+from .errors import InputError, RangeError
+from .matrix import Case
+
+PYPI = "https://pypi.org/simple/"
+
+
+@dataclass(frozen=True)
+class Release:
+    version: Version
+    yanked: bool = False
+    where: str = ""
+
+
+def default_index(index: IndexOptions) -> str:
+    return (index.index_url or os.environ.get("UV_DEFAULT_INDEX") or os.environ.get("UV_INDEX_URL")
+            or os.environ.get("PIP_INDEX_URL") or PYPI)
+
+
+def releases(package: str, index: IndexOptions) -> list[Release]:
+    """Every release of ``package`` known to the index and wheelhouses, sorted, deduplicated."""
+    found: dict[Version, Release] = {}
+    for d in index.find_links:
+        for rel in _wheelhouse(Path(d), canonicalize_name(package)):
+            found.setdefault(rel.version, rel)
+    if not index.offline:
+        for url in (default_index(index), *index.extra_index_urls):
+            for rel in _index(url, canonicalize_name(package)):
+                prev = found.get(rel.version)
+                if prev is None or (prev.yanked and not rel.yanked):
+                    found[rel.version] = rel
+    return [found[v] for v in sorted(found)]
+
+
+def candidates(package: str, good: str, bad: str, index: IndexOptions, pre: bool = False) -> list[Version]:
+    """The releases from ``good`` to ``bad`` inclusive (either order of age, see find-fix)."""
+    g, b = parse(good), parse(bad)
+    if g == b:
+        raise RangeError(f"good and bad are the same version ({good})")
+    if g > b:
+        raise RangeError(f"good {good} is newer than bad {bad}: the good end must be the older "
+                         "(to find the release that fixed a bug, use --find-fix)")
+    rels = releases(package, index)
+    if not rels:
+        raise InputError(f"{package}: no releases found on {_where(index)}")
+    known = {r.version for r in rels}
+    for v, what in ((g, "good"), (b, "bad")):
+        if v not in known:
+            raise RangeError(f"{package}=={v} ({what} end) is not on {_where(index)}")
+    picked = [r.version for r in rels if g <= r.version <= b and not r.yanked and (pre or not r.version.is_prerelease)]
+    for end in (g, b):
+        if end not in picked:
+            picked.append(end)
+    return sorted(set(picked))
+
+
+def parse(v: str) -> Version:
+    try:
+        return Version(v)
+    except InvalidVersion:
+        raise InputError(f"{v!r} is not a version (PEP 440)") from None
+
+
+def check_points(cases: list[Case], index: IndexOptions) -> None:
+    """Every version on the cases' axes exists: a typo is bad input, not a SKIP later."""
+    wanted: dict[str, set[str]] = {}
+    for c in cases:
+        for p in c.points:
+            for name, version in p.versions:
+                wanted.setdefault(name, set()).add(version)
+    for name, versions in wanted.items():
+        known = {r.version for r in releases(name, index)}
+        for v in sorted(versions):
+            if Version(v) not in known:
+                raise InputError(f"{name}=={v} is not on {_where(index)}; check the matrix's axes")
+
+
+def _where(index: IndexOptions) -> str:
+    places = [f"the wheelhouse {d}" for d in index.find_links]
+    if not index.offline:
+        places.insert(0, f"the index {default_index(index)}")
+    return " or ".join(places) or "any index"
+
+
+def _wheelhouse(folder: Path, name: str) -> list[Release]:
+    out = []
+    if not folder.is_dir():
+        return out
+    for f in folder.iterdir():
+        try:
+            if f.name.endswith(".whl"):
+                n, v, _, _ = parse_wheel_filename(f.name)
+            elif f.name.endswith((".tar.gz", ".zip")):
+                n, v = parse_sdist_filename(f.name)
+            else:
+                continue
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue
+        if n == name:
+            out.append(Release(Version(str(v)), False, str(folder)))
+    return out
+
+
+@lru_cache(maxsize=64)
+def _index_cached(url: str, name: str) -> tuple[Release, ...]:
+    import requests
+    from pypi_simple import NoSuchProjectError, PyPISimple, UnsupportedContentTypeError
+
+    try:
+        with PyPISimple(endpoint=url) as client:
+            page = client.get_project_page(name, timeout=60)
+    except NoSuchProjectError:
+        return ()
+    except (requests.RequestException, UnsupportedContentTypeError, ValueError) as e:
+        raise InputError(f"cannot read {name} from the index {url} ({type(e).__name__}: {e}); "
+                         "use --offline --find-links DIR without a network") from None
+    by_version: dict[Version, list[bool]] = {}
+    for pkg in page.packages:
+        if not pkg.version:
+            continue
+        try:
+            v = Version(pkg.version)
+        except InvalidVersion:
+            continue
+        by_version.setdefault(v, []).append(bool(pkg.is_yanked))
+    return tuple(Release(v, all(ys), url) for v, ys in by_version.items())
+
+
+def _index(url: str, name: str) -> list[Release]:
+    return list(_index_cached(url, name))

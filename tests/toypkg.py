@@ -1,0 +1,124 @@
+"""A toy package of our own, built into real wheels whose versions really differ.
+
+``dsb-toy`` (import name ``dsb_toy``) exposes ``step(dist)``, which a 2-rank repro calls
+between ``init_process_group`` and a final barrier.  Each version does one of:
+
+- ``ok``: an all_reduce on every rank, checked;
+- ``skip``: rank 1 skips the all_reduce, so rank 0 waits in it: a distributed hang;
+- ``raise``: rank 0 raises ValueError: a failure;
+- ``import``: importing the module raises ImportError: untestable (skip);
+- ``sleep``: rank 1 sleeps forever before any collective: a plain hang;
+- ``flaky``: hangs like ``skip`` on a random draw (half the time);
+- ``broken``: requires a package that exists nowhere, so no venv can be built.
+
+Wheels are written with zipfile (a wheel is a zip with a dist-info); no build backend.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import zipfile
+from pathlib import Path
+
+STEP = {
+    "ok": """
+def step(dist):
+    import torch
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    assert float(t[0]) == dist.get_world_size(), t
+""",
+    "skip": """
+def step(dist):
+    import torch
+    t = torch.ones(4)
+    if dist.get_rank() != 1:
+        print(f"rank {dist.get_rank()}: entering all_reduce", flush=True)
+        dist.all_reduce(t)  # rank 1 never joins: the job hangs here
+""",
+    "raise": """
+def step(dist):
+    if dist.get_rank() == 0:
+        raise ValueError("dsb_toy: the loss went NaN")
+""",
+    "import": """
+raise ImportError("dsb_toy needs a newer torch than this one")
+""",
+    "sleep": """
+def step(dist):
+    import time
+    if dist.get_rank() == 1:
+        while True:
+            time.sleep(1)
+""",
+    "flaky": """
+def step(dist):
+    import os, torch
+    draw = torch.tensor([os.urandom(1)[0] % 2], dtype=torch.int64)
+    dist.broadcast(draw, src=0)
+    t = torch.ones(4)
+    if int(draw) == 1 and dist.get_rank() == 1:
+        return  # half the time rank 1 skips the all_reduce
+    dist.all_reduce(t)
+""",
+    "broken": """
+def step(dist):
+    pass
+""",
+}
+
+REPRO = """\
+import datetime, os, sys
+import torch
+import torch.distributed as dist
+import dsb_toy
+
+timeout = float(os.environ.get("DSBISECT_COLLECTIVE_TIMEOUT", "30"))
+dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+print(f"rank {dist.get_rank()} of {dist.get_world_size()}: dsb_toy {dsb_toy.__version__}", flush=True)
+dsb_toy.step(dist)
+dist.barrier()
+dist.destroy_process_group()
+print("done", flush=True)
+"""
+
+
+def _record_line(name: str, data: bytes) -> str:
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy") -> Path:
+    """Write ``<dist>-<version>-py3-none-any.whl`` into ``out``."""
+    mod = dist.replace("-", "_")
+    info = f"{mod}-{version}.dist-info"
+    requires = "Requires-Dist: dsb-nonexistent-dependency>=99\n" if behaviour == "broken" else ""
+    files = {
+        f"{mod}/__init__.py": f'__version__ = "{version}"\nBEHAVIOUR = "{behaviour}"\n{STEP[behaviour]}'.encode(),
+        f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n{requires}"
+                             "Summary: dsbisect's toy package\n").encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: dsbisect-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/top_level.txt": f"{mod}\n".encode(),
+    }
+    record = [_record_line(n, d) for n, d in files.items()] + [f"{info}/RECORD,,"]
+    files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{mod}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in files.items():
+            z.writestr(name, data)
+    return path
+
+
+def build_wheelhouse(out: Path, releases: dict[str, str], dist: str = "dsb-toy") -> Path:
+    for version, behaviour in releases.items():
+        build_wheel(out, version, behaviour, dist)
+    return out
+
+
+def write_repro(folder: Path, name: str = "toy_repro.py") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(REPRO)
+    return path
