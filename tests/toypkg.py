@@ -91,8 +91,8 @@ def _record_line(name: str, data: bytes) -> str:
 
 def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy") -> Path:
     """Write ``<dist>-<version>-py3-none-any.whl`` into ``out``."""
-    mod = dist.replace("-", "_")
-    info = f"{mod}-{version}.dist-info"
+    mod = "dsb_toy"  # every toy distribution provides the same module, which the repro imports
+    info = f"{dist.replace('-', '_')}-{version}.dist-info"
     requires = "Requires-Dist: dsb-nonexistent-dependency>=99\n" if behaviour == "broken" else ""
     files = {
         f"{mod}/__init__.py": f'__version__ = "{version}"\nBEHAVIOUR = "{behaviour}"\n{STEP[behaviour]}'.encode(),
@@ -104,7 +104,7 @@ def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy") 
     record = [_record_line(n, d) for n, d in files.items()] + [f"{info}/RECORD,,"]
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{mod}-{version}-py3-none-any.whl"
+    path = out / f"{dist.replace('-', '_')}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
         for name, data in files.items():
             z.writestr(name, data)

@@ -222,7 +222,7 @@ class _Settings(_Strict):
             try:
                 Requirement(p)
             except InvalidRequirement as e:
-                raise ValueError(f"{p!r} is not a requirement ({e})") from None
+                raise ValueError(f"{p!r} is not a requirement ({str(e).splitlines()[0]})") from None
         return v
 
     @field_validator("compat")
@@ -327,7 +327,7 @@ def load(path: Path) -> Matrix:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(p) for p in err["loc"]) or "(top)"
-        msg = err["msg"].removeprefix("Value error, ")
+        msg = " ".join(err["msg"].removeprefix("Value error, ").split())
         raise MatrixError(f"{path.name}: {loc}: {msg}") from None
     return _to_matrix(path.resolve(), model)
 

@@ -1,0 +1,103 @@
+"""launch(): deadlines, hang lines and idle limits end a run, and no process survives it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from dsbisect.launch import LaunchSpec, launch
+
+# A "launcher" that starts a rank (RANK set), which starts a stubborn grandchild that
+# ignores SIGTERM and leaves the process group with setsid: the worst case.  The rank
+# itself ignores SIGINT and SIGTERM.
+RANK = """\
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"], start_new_session=True)
+open(os.environ["PIDS"], "a").write(f"{os.getpid()} {child.pid}\\n")
+print("rank ready", flush=True)
+time.sleep(600)
+"""
+STUBBORN = """\
+import os, subprocess, sys
+rank = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "rank.py")], env=dict(os.environ, RANK="0"))
+open(os.environ["PIDS"], "a").write(f"{os.getpid()}\\n")
+rank.wait()
+"""
+
+
+def _spec(tmp_path: Path, code: str, **kw) -> LaunchSpec:
+    script = tmp_path / "job.py"
+    script.write_text(code)
+    (tmp_path / "rank.py").write_text(RANK)
+    env = dict(os.environ, PIDS=str(tmp_path / "pids"), PYTHONUNBUFFERED="1")
+    defaults = dict(wall_timeout=30.0, hang_grace=2.0)
+    return LaunchSpec(argv=(sys.executable, str(script)), env=env, cwd=tmp_path, run_dir=tmp_path / "run",
+                      **(defaults | kw))
+
+
+def _pids(tmp_path: Path) -> list[int]:
+    return [int(x) for x in (tmp_path / "pids").read_text().split()]
+
+
+def test_wall_timeout_kills_the_whole_tree(tmp_path):
+    taken = []
+    t0 = time.monotonic()
+    res = launch(_spec(tmp_path, STUBBORN, wall_timeout=4.0), on_hang=lambda procs, why: taken.append((why, len(procs))))
+    elapsed = time.monotonic() - t0
+    assert res.timed_out and res.exit_code is None and "wall timeout" in res.why
+    assert elapsed < 4.0 + 12.0  # deadline + INT/TERM/KILL grace
+    pids = _pids(tmp_path)
+    assert len(pids) == 3
+    assert res.survivors == ()
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert taken == [("deadline", 1)]  # the hook saw exactly the one rank, before teardown
+
+
+def test_hang_line_ends_the_run_after_the_grace(tmp_path):
+    code = (
+        "import time\nprint('step 1', flush=True)\n"
+        "print('[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, "
+        "NumelIn=4, NumelOut=4, Timeout(ms)=5000) ran for 5001 milliseconds before timing out.', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    res = launch(_spec(tmp_path, code, hang_grace=1.0))
+    assert res.hang_line.startswith("[Rank 1] Watchdog caught")
+    assert res.exit_code is None and res.seconds < 10
+    assert res.hang_after is not None and res.hang_after < 5
+
+
+def test_idle_limit(tmp_path):
+    code = "import time\nprint('started', flush=True)\ntime.sleep(600)\n"
+    res = launch(_spec(tmp_path, code, idle_timeout=2.0))
+    assert res.timed_out and "no output for 2 s" in res.why and res.seconds < 8
+
+
+def test_normal_exit_code_and_log(tmp_path):
+    res = launch(_spec(tmp_path, "import sys\nprint('hello')\nsys.exit(3)\n"))
+    assert res.exit_code == 3 and not res.timed_out and res.hang_line == ""
+    assert "hello" in (tmp_path / "run" / "launcher.log").read_text()
+
+
+def test_quiet_hook_fires_once_while_silent(tmp_path):
+    calls = []
+    code = "import time\nprint('x', flush=True)\ntime.sleep(3)\n"
+    res = launch(_spec(tmp_path, code, quiet_after=1.0), on_quiet=lambda procs, why: calls.append(why))
+    assert res.exit_code == 0 and calls == ["quiet"]
+
+
+def test_interrupt_stops_the_tree(tmp_path):
+    import signal
+    import threading
+
+    threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        launch(_spec(tmp_path, STUBBORN, wall_timeout=60.0))
+    time.sleep(0.5)
+    assert not [p for p in _pids(tmp_path) if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
