@@ -275,6 +275,141 @@ def envs_prune(
         err.print(f"removed {len(removed)} venv(s)")
 
 
+class Regress(str, Enum):
+    hang = "hang"
+    fail = "fail"
+    any = "any"
+
+
+@app.command()
+def bisect(
+    package: Annotated[str, typer.Argument(help="The package whose releases move (deepspeed, transformers, accelerate, ...).")],
+    good: Annotated[str, typer.Argument(help="A release that works (with --find-fix: the old broken one).")],
+    bad: Annotated[str, typer.Argument(help="A later release that is broken (with --find-fix: the fixed one).")],
+    case: Annotated[Optional[str], typer.Option("--case", help="A case of the matrix file.")] = None,
+    script: Annotated[Optional[Path], typer.Option("--script", help="Run this script instead of a case.")] = None,
+    matrix: Annotated[Path, typer.Option("--matrix", help="Matrix file that defines --case.")] = Path("matrix.yaml"),
+    pin: Annotated[Optional[list[str]], typer.Option("--pin", help="Hold another package, e.g. transformers==4.39.2 (repeatable).")] = None,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, help="Ranks, with --script.")] = 2,
+    accelerator: Annotated[str, typer.Option("--accelerator", help="cpu | cuda | auto, with --script.")] = "auto",
+    regress_on: Annotated[Regress, typer.Option("--regress-on", help="What counts as bad.")] = Regress.hang,
+    find_fix: Annotated[bool, typer.Option("--find-fix", help="Find the first release that fixed it instead.")] = False,
+    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per point; bad if any run is bad.")] = 1,
+    signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None,
+    git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
+    verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
+    pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases among the candidates.")] = False,
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall timeout per run, seconds.")] = None,
+    collective_timeout: Annotated[Optional[float], typer.Option("--collective-timeout", help="Collective timeout for the scripts, seconds.")] = None,
+    idle_timeout: Annotated[Optional[float], typer.Option("--idle-timeout", help="Hang if no output for this long, seconds.")] = None,
+    store: StoreOpt = Path(".dsbisect"),
+    cache_dir: CacheOpt = None,
+    offline: OfflineOpt = False,
+    find_links: FindLinksOpt = None,
+    index_url: IndexUrlOpt = None,
+    extra_index_url: ExtraIndexOpt = None,
+    python: PythonOpt = None,
+    base: BaseOpt = None,
+    fmt: FormatOpt = Format.table,
+    output: OutputOpt = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+) -> None:
+    """Find the first release of PACKAGE between GOOD and BAD that breaks the case (then the commit)."""
+    import shlex
+    import sys
+
+    from .bisection import Bisection, Request, dumps
+    from .outcome import RegressOn
+
+    with user_errors():
+        the_case, env_opts = _bisect_case(case, script, matrix, nproc, accelerator)
+        the_case = _override(the_case, timeout, collective_timeout, idle_timeout)
+        pins = _check_pins(pin or [], package)
+        index = index_options(offline, find_links, index_url, extra_index_url)
+        req = Request(package=package, good=good, bad=bad, case=the_case, pins=pins,
+                      regress_on=RegressOn(regress_on.value), find_fix=find_fix, repeat=repeat,
+                      signature=signature, pre=pre, git_repo=git_repo, verify_commit_ends=verify_commit_ends)
+        st = Store(store)
+        ui = ProgressUI(quiet)
+        runner = Runner(store=st, envs=EnvManager(cache_root(cache_dir), _env_options(env_opts, python, base), index,
+                                                  log=lambda s: ui("env", s)),
+                        gpus=facts.gpus(), progress=ui)
+        with ui.running():
+            result = Bisection(runner, index, req).run()
+        command = "dsbisect " + shlex.join(sys.argv[1:]) if sys.argv and "dsbisect" in sys.argv[0] else (
+            "dsbisect bisect " + shlex.join([package, good, bad]))
+        if fmt is Format.json:
+            emit(dumps(result) + "\n", output)
+        elif fmt is Format.markdown:
+            emit(rep.bisect_markdown(result, command), output)
+        else:
+            out.print(rep.bisect_renderable(result, command))
+            if output:
+                output.write_text(rep.bisect_markdown(result, command))
+        if result.exit_code:
+            err.print(f"[bold red]{result.verdict}:[/] {result.message}", highlight=False)
+            raise typer.Exit(result.exit_code)
+
+
+def _bisect_case(case: str | None, script: Path | None, matrix: Path, nproc: int, accelerator: str):
+    if case and script:
+        raise InputError("give either --case or --script, not both")
+    if script:
+        if accelerator not in ("cpu", "cuda", "auto"):
+            raise InputError(f"--accelerator {accelerator}: expected cpu, cuda or auto")
+        return matrix_mod.script_case(script, nproc, accelerator=accelerator), EnvOptions()
+    m = matrix_mod.load(matrix)
+    if case:
+        return m.case(case), m.env
+    if len(m.cases) == 1:
+        return m.cases[0], m.env
+    raise InputError(f"{matrix.name} has {len(m.cases)} cases: pick one with --case (or use --script)")
+
+
+def _check_pins(pins: list[str], package: str) -> tuple[str, ...]:
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
+
+    out = []
+    for p in pins:
+        try:
+            r = Requirement(p)
+        except InvalidRequirement:
+            raise InputError(f"--pin {p!r} is not a requirement (expected NAME==VERSION)") from None
+        if canonicalize_name(r.name) == canonicalize_name(package):
+            raise InputError(f"--pin {p}: {package} is the package being bisected")
+        out.append(str(r))
+    return tuple(out)
+
+
+@app.command()
+def versions(
+    package: Annotated[str, typer.Argument(help="A package name.")],
+    good: Annotated[Optional[str], typer.Argument(help="From this release...")] = None,
+    bad: Annotated[Optional[str], typer.Argument(help="...to this one, inclusive.")] = None,
+    pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases.")] = False,
+    offline: OfflineOpt = False,
+    find_links: FindLinksOpt = None,
+    index_url: IndexUrlOpt = None,
+    extra_index_url: ExtraIndexOpt = None,
+) -> None:
+    """List the releases a bisection of PACKAGE would test, oldest first."""
+    from .versions import candidates, releases
+
+    with user_errors():
+        index = index_options(offline, find_links, index_url, extra_index_url)
+        if (good is None) != (bad is None):
+            raise InputError("give both GOOD and BAD, or neither")
+        if good is None:
+            rels = [r.version for r in releases(package, index) if not r.yanked and (pre or not r.version.is_prerelease)]
+            if not rels:
+                raise InputError(f"{package}: no releases found")
+        else:
+            rels = candidates(package, good, bad, index, pre)
+        for v in rels:
+            out.print(str(v), highlight=False)
+
+
 def version_callback(value: bool) -> None:
     if value:
         out.print(f"dsbisect {__version__}")

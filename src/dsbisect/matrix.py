@@ -102,7 +102,13 @@ class Point:
 
     @property
     def key(self) -> str:
-        return _digest(self.to_json() | {"source": self.source.commit if self.source else None})
+        """Identity of what gets installed: the full requirement set and the commit, if any.
+
+        A point of a matrix grid and the same point reached by a bisection (where some of
+        its versions are ``--pin``s) share a key, so their runs are reused across commands.
+        """
+        reqs = sorted(str(Requirement(r)) for r in self.requirements())
+        return _digest({"requirements": reqs, "source": self.source.commit if self.source else None})
 
 
 @dataclass(frozen=True)

@@ -241,3 +241,108 @@ def grid_json(g: Grid, host: dict, compat: tuple[str, ...] = ()) -> dict:
         ],
         "runs": [run_json(r) for c in g.cells for r in c.runs],
     }
+
+
+# ------------------------------------------------------------------ bisection
+
+
+def _step_cell(step) -> Text:
+    counts = ", ".join(f"{o.value} {n}" for o, n in Counter(r.outcome for r in step.runs).items())
+    text = step.outcome.value.upper()
+    if len(step.runs) > 1:
+        text += f" ({counts})"
+    return Text(text, style=STYLE[step.outcome])
+
+
+def bisect_table(result) -> Table:
+    table = Table(header_style="bold", title=f"dsbisect bisect {result.request.package} {result.request.good} {result.request.bad}")
+    for col in ("stage", "point", "outcome", "verdict", "runs", "seconds", "detail"):
+        table.add_column(col, overflow="fold")
+    for s in result.steps:
+        point = s.label if s.stage == "release" else f"{s.label} {s.subject[:50]}"
+        table.add_row(s.stage, point, _step_cell(s), s.verdict.value, str(len(s.runs)), f"{s.seconds:.1f}",
+                      (s.detail or "")[:160])
+    return table
+
+
+def bisect_summary(result) -> list[str]:
+    """The final block, as plain lines (terminal and Markdown share it)."""
+    req = result.request
+    bad_word = "first fixed" if req.find_fix else "first bad"
+    good_word = "last broken" if req.find_fix else "last good"
+    lines = [f"verdict: {result.verdict}"]
+    if result.message:
+        lines.append(result.message)
+    if result.last_good:
+        lines.append(f"{good_word} release: {req.package} {result.last_good}")
+    if result.first_bad:
+        lines.append(f"{bad_word} release: {req.package} {result.first_bad}")
+    if result.commit:
+        c = result.commit
+        lines.append(f"{good_word} commit: {c.last_good}")
+        if c.first_bad:
+            lines.append(f"{bad_word} commit: {c.first_bad} {c.subject}")
+        else:
+            lines.append(f"commit range left ambiguous by untestable commits: {', '.join(h[:10] for h in c.maybe)}")
+        lines.append(f"commits between the releases: {c.count}")
+    if result.commit_message:
+        lines.append(result.commit_message)
+    first = _first_bad_step(result)
+    if first is not None:
+        lines.append(f"at the {bad_word.split()[1]} point: {first.detail or first.outcome.value}")
+    return lines
+
+
+def _first_bad_step(result):
+    want = result.commit.first_bad if result.commit and result.commit.first_bad else None
+    for s in reversed(result.steps):
+        if want and s.commit == want:
+            return s
+        if not want and s.stage == "release" and s.version == result.first_bad:
+            return s
+    return None
+
+
+def _bisect_env(result) -> list[str]:
+    facts = next((r.facts for s in result.steps for r in s.runs if r.facts.get("versions")), {})
+    req = result.request
+    lines = []
+    if facts:
+        lines.append(describe_env(facts))
+    pins = list(dict.fromkeys(req.case.pins + req.pins))
+    if pins:
+        lines.append("held pins: " + ", ".join(pins))
+    lines += [f"compat shim (a possible confounder): {s}" for s in describe_shims(req.case.compat)]
+    lines.append(f"dsbisect {__version__}; case {req.case.name} ({req.case.nproc} ranks, "
+                 f"collective timeout {req.case.collective_timeout:g} s)")
+    return lines
+
+
+def bisect_renderable(result, command: str) -> Group:
+    parts: list = [bisect_table(result)]
+    style = "bold green" if result.verdict == "found" else ("bold yellow" if result.verdict == "ambiguous" else "bold red")
+    for i, line in enumerate(bisect_summary(result)):
+        parts.append(Text(line, style=style if i == 0 else ""))
+    parts.append(Text("\n".join(_bisect_env(result)), style="dim"))
+    parts.append(Text(f"Reproduce with:\n  {command}"))
+    return Group(*parts)
+
+
+def bisect_markdown(result, command: str) -> str:
+    req = result.request
+    lines = [f"### dsbisect: {req.package} {req.good} → {req.bad} ({'find-fix' if req.find_fix else 'regression'}, "
+             f"regress on {req.regress_on.value})", ""]
+    lines += ["| stage | point | outcome | verdict | runs | seconds | detail |", "|---|---|---|---|---|---|---|"]
+    for s in result.steps:
+        point = s.label if s.stage == "release" else f"`{s.label}` {_md(s.subject[:60])}"
+        lines.append(f"| {s.stage} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()} | {s.verdict.value} | "
+                     f"{len(s.runs)} | {s.seconds:.1f} | {_md((s.detail or '')[:200])} |")
+    lines += ["", "**Result**", ""] + [f"- {ln}" for ln in bisect_summary(result)]
+    lines += ["", "**Environment**", ""] + [f"- {ln}" for ln in _bisect_env(result)]
+    lines += ["", "Reproduce with:", "", "```", command, "```", ""]
+    first = _first_bad_step(result)
+    if first is not None and first.runs and first.outcome is Outcome.HANG:
+        details = _stack_details(next(r for r in first.runs if r.outcome is Outcome.HANG))
+        if details:
+            lines.append(details)
+    return "\n".join(lines).rstrip() + "\n"

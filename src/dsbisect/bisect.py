@@ -1,0 +1,93 @@
+"""The search: first point that behaves like the new end. Pure: the probe does all I/O.
+
+``points[0]`` is known to behave like the *old* end and ``points[-1]`` like the *new*
+end (a regression: old = good, new = bad; a fix: old = bad, new = good).  A probe that
+answers SKIP (untestable) is stepped around as git bisect does: the next probe is the
+untested point nearest the middle.  If skips are left between the last old and the first
+new point, any of them may be where the change happened: the answer is a range.
+
+``width`` > 1 probes several points per round (one per free GPU slice): the points that
+split the remaining range into ``width + 1`` parts, as a k-ary search.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+class Side(enum.Enum):
+    OLD = "old"
+    NEW = "new"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class Search:
+    last_old: int
+    first_new: int
+    maybe: tuple[int, ...]  # indices that may be the first new one (first_new and untestable ones before it)
+    probed: tuple[tuple[int, Side], ...]  # in the order asked
+
+    @property
+    def exact(self) -> bool:
+        return self.maybe == (self.first_new,)
+
+
+def search(n: int, probe: Callable[[Sequence[int]], Sequence[Side]], width: int = 1) -> Search:
+    """First index in ``range(n)`` that behaves like index ``n - 1``.
+
+    ``probe(indices)`` answers one Side per index (several at once when ``width`` > 1).
+    Each index is asked at most once.
+    """
+    if n < 2:
+        raise ValueError("need at least the two ends")
+    lo, hi = 0, n - 1
+    known: dict[int, Side] = {}
+    order: list[tuple[int, Side]] = []
+    while True:
+        picks = next_probes(lo, hi, known, width)
+        if not picks:
+            break
+        for i, side in zip(picks, probe(picks), strict=True):
+            known[i] = side
+            order.append((i, side))
+        lo, hi = _narrow(lo, hi, known)
+    maybe = tuple(i for i in range(lo + 1, hi + 1) if known.get(i) is not Side.OLD)
+    return Search(lo, hi, maybe, tuple(order))
+
+
+def next_probes(lo: int, hi: int, known: dict[int, Side], width: int = 1) -> list[int]:
+    """Up to ``width`` untested indices strictly between ``lo`` and ``hi``, spread evenly."""
+    free = [i for i in range(lo + 1, hi) if i not in known]
+    if not free:
+        return []
+    width = max(1, min(width, len(free)))
+    picks: list[int] = []
+    for k in range(1, width + 1):
+        target = lo + (hi - lo) * k / (width + 1)
+        best = min((i for i in free if i not in picks), key=lambda i: (abs(i - target), i))
+        picks.append(best)
+    return sorted(picks)
+
+
+def _narrow(lo: int, hi: int, known: dict[int, Side]) -> tuple[int, int]:
+    """Tighten (lo, hi) to the last OLD before the first NEW among the answers so far."""
+    news = [i for i, s in known.items() if s is Side.NEW and lo < i < hi]
+    if news:
+        hi = min(news)
+    olds = [i for i, s in known.items() if s is Side.OLD and lo < i < hi]
+    if olds:
+        lo = max(olds)
+    return lo, hi
+
+
+def linear(sides: Sequence[Side]) -> int:
+    """The reference answer: the first testable index that behaves like the new end."""
+    return next(i for i, s in enumerate(sides) if s is Side.NEW)
+
+
+def max_probes(n: int) -> int:
+    """Probes a binary search needs between two known ends, without skips: ceil(log2(n - 1))."""
+    return max(0, n - 2).bit_length()

@@ -1,0 +1,310 @@
+"""A whole bisection: candidates, ends check, release search, then commit search.
+
+The search itself is ``bisect.search`` (pure); this module turns versions and commits into
+points, runs them through the ``Runner`` (so every run lands in the store and a second
+invocation reuses it), and maps outcomes to the old/new sides of the search.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from . import gitrepo
+from .bisect import Search, Side, search
+from .envs import IndexOptions
+from .errors import InputError
+from .matrix import Case, GitSource, Point, _digest
+from .outcome import Outcome, RegressOn, Verdict, combine, verdict
+from .runner import Runner
+from .store import RunRecord
+from .versions import candidates
+
+
+@dataclass(frozen=True)
+class Request:
+    package: str
+    good: str
+    bad: str
+    case: Case
+    pins: tuple[str, ...] = ()
+    regress_on: RegressOn = RegressOn.HANG
+    find_fix: bool = False
+    repeat: int = 1
+    signature: str | None = None
+    pre: bool = False
+    git_repo: Path | None = None
+    verify_commit_ends: bool = True
+    width: int = 1
+
+    @property
+    def key(self) -> str:
+        return _digest({
+            "package": canonicalize_name(self.package), "good": self.good, "bad": self.bad, "case": self.case.key,
+            "pins": sorted(self.pins), "regress_on": self.regress_on.value, "find_fix": self.find_fix,
+            "repeat": self.repeat, "signature": self.signature, "pre": self.pre,
+            "git": str(self.git_repo) if self.git_repo else None,
+        })
+
+
+@dataclass(frozen=True)
+class Step:
+    stage: str  # "release" | "commit"
+    label: str  # version or short hash
+    version: str
+    commit: str | None
+    subject: str
+    verdict: Verdict
+    runs: tuple[RunRecord, ...]
+
+    @property
+    def outcome(self) -> Outcome:
+        order = [Outcome.HANG, Outcome.FAIL, Outcome.PASS, Outcome.SKIP]
+        present = {r.outcome for r in self.runs}
+        return next((o for o in order if o in present), Outcome.SKIP)
+
+    @property
+    def seconds(self) -> float:
+        return sum(r.seconds or 0.0 for r in self.runs)
+
+    @property
+    def detail(self) -> str:
+        bad = [r for r in self.runs if r.outcome in (Outcome.HANG, Outcome.FAIL, Outcome.SKIP)]
+        r = bad[0] if bad else (self.runs[-1] if self.runs else None)
+        return (r.signature or r.reason) if r else ""
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    last_good: str
+    first_bad: str | None
+    subject: str
+    maybe: tuple[str, ...]
+    count: int
+    verdict: str
+
+
+@dataclass(frozen=True)
+class Result:
+    request: Request
+    candidates: tuple[str, ...]
+    steps: tuple[Step, ...]
+    verdict: str  # found | ambiguous | not-reproduced | good-end-bad | untestable
+    last_good: str | None = None
+    first_bad: str | None = None
+    maybe: tuple[str, ...] = ()
+    message: str = ""
+    commit: CommitResult | None = None
+    commit_message: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict in ("found", "ambiguous") else 1
+
+
+class Bisection:
+    def __init__(self, runner: Runner, index: IndexOptions, request: Request):
+        self.runner, self.index, self.req = runner, index, request
+        self.steps: list[Step] = []
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> Result:
+        req = self.req
+        repo = gitrepo.check_repo(req.git_repo) if req.git_repo else None
+        versions = [str(v) for v in candidates(req.package, req.good, req.bad, self.index, req.pre)]
+        points = [self._release_point(v) for v in versions]
+        self._save("running", {"candidates": versions})
+        problem = self._check_ends(versions, points, "release")
+        if problem:
+            return self._finish(versions, *problem)
+        found = search(len(points), lambda idx: self._probe(points, idx, "release"), req.width)
+        result = self._release_result(versions, found)
+        if repo and result.verdict == "found":
+            result = self._commits(result, repo)
+        self._save("done", result_json(result))
+        return result
+
+    def _finish(self, versions: list[str], verdict: str, message: str) -> Result:
+        result = Result(self.req, tuple(versions), tuple(self.steps), verdict, message=message)
+        self._save("done", result_json(result))
+        return result
+
+    def _release_result(self, versions: list[str], found: Search) -> Result:
+        maybe = tuple(versions[i] for i in found.maybe)
+        verdict_ = "found" if found.exact else "ambiguous"
+        msg = "" if found.exact else (
+            f"untestable releases leave {len(maybe)} candidates for the first "
+            f"{'fixed' if self.req.find_fix else 'bad'} release: {', '.join(maybe)}")
+        return Result(self.req, tuple(versions), tuple(self.steps), verdict_, versions[found.last_old],
+                      versions[found.first_new], maybe, msg)
+
+    # ---------------------------------------------------------------- points
+
+    def _release_point(self, version: str) -> Point:
+        return Point(versions=((self.req.package, version),), pins=self._pins())
+
+    def _pins(self) -> tuple[str, ...]:
+        moved = canonicalize_name(self.req.package)
+        from packaging.requirements import Requirement
+
+        pins = [p for p in self.req.case.pins + self.req.pins if canonicalize_name(Requirement(p).name) != moved]
+        return tuple(dict.fromkeys(pins))
+
+    # ----------------------------------------------------------------- probes
+
+    def _side(self, v: Verdict) -> Side:
+        if v is Verdict.SKIP:
+            return Side.SKIP
+        new_is_bad = not self.req.find_fix
+        return Side.NEW if (v is Verdict.BAD) == new_is_bad else Side.OLD
+
+    def _test(self, point: Point, stage: str, label: str) -> Step:
+        req = self.req
+        runs = self.runner.runs(req.case, point, want=req.repeat,
+                                enough=lambda rs: any(self._verdict(r) is Verdict.BAD for r in rs))
+        v = combine([self._verdict(r) for r in runs])
+        src = point.source
+        step = Step(stage, label, point.version_of(req.package) or "", src.commit if src else None,
+                    src.subject if src else "", v, tuple(runs))
+        self.steps.append(step)
+        self._save("running", {"steps": [step_json(s) for s in self.steps]})
+        return step
+
+    def _verdict(self, r: RunRecord) -> Verdict:
+        return verdict(r.outcome, self.req.regress_on, r.signature or r.reason, self.req.signature)
+
+    def _probe(self, points: list[Point], indices, stage: str) -> list[Side]:
+        return [self._side(self._test(points[i], stage, self._label(points[i])).verdict) for i in indices]
+
+    def _label(self, p: Point) -> str:
+        return p.source.short if p.source else (p.version_of(self.req.package) or p.label)
+
+    def _check_ends(self, labels: list[str], points: list[Point], stage: str) -> tuple[str, str] | None:
+        """Both ends must behave as declared; otherwise (verdict, message)."""
+        old = self._test(points[0], stage, self._label(points[0]))
+        new = self._test(points[-1], stage, self._label(points[-1]))
+        fix = self.req.find_fix
+        names = ("good", "bad")
+        for step, want, name, label in ((old, Side.OLD, names[0], labels[0]), (new, Side.NEW, names[1], labels[-1])):
+            side = self._side(step.verdict)
+            if side is Side.SKIP:
+                return "untestable", f"{label} (the {name} end) could not be tested: {step.detail}"
+            if side is not want:
+                return self._ends_message(step, name, label, fix)
+        return None
+
+    def _ends_message(self, step: Step, name: str, label: str, fix: bool) -> tuple[str, str]:
+        what = step.outcome.value
+        shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}[what]
+        if name == "bad" and not fix:
+            return "not-reproduced", f"{label} (the bad end) {shown}: the regression does not reproduce here"
+        if name == "bad" and fix:
+            return "not-reproduced", f"{label} (the fixed end) {shown}: the fix is not visible here"
+        if fix:
+            return "good-end-bad", f"{label} (the broken end) {shown}: the bug does not reproduce there; check the range"
+        return "good-end-bad", f"{label} (the good end) also {shown}; widen the range"
+
+    # ---------------------------------------------------------------- commits
+
+    def _commits(self, result: Result, repo: Path) -> Result:
+        req = self.req
+        old_tag = gitrepo.tag_for(repo, req.package, result.last_good)
+        new_tag = gitrepo.tag_for(repo, req.package, result.first_bad)
+        commits = gitrepo.commits_between(repo, old_tag, new_tag)
+        chain = [gitrepo.commit(repo, old_tag), *commits]
+        points = [self._commit_point(repo, c, result.first_bad) for c in chain]
+        if req.verify_commit_ends:  # the source builds of both tags must behave like the releases
+            problem = self._check_ends([c.short for c in chain], points, "commit")
+            if problem:
+                return _replace(result, steps=tuple(self.steps), commit_message=f"commit step: {problem[1]}")
+        found = search(len(points), lambda idx: self._probe(points, idx, "commit"), req.width)
+        first = chain[found.first_new]
+        cr = CommitResult(
+            last_good=chain[found.last_old].hash,
+            first_bad=first.hash if found.exact else None,
+            subject=first.subject if found.exact else "",
+            maybe=tuple(chain[i].hash for i in found.maybe),
+            count=len(commits),
+            verdict="found" if found.exact else "ambiguous",
+        )
+        return _replace(result, commit=cr, steps=tuple(self.steps))
+
+    def _commit_point(self, repo: Path, c: gitrepo.Commit, version: str) -> Point:
+        src = GitSource(self.req.package, str(repo), c.hash, c.describe, c.subject)
+        return Point(versions=((self.req.package, version),), pins=self._pins(), source=src)
+
+    # ------------------------------------------------------------------ store
+
+    def _save(self, status: str, result: dict) -> None:
+        req = self.req
+        params = {"case": req.case.name, "pins": list(req.pins), "regress_on": req.regress_on.value,
+                  "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature}
+        self.runner.store.save_bisection(req.key, req.package, req.good, req.bad, params, status, result)
+
+
+def _replace(result: Result, **changes) -> Result:
+    from dataclasses import replace
+
+    return replace(result, **changes)
+
+
+def step_json(s: Step) -> dict:
+    return {
+        "stage": s.stage,
+        "version": s.version,
+        "commit": s.commit,
+        "subject": s.subject,
+        "verdict": s.verdict.value,
+        "outcome": s.outcome.value,
+        "runs": len(s.runs),
+        "counts": {o.value: sum(1 for r in s.runs if r.outcome is o) for o in Outcome if any(r.outcome is o for r in s.runs)},
+        "run_ids": [r.id for r in s.runs],
+        "seconds": round(s.seconds, 3),
+        "detail": s.detail,
+    }
+
+
+def result_json(r: Result) -> dict:
+    req = r.request
+    return {
+        "package": req.package,
+        "good": req.good,
+        "bad": req.bad,
+        "mode": "find-fix" if req.find_fix else "regression",
+        "regress_on": req.regress_on.value,
+        "signature_filter": req.signature,
+        "case": req.case.name,
+        "pins": list(req.pins),
+        "candidates": list(r.candidates),
+        "steps": [step_json(s) for s in r.steps],
+        "verdict": r.verdict,
+        "message": r.message,
+        "last_good": r.last_good,
+        "first_bad": r.first_bad,
+        "maybe": list(r.maybe),
+        "commit": None if r.commit is None else {
+            "last_good": r.commit.last_good,
+            "first_bad": r.commit.first_bad,
+            "subject": r.commit.subject,
+            "maybe": list(r.commit.maybe),
+            "commits_in_range": r.commit.count,
+            "verdict": r.commit.verdict,
+        },
+        "commit_message": r.commit_message,
+    }
+
+
+def dumps(r: Result) -> str:
+    return json.dumps(result_json(r), indent=2)
+
+
+def check_request(req: Request) -> None:
+    if req.repeat < 1:
+        raise InputError("--repeat must be at least 1")
+    if req.signature is not None and not req.signature.strip():
+        raise InputError("--signature needs some text")

@@ -1,0 +1,716 @@
+"""Where each rank of a hung run was stuck, read from the evidence left in its run folder.
+
+For the collective a rank waits in (op, SeqNum, numel, process group), best first:
+
+- ``nccl_trace_rank_<R>``: PyTorch's NCCL flight-recorder dump, a pickle read with an
+  unpickler that refuses every class, so a crafted file cannot run code;
+- NCCL watchdog lines in ``launcher.log`` and ``ranks/**/*.log``;
+- Python tracebacks in those logs (gloo turns a missed collective into a timeout error),
+  then the torch.distributed call seen in a py-spy or faulthandler stack.
+
+For the Python stack, best first: the flight-recorder entry, the watchdog's "Stack trace of
+the failed collective", ``stacks/pyspy.rank<R>.<tag>.txt``, ``stacks/rank<R>.pid<P>.txt``
+(faulthandler), tracebacks.  ``analyze`` folds it into one ``RankState`` per rank and a
+one-line ``Signature``.  Standard library only: the tool that runs this has no torch.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import pickle
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+SOURCES = ("flight-recorder", "watchdog", "py-spy", "faulthandler", "traceback")  # stacks
+_FACT_ORDER = ("flight-recorder", "watchdog", "traceback", "py-spy", "faulthandler")
+_PYSPY_TAGS = ("watchdog", "deadline", "idle", "quiet")  # latest evidence first
+_LIBS = ("deepspeed", "transformers", "accelerate")
+_LIB_PLUMBING = ("deepspeed/comm/", "deepspeed/utils/nvtx.py")  # collective and profiling wrappers
+_OPS = {  # flight-recorder profiling name -> the watchdog's OpType
+    "broadcast": "BROADCAST", "all_reduce": "ALLREDUCE", "reduce": "REDUCE",
+    "all_gather": "ALLGATHER", "_all_gather_base": "_ALLGATHER_BASE", "gather": "GATHER",
+    "reduce_scatter": "REDUCE_SCATTER", "_reduce_scatter_base": "_REDUCE_SCATTER_BASE",
+    "scatter": "SCATTER",
+}
+_LOG_LIMIT = 8 << 20  # bytes read from the end of each log
+_TEXT_LIMIT = 400
+_SHOWN_GROUPS = 4
+
+
+@dataclass(frozen=True)
+class Frame:
+    function: str
+    file: str  # path as found
+    line: int | None
+
+
+@dataclass(frozen=True)
+class RankState:
+    rank: int
+    op: str | None  # e.g. "_ALLGATHER_BASE", "REDUCE", "all_reduce", "barrier"
+    seq: int | None  # collective sequence number (SeqNum / collective_seq_id)
+    numel_in: int | None
+    numel_out: int | None
+    group: str | None  # process group, e.g. "default_pg"
+    frames: tuple[Frame, ...]  # innermost first, full stack as found
+    sources: tuple[str, ...]  # every source that had evidence on this rank, best first
+
+
+@dataclass(frozen=True)
+class Signature:
+    ranks: tuple[RankState, ...]
+    text: str  # one line
+    notes: tuple[str, ...]  # e.g. "nccl_trace_rank_1: could not be read (...)"
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """What one source says about one rank."""
+
+    rank: int
+    source: str
+    op: str | None = None
+    seq: int | None = None
+    numel_in: int | None = None
+    numel_out: int | None = None
+    group: str | None = None
+    frames: tuple[Frame, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Work:
+    """One flight-recorder entry."""
+
+    pg: str
+    group: str
+    seq: int
+    op: str
+    numel_in: int | None
+    numel_out: int | None
+    state: str
+    p2p: bool
+    frames: tuple[Frame, ...]
+
+
+@dataclass(frozen=True)
+class _Line:
+    rank: int | None  # from a "[rankN]:" prefix or the log's file name
+    text: str
+
+
+@dataclass(frozen=True)
+class _Thread:
+    name: str
+    current: bool
+    frames: tuple[Frame, ...]
+
+
+# ---------------------------------------------------------------- public API
+
+
+def analyze(run_dir: Path) -> Signature | None:
+    """Everything the run folder tells about where each rank was stuck; None when it holds no evidence."""
+    run_dir = Path(run_dir)
+    notes: list[str] = []  # each reader adds what it could not use
+    works = _read_flight_recorder(run_dir, notes)
+    streams = _log_streams(run_dir, notes)
+    facts = [_fr_facts(rank, w) for rank, w in sorted(works.items())]
+    facts += _watchdog_facts(streams) + _traceback_facts(streams)
+    facts += _pyspy_facts(run_dir, notes) + _faulthandler_facts(run_dir, notes)
+    notes += _disagreements(facts)
+    states = _rank_states(facts)
+    if not states and not notes:
+        return None
+    text = _signature_text(states, _first_mismatch(works))
+    return Signature(ranks=states, text=text, notes=tuple(notes))
+
+
+def own_frames(frames: tuple[Frame, ...], limit: int = 3) -> tuple[Frame, ...]:
+    """The innermost `limit` frames outside torch, the stdlib and site-packages 'plumbing' —
+    i.e. frames in deepspeed/, transformers/, accelerate/ or user scripts (the repro).
+
+    deepspeed's collective and profiling wrappers (deepspeed/comm/, utils/nvtx.py) count as
+    plumbing.  Where the stack crosses from one library into another (transformers calling
+    deepspeed), the innermost frame of the calling library is kept ahead of deeper frames,
+    so a short list still says which library led where.  Innermost first.
+    """
+    own = [(i, _package(f.file)) for i, f in enumerate(frames) if _is_own(f)]
+    boundaries = [i for n, (i, pkg) in enumerate(own)
+                  if n == 0 or (pkg != own[n - 1][1] and pkg in _LIBS)]
+    rest = [i for i, _ in own if i not in boundaries]
+    return tuple(frames[i] for i in sorted((boundaries + rest)[:max(limit, 0)]))
+
+
+def render_stack(state: RankState) -> str:
+    """Multi-line text of one rank's full stack, innermost first, for reports.
+
+    The head line says what the rank was in; own frames (see ``own_frames``) are marked ``*``.
+    """
+    head = f"rank {state.rank}: {_state_detail(state)}"
+    if state.sources:
+        head += f" (from {', '.join(state.sources)})"
+    if not state.frames:
+        return head + "\n    (no Python stack found)"
+    lines = [head]
+    for f in state.frames:
+        where = f.file if f.line is None else f"{f.file}:{f.line}"
+        lines.append(f"  {'*' if _is_own(f) else ' '} {f.function} ({where})")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- flight recorder
+
+
+class _DataOnly(pickle.Unpickler):
+    """Loads plain containers and scalars only: every class or function lookup is refused."""
+
+    def find_class(self, module: str, name: str) -> object:
+        raise pickle.UnpicklingError(f"refused to load {module}.{name}")
+
+
+_LOAD_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError,
+                KeyError, AttributeError, OverflowError, RecursionError, MemoryError)
+
+
+def _read_flight_recorder(run_dir: Path, notes: list[str]) -> dict[int, tuple[_Work, ...]]:
+    works: dict[int, tuple[_Work, ...]] = {}
+    for path in sorted(run_dir.glob("nccl_trace_rank_*")):
+        rank = _int(path.name.removeprefix("nccl_trace_rank_"))
+        if rank is None or not path.is_file():
+            continue
+        try:
+            dump = _load_dump(path)
+        except OSError as e:
+            notes.append(f"{path.name}: could not be read ({e.strerror or e})")
+            continue
+        except _LOAD_ERRORS as e:
+            notes.append(_clip(f"{path.name}: could not be read ({type(e).__name__}: {e})", 300))
+            continue
+        entries = dump.get("entries") if isinstance(dump, dict) else None
+        if not isinstance(entries, list):
+            notes.append(f"{path.name}: not a flight-recorder dump (no entries)")
+            continue
+        works[rank] = tuple(w for w in map(_work, entries) if w is not None)
+    return works
+
+
+def _load_dump(path: Path) -> object:
+    data = path.read_bytes()
+    if data.lstrip()[:1] == b"{":  # torch can also write the dump as JSON
+        return json.loads(data)
+    return _DataOnly(io.BytesIO(data)).load()
+
+
+def _work(entry: object) -> _Work | None:
+    if not isinstance(entry, dict):
+        return None
+    p2p = entry.get("is_p2p") is True
+    seq = _int(entry.get("p2p_seq_id" if p2p else "collective_seq_id"))
+    name = entry.get("profiling_name")
+    if seq is None or not isinstance(name, str):
+        return None
+    pg, group = _process_group(entry.get("process_group"), entry.get("pg_id"))
+    return _Work(pg=pg, group=group, seq=seq, op=_op_name(name),
+                 numel_in=_numel(entry.get("input_sizes")),
+                 numel_out=_numel(entry.get("output_sizes")),
+                 state=str(entry.get("state")), p2p=p2p, frames=_fr_frames(entry.get("frames")))
+
+
+def _process_group(value: object, pg_id: object) -> tuple[str, str]:
+    """(name, description) of a flight-recorder process group, e.g. ("0", "default_pg")."""
+    if isinstance(value, (list, tuple)) and value:
+        name = str(value[0])
+        return name, str(value[1]) if len(value) > 1 and value[1] else name
+    name = str(value if value is not None else pg_id)
+    return name, name
+
+
+def _op_name(profiling_name: str) -> str:
+    """'nccl:_all_gather_base' -> '_ALLGATHER_BASE'; names without an obvious OpType stay."""
+    bare = re.sub(r"^\w+:", "", profiling_name)
+    return _OPS.get(bare, bare)
+
+
+def _numel(sizes: object) -> int | None:
+    """Element count of the first tensor in a flight-recorder size list such as [[2048]]."""
+    if not isinstance(sizes, list) or not sizes or not isinstance(sizes[0], (list, tuple)):
+        return None
+    dims = [_int(d) for d in sizes[0]]
+    return None if None in dims else math.prod(dims)
+
+
+def _fr_frames(frames: object) -> tuple[Frame, ...]:
+    if not isinstance(frames, list):
+        return ()
+    return tuple(Frame(str(f.get("name", "?")), str(f.get("filename", "?")), _int(f.get("line")))
+                 for f in frames if isinstance(f, dict))
+
+
+def _stuck(works: Sequence[_Work]) -> _Work | None:
+    """Per process group the pending entry with the lowest SeqNum; of those, the oldest."""
+    pending = [w for w in works if w.state != "completed"]
+    lowest: dict[tuple[str, bool], int] = {}
+    for w in pending:
+        key = (w.pg, w.p2p)
+        lowest[key] = min(lowest.get(key, w.seq), w.seq)
+    return next((w for w in pending if w.seq == lowest[(w.pg, w.p2p)]), None)
+
+
+def _fr_facts(rank: int, works: Sequence[_Work]) -> _Facts:
+    w = _stuck(works)
+    if w is None:
+        return _Facts(rank, "flight-recorder")
+    return _Facts(rank, "flight-recorder", w.op, w.seq, w.numel_in, w.numel_out, w.group, w.frames)
+
+
+def _first_mismatch(works: dict[int, tuple[_Work, ...]]) -> str | None:
+    """The first SeqNum at which the ranks' recorded collectives differ in op or size."""
+    tables = {r: {(w.pg, w.seq): w for w in ws if not w.p2p} for r, ws in works.items()}
+    keys = sorted({k for t in tables.values() for k in t}, key=lambda k: (k[0] != "0", k))
+    for key in keys:
+        seen = {r: t[key] for r, t in sorted(tables.items()) if key in t}
+        if len(seen) > 1 and len({(w.op, w.numel_in, w.numel_out) for w in seen.values()}) > 1:
+            return _mismatch_text(key[1], seen)
+    return None
+
+
+def _mismatch_text(seq: int, seen: dict[int, _Work]) -> str:
+    with_op = len({w.op for w in seen.values()}) > 1
+    with_out = len({w.numel_in for w in seen.values()}) == 1
+    labels = {}
+    for rank, w in seen.items():
+        words = [w.op] if with_op else []
+        words.append(f"numel {w.numel_in}" + (f"->{w.numel_out}" if with_out else ""))
+        labels[rank] = " ".join(words) + (" (completed)" if w.state == "completed" else "")
+    groups = _group_ranks(labels)
+    shown = " vs ".join(f"{_ranks_label(rs)} {label}" for label, rs in groups[:_SHOWN_GROUPS])
+    return f"first mismatch at SeqNum {seq}: {shown}{_more(groups)}"
+
+
+# ---------------------------------------------------------------- logs
+
+
+_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
+_RANK_FILE = re.compile(r"rank(\d+)\.log$")
+_WATCHDOG = re.compile(r"Rank (\d+)\]\s*Watchdog caught collective operation timeout: WorkNCCL\(")
+_WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=(-?\w+)")
+_PG_GUID = re.compile(r"PG GUID \S*?\(([^)]*)\) Rank (\d+)\]")
+_STACK_HEAD = re.compile(r"Stack trace of the failed collective")
+_STACK_FRAME = re.compile(r"^#\d+ (\S+) from (.+?):(\d+)\s*$")
+_TB_HEAD = "Traceback (most recent call last):"
+_TB_FRAME = re.compile(r'^\s+File "(.+)", line (\d+), in (.+)$')
+
+
+def _log_streams(run_dir: Path, notes: list[str]) -> list[list[_Line]]:
+    """Each log's lines with the rank each belongs to, launcher.log first."""
+    paths = [run_dir / "launcher.log"]
+    if (run_dir / "ranks").is_dir():
+        paths += sorted((run_dir / "ranks").rglob("*.log"))
+    streams = []
+    for path in paths:
+        if path.is_file():
+            rank = _file_rank(path)
+            streams.append([_line(raw, rank) for raw in _tail_text(path, notes).splitlines()])
+    return streams
+
+
+def _file_rank(path: Path) -> int | None:
+    """deepspeed's ``<stamp>_rank<R>.log``, or torchrun's ``<id>/attempt_0/<R>/stdout.log``."""
+    m = _RANK_FILE.search(path.name)
+    if m:
+        return int(m[1])
+    return int(path.parent.name) if path.parent.name.isdigit() else None
+
+
+def _line(raw: str, file_rank: int | None) -> _Line:
+    m = _RANK_PREFIX.match(raw)
+    return _Line(int(m[1]), raw[m.end():]) if m else _Line(file_rank, raw)
+
+
+def _tail_text(path: Path, notes: list[str]) -> str:
+    """The file's last _LOG_LIMIT bytes as text; "" with a note when it cannot be read."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - _LOG_LIMIT))
+            data = f.read()
+    except OSError as e:
+        notes.append(f"{path.name}: could not be read ({e.strerror or e})")
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return text.split("\n", 1)[-1] if size > _LOG_LIMIT else text
+
+
+def _watchdog_facts(streams: list[list[_Line]]) -> list[_Facts]:
+    """The first watchdog timeout each rank reported (the line repeats), its group and stack."""
+    works: dict[int, str] = {}
+    groups: dict[int, str] = {}
+    stacks: dict[int, tuple[Frame, ...]] = {}
+    for stream in streams:
+        for line in stream:
+            m = _WATCHDOG.search(line.text)
+            if m:
+                works.setdefault(_pick(line.rank, m[1]), line.text[m.end():])
+            g = _PG_GUID.search(line.text)
+            if g and "watchdog" in line.text.lower():
+                groups.setdefault(_pick(line.rank, g[2]), g[1])
+        for rank, frames in _collective_stacks(stream):
+            stacks.setdefault(rank, frames)
+    return [_watchdog_rank(rank, works.get(rank), groups.get(rank), stacks.get(rank, ()))
+            for rank in sorted(works.keys() | stacks.keys())]
+
+
+def _pick(prefix_rank: int | None, pg_rank: str) -> int:
+    """The global rank from a line prefix or file name, else the rank the message names."""
+    return prefix_rank if prefix_rank is not None else int(pg_rank)
+
+
+def _watchdog_rank(rank: int, work: str | None, group: str | None,
+                   frames: tuple[Frame, ...]) -> _Facts:
+    fields = dict(_WORK_FIELD.findall(work or ""))
+    numels = [_int(fields.get(k)) for k in ("NumelIn", "NumelOut")]
+    numel_in, numel_out = (n if n is not None and n >= 0 else None for n in numels)
+    return _Facts(rank, "watchdog", op=fields.get("OpType"), seq=_int(fields.get("SeqNum")),
+                  numel_in=numel_in, numel_out=numel_out, group=group, frames=frames)
+
+
+def _collective_stacks(stream: list[_Line]) -> Iterable[tuple[int, tuple[Frame, ...]]]:
+    """NCCL's "Stack trace of the failed collective:" blocks ("#0 fn from file:line" lines)."""
+    for n, line in enumerate(stream):
+        if not _STACK_HEAD.search(line.text):
+            continue
+        m = re.search(r"Rank (\d+)\]", line.text)
+        rank = line.rank if line.rank is not None else _int(m[1] if m else None)
+        frames = []
+        for follow in stream[n + 1:]:
+            f = _STACK_FRAME.match(follow.text)
+            if not f:
+                break
+            frames.append(Frame(f[1], f[2], int(f[3])))
+        if rank is not None and frames:
+            yield rank, tuple(frames)
+
+
+def _traceback_facts(streams: list[list[_Line]]) -> list[_Facts]:
+    found: dict[int, _Facts] = {}
+    for stream in streams:
+        by_rank: dict[int, list[str]] = {}
+        for line in stream:
+            if line.rank is not None:
+                by_rank.setdefault(line.rank, []).append(line.text)
+        for rank, texts in by_rank.items():
+            frames = _last_traceback(texts)
+            if frames:
+                found[rank] = _Facts(rank, "traceback", op=_c10d_op(frames), frames=frames)
+    return [found[r] for r in sorted(found)]
+
+
+def _last_traceback(texts: list[str]) -> tuple[Frame, ...]:
+    """Frames of the last Python traceback, innermost first."""
+    starts = [n for n, t in enumerate(texts) if t.strip() == _TB_HEAD]
+    if not starts:
+        return ()
+    frames = []
+    for text in texts[starts[-1] + 1:]:
+        m = _TB_FRAME.match(text)
+        if m:
+            frames.append(Frame(m[3].strip(), m[1], int(m[2])))
+        elif not text[:1].isspace():  # the exception line ends the traceback
+            break
+    return tuple(reversed(frames))
+
+
+# ---------------------------------------------------------------- stack dumps
+
+
+_PYSPY_NAME = re.compile(r"^pyspy\.rank(\d+)\.([\w-]+)\.txt$")
+_PYSPY_THREAD = re.compile(r'^Thread \S+ \([^)]*\):?\s*(?:"(.*)")?\s*$')
+_PYSPY_FRAME = re.compile(r"^ {4}(\S.*?) \((.+?)(?::(\d+))?\)\s*$")
+_FH_NAME = re.compile(r"^rank(\d+)\.pid(\d+)\.txt$")
+_FH_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
+_FH_FRAME = re.compile(r'^\s+File "(.+)", line (\d+|\?+) in (.+)$')
+
+
+def _pyspy_facts(run_dir: Path, notes: list[str]) -> list[_Facts]:
+    """Per rank, the main thread of the latest py-spy dump that holds a Python stack."""
+    files: dict[int, list[tuple[int, Path]]] = {}
+    for path in sorted((run_dir / "stacks").glob("pyspy.rank*.txt")):
+        m = _PYSPY_NAME.match(path.name)
+        if not m:
+            notes.append(f"{path.name}: no rank number in the name; not used")
+            continue
+        order = _PYSPY_TAGS.index(m[2]) if m[2] in _PYSPY_TAGS else len(_PYSPY_TAGS)
+        files.setdefault(int(m[1]), []).append((order, path))
+    facts = []
+    for rank, found in sorted(files.items()):
+        for _, path in sorted(found):
+            thread = _main_thread(_pyspy_threads(_tail_text(path, notes)))
+            if thread is not None:
+                facts.append(_Facts(rank, "py-spy", op=_c10d_op(thread.frames), frames=thread.frames))
+                break
+            notes.append(f"{path.name}: no Python stack in it")
+    return facts
+
+
+def _pyspy_threads(text: str) -> list[_Thread]:
+    threads: list[_Thread] = []
+    for raw in text.splitlines():
+        head = _PYSPY_THREAD.match(raw)
+        if head:
+            threads.append(_Thread(head[1] or "", False, ()))
+            continue
+        f = _PYSPY_FRAME.match(raw)
+        if f and threads:
+            frame = Frame(f[1], f[2], _int(f[3]))
+            last = threads[-1]
+            threads[-1] = _Thread(last.name, last.current, last.frames + (frame,))
+    return [t for t in threads if t.frames]
+
+
+def _faulthandler_facts(run_dir: Path, notes: list[str]) -> list[_Facts]:
+    """Per rank, the main thread of the last dump in its newest non-empty faulthandler file."""
+    newest: dict[int, tuple[float, str, Path]] = {}
+    for path in (run_dir / "stacks").glob("rank*.pid*.txt"):
+        m = _FH_NAME.match(path.name)
+        stat = path.stat() if m and path.is_file() else None
+        if stat is not None and stat.st_size > 0:
+            newest[int(m[1])] = max(newest.get(int(m[1]), (0.0, "", path)),
+                                    (stat.st_mtime, path.name, path))
+    facts = []
+    for rank, (_, _, path) in sorted(newest.items()):
+        thread = _main_thread(_last_dump(_faulthandler_threads(_tail_text(path, notes))))
+        if thread is not None:
+            facts.append(_Facts(rank, "faulthandler", op=_c10d_op(thread.frames), frames=thread.frames))
+    return facts
+
+
+def _faulthandler_threads(text: str) -> list[_Thread]:
+    threads: list[_Thread] = []
+    for raw in text.splitlines():
+        head = _FH_THREAD.match(raw)
+        if head:
+            threads.append(_Thread(head[2], head[1] == "Current thread", ()))
+            continue
+        f = _FH_FRAME.match(raw)
+        if f and threads:
+            frame = Frame(f[3].strip(), f[1], _int(f[2]))
+            last = threads[-1]
+            threads[-1] = _Thread(last.name, last.current, last.frames + (frame,))
+    return threads
+
+
+def _last_dump(threads: list[_Thread]) -> list[_Thread]:
+    """Dumps appended to one file: a new one starts at a thread id or "Current thread" seen again."""
+    start, seen, current = 0, set(), False
+    for n, t in enumerate(threads):
+        if t.name in seen or (t.current and current):
+            start, seen, current = n, set(), False
+        seen.add(t.name)
+        current = current or t.current
+    return [t for t in threads[start:] if t.frames]
+
+
+def _main_thread(threads: list[_Thread]) -> _Thread | None:
+    """py-spy's "MainThread"; else a thread not started by threading, the signalled one first."""
+    named = [t for t in threads if t.name == "MainThread"]
+    own = [t for t in threads if t.frames[-1].function.rsplit(".", 1)[-1] != "_bootstrap"]
+    ranked = named + sorted(own, key=lambda t: not t.current) + threads
+    return ranked[0] if ranked else None
+
+
+def _c10d_op(frames: tuple[Frame, ...]) -> str | None:
+    """The torch.distributed call a stack is in: its outermost distributed_c10d frame."""
+    calls = [_short_function(f.function) for f in frames
+             if f.file.replace("\\", "/").endswith("torch/distributed/distributed_c10d.py")]
+    calls = [c for c in calls if c != "wrapper"]
+    return calls[-1] if calls else None
+
+
+# ---------------------------------------------------------------- combining
+
+
+def _rank_states(facts: list[_Facts]) -> tuple[RankState, ...]:
+    by_rank: dict[int, dict[str, _Facts]] = {}
+    for f in facts:
+        by_rank.setdefault(f.rank, {}).setdefault(f.source, f)
+    return tuple(_rank_state(rank, found) for rank, found in sorted(by_rank.items()))
+
+
+def _rank_state(rank: int, found: dict[str, _Facts]) -> RankState:
+    ordered = [found[s] for s in _FACT_ORDER if s in found]
+    lead = next((f for f in ordered if f.op is not None), _Facts(rank, ""))
+    group = lead.group or next((f.group for f in ordered
+                                if f.group and f.seq in (None, lead.seq)), None)
+    frames = next((found[s].frames for s in SOURCES if s in found and found[s].frames), ())
+    return RankState(rank=rank, op=lead.op, seq=lead.seq, numel_in=lead.numel_in,
+                     numel_out=lead.numel_out, group=group, frames=frames,
+                     sources=tuple(s for s in SOURCES if s in found))
+
+
+def _disagreements(facts: list[_Facts]) -> list[str]:
+    """Ranks whose flight recorder and watchdog name different SeqNums."""
+    fr = {f.rank: f.seq for f in facts if f.source == "flight-recorder" and f.seq is not None}
+    return [f"rank {f.rank}: the flight recorder is at SeqNum {fr[f.rank]}, "
+            f"the watchdog reported SeqNum {f.seq}"
+            for f in facts if f.source == "watchdog" and f.seq is not None
+            and f.rank in fr and fr[f.rank] != f.seq]
+
+
+# ---------------------------------------------------------------- signature text
+
+
+def _signature_text(states: tuple[RankState, ...], mismatch: str | None) -> str:
+    if not states:
+        return "no rank left evidence that could be read"
+    clauses = [_where(states), _split(states, "seq", "ranks at different SeqNum"),
+               _split(states, "numel_in", "ranks with different numel"),
+               _split(states, "op", "ranks in different ops"), mismatch]
+    head = "; ".join(c for c in clauses if c)
+    tail = _stack_text(states)
+    if not tail:
+        return _clip(head, _TEXT_LIMIT)
+    return f"{_clip(head, max(_TEXT_LIMIT - len(tail) - 3, 80))} — {tail}"
+
+
+def _where(states: tuple[RankState, ...]) -> str:
+    groups = _group_ranks({s.rank: _state_label(s) for s in states})
+    shown = ", ".join(f"{_ranks_label(rs)} {label}" for label, rs in groups[:_SHOWN_GROUPS])
+    return shown + _more(groups)
+
+
+def _state_label(state: RankState) -> str:
+    if state.op is None:
+        return "not in a collective"
+    label = f"in {state.op}"
+    if state.numel_in is not None:
+        label += f" numel {state.numel_in}"
+    return label + (f" at SeqNum {state.seq}" if state.seq is not None else "")
+
+
+def _state_detail(state: RankState) -> str:
+    if state.op is None:
+        return "not in a collective"
+    words = [state.op]
+    if state.seq is not None:
+        words.append(f"SeqNum {state.seq}")
+    if state.numel_in is not None or state.numel_out is not None:
+        words.append(f"numel {state.numel_in}->{state.numel_out}")
+    if state.group:
+        words.append(f"in {state.group}")
+    return " ".join(words)
+
+
+def _split(states: tuple[RankState, ...], field: str, title: str) -> str | None:
+    """'ranks at different SeqNum: 0@122, 1@121' when the ranks that have `field` disagree."""
+    values = {s.rank: getattr(s, field) for s in states if getattr(s, field) is not None}
+    if len(set(values.values())) < 2:
+        return None
+    sep = " " if field == "op" else "@"
+    groups = _group_ranks({r: str(v) for r, v in values.items()})
+    shown = ", ".join(f"{_span(rs)}{sep}{v}" for v, rs in groups[:_SHOWN_GROUPS])
+    return f"{title}: {shown}{_more(groups)}"
+
+
+def _stack_text(states: tuple[RankState, ...]) -> str:
+    """The most informative rank's own frames, then briefly those of ranks that differ."""
+    own = {s.rank: _frames_label(own_frames(s.frames)) for s in states if own_frames(s.frames)}
+    if not own:
+        return ""
+    lead = max((s for s in states if s.rank in own),
+               key=lambda s: (len(own_frames(s.frames, len(s.frames))), -s.rank))
+    others = _group_ranks({r: label for r, label in own.items() if label != own[lead.rank]})
+    if not others:
+        return own[lead.rank]
+    brief = "; ".join(f"{_ranks_label(rs)}: {label}" for label, rs in others[:2])
+    return f"{own[lead.rank]} ({brief}{_more(others, 2)})"
+
+
+def _frames_label(frames: tuple[Frame, ...]) -> str:
+    return " ← ".join(f"{_basename(f.file)}:{_short_function(f.function)}" for f in frames)
+
+
+def _group_ranks(labels: dict[int, str]) -> list[tuple[str, list[int]]]:
+    """Ranks sharing a label, in order of their lowest rank."""
+    groups: dict[str, list[int]] = {}
+    for rank in sorted(labels):
+        groups.setdefault(labels[rank], []).append(rank)
+    return list(groups.items())
+
+
+def _ranks_label(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_span(ranks)}"
+
+
+def _span(ranks: list[int]) -> str:
+    """[0, 1, 2, 3, 5] -> '0-3,5'."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ",".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in runs)
+
+
+def _more(groups: list, shown: int = _SHOWN_GROUPS) -> str:
+    return f", +{len(groups) - shown} more" if len(groups) > shown else ""
+
+
+# ---------------------------------------------------------------- frames and paths
+
+
+_SITE = re.compile(r"/(?:site|dist)-packages/([^/]+)")
+_STDLIB_DIR = re.compile(r"/lib/python\d+\.\d+/")
+
+
+def _package(file: str) -> str:
+    """'deepspeed', 'torch', ... for library code, '<stdlib>', or '<script>' for the user's."""
+    path = file.replace("\\", "/")
+    site = _SITE.search(path)
+    if site:
+        return site[1].removesuffix(".py")
+    if path.startswith("<frozen") or _STDLIB_DIR.search(path):
+        return "<stdlib>"
+    parts = path.split("/")
+    lib = next((p for p in parts[:-1] if p in _LIBS + ("torch",)), None)
+    if lib:
+        return lib  # a source checkout, or py-spy's shortened "torch/distributed/..."
+    if not path.startswith("/") and parts[0].removesuffix(".py") in sys.stdlib_module_names:
+        return "<stdlib>"  # py-spy's shortened "threading.py"
+    return "<script>"
+
+
+def _is_own(frame: Frame) -> bool:
+    package = _package(frame.file)
+    if package == "<script>":
+        return True
+    path = frame.file.replace("\\", "/")
+    return package in _LIBS and not any(p in path for p in _LIB_PLUMBING)
+
+
+def _basename(file: str) -> str:
+    return file.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def _short_function(name: str) -> str:
+    """py-spy's 'Init._allgather_params_coalesced' -> '_allgather_params_coalesced'."""
+    return name.rsplit(".", 1)[-1] if not name.startswith("<") else name
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
+        return int(value)
+    return None
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,78 @@
+"""A local clone of a package's repository: release tags and the commits between them."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class Commit:
+    hash: str
+    subject: str
+    describe: str = ""
+
+    @property
+    def short(self) -> str:
+        return self.hash[:10]
+
+
+def _git(repo: Path, *args: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise InputError(f"git {' '.join(args[:2])} in {repo} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    return proc.stdout
+
+
+def check_repo(repo: Path) -> Path:
+    repo = Path(repo).expanduser().resolve()
+    if not repo.exists():
+        raise InputError(f"--git-repo {repo}: no such folder")
+    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--git-dir"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise InputError(f"--git-repo {repo}: not a git repository")
+    return repo
+
+
+def tag_for(repo: Path, package: str, version: str) -> str:
+    """The tag of a release: v1.2.3, 1.2.3 or <package>-1.2.3, whichever the clone has."""
+    for name in (f"v{version}", version, f"{package}-{version}", f"{package}-v{version}"):
+        proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"refs/tags/{name}^{{commit}}"],
+                              capture_output=True, text=True)
+        if proc.returncode == 0:
+            return name
+    raise InputError(f"{repo} has no tag for {package} {version} (looked for v{version} and {version}); "
+                     "fetch the tags (git fetch --tags)")
+
+
+def resolve(repo: Path, ref: str) -> str:
+    return _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
+
+
+def commits_between(repo: Path, old: str, new: str) -> list[Commit]:
+    """First-parent commits after ``old`` up to and including ``new``, oldest first."""
+    old_hash, new_hash = resolve(repo, old), resolve(repo, new)
+    proc = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", old_hash, new_hash])
+    if proc.returncode != 0:
+        raise InputError(f"{old} is not an ancestor of {new} in {repo}: the releases are on diverging "
+                         "branches, so there is no commit range to bisect")
+    out = _git(repo, "log", "--first-parent", "--reverse", "--format=%H%x09%s", f"{old_hash}..{new_hash}")
+    commits = []
+    for line in out.splitlines():
+        h, _, subject = line.partition("\t")
+        commits.append(Commit(h, subject))
+    return commits
+
+
+def commit(repo: Path, ref: str) -> Commit:
+    h = resolve(repo, ref)
+    subject = _git(repo, "log", "-1", "--format=%s", h).strip()
+    return Commit(h, subject, describe(repo, h))
+
+
+def describe(repo: Path, ref: str) -> str:
+    proc = subprocess.run(["git", "-C", str(repo), "describe", "--tags", "--always", ref], capture_output=True, text=True)
+    return proc.stdout.strip()

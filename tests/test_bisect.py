@@ -1,0 +1,82 @@
+"""The pure search: literal tables and a property against a linear scan."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsbisect.bisect import Side, linear, max_probes, next_probes, search
+
+O, N, S = Side.OLD, Side.NEW, Side.SKIP
+
+
+def run(sides, width=1):
+    asked = []
+
+    def probe(idx):
+        asked.extend(idx)
+        return [sides[i] for i in idx]
+
+    return search(len(sides), probe, width), asked
+
+
+@pytest.mark.parametrize(
+    "sides, first_new, maybe",
+    [
+        ([O, N], 1, (1,)),
+        ([O, O, N], 2, (2,)),
+        ([O, N, N], 1, (1,)),
+        ([O, S, S, O, N], 4, (4,)),
+        ([O, O, O, S, N], 4, (3, 4)),
+        ([O, S, S, N], 3, (1, 2, 3)),
+        ([O, O, O, O, N, N, N, N], 4, (4,)),
+        ([O, O, S, N, N, N, N, N, N], 3, (2, 3)),
+    ],
+)
+def test_table(sides, first_new, maybe):
+    result, asked = run(sides)
+    assert result.first_new == first_new
+    assert result.maybe == maybe
+    assert len(set(asked)) == len(asked)  # each point probed once
+    assert 0 not in asked and len(sides) - 1 not in asked  # the ends are the caller's
+
+
+def test_binary_search_uses_log2_probes():
+    for n in (2, 3, 8, 16, 100):
+        for first in range(1, n):
+            sides = [O] * first + [N] * (n - first)
+            result, asked = run(sides)
+            assert result.first_new == first
+            assert len(asked) <= max_probes(n) == math.ceil(math.log2(n - 1)) if n > 2 else len(asked) == 0
+
+
+@st.composite
+def monotone_with_skips(draw):
+    n = draw(st.integers(2, 40))
+    first = draw(st.integers(1, n - 1))
+    sides = [O] * first + [N] * (n - first)
+    for i in range(1, n - 1):
+        if draw(st.booleans()) and draw(st.booleans()):
+            sides[i] = S
+    return sides
+
+
+@given(monotone_with_skips(), st.integers(1, 4))
+@settings(max_examples=400, deadline=None)
+def test_agrees_with_linear_scan(sides, width):
+    result, asked = run(sides, width)
+    assert result.first_new == linear(sides)
+    assert sides[result.last_old] is O
+    assert all(sides[i] is S for i in range(result.last_old + 1, result.first_new))
+    assert result.exact == (result.last_old + 1 == result.first_new)
+    assert len(set(asked)) == len(asked)
+
+
+def test_next_probes_spreads_across_slices():
+    assert next_probes(0, 8, {}, width=1) == [4]
+    assert next_probes(0, 8, {}, width=3) == [2, 4, 6]
+    assert next_probes(0, 3, {}, width=5) == [1, 2]
+    assert next_probes(0, 4, {2: S}, width=1) in ([1], [3])
