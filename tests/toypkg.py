@@ -8,7 +8,8 @@ between ``init_process_group`` and a final barrier.  Each version does one of:
 - ``raise``: rank 0 raises ValueError: a failure;
 - ``import``: importing the module raises ImportError: untestable (skip);
 - ``sleep``: rank 1 sleeps forever before any collective: a plain hang;
-- ``flaky``: hangs like ``skip`` on a random draw (half the time);
+- ``flaky``: hangs like ``skip`` on a random draw (half the time), or on every second
+  run when ``DSB_TOY_COUNTER`` names a counter file;
 - ``broken``: requires a package that exists nowhere, so no venv can be built.
 
 Wheels are written with zipfile (a wheel is a zip with a dist-info); no build backend.
@@ -55,11 +56,18 @@ def step(dist):
     "flaky": """
 def step(dist):
     import os, torch
-    draw = torch.tensor([os.urandom(1)[0] % 2], dtype=torch.int64)
+    counter = os.environ.get("DSB_TOY_COUNTER")
+    if counter:  # deterministic for tests: every second run hangs
+        n = int(open(counter).read() or 0) + 1 if os.path.exists(counter) else 1
+        if dist.get_rank() == 0:
+            open(counter, "w").write(str(n))
+        draw = torch.tensor([n % 2 == 0], dtype=torch.int64)
+    else:
+        draw = torch.tensor([os.urandom(1)[0] % 2], dtype=torch.int64)
     dist.broadcast(draw, src=0)
     t = torch.ones(4)
     if int(draw) == 1 and dist.get_rank() == 1:
-        return  # half the time rank 1 skips the all_reduce
+        return  # rank 1 skips the all_reduce this time
     dist.all_reduce(t)
 """,
     "broken": """

@@ -124,7 +124,7 @@ class Runner:
             run_dir=run_dir,
             wall_timeout=case.timeout,
             idle_timeout=case.idle_timeout,
-            quiet_after=max(5.0, case.collective_timeout * 0.5),
+            quiet_after=max(1.0, case.collective_timeout * 0.4),
             hang_grace=20.0 if accel == "cuda" else 5.0,
         )
         capture = Capture(run_dir)
@@ -143,7 +143,7 @@ class Runner:
         self.store.finish_run(
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
             signature=signature, evidence=evidence, facts=probe.facts | {"accelerator": accel},
-            env_key=env.key,
+            env_key=env.key, run_dir=run_dir,
         )
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
         return self.store.run(run_id)

@@ -165,13 +165,15 @@ class Store:
 
     def finish_run(self, run_id: int, outcome: Outcome, exit_code: int | None, seconds: float,
                    reason: str = "", signature: str = "", evidence: dict | None = None,
-                   facts: dict | None = None, env_key: str | None = None) -> None:
+                   facts: dict | None = None, env_key: str | None = None, run_dir: Path | None = None) -> None:
         with self._tx() as db:
             db.execute(
                 "UPDATE runs SET status='done', outcome=?, exit_code=?, seconds=?, finished=?, reason=?,"
-                " signature=?, evidence=?, facts=?, env_key=COALESCE(?, env_key) WHERE id=?",
+                " signature=?, evidence=?, facts=?, env_key=COALESCE(?, env_key), run_dir=COALESCE(?, run_dir)"
+                " WHERE id=?",
                 (outcome.value, exit_code, seconds, time.time(), reason, signature,
-                 json.dumps(evidence or {}), json.dumps(facts or {}), env_key, run_id),
+                 json.dumps(evidence or {}), json.dumps(facts or {}), env_key,
+                 str(run_dir) if run_dir else None, run_id),
             )
 
     def abandon_run(self, run_id: int) -> None:

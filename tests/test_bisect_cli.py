@@ -1,0 +1,228 @@
+"""`dsbisect bisect` end to end over toy releases, under the real deepspeed launcher on CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import toypkg
+from conftest import write_matrix
+
+pytestmark = pytest.mark.slow
+
+
+def _house(tmp_path_factory, name: str, releases: dict[str, str]) -> Path:
+    return toypkg.build_wheelhouse(tmp_path_factory.mktemp(name), releases, dist=name)
+
+
+def _bisect(cli, tmp_path, cache_dir, house, package, good, bad, *extra, fmt="json"):
+    write_matrix(tmp_path, [good], package=package, collective_timeout=4)
+    args = ["bisect", package, good, bad, "--case", "toy", "--offline", "--find-links", str(house),
+            "--cache-dir", str(cache_dir), "-q", "--format", fmt, *extra]
+    return cli(*args, cwd=tmp_path)
+
+
+def _alive(pids):
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def _runs(tmp_path) -> list[tuple]:
+    with sqlite3.connect(tmp_path / ".dsbisect" / "dsbisect.sqlite3") as con:
+        return con.execute("SELECT id, point, outcome, evidence FROM runs WHERE status='done'").fetchall()
+
+
+def test_finds_the_first_hanging_release_in_log2_runs(tmp_path, cli, cache_dir, wheelhouse):
+    res = _bisect(cli, tmp_path, cache_dir, wheelhouse, "dsb-toy", "1.0.0", "1.7.0")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "1.2.0", "1.3.0")
+    assert out["candidates"] == [f"1.{i}.0" for i in range(8)]
+    assert out["commit"] is None
+    runs = _runs(tmp_path)
+    assert len(runs) <= math.ceil(math.log2(8)) + 2
+    assert sum(s["runs"] for s in out["steps"]) == len(runs)
+    bad = next(s for s in out["steps"] if s["version"] == "1.3.0")
+    assert bad["outcome"] == "hang" and "all_reduce" in bad["detail"]
+    for _, _, outcome, evidence in runs:  # no process of any run is left
+        assert not _alive(json.loads(evidence).get("pids", []))
+    with sqlite3.connect(tmp_path / ".dsbisect" / "dsbisect.sqlite3") as con:
+        status, result = con.execute("SELECT status, result FROM bisections").fetchone()
+    assert status == "done" and json.loads(result)["first_bad"] == "1.3.0"
+
+    # Again: every run comes from the store, and the terminal report names the culprit.
+    t0 = time.monotonic()
+    again = _bisect(cli, tmp_path, cache_dir, wheelhouse, "dsb-toy", "1.0.0", "1.7.0", fmt="table")
+    assert again.exit_code == 0 and time.monotonic() - t0 < 15
+    assert len(_runs(tmp_path)) == len(runs)
+    assert "first bad release: dsb-toy 1.3.0" in again.stdout and "Reproduce with:" in again.stdout
+    md = _bisect(cli, tmp_path, cache_dir, wheelhouse, "dsb-toy", "1.0.0", "1.7.0", fmt="markdown")
+    assert "| release | 1.3.0 | ⏳ HANG | bad |" in md.stdout and "<details>" in md.stdout
+
+
+def test_untestable_release_is_stepped_around(tmp_path_factory, tmp_path, cli, cache_dir):
+    house = _house(tmp_path_factory, "dsb-skips", {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "import",
+                                                   "1.3.0": "ok", "1.4.0": "skip", "1.5.0": "skip"})
+    out = json.loads(_bisect(cli, tmp_path, cache_dir, house, "dsb-skips", "1.0.0", "1.5.0").stdout)
+    assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "1.3.0", "1.4.0")
+
+
+def test_adjacent_untestable_releases_give_a_range(tmp_path_factory, tmp_path, cli, cache_dir):
+    house = _house(tmp_path_factory, "dsb-range", {"1.0.0": "ok", "1.1.0": "import", "1.2.0": "broken",
+                                                   "1.3.0": "skip"})
+    res = _bisect(cli, tmp_path, cache_dir, house, "dsb-range", "1.0.0", "1.3.0")
+    out = json.loads(res.stdout)
+    assert res.exit_code == 0
+    assert out["verdict"] == "ambiguous" and out["maybe"] == ["1.1.0", "1.2.0", "1.3.0"]
+    assert out["last_good"] == "1.0.0"
+
+
+def test_find_fix_and_regress_on_fail(tmp_path_factory, tmp_path, cli, cache_dir):
+    house = _house(tmp_path_factory, "dsb-fix", {"2.0.0": "raise", "2.1.0": "raise", "2.2.0": "ok", "2.3.0": "ok"})
+    # By default only hangs are bad: a failing release is no regression of that kind.
+    res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix")
+    assert res.exit_code == 1
+    assert "could not be tested" in res.stderr or "2.0.0" in res.stderr
+    res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix", "--regress-on", "fail")
+    out = json.loads(res.stdout)
+    assert res.exit_code == 0, res.output
+    assert (out["mode"], out["verdict"], out["last_good"], out["first_bad"]) == ("find-fix", "found", "2.1.0", "2.2.0")
+
+
+def test_ends_that_do_not_behave_stop_with_exit_1(tmp_path, cli, cache_dir, wheelhouse):
+    res = _bisect(cli, tmp_path, cache_dir, wheelhouse, "dsb-toy", "1.0.0", "1.2.0")
+    assert res.exit_code == 1
+    assert json.loads(res.stdout)["verdict"] == "not-reproduced"
+    assert "1.2.0 (the bad end) passed: the regression does not reproduce here" in res.stderr
+    res = _bisect(cli, tmp_path, cache_dir, wheelhouse, "dsb-toy", "1.4.0", "1.7.0")
+    assert res.exit_code == 1 and "1.4.0 (the good end) also hung; widen the range" in res.stderr
+
+
+def test_repeat_catches_an_intermittent_hang(tmp_path_factory, tmp_path, cli, cache_dir):
+    house = _house(tmp_path_factory, "dsb-flaky", {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "flaky", "1.3.0": "flaky"})
+    counter = tmp_path / "counter"
+    write_matrix(tmp_path, ["1.0.0"], package="dsb-flaky", collective_timeout=4)
+    matrix = (tmp_path / "matrix.yaml").read_text().replace('env: {OMP_NUM_THREADS: "1"}',
+                                                            f'env: {{OMP_NUM_THREADS: "1", DSB_TOY_COUNTER: "{counter}"}}')
+    (tmp_path / "matrix.yaml").write_text(matrix)
+    res = cli("bisect", "dsb-flaky", "1.0.0", "1.3.0", "--case", "toy", "--repeat", "3", "--offline",
+              "--find-links", str(house), "--cache-dir", str(cache_dir), "-q", "--format", "json", cwd=tmp_path)
+    out = json.loads(res.stdout)
+    assert res.exit_code == 0, res.output
+    assert out["first_bad"] == "1.2.0"
+    steps = {s["version"]: s for s in out["steps"]}
+    assert steps["1.1.0"]["counts"] == {"pass": 3}
+    assert steps["1.2.0"]["counts"].get("hang") == 1 and steps["1.2.0"]["runs"] <= 3
+
+
+def test_killed_bisect_resumes_from_the_store(tmp_path, cache_dir, wheelhouse):
+    write_matrix(tmp_path, ["1.0.0"], collective_timeout=4)
+    cmd = [sys.executable, "-m", "dsbisect", "bisect", "dsb-toy", "1.0.0", "1.7.0", "--case", "toy", "--offline",
+           "--find-links", str(wheelhouse), "--cache-dir", str(cache_dir), "-q", "--format", "json"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    db = tmp_path / ".dsbisect" / "dsbisect.sqlite3"
+    done: list = []
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(done) < 2:
+        if db.exists():
+            with sqlite3.connect(db) as con:
+                done = con.execute("SELECT id FROM runs WHERE status='done'").fetchall()
+        time.sleep(0.2)
+    assert len(done) >= 2
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    res = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True)
+    out = json.loads(res.stdout)
+    assert out["first_bad"] == "1.3.0"
+    used = {i for s in out["steps"] for i in s["run_ids"]}
+    assert {i for (i,) in done} <= used  # what was recorded before the kill was reused
+
+
+GITTOY_PYPROJECT = """\
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "dsb-gittoy"
+version = "{version}"
+
+[tool.setuptools]
+packages = ["dsb_toy"]
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@e")
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+def _commit_code(repo: Path, version: str, behaviour: str, message: str) -> str:
+    (repo / "pyproject.toml").write_text(GITTOY_PYPROJECT.format(version=version))
+    (repo / "dsb_toy").mkdir(exist_ok=True)
+    (repo / "dsb_toy" / "__init__.py").write_text(f'__version__ = "{version}"\n{toypkg.STEP[behaviour]}')
+    (repo / "NOTES.md").write_text(message + "\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", message)
+    return _git(repo, "rev-parse", "HEAD").strip()
+
+
+def test_commit_level_names_the_commit(tmp_path_factory, tmp_path, cli, cache_dir):
+    repo = tmp_path_factory.mktemp("gittoy")
+    _git(repo, "init", "-q", "-b", "main")
+    _commit_code(repo, "1.0.0", "ok", "release 1.0.0")
+    _git(repo, "tag", "v1.0.0")
+    hashes = {}
+    for i in range(1, 11):
+        behaviour = "skip" if i >= 6 else "ok"
+        subject = "Rank 1 skips the all_reduce (the bug)" if i == 6 else f"Harmless change {i}"
+        hashes[i] = _commit_code(repo, "1.1.0", behaviour, subject)
+    _git(repo, "tag", "v1.1.0")
+    house = _house(tmp_path_factory, "dsb-gittoy", {"1.0.0": "ok", "1.1.0": "skip"})
+    write_matrix(tmp_path, ["1.0.0"], package="dsb-gittoy", collective_timeout=4)
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace("defaults:\n", "defaults:\n  build_pins: []\n"))
+    res = cli("bisect", "dsb-gittoy", "1.0.0", "1.1.0", "--case", "toy", "--git-repo", str(repo), "--offline",
+              "--find-links", str(house), "--cache-dir", str(cache_dir), "-q", "--format", "json", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["first_bad"] == "1.1.0"
+    assert out["commit"]["first_bad"] == hashes[6]
+    assert out["commit"]["last_good"] == hashes[5]
+    assert out["commit"]["subject"] == "Rank 1 skips the all_reduce (the bug)"
+    assert out["commit"]["commits_in_range"] == 10
+    commit_runs = [s for s in out["steps"] if s["stage"] == "commit"]
+    assert len(commit_runs) <= math.ceil(math.log2(10)) + 2
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["bisect", "no-such-toy", "1.0.0", "1.1.0", "--case", "toy"], "no-such-toy: no releases found"),
+        (["bisect", "dsb-toy", "1.3.0", "1.1.0", "--case", "toy"], "good 1.3.0 is newer than bad 1.1.0"),
+        (["bisect", "dsb-toy", "1.1.0", "1.1.0", "--case", "toy"], "good and bad are the same version"),
+        (["bisect", "dsb-toy", "1.0.0", "9.9.9", "--case", "toy"], "dsb-toy==9.9.9 (bad end) is not on"),
+        (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "ghost"], "no case named 'ghost'"),
+        (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--script", "missing.py"], "missing.py: no such script"),
+        (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "toy", "--pin", "dsb-toy==1.0.0"], "is the package being bisected"),
+        (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "toy", "--pin", "torch>>1"], "is not a requirement"),
+        (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "toy", "--git-repo", "nowhere"], "no such folder"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(tmp_path, cli, wheelhouse, args, expected):
+    write_matrix(tmp_path, ["1.0.0"])
+    res = cli(*args, "--offline", "--find-links", str(wheelhouse), "-q", cwd=tmp_path)
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and expected in lines[0], res.output

@@ -1,0 +1,116 @@
+"""`dsbisect run` end to end: real venvs, the real deepspeed launcher on 2 CPU ranks, a real store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+import toypkg
+from conftest import write_matrix
+
+pytestmark = pytest.mark.slow
+
+GRID = {"3.0.0": "ok", "3.1.0": "skip", "3.2.0": "raise", "3.3.0": "import", "3.4.0": "broken"}
+
+
+@pytest.fixture(scope="module")
+def grid_house(tmp_path_factory):
+    return toypkg.build_wheelhouse(tmp_path_factory.mktemp("grid-wheels"), GRID, dist="dsb-grid")
+
+
+def _alive(pids):
+    out = []
+    for p in pids:
+        try:
+            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def test_grid_matches_the_toy_releases(tmp_path, cli, grid_house, cache_dir):
+    write_matrix(tmp_path, list(GRID), package="dsb-grid", collective_timeout=5)
+    common = ("--offline", "--find-links", str(grid_house), "--cache-dir", str(cache_dir), "-q")
+    res = cli("run", "matrix.yaml", "--format", "json", *common, cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    cells = {row["point"]: row["cells"]["toy"]["outcome"] for row in report["grid"]}
+    assert cells == {"dsb-grid 3.0.0": "pass", "dsb-grid 3.1.0": "hang", "dsb-grid 3.2.0": "fail",
+                     "dsb-grid 3.3.0": "skip", "dsb-grid 3.4.0": "skip"}
+    runs = {r["point"]: r for r in report["runs"]}
+    assert "ValueError: dsb_toy: the loss went NaN" in runs["dsb-grid 3.2.0"]["reason"]
+    assert "import dsb_toy" in runs["dsb-grid 3.3.0"]["reason"] and "ImportError" in runs["dsb-grid 3.3.0"]["reason"]
+    assert "dsb-nonexistent-dependency" in runs["dsb-grid 3.4.0"]["reason"]
+
+    hang = runs["dsb-grid 3.1.0"]
+    # Detected within the collective timeout (5 s) plus slack, not after a 30-minute watchdog.
+    assert hang["evidence"]["hang_detected_after_s"] < 5 + 15
+    assert hang["seconds"] < 5 + 25
+    assert "all_reduce" in hang["signature"] and "rank 0" in hang["signature"]
+    assert hang["evidence"]["pids"] and not _alive(hang["evidence"]["pids"])
+    assert hang["evidence"]["survivors"] == []
+    stacks = Path(hang["run_dir"]) / "stacks"
+    assert any("all_reduce" in p.read_text() for p in stacks.glob("*.txt"))
+
+    # The report re-renders from the store, as Markdown for a GitHub issue.
+    md = cli("report", "--format", "markdown", cwd=tmp_path)
+    assert md.exit_code == 0
+    assert "| dsb-grid 3.1.0 | ⏳ HANG" in md.stdout and "| dsb-grid 3.0.0 | ✅ PASS" in md.stdout
+    assert "<details><summary>Stacks of hung run" in md.stdout
+    table = cli("report", cwd=tmp_path)
+    assert "HANG" in table.stdout and "SKIP" in table.stdout
+
+    # A second run reuses everything recorded (PASS/FAIL/HANG) and retries only the SKIPs.
+    again = cli("run", "matrix.yaml", "--format", "json", *common, cwd=tmp_path)
+    ids = {r["point"]: r["id"] for r in json.loads(again.stdout)["runs"]}
+    for point in ("dsb-grid 3.0.0", "dsb-grid 3.1.0", "dsb-grid 3.2.0"):
+        assert ids[point] == runs[point]["id"]
+    assert ids["dsb-grid 3.3.0"] != runs["dsb-grid 3.3.0"]["id"]
+
+    show = cli("show", str(hang["id"]), cwd=tmp_path)
+    assert show.exit_code == 0 and "signature" in show.stdout and "rank 0" in show.stdout
+
+
+def test_killed_run_resumes_without_losing_or_repeating(tmp_path, grid_house, cache_dir):
+    write_matrix(tmp_path, ["3.0.0", "3.2.0"], package="dsb-grid", collective_timeout=5)
+    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", "--offline", "--find-links", str(grid_house),
+           "--cache-dir", str(cache_dir), "-q"]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    db = tmp_path / ".dsbisect" / "dsbisect.sqlite3"
+    deadline = time.monotonic() + 120
+    first = None
+    while time.monotonic() < deadline:
+        if db.exists():
+            with sqlite3.connect(db) as con:
+                row = con.execute("SELECT id, outcome FROM runs WHERE status='done'").fetchone()
+                started = con.execute("SELECT count(*) FROM runs WHERE status='running'").fetchone()[0]
+            if row and started:
+                first = row
+                break
+        time.sleep(0.2)
+    assert first is not None, "the first run never finished"
+    os.killpg(proc.pid, signal.SIGKILL)  # kill -9 dsbisect and everything it started
+    proc.wait()
+
+    res = subprocess.run(cmd + ["--format", "json"], cwd=tmp_path, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = json.loads(res.stdout)
+    ids = sorted(r["id"] for r in report["runs"])
+    assert first[0] in ids  # the recorded run was reused, not repeated
+    assert {row["point"]: row["cells"]["toy"]["outcome"] for row in report["grid"]} == {
+        "dsb-grid 3.0.0": "pass", "dsb-grid 3.2.0": "fail"}
+    with sqlite3.connect(db) as con:
+        statuses = dict(con.execute("SELECT id, status FROM runs").fetchall())
+    assert statuses[first[0]] == "done"
+    assert len([s for s in statuses.values() if s == "done"]) == 2
