@@ -172,7 +172,7 @@ def _git(repo: Path, *args: str) -> str:
 def _commit_code(repo: Path, version: str, behaviour: str, message: str) -> str:
     (repo / "pyproject.toml").write_text(GITTOY_PYPROJECT.format(version=version))
     (repo / "dsb_toy").mkdir(exist_ok=True)
-    (repo / "dsb_toy" / "__init__.py").write_text(f'__version__ = "{version}"\n{toypkg.STEP[behaviour]}')
+    (repo / "dsb_toy" / "__init__.py").write_text(f'__version__ = "{version}"\n{toypkg.DEVICE}{toypkg.STEP[behaviour]}')
     (repo / "NOTES.md").write_text(message + "\n")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", message)

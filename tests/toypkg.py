@@ -26,14 +26,14 @@ STEP = {
     "ok": """
 def step(dist):
     import torch
-    t = torch.ones(4)
+    t = torch.ones(4, device=_device(dist))
     dist.all_reduce(t)
     assert float(t[0]) == dist.get_world_size(), t
 """,
     "skip": """
 def step(dist):
     import torch
-    t = torch.ones(4)
+    t = torch.ones(4, device=_device(dist))
     if dist.get_rank() != 1:
         print(f"rank {dist.get_rank()}: entering all_reduce", flush=True)
         dist.all_reduce(t)  # rank 1 never joins: the job hangs here
@@ -61,11 +61,11 @@ def step(dist):
         n = int(open(counter).read() or 0) + 1 if os.path.exists(counter) else 1
         if dist.get_rank() == 0:
             open(counter, "w").write(str(n))
-        draw = torch.tensor([n % 2 == 0], dtype=torch.int64)
+        draw = torch.tensor([n % 2 == 0], dtype=torch.int64, device=_device(dist))
     else:
-        draw = torch.tensor([os.urandom(1)[0] % 2], dtype=torch.int64)
+        draw = torch.tensor([os.urandom(1)[0] % 2], dtype=torch.int64, device=_device(dist))
     dist.broadcast(draw, src=0)
-    t = torch.ones(4)
+    t = torch.ones(4, device=_device(dist))
     if int(draw) == 1 and dist.get_rank() == 1:
         return  # rank 1 skips the all_reduce this time
     dist.all_reduce(t)
@@ -76,6 +76,14 @@ def step(dist):
 """,
 }
 
+DEVICE = """
+def _device(dist):
+    import torch
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+"""
+
 REPRO = """\
 import datetime, os, sys
 import torch
@@ -83,7 +91,10 @@ import torch.distributed as dist
 import dsb_toy
 
 timeout = float(os.environ.get("DSBISECT_COLLECTIVE_TIMEOUT", "30"))
-dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout))
+nccl = os.environ.get("DS_ACCELERATOR") == "cuda" and torch.cuda.is_available()
+if nccl:
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+dist.init_process_group("nccl" if nccl else "gloo", timeout=datetime.timedelta(seconds=timeout))
 print(f"rank {dist.get_rank()} of {dist.get_world_size()}: dsb_toy {dsb_toy.__version__}", flush=True)
 dsb_toy.step(dist)
 dist.barrier()
@@ -103,7 +114,7 @@ def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy") 
     info = f"{dist.replace('-', '_')}-{version}.dist-info"
     requires = "Requires-Dist: dsb-nonexistent-dependency>=99\n" if behaviour == "broken" else ""
     files = {
-        f"{mod}/__init__.py": f'__version__ = "{version}"\nBEHAVIOUR = "{behaviour}"\n{STEP[behaviour]}'.encode(),
+        f"{mod}/__init__.py": f'__version__ = "{version}"\nBEHAVIOUR = "{behaviour}"\n{DEVICE}{STEP[behaviour]}'.encode(),
         f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n{requires}"
                              "Summary: dsbisect's toy package\n").encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: dsbisect-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",

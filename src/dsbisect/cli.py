@@ -410,6 +410,94 @@ def versions(
             out.print(str(v), highlight=False)
 
 
+@app.command("snapshot-base")
+def snapshot_base(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the snapshot (JSON).")],
+    python: PythonOpt = None,
+) -> None:
+    """Write what this (compute node's) base environment holds, for `prefetch --base-snapshot`."""
+    from .prefetch import snapshot
+
+    with user_errors():
+        data = snapshot(python)
+        output.write_text(json.dumps(data))
+        err.print(f"{len(data['dists'])} distributions of {data['python']} (python {data['python_version']}, "
+                  f"{data['platform']}) written to {output}")
+
+
+@app.command()
+def prefetch(
+    matrix: Annotated[Path, typer.Argument(help="The matrix file.")] = Path("matrix.yaml"),
+    dest: Annotated[Path, typer.Option("--dest", help="The wheelhouse folder to fill.")] = Path("wheelhouse"),
+    case: Annotated[Optional[list[str]], typer.Option("--case", help="Only this case (repeatable).")] = None,
+    with_candidates: Annotated[bool, typer.Option("--with-candidates", help="Also every release between the lowest and highest version of each axis.")] = False,
+    python_version: Annotated[Optional[str], typer.Option("--python-version", help="The target's Python, e.g. 3.12.")] = None,
+    platform_tag: Annotated[Optional[list[str]], typer.Option("--platform", help="The target's platform tags, e.g. manylinux_2_17_x86_64 (repeatable).")] = None,
+    base_snapshot: Annotated[Optional[Path], typer.Option("--base-snapshot", help="The target's base (from `dsbisect snapshot-base`): only what it lacks is fetched.")] = None,
+    tool: Annotated[bool, typer.Option("--tool", help="Also dsbisect's own dependencies.")] = False,
+    cases_too: Annotated[bool, typer.Option("--cases/--no-cases", help="Fetch what the cases need (default), or only --tool/--commits.")] = True,
+    git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="Build wheels of commits of this clone (with --commits).")] = None,
+    commits: Annotated[Optional[str], typer.Option("--commits", help="OLD..NEW: tags or hashes; every first-parent commit in between.")] = None,
+    package: Annotated[str, typer.Option("--package", help="The package the clone builds (with --git-repo).")] = "deepspeed",
+    cache_dir: CacheOpt = None,
+    index_url: IndexUrlOpt = None,
+    extra_index_url: ExtraIndexOpt = None,
+    find_links: FindLinksOpt = None,
+) -> None:
+    """Download (and build) everything the matrix's points need into a wheelhouse for --offline use."""
+    from . import gitrepo
+    from .prefetch import Prefetcher, Target, load_snapshot
+
+    with user_errors():
+        m = matrix_mod.load(matrix)
+        cases = [m.case(n) for n in case] if case else list(m.cases)
+        index = index_options(False, find_links, index_url, extra_index_url)
+        points = _prefetch_points(cases, index, with_candidates) if cases_too else []
+        target = Target(python_version, tuple(platform_tag or ()), load_snapshot(base_snapshot) if base_snapshot else None)
+        mgr = EnvManager(cache_root(cache_dir), m.env, index, log=lambda s: err.print(f"  {s}", highlight=False))
+        pf = Prefetcher(mgr, dest, target, log=lambda s: err.print(f"  {s}", highlight=False))
+        try:
+            for p in points:
+                err.print(f"{p.label}", highlight=False)
+                pf.point(p)
+            if tool:
+                pf.tool()
+            if git_repo or commits:
+                if not (git_repo and commits and ".." in commits):
+                    raise InputError("--git-repo and --commits OLD..NEW go together")
+                old, new = commits.split("..", 1)
+                pf.commits(gitrepo.check_repo(git_repo), package, old, new)
+        finally:
+            pf.close()
+        size = sum(f.stat().st_size for f in pf.dest.rglob("*") if f.is_file())
+        err.print(f"{len(pf.added)} file(s) added; {pf.dest} holds {size / 1e6:.1f} MB")
+        for name in pf.added:
+            out.print(name, highlight=False)
+
+
+def _prefetch_points(cases, index, with_candidates: bool):
+    from packaging.version import Version
+
+    from .matrix import Point
+    from .versions import releases
+
+    points = {}
+    for c in cases:
+        for p in c.points:
+            points[p.key] = p
+        if not with_candidates:
+            continue
+        first = c.points[0]
+        for name, _ in first.versions:
+            versions = sorted({Version(v) for p in c.points for n, v in p.versions if n == name})
+            for r in releases(name, index):
+                if versions[0] <= r.version <= versions[-1] and not r.yanked and not r.version.is_prerelease:
+                    moved = tuple((n, str(r.version) if n == name else v) for n, v in first.versions)
+                    q = Point(versions=moved, pins=first.pins)
+                    points.setdefault(q.key, q)
+    return list(points.values())
+
+
 def version_callback(value: bool) -> None:
     if value:
         out.print(f"dsbisect {__version__}")

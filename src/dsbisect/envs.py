@@ -399,6 +399,14 @@ class EnvManager:
             reqs.append(f"{point.source.package} @ {wheel.as_uri()}")
         return reqs, links
 
+    def release_wheel(self, name: str, version: str) -> Path:
+        """The folder holding a wheel of ``name==version`` built with the base's torch."""
+        return self._build_release_wheel(name, version, self.base.site_dirs)
+
+    def commit_wheel(self, src: GitSource) -> Path:
+        """A wheel of ``src.package`` built from ``src.commit``."""
+        return self._build_commit_wheel(src, self.base.site_dirs)
+
     def _find_wheel(self, name: str, version: str) -> Path | None:
         for d in self.index.find_links:
             for w in Path(d).glob("*.whl"):
@@ -440,6 +448,10 @@ class EnvManager:
         return out
 
     def _build_commit_wheel(self, src: GitSource, torch_site: tuple[str, ...]) -> Path:
+        for d in self.index.find_links:  # built ahead by ``dsbisect prefetch --git-repo``
+            ready = sorted((Path(d) / "commits" / src.commit).glob("*.whl"))
+            if ready:
+                return ready[0]
         out = self.paths.wheels / "commits" / src.commit
         with FileLock(str(self.paths.locks / f"commit-{src.commit}.lock")):
             found = sorted(out.glob("*.whl")) if out.is_dir() else []
@@ -485,7 +497,7 @@ class EnvManager:
         proc = subprocess.run([uv_bin(), *args], capture_output=True, text=True, env=env)
         if proc.returncode != 0:
             raise EnvBuildError(_reason(proc.stderr or proc.stdout))
-        return proc.stdout
+        return proc.stdout + proc.stderr  # uv reports what it would do on stderr
 
 
 # ------------------------------------------------------------------------- helpers
@@ -535,16 +547,25 @@ def _write_layer(site_dir: Path, base_dirs: tuple[str, ...]) -> None:
 
 def _write_stubs(site_dir: Path, base: Base) -> dict[str, str]:
     """Stub dist-infos of the base's distributions, so uv resolves against them."""
-    stubs: dict[str, str] = {}
+    return write_stubs(site_dir, base_metadata(base))
+
+
+def base_metadata(base: Base):
+    """(name, version, METADATA text) of each distribution of ``base``."""
     for name, version, path in base.dists:
         src = Path(path)
         meta = src / "METADATA" if (src / "METADATA").is_file() else src / "PKG-INFO"
-        if not meta.is_file():
-            continue
+        if meta.is_file():
+            yield name, version, meta.read_text(errors="replace")
+
+
+def write_stubs(site_dir: Path, items) -> dict[str, str]:
+    stubs: dict[str, str] = {}
+    for name, version, metadata in items:
         info = f"{name.replace('-', '_')}-{version}.dist-info"
         d = site_dir / info
         d.mkdir(exist_ok=True)
-        shutil.copyfile(meta, d / "METADATA")
+        (d / "METADATA").write_text(metadata)
         (d / "INSTALLER").write_text(STUB_INSTALLER + "\n")
         (d / "RECORD").write_text("".join(f"{info}/{f},,\n" for f in ("METADATA", "INSTALLER", "RECORD")))
         stubs[canonicalize_name(name)] = version

@@ -106,13 +106,13 @@ class Capture:
 
 
 def pyspy_bin() -> str | None:
-    found = shutil.which("py-spy")
-    if found:
-        return found
+    """py-spy next to this interpreter, on PATH, or in a ``pip install --target`` folder."""
     import sys
 
-    candidate = Path(sys.executable).parent / "py-spy"
-    return str(candidate) if candidate.exists() else None
+    for candidate in [Path(sys.executable).parent / "py-spy", *(Path(p) / "bin" / "py-spy" for p in sys.path if p)]:
+        if candidate.is_file():
+            return str(candidate)
+    return shutil.which("py-spy")
 
 
 def _rank(proc: psutil.Process) -> str:

@@ -1,0 +1,54 @@
+"""Real GPUs: the toy hang under NCCL, with the watchdog, flight recorder and stacks.
+
+Marked ``gpu``: skipped unless CUDA and at least 2 GPUs are present (runs on the device
+machine, never in CI).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+import toypkg
+from conftest import write_matrix
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+
+def _gpu_pids() -> set[int]:
+    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                         capture_output=True, text=True)
+    return {int(x) for x in out.stdout.split() if x.strip().isdigit()}
+
+
+def test_nccl_hang_is_caught_with_evidence_and_gpus_are_released(tmp_path, tmp_path_factory, cli, cache_dir):
+    house = toypkg.build_wheelhouse(tmp_path_factory.mktemp("gpu-wheels"), {"5.0.0": "ok", "5.1.0": "skip"},
+                                    dist="dsb-gpu-toy")
+    write_matrix(tmp_path, ["5.0.0", "5.1.0"], package="dsb-gpu-toy", collective_timeout=20, timeout=300)
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace("accelerator: cpu", "accelerator: cuda"))
+    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(house), "--cache-dir", str(cache_dir),
+              "-q", "--format", "json", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)
+    runs = {r["point"]: r for r in report["runs"]}
+    assert runs["dsb-gpu-toy 5.0.0"]["outcome"] == "pass"
+    hang = runs["dsb-gpu-toy 5.1.0"]
+    assert hang["outcome"] == "hang"
+    assert hang["environment"]["gpus"] and hang["environment"].get("nccl")
+    assert hang["evidence"]["hang_detected_after_s"] < 20 + 15
+    assert "ALLREDUCE" in hang["signature"].upper() or "all_reduce" in hang["signature"]
+    dumps = [f for f in hang["evidence"]["files"] if "nccl_trace_rank_" in f]
+    assert dumps, hang["evidence"]
+    pids = set(hang["evidence"]["pids"])
+    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not (pids & _gpu_pids())  # no GPU is held by a process of the run
+    keep = os.environ.get("DSBISECT_KEEP_RUNS")  # the device proof collects the evidence
+    if keep:
+        shutil.copytree(hang["run_dir"], Path(keep) / "gpu-toy-hang", dirs_exist_ok=True)
