@@ -102,3 +102,13 @@ def test_prune_removes_envs(mgr, tmp_path):
     small.ensure(Point(versions=(("dsb-env-toy", "2.0.0"),)))
     assert len(small.existing()) == 1
     assert len(small.prune()) == 1 and small.existing() == []
+
+
+def test_stubs_keep_the_base_entry_points(mgr):
+    """A stub is what importlib.metadata finds first: it must carry the entry points
+    (setuptools finds its commands through them, pytest its plugins)."""
+    env = mgr.ensure(Point(versions=(("dsb-env-toy", "2.0.0"),)))
+    code = ("import importlib.metadata as m; "
+            "print(sorted(e.name for e in m.entry_points(group='distutils.commands') if e.name == 'dist_info'))")
+    out = _py(env, code)
+    assert out.stdout.strip() == "['dist_info']", out.stderr

@@ -6,6 +6,7 @@ machine, never in CI).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -32,8 +33,18 @@ def test_nccl_hang_is_caught_with_evidence_and_gpus_are_released(tmp_path, tmp_p
                                     dist="dsb-gpu-toy")
     write_matrix(tmp_path, ["5.0.0", "5.1.0"], package="dsb-gpu-toy", collective_timeout=20, timeout=300)
     matrix = tmp_path / "matrix.yaml"
-    matrix.write_text(matrix.read_text().replace("accelerator: cpu", "accelerator: cuda"))
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(house), "--cache-dir", str(cache_dir),
+    text = matrix.read_text().replace("accelerator: cpu", "accelerator: cuda")
+    # The launcher comes from the base, or from a wheelhouse where the base has no deepspeed
+    # (the device machine): DSBISECT_TEST_DEEPSPEED=0.12.4 DSBISECT_TEST_FIND_LINKS=DIR.
+    links = [x for x in os.environ.get("DSBISECT_TEST_FIND_LINKS", "").split(":") if x]
+    if os.environ.get("DSBISECT_TEST_DEEPSPEED"):
+        pins = f'pins: ["deepspeed=={os.environ["DSBISECT_TEST_DEEPSPEED"]}", "pydantic<2"]\n  compat: [torch-elastic-socket, numpy-bufsize]\n  '
+        text = text.replace("accelerator: cuda", pins + "accelerator: cuda")
+    elif importlib.util.find_spec("deepspeed") is None:
+        pytest.skip("no deepspeed in the base and no DSBISECT_TEST_DEEPSPEED wheelhouse given")
+    matrix.write_text(text)
+    extra = [a for d in links for a in ("--find-links", d)]
+    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(house), *extra, "--cache-dir", str(cache_dir),
               "-q", "--format", "json", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)

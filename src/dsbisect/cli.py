@@ -376,7 +376,7 @@ def _check_pins(pins: list[str], package: str) -> tuple[str, ...]:
             r = Requirement(p)
         except InvalidRequirement:
             raise InputError(f"--pin {p!r} is not a requirement (expected NAME==VERSION)") from None
-        if canonicalize_name(r.name) == canonicalize_name(package):
+        if package and canonicalize_name(r.name) == canonicalize_name(package):
             raise InputError(f"--pin {p}: {package} is the package being bisected")
         out.append(str(r))
     return tuple(out)
@@ -436,6 +436,7 @@ def prefetch(
     base_snapshot: Annotated[Optional[Path], typer.Option("--base-snapshot", help="The target's base (from `dsbisect snapshot-base`): only what it lacks is fetched.")] = None,
     tool: Annotated[bool, typer.Option("--tool", help="Also dsbisect's own dependencies.")] = False,
     cases_too: Annotated[bool, typer.Option("--cases/--no-cases", help="Fetch what the cases need (default), or only --tool/--commits.")] = True,
+    extra: Annotated[Optional[list[str]], typer.Option("--extra", help="Another requirement to fetch, e.g. 'setuptools<75' for building commits offline (repeatable).")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="Build wheels of commits of this clone (with --commits).")] = None,
     commits: Annotated[Optional[str], typer.Option("--commits", help="OLD..NEW: tags or hashes; every first-parent commit in between.")] = None,
     package: Annotated[str, typer.Option("--package", help="The package the clone builds (with --git-repo).")] = "deepspeed",
@@ -462,6 +463,8 @@ def prefetch(
                 pf.point(p)
             if tool:
                 pf.tool()
+            if extra:
+                pf.requirements(_check_pins(extra, ""))
             if git_repo or commits:
                 if not (git_repo and commits and ".." in commits):
                     raise InputError("--git-repo and --commits OLD..NEW go together")

@@ -27,8 +27,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -44,16 +42,6 @@ from .matrix import EnvOptions, GitSource, Point
 ENV_FORMAT = 1
 MARKER = "dsbisect-env.json"
 STUB_INSTALLER = "dsbisect-base"
-
-# What DeepSpeed's setup.py needs from a checkout; a snapshot of the repository may lack
-# the large media files elsewhere in the tree, so ``git archive`` takes only these.
-SOURCE_PATHS = {
-    "deepspeed": (
-        "setup.py", "version.txt", "requirements", "deepspeed", "op_builder", "csrc",
-        "accelerator", "bin", "README.md", "MANIFEST.in", "build_win.bat",
-    ),
-}
-
 
 # ------------------------------------------------------------------ index options
 
@@ -384,103 +372,43 @@ class EnvManager:
 
     def _prebuild(self, point: Point, spec: EnvSpec, venv: Path, site_dir: Path) -> tuple[list[str], list[str]]:
         """Wheels for the sdists that need torch at build time; returns (requirements, find-links)."""
-        reqs, links = [], []
         torch_site = self.base.site_dirs if spec.mode == "layered" else (str(site_dir),)
+        torchy = {canonicalize_name(n) for n in self.options.build_with_torch}
+        context = tuple(r for r in spec.requirements if canonicalize_name(Requirement(r).name) not in torchy)
+        reqs, links = list(spec.requirements), []
         for r in spec.requirements:
             req = Requirement(r)
-            name = canonicalize_name(req.name)
             exact = _exact_version(req)
-            if name in {canonicalize_name(n) for n in self.options.build_with_torch} and exact:
-                if not self._find_wheel(name, exact):
-                    links.append(str(self._build_release_wheel(req.name, exact, torch_site)))
-            reqs.append(r)
+            if canonicalize_name(req.name) in torchy and exact and not self._find_wheel(req.name, exact):
+                links.append(str(self.builds.release(req.name, exact, torch_site, context)))
         if point.source:
-            wheel = self._build_commit_wheel(point.source, torch_site)
+            wheel = self.builds.commit(point.source, torch_site, context)
             reqs.append(f"{point.source.package} @ {wheel.as_uri()}")
         return reqs, links
 
-    def release_wheel(self, name: str, version: str) -> Path:
+    def release_wheel(self, name: str, version: str, context: tuple[str, ...] = ()) -> Path:
         """The folder holding a wheel of ``name==version`` built with the base's torch."""
-        return self._build_release_wheel(name, version, self.base.site_dirs)
+        return self.builds.release(name, version, self.base.site_dirs, context)
 
-    def commit_wheel(self, src: GitSource) -> Path:
+    def commit_wheel(self, src: GitSource, context: tuple[str, ...] = ()) -> Path:
         """A wheel of ``src.package`` built from ``src.commit``."""
-        return self._build_commit_wheel(src, self.base.site_dirs)
+        return self.builds.commit(src, self.base.site_dirs, context)
+
+    def builder(self, context: tuple[str, ...] = ()) -> Path:
+        return self.builds.builder(self.base.site_dirs, context)
+
+    @property
+    def builds(self):
+        from .builds import Builds
+
+        return Builds(self)
 
     def _find_wheel(self, name: str, version: str) -> Path | None:
         for d in self.index.find_links:
             for w in Path(d).glob("*.whl"):
-                try:
-                    n, v, _, _ = parse_wheel_filename(w.name)
-                except ValueError:
-                    continue
-                if n == name and str(v) == version:
+                if _wheel_is(w, name, version):
                     return w
         return None
-
-    def builder(self, torch_site: tuple[str, ...]) -> Path:
-        """A venv that sees torch (through ``torch_site``) and holds the build pins."""
-        key = _digest({"python": self.base.python, "site": list(torch_site), "pins": list(self.options.build_pins)})
-        path = self.paths.builders / key
-        with FileLock(str(self.paths.locks / f"builder-{key}.lock")):
-            if (path / MARKER).is_file():
-                return path
-            tmp = path.with_name(key + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            self._uv(["venv", "--quiet", "--relocatable", "--python", self.base.python, str(tmp)])
-            _write_layer(_site_packages(tmp), torch_site)
-            if self.options.build_pins:
-                self._uv(["pip", "install", "--quiet", "--python", str(tmp / "bin" / "python"),
-                          *self.index.uv_args(), *self.options.build_pins])
-            (tmp / MARKER).write_text(json.dumps({"key": key, "site": list(torch_site)}))
-            shutil.rmtree(path, ignore_errors=True)
-            tmp.rename(path)
-            return path
-
-    def _build_release_wheel(self, name: str, version: str, torch_site: tuple[str, ...]) -> Path:
-        builder = self.builder(torch_site)
-        out = self.paths.wheels / builder.name
-        out.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.paths.locks / f"wheel-{builder.name}-{name}-{version}.lock")):
-            if not any(_wheel_is(w, name, version) for w in out.glob("*.whl")):
-                self.log(f"building a wheel of {name}=={version} (sdist that imports torch)")
-                self._pip_wheel(builder, [f"{name}=={version}"], out)
-        return out
-
-    def _build_commit_wheel(self, src: GitSource, torch_site: tuple[str, ...]) -> Path:
-        for d in self.index.find_links:  # built ahead by ``dsbisect prefetch --git-repo``
-            ready = sorted((Path(d) / "commits" / src.commit).glob("*.whl"))
-            if ready:
-                return ready[0]
-        out = self.paths.wheels / "commits" / src.commit
-        with FileLock(str(self.paths.locks / f"commit-{src.commit}.lock")):
-            found = sorted(out.glob("*.whl")) if out.is_dir() else []
-            if found:
-                return found[0]
-            builder = self.builder(torch_site)
-            self.log(f"building {src.package} from commit {src.short}")
-            with tempfile.TemporaryDirectory(prefix="dsbisect-src-") as tmp:
-                checkout = Path(tmp) / "src"
-                export_commit(Path(src.repo), src.commit, checkout, SOURCE_PATHS.get(canonicalize_name(src.package), ()))
-                staging = Path(tmp) / "wheel"
-                self._pip_wheel(builder, [str(checkout)], staging)
-                out.mkdir(parents=True, exist_ok=True)
-                wheels = list(staging.glob("*.whl"))
-                if len(wheels) != 1:
-                    raise EnvBuildError(f"building {src.package}@{src.short} gave {len(wheels)} wheels")
-                dest = out / wheels[0].name
-                shutil.move(str(wheels[0]), dest)
-                return dest
-
-    # -- subprocesses
-
-    def _pip_wheel(self, builder: Path, what: list[str], out: Path) -> None:
-        cmd = [str(builder / "bin" / "python"), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-               "--disable-pip-version-check", "--wheel-dir", str(out), *self.index.pip_args(), *what]
-        env = _clean_env() | {"DS_BUILD_OPS": "0"}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise EnvBuildError(f"building {' '.join(what)} failed: {_reason(proc.stdout + proc.stderr)}")
 
     def _uv_install(self, venv: Path, reqs: list[str], hold: tuple[str, ...], extra_links: list[str] = ()) -> None:
         args = ["pip", "install", "--python", str(venv / "bin" / "python"), *self.index.uv_args()]
@@ -550,24 +478,47 @@ def _write_stubs(site_dir: Path, base: Base) -> dict[str, str]:
     return write_stubs(site_dir, base_metadata(base))
 
 
+STUB_FILES = ("METADATA", "entry_points.txt", "top_level.txt")
+
+
 def base_metadata(base: Base):
-    """(name, version, METADATA text) of each distribution of ``base``."""
+    """(name, version, {file: text}) of each distribution of ``base``, for stubs."""
     for name, version, path in base.dists:
-        src = Path(path)
-        meta = src / "METADATA" if (src / "METADATA").is_file() else src / "PKG-INFO"
-        if meta.is_file():
-            yield name, version, meta.read_text(errors="replace")
+        files = dist_files(Path(path))
+        if files:
+            yield name, version, files
+
+
+def dist_files(info: Path) -> dict[str, str]:
+    """The metadata files a stub keeps: METADATA (or PKG-INFO) and the entry points.
+
+    Entry points matter: setuptools finds its commands, pytest its plugins and torch its
+    backends through them, and a stub is what importlib.metadata finds first.
+    """
+    files = {}
+    meta = info / "METADATA" if (info / "METADATA").is_file() else info / "PKG-INFO"
+    if not meta.is_file():
+        return files
+    files["METADATA"] = meta.read_text(errors="replace")
+    for name in STUB_FILES[1:]:
+        if (info / name).is_file():
+            files[name] = (info / name).read_text(errors="replace")
+    return files
 
 
 def write_stubs(site_dir: Path, items) -> dict[str, str]:
+    """Write stub dist-infos: (name, version, METADATA text or {file: text}) each."""
     stubs: dict[str, str] = {}
-    for name, version, metadata in items:
+    for name, version, content in items:
+        files = {"METADATA": content} if isinstance(content, str) else content
         info = f"{name.replace('-', '_')}-{version}.dist-info"
         d = site_dir / info
         d.mkdir(exist_ok=True)
-        (d / "METADATA").write_text(metadata)
+        for fname, text in files.items():
+            (d / fname).write_text(text)
         (d / "INSTALLER").write_text(STUB_INSTALLER + "\n")
-        (d / "RECORD").write_text("".join(f"{info}/{f},,\n" for f in ("METADATA", "INSTALLER", "RECORD")))
+        listed = [*files, "INSTALLER", "RECORD"]
+        (d / "RECORD").write_text("".join(f"{info}/{f},,\n" for f in listed))
         stubs[canonicalize_name(name)] = version
     return stubs
 
@@ -627,25 +578,6 @@ def _wheel_is(path: Path, name: str, version: str) -> bool:
     except ValueError:
         return False
     return n == canonicalize_name(name) and str(v) == version
-
-
-def export_commit(repo: Path, commit: str, dest: Path, paths: tuple[str, ...]) -> None:
-    """Write the tree of ``commit`` (only ``paths`` if given) into ``dest``."""
-    dest.mkdir(parents=True)
-    tree = subprocess.run(["git", "-C", str(repo), "ls-tree", "--name-only", commit],
-                          capture_output=True, text=True)
-    if tree.returncode != 0:
-        raise EnvBuildError(f"git cannot read {commit[:10]} in {repo}: {tree.stderr.strip()}")
-    present = set(tree.stdout.split())
-    chosen = [p for p in paths if p in present] if paths else []
-    with tempfile.TemporaryFile() as buf:
-        proc = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit, *chosen],
-                              stdout=buf, stderr=subprocess.PIPE)
-        if proc.returncode != 0:
-            raise EnvBuildError(f"git archive {commit[:10]} failed: {proc.stderr.decode().strip()}")
-        buf.seek(0)
-        with tarfile.open(fileobj=buf) as tar:
-            tar.extractall(dest, filter="data")
 
 
 def _mark_cache_dir(root: Path) -> None:

@@ -52,7 +52,7 @@ class LaunchSpec:
     idle_timeout: float | None = None
     quiet_after: float | None = None
     hang_grace: float = 15.0
-    expected_ranks: int = 0
+    expected_ranks: int = 0  # when this many flight-recorder dumps exist, the grace ends early
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet) -> dict:
         now = time.monotonic()
         if code is not None:
             return _ended(code, now - t0, hang_line, hang_at, t0)
-        if hang_at is not None and now - hang_at > spec.hang_grace:
+        if hang_at is not None and (now - hang_at > spec.hang_grace or _dumps_ready(spec, hang_at, now)):
             return _ended(None, now - t0, hang_line, hang_at, t0, why="collective timeout")
         if now - t0 > spec.wall_timeout:
             _call(on_hang, seen, "deadline")
@@ -165,6 +165,13 @@ def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet) -> dict:
             return _ended(None, now - t0, hang_line, now, t0, timed_out=True,
                           why=f"no output for {spec.idle_timeout:g} s")
         time.sleep(POLL_S)
+
+
+def _dumps_ready(spec: LaunchSpec, hang_at: float, now: float) -> bool:
+    """Every rank wrote its flight-recorder dump (and a second passed for the last write)."""
+    if not spec.expected_ranks or now - hang_at < 1.0:
+        return False
+    return len(list(spec.run_dir.glob("nccl_trace_rank_*"))) >= spec.expected_ranks
 
 
 def _ended(code, seconds, hang_line, hang_at, t0, timed_out=False, why="") -> dict:

@@ -46,7 +46,7 @@ def snapshot(python: str | None) -> dict:
         "python_version": base.version,
         "platform": sysconfig.get_platform(),
         "libc": "-".join(platform.libc_ver()),
-        "dists": [{"name": n, "version": v, "metadata": m} for n, v, m in base_metadata(base)],
+        "dists": [{"name": n, "version": v, "metadata": f["METADATA"]} for n, v, f in base_metadata(base)],
     }
 
 
@@ -104,6 +104,7 @@ class Prefetcher:
     target: Target = field(default_factory=Target)
     log: callable = lambda msg: None
     added: list[str] = field(default_factory=list)
+    _context: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.dest = Path(self.dest).resolve()
@@ -116,6 +117,8 @@ class Prefetcher:
     def point(self, point: Point) -> list[tuple[str, str]]:
         """Put into ``dest`` every distribution ``point`` needs beyond the target's base."""
         reqs = list(point.requirements())
+        torchy = {canonicalize_name(n) for n in self.mgr.options.build_with_torch}
+        self._context = tuple(r for r in reqs if canonicalize_name(Requirement(r).name) not in torchy)
         for r in reqs:
             self._build_if_torch_sdist(Requirement(r))
         needed = self._resolve(reqs)
@@ -130,7 +133,7 @@ class Prefetcher:
         if not version or canonicalize_name(req.name) not in built_with_torch or self._have(req.name, version):
             return
         self.log(f"building {req.name}=={version} into a wheel")
-        folder = self.mgr.release_wheel(req.name, version)
+        folder = self.mgr.release_wheel(req.name, version, self._context)
         for w in folder.glob("*.whl"):
             n, v, _, _ = parse_wheel_filename(w.name)
             if n == canonicalize_name(req.name) and str(v) == version:
@@ -208,7 +211,7 @@ class Prefetcher:
         self._note_new(name, version)
 
     def _pip(self) -> list[str]:
-        builder = self.mgr.builder(self.mgr.base.site_dirs)
+        builder = self.mgr.builder()
         return [str(builder / "bin" / "python"), "-m", "pip"]
 
     def _copy(self, path: Path) -> None:
@@ -239,6 +242,12 @@ class Prefetcher:
         return [c.hash for c in chain]
 
     # ------------------------------------------------------------------ tool
+
+    def requirements(self, reqs: tuple[str, ...]) -> None:
+        """Any other requirements (resolved together against the target's base)."""
+        for name, version in self._resolve(list(reqs)):
+            if not self._have(name, version):
+                self._download(name, version)
 
     def tool(self) -> None:
         """dsbisect itself and what it needs, to install it on the target with no network."""

@@ -126,6 +126,7 @@ class Runner:
             idle_timeout=case.idle_timeout,
             quiet_after=max(1.0, case.collective_timeout * 0.4),
             hang_grace=20.0 if accel == "cuda" else 5.0,
+            expected_ranks=case.nproc if accel == "cuda" else 0,
         )
         capture = Capture(run_dir)
         self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {case.nproc} ranks, {accel})")
