@@ -189,7 +189,7 @@ class Bisection:
         old = self._test(points[0], stage, self._label(points[0]))
         new = self._test(points[-1], stage, self._label(points[-1]))
         fix = self.req.find_fix
-        names = ("good", "bad")
+        names = ("broken", "fixed") if fix else ("good", "bad")
         for step, want, name, label in ((old, Side.OLD, names[0], labels[0]), (new, Side.NEW, names[1], labels[-1])):
             side = self._side(step.verdict)
             if side is Side.SKIP:
@@ -201,11 +201,11 @@ class Bisection:
     def _ends_message(self, step: Step, name: str, label: str, fix: bool) -> tuple[str, str]:
         what = step.outcome.value
         shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}[what]
-        if name == "bad" and not fix:
+        if name == "bad":
             return "not-reproduced", f"{label} (the bad end) {shown}: the regression does not reproduce here"
-        if name == "bad" and fix:
+        if name == "fixed":
             return "not-reproduced", f"{label} (the fixed end) {shown}: the fix is not visible here"
-        if fix:
+        if name == "broken":
             return "good-end-bad", f"{label} (the broken end) {shown}: the bug does not reproduce there; check the range"
         return "good-end-bad", f"{label} (the good end) also {shown}; widen the range"
 

@@ -105,7 +105,7 @@ class Runner:
             wanted.append(point.source.package)
         wanted = [n for n in dict.fromkeys(wanted) if canonicalize_name(n) != "torch"] + ["torch"]
         self.progress("env", f"{case.name} · {point.label}: importing {', '.join(wanted)}")
-        result = facts.probe(env.python, wanted, self._base_env(case, accel))
+        result = facts.probe(env.python, wanted, self._base_env(case, accel) | dict(case.env))
         probe = Probe(result.ok, result.reason and f"import check: {result.reason}", result.facts)
         self.store.put_probe(env.key, case.compat, probe)
         return probe

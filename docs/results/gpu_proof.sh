@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The GPU proof of the seed cases, with dsbisect itself, on a 2-GPU machine with no network,
+# in stages that each fit in one 10-minute command:
+#
+#   A  seed 2: the zero3_from_pretrained grid, the transformers bisection, and the find-fix
+#      bisection into the DeepSpeed commits between 0.9.5 and 0.10.0
+#   B  seed 1: bisect 0.12.2..0.12.4 with the calibrated headroom, into the 28 commits of
+#      v0.12.3..v0.12.4; then the same without the memory fill (expected: not reproduced)
+#   C  whatever an earlier stage left unfinished (bisections resume from the store), and
+#      the GPU tests (pytest -m gpu)
+#
+# Prepared on a machine with a network, in the repository root (.gpu/ is git-ignored):
+#   dsbisect snapshot-base -o base.json                        # on the GPU machine, once
+#   T="--python-version 3.12 --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --base-snapshot base.json"
+#   dsbisect prefetch --no-cases --tool --dest .gpu/tool $T
+#   dsbisect prefetch matrix.yaml --case zero3_from_pretrained --extra 'setuptools<75' --dest .gpu/seed2 $T
+#   dsbisect prefetch matrix.yaml --case checkpoint_after_training --extra 'setuptools<75' --dest .gpu/seed1 $T
+#   .gpu/r095, .gpu/r124: bare clones of DeepSpeed holding v0.9.5..v0.10.0 and v0.12.3..v0.12.4
+#   (shallow at the older tag; blobs of the paths setup.py needs), small enough to carry.
+#
+# Usage: bash docs/results/gpu_proof.sh A|B|C   (outputs go to $OUT)
+set -u
+stage=${1:?stage A, B or C}
+OUT=${OUT:-/tmp/dsbisect-proof}
+mkdir -p "$OUT/reports"
+exec > >(tee -a "$OUT/$stage.log") 2>&1
+export PYTHONUNBUFFERED=1
+BUDGET=${BUDGET:-570}
+
+if [ ! -x /tmp/site/bin/uv ]; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/tool/*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD/src
+ds() { python3 -m dsbisect "$@"; }
+left() { echo $(( BUDGET - SECONDS )); }
+CACHE="--cache-dir /tmp/dsbisect-cache"
+S2="--offline --find-links .gpu/seed2 $CACHE"
+S1="--offline --find-links .gpu/seed1 $CACHE"
+CT="--collective-timeout 30"
+
+# report NAME ARGS...: the command as JSON, then (if it ended, not interrupted) as Markdown from the store
+report() {
+  local name=$1; shift
+  echo "== $(date -u +%T) dsbisect $*"
+  timeout -s INT "$(left)" python3 -m dsbisect "$@" --format json -o "$OUT/reports/$name.json" > /dev/null
+  local rc=$?
+  echo "== exit $rc after ${SECONDS}s"
+  if [ $rc -ne 130 ] && [ $rc -ne 124 ] && [ "$(left)" -gt 20 ]; then
+    python3 -m dsbisect "$@" --format markdown -q -o "$OUT/reports/$name.md" > /dev/null
+  fi
+}
+
+nvidia-smi -L
+case $stage in
+  A)
+    report seed2-grid run matrix.yaml --case zero3_from_pretrained $CT $S2
+    report seed2-bisect-transformers bisect transformers 4.36.2 4.39.2 --case zero3_from_pretrained \
+      --pin deepspeed==0.9.5 $CT $S2
+    report seed2-bisect-fix bisect deepspeed 0.9.5 0.10.0 --find-fix --pin transformers==4.39.2 \
+      --case zero3_from_pretrained $CT --git-repo .gpu/r095 --no-verify-commit-ends $S2
+    ;;
+  B)
+    report seed1-bisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training --regress-on any \
+      --git-repo .gpu/r124 $S1
+    report seed1-nofill bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training_nofill --regress-on any $S1
+    ;;
+  C)
+    report seed2-bisect-fix bisect deepspeed 0.9.5 0.10.0 --find-fix --pin transformers==4.39.2 \
+      --case zero3_from_pretrained $CT --git-repo .gpu/r095 --no-verify-commit-ends $S2
+    report seed1-bisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training --regress-on any \
+      --git-repo .gpu/r124 $S1
+    report seed1-nofill bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training_nofill --regress-on any $S1
+    DSBISECT_TEST_DEEPSPEED=0.12.4 DSBISECT_TEST_FIND_LINKS=$PWD/.gpu/seed1 \
+      timeout -s INT "$(left)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
+    ;;
+esac
+
+ds report --format json -o "$OUT/reports/store-report.json" > /dev/null
+echo "== GPU processes left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
+tar czf "$OUT/$stage-reports.tgz" -C "$OUT" reports
+tar czf "$OUT/$stage-store.tgz" --exclude='dsbisect-bert-*' --exclude='*.pt' .dsbisect
+ls -la "$OUT"
