@@ -215,13 +215,21 @@ class Bisection:
         req = self.req
         old_tag = gitrepo.tag_for(repo, req.package, result.last_good)
         new_tag = gitrepo.tag_for(repo, req.package, result.first_bad)
-        commits = gitrepo.commits_between(repo, old_tag, new_tag)
-        chain = [gitrepo.commit(repo, old_tag), *commits]
+        start, note = old_tag, ""
+        if not gitrepo.is_ancestor(repo, old_tag, new_tag):
+            # A release cut from a branch (as DeepSpeed's are): like git bisect, start from
+            # the merge base, whose behaviour must then be tested rather than assumed.
+            start = gitrepo.merge_base(repo, old_tag, new_tag)
+            note = (f"{old_tag} is not an ancestor of {new_tag} (a release branch): the commits searched are "
+                    f"the first-parent ones from their merge base {start[:10]}")
+        commits = gitrepo.commits_between(repo, start, new_tag)
+        chain = [gitrepo.commit(repo, start), *commits]
         points = [self._commit_point(repo, c, result.first_bad) for c in chain]
-        if req.verify_commit_ends:  # the source builds of both tags must behave like the releases
-            problem = self._check_ends([c.short for c in chain], points, "commit")
+        if req.verify_commit_ends or note:  # the tags' source builds, or the merge base, must be tested
+            problem = self._check_commit_ends(chain, points, both=req.verify_commit_ends)
             if problem:
-                return _replace(result, steps=tuple(self.steps), commit_message=f"commit step: {problem[1]}")
+                msg = "; ".join(x for x in (note, f"commit step: {problem[1]}") if x)
+                return _replace(result, steps=tuple(self.steps), commit_message=msg)
         found = search(len(points), lambda idx: self._probe(points, idx, "commit"), req.width)
         first = chain[found.first_new]
         cr = CommitResult(
@@ -232,7 +240,19 @@ class Bisection:
             count=len(commits),
             verdict="found" if found.exact else "ambiguous",
         )
-        return _replace(result, commit=cr, steps=tuple(self.steps))
+        return _replace(result, commit=cr, steps=tuple(self.steps), commit_message=note)
+
+    def _check_commit_ends(self, chain, points, both: bool) -> tuple[str, str] | None:
+        if both:
+            return self._check_ends([c.short for c in chain], points, "commit")
+        step = self._test(points[0], "commit", self._label(points[0]))
+        side = self._side(step.verdict)
+        if side is Side.OLD:
+            return None
+        if side is Side.SKIP:
+            return "untestable", f"the merge base {chain[0].short} could not be tested: {step.detail}"
+        return "good-end-bad", (f"the merge base {chain[0].short} already behaves like the "
+                                f"{'fixed' if self.req.find_fix else 'bad'} end: the change is on the release branch")
 
     def _commit_point(self, repo: Path, c: gitrepo.Commit, version: str) -> Point:
         src = GitSource(self.req.package, str(repo), c.hash, c.describe, c.subject)

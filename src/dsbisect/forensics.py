@@ -324,7 +324,8 @@ def _file_rank(path: Path) -> int | None:
     m = _RANK_FILE.search(path.name)
     if m:
         return int(m[1])
-    return int(path.parent.name) if path.parent.name.isdigit() else None
+    torchrun = path.parent.name.isdigit() and path.parent.parent.name.startswith("attempt_")
+    return int(path.parent.name) if torchrun else None
 
 
 def _line(raw: str, file_rank: int | None) -> _Line:
@@ -421,6 +422,8 @@ def _last_traceback(texts: list[str]) -> tuple[Frame, ...]:
         if m:
             frames.append(Frame(m[3].strip(), m[1], int(m[2])))
         elif not text[:1].isspace():  # the exception line ends the traceback
+            if text.startswith("KeyboardInterrupt"):
+                return ()  # dsbisect's own SIGINT at teardown, not where the rank was stuck
             break
     return tuple(reversed(frames))
 

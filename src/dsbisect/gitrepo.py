@@ -52,13 +52,21 @@ def resolve(repo: Path, ref: str) -> str:
     return _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
 
 
+def is_ancestor(repo: Path, old: str, new: str) -> bool:
+    proc = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", resolve(repo, old), resolve(repo, new)])
+    return proc.returncode == 0
+
+
+def merge_base(repo: Path, a: str, b: str) -> str:
+    out = _git(repo, "merge-base", resolve(repo, a), resolve(repo, b)).strip()
+    if not out:
+        raise InputError(f"{a} and {b} have no common history in {repo}")
+    return out
+
+
 def commits_between(repo: Path, old: str, new: str) -> list[Commit]:
     """First-parent commits after ``old`` up to and including ``new``, oldest first."""
     old_hash, new_hash = resolve(repo, old), resolve(repo, new)
-    proc = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", old_hash, new_hash])
-    if proc.returncode != 0:
-        raise InputError(f"{old} is not an ancestor of {new} in {repo}: the releases are on diverging "
-                         "branches, so there is no commit range to bisect")
     out = _git(repo, "log", "--first-parent", "--reverse", "--format=%H%x09%s", f"{old_hash}..{new_hash}")
     commits = []
     for line in out.splitlines():
