@@ -28,14 +28,16 @@ export PYTHONUNBUFFERED=1
 BUDGET=${BUDGET:-570}
 
 if [ ! -x /tmp/site/bin/uv ]; then
+  [ -d .gpu/tool ] || { echo "no dsbisect here and no .gpu/tool to install it from"; exit 3; }
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/tool/*.whl || exit 1
 fi
 export PYTHONPATH=/tmp/site:$PWD/src
 ds() { python3 -m dsbisect "$@"; }
 left() { echo $(( BUDGET - SECONDS )); }
 CACHE="--cache-dir /tmp/dsbisect-cache"
-S2="--offline --find-links .gpu/seed2 $CACHE"
-S1="--offline --find-links .gpu/seed1 $CACHE"
+# One store per seed (a stage can resume the other's bisections from a carried copy).
+S2="--offline --find-links .gpu/seed2 $CACHE --store .gpu/store-seed2"
+S1="--offline --find-links .gpu/seed1 $CACHE --store .gpu/store-seed1"
 CT="--collective-timeout 30"
 
 # report NAME ARGS...: the command as JSON, then (if it ended, not interrupted) as Markdown from the store
@@ -75,8 +77,10 @@ case $stage in
     ;;
 esac
 
-ds report --format json -o "$OUT/reports/store-report.json" > /dev/null
+for st in .gpu/store-seed*; do
+  [ -d "$st" ] && ds report --store "$st" --format json -o "$OUT/reports/$(basename "$st")-report.json" > /dev/null
+done
 echo "== GPU processes left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
 tar czf "$OUT/$stage-reports.tgz" -C "$OUT" reports
-tar czf "$OUT/$stage-store.tgz" --exclude='dsbisect-bert-*' --exclude='*.pt' .dsbisect
+tar czf "$OUT/$stage-store.tgz" --exclude='dsbisect-bert-*' --exclude='*.pt' .gpu/store-seed*
 ls -la "$OUT"
