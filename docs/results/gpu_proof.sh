@@ -36,7 +36,7 @@ ds() { python3 -m dsbisect "$@"; }
 left() { echo $(( BUDGET - SECONDS )); }
 CACHE="--cache-dir /tmp/dsbisect-cache"
 # One store per seed (a stage can resume the other's bisections from a carried copy).
-S2="--offline --find-links .gpu/seed2 $CACHE --store .gpu/store-seed2"
+S2="--offline --find-links ${S2DIR:-.gpu/seed2} $CACHE --store .gpu/store-seed2"
 S1="--offline --find-links .gpu/seed1 $CACHE --store .gpu/store-seed1"
 CT="--collective-timeout 30"
 
@@ -70,8 +70,16 @@ case $stage in
     report seed2-bisect-fix bisect deepspeed 0.9.5 0.10.0 --find-fix --pin transformers==4.39.2 \
       --case zero3_from_pretrained $CT --git-repo .gpu/r095 --no-verify-commit-ends $S2
     report seed1-bisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training --regress-on any \
-      --git-repo .gpu/r124 $S1
+      --git-repo .gpu/r124 --no-verify-commit-ends $S1
+    ;;
+  D)
+    report seed1-bisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training --regress-on any \
+      --git-repo .gpu/r124 --no-verify-commit-ends $S1
     report seed1-nofill bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training_nofill --regress-on any $S1
+    report seed2-bisect-fix bisect deepspeed 0.9.5 0.10.0 --find-fix --pin transformers==4.39.2 \
+      --case zero3_from_pretrained $CT --git-repo .gpu/r095 --no-verify-commit-ends $S2
+    ;;
+  T)
     DSBISECT_TEST_DEEPSPEED=0.12.4 DSBISECT_TEST_FIND_LINKS=$PWD/.gpu/seed1 \
       timeout -s INT "$(left)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
     ;;

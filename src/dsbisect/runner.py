@@ -169,8 +169,8 @@ class Runner:
             env["DSBISECT_COMPAT"] = ",".join(case.compat)
         if accel == "cpu":
             env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-        else:
-            env["DS_ACCELERATOR"] = "cuda"
+        # On GPUs DeepSpeed detects the accelerator itself, as in the user's job: setting
+        # DS_ACCELERATOR=cuda sends 0.12.4's get_accelerator() into endless recursion.
         return env
 
 
