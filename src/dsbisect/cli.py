@@ -336,8 +336,8 @@ def bisect(
                         gpus=facts.gpus(), progress=ui)
         with ui.running():
             result = Bisection(runner, index, req).run()
-        command = "dsbisect " + shlex.join(sys.argv[1:]) if sys.argv and "dsbisect" in sys.argv[0] else (
-            "dsbisect bisect " + shlex.join([package, good, bad]))
+        command = "dsbisect " + shlex.join(reproduce_args(sys.argv[1:])) if sys.argv and "dsbisect" in sys.argv[0] \
+            else "dsbisect bisect " + shlex.join([package, good, bad])
         if fmt is Format.json:
             emit(dumps(result) + "\n", output)
         elif fmt is Format.markdown:
@@ -349,6 +349,22 @@ def bisect(
         if result.exit_code:
             err.print(f"[bold red]{result.verdict}:[/] {result.message}", highlight=False)
             raise typer.Exit(result.exit_code)
+
+
+def reproduce_args(argv: list[str]) -> list[str]:
+    """The command line without the options that only shape the output."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ("--format", "-o", "--output"):
+            skip = True
+            continue
+        if a in ("-q", "--quiet") or a.startswith(("--format=", "--output=")):
+            continue
+        out.append(a)
+    return out
 
 
 def _bisect_case(case: str | None, script: Path | None, matrix: Path, nproc: int, accelerator: str):

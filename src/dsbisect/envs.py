@@ -523,10 +523,14 @@ def write_stubs(site_dir: Path, items) -> dict[str, str]:
     return stubs
 
 
+def hook_source() -> str:
+    return resources.files("dsbisect").joinpath("_hook/dsbisect_hook.py").read_text()
+
+
 def install_hook(venv: Path) -> None:
     """(Re)write dsbisect's start-up hook into the venv; cheap, and keeps old envs current."""
     site_dir = _site_packages(venv)
-    src = resources.files("dsbisect").joinpath("_hook/dsbisect_hook.py").read_text()
+    src = hook_source()
     target = site_dir / "dsbisect_hook.py"
     if not target.is_file() or target.read_text() != src:
         target.write_text(src)

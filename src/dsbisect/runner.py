@@ -97,17 +97,20 @@ class Runner:
         return self.store.run(run_id)
 
     def _probe(self, env: Env, case: Case, point: Point, accel: str) -> Probe:
-        cached = self.store.probe(env.key, case.compat)
-        if cached:
-            return cached
+        """Import the point's packages in its venv, once per venv and import environment."""
         wanted = [n for n, _ in point.versions]
         if point.source:
             wanted.append(point.source.package)
         wanted = [n for n in dict.fromkeys(wanted) if canonicalize_name(n) != "torch"] + ["torch"]
+        probe_env = self._base_env(case, accel) | dict(case.env)
+        key = probe_key(case, accel, wanted)
+        cached = self.store.probe(env.key, key)
+        if cached:
+            return cached
         self.progress("env", f"{case.name} · {point.label}: importing {', '.join(wanted)}")
-        result = facts.probe(env.python, wanted, self._base_env(case, accel) | dict(case.env))
+        result = facts.probe(env.python, wanted, probe_env)
         probe = Probe(result.ok, result.reason and f"import check: {result.reason}", result.facts)
-        self.store.put_probe(env.key, case.compat, probe)
+        self.store.put_probe(env.key, key, probe)
         return probe
 
     def _launch(self, case: Case, point: Point, env: Env, probe: Probe, accel: str, attempt: int,
@@ -175,6 +178,15 @@ class Runner:
 
 
 # ------------------------------------------------------------------- helpers
+
+
+def probe_key(case: Case, accel: str, wanted: list[str]) -> tuple[str, ...]:
+    """What an import check depends on besides the venv: shims, case env, accelerator, dsbisect."""
+    from . import __version__
+    from .envs import _digest, hook_source
+
+    return (*case.compat, _digest({"env": [list(e) for e in case.env], "accel": accel, "wanted": wanted,
+                                   "dsbisect": __version__, "hook": hook_source()}))
 
 
 def run_env(case: Case, run_dir: Path) -> dict[str, str]:
