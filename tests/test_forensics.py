@@ -366,3 +366,18 @@ def test_committed_samples_hold_no_machine_paths():
             for local in (b"/work/", b"/root/", b"/tmp/"):
                 assert local not in data, f"{path} holds {local!r}"
 
+
+
+def test_real_gpu_hang_recorded_by_dsbisect():
+    """The seed-2 hang as dsbisect captured it on 2x H200 (deepspeed 0.9.5 + transformers
+    4.37.0): flight recorder, watchdog, py-spy and faulthandler stacks; the launcher's own
+    KeyboardInterrupt traceback (dsbisect's teardown) must not count as a rank."""
+    sig = analyze(DATA / "nccl-hang-gpu")
+    assert [r.rank for r in sig.ranks] == [0, 1]
+    r0, r1 = sig.ranks
+    assert (r0.op, r0.seq, r0.numel_in) == ("_ALLGATHER_BASE", 121, 2048)
+    assert (r1.op, r1.seq, r1.numel_in) == ("_ALLGATHER_BASE", 122, 2048)
+    assert set(r0.sources) >= {"flight-recorder", "watchdog", "py-spy", "faulthandler"}
+    assert "first mismatch at SeqNum 121: rank 0 numel 2048 vs rank 1 numel 32 (completed)" in sig.text
+    assert sig.text.endswith("partition_parameters.py:_allgather_params_coalesced ← "
+                             "partition_parameters.py:_all_gather ← modeling_utils.py:_load_pretrained_model")
