@@ -76,7 +76,7 @@ def test_hang_line_ends_the_run_after_the_grace(tmp_path):
 def test_idle_limit(tmp_path):
     code = "import time\nprint('started', flush=True)\ntime.sleep(600)\n"
     res = launch(_spec(tmp_path, code, idle_timeout=2.0))
-    assert res.timed_out and "no output for 2 s" in res.why and res.seconds < 8
+    assert res.timed_out and "no output and no rank's stack moved for 2 s" in res.why and res.seconds < 8
 
 
 def test_normal_exit_code_and_log(tmp_path):
@@ -101,3 +101,34 @@ def test_interrupt_stops_the_tree(tmp_path):
         launch(_spec(tmp_path, STUBBORN, wall_timeout=60.0))
     time.sleep(0.5)
     assert not [p for p in _pids(tmp_path) if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+SILENT_BUT_BUSY = """\
+import os, subprocess, sys
+code = "import time\\n" + "".join(
+    f"def phase{i}():\\n    time.sleep({t})\\n" for i, t in enumerate((2.0, 2.5, 1.5))
+) + "phase0(); phase1(); phase2()\\n"
+sys.exit(subprocess.call([sys.executable, "-c", code], env=dict(os.environ, RANK="0")))
+"""
+
+
+def test_silent_rank_whose_stack_moves_is_not_a_hang(tmp_path):
+    """Idle limit 2.5 s, but the rank moves from phase0() to phase1() to phase2(): py-spy
+    sees the stacks change at each idle check, so the run ends normally."""
+    from dsbisect.evidence import Capture
+
+    capture = Capture(tmp_path / "run")
+    res = launch(_spec(tmp_path, SILENT_BUT_BUSY, idle_timeout=2.5, quiet_after=1.0),
+                 on_quiet=capture, on_idle=capture.stuck)
+    assert res.exit_code == 0 and not res.timed_out, res
+    assert any("moved" in n for n in capture.notes)
+
+
+def test_silent_rank_whose_stack_stays_is_a_hang(tmp_path):
+    from dsbisect.evidence import Capture
+
+    capture = Capture(tmp_path / "run")  # STUBBORN's rank sleeps in one place forever
+    res = launch(_spec(tmp_path, STUBBORN, idle_timeout=2.5, quiet_after=1.0), on_quiet=capture,
+                 on_idle=capture.stuck)
+    assert res.timed_out and "no rank's stack moved" in res.why
+    assert capture.stacks and all(frames for frames in capture.stacks.values())

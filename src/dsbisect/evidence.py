@@ -33,6 +33,7 @@ class Capture:
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     taken: list[str] = field(default_factory=list)
+    stacks: dict[str, tuple[str, ...]] = field(default_factory=dict)  # rank -> main-thread frames, latest
 
     def __call__(self, procs: list[psutil.Process], reason: str) -> None:
         """Launch hook: dump the stacks of ``procs`` (the live ranks)."""
@@ -66,6 +67,21 @@ class Capture:
         path = folder / f"pyspy.rank{rank}.{reason}.txt"
         path.write_text(out.stdout)
         self.files.append(str(path))
+        self.stacks[rank] = main_thread(out.stdout)
+
+    def stuck(self, procs: list[psutil.Process]) -> bool:
+        """Idle-limit check: True unless some rank's main-thread stack moved since the last look.
+
+        Without an earlier stack to compare (py-spy refused, or no quiet snapshot), the idle
+        limit alone decides.
+        """
+        before = dict(self.stacks)
+        self(procs, "idle")
+        moved = [r for r, frames in self.stacks.items() if r in before and before[r] != frames]
+        if moved:
+            self._note(f"no output for a while, but the stacks of rank(s) {', '.join(sorted(moved))} moved: "
+                       "not a hang yet")
+        return not moved
 
     def _faulthandler(self, procs: list[psutil.Process]) -> None:
         """Signal the ranks whose hook registered faulthandler (their file exists)."""
@@ -105,10 +121,26 @@ class Capture:
         return {"files": sorted(set(self.files)) + dumps, "notes": self.notes, "taken": self.taken}
 
 
+def main_thread(dump: str) -> tuple[str, ...]:
+    """The frame lines of the main thread in ``py-spy dump`` output (the first thread if unnamed)."""
+    blocks: list[tuple[str, list[str]]] = []
+    for line in dump.splitlines():
+        if line.startswith("Thread "):
+            blocks.append((line, []))
+        elif blocks and line.startswith("    "):
+            blocks[-1][1].append(line.strip())
+    for head, frames in blocks:
+        if '"MainThread"' in head:
+            return tuple(frames)
+    return tuple(blocks[0][1]) if blocks else ()
+
+
 def pyspy_bin() -> str | None:
-    """py-spy next to this interpreter, on PATH, or in a ``pip install --target`` folder."""
+    """py-spy as DSBISECT_PYSPY names it, next to this interpreter, on PATH, or in a ``--target`` folder."""
     import sys
 
+    if os.environ.get("DSBISECT_PYSPY"):
+        return os.environ["DSBISECT_PYSPY"]
     for candidate in [Path(sys.executable).parent / "py-spy", *(Path(p) / "bin" / "py-spy" for p in sys.path if p)]:
         if candidate.is_file():
             return str(candidate)

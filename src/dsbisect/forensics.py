@@ -30,6 +30,7 @@ SOURCES = ("flight-recorder", "watchdog", "py-spy", "faulthandler", "traceback")
 _FACT_ORDER = ("flight-recorder", "watchdog", "traceback", "py-spy", "faulthandler")
 _PYSPY_TAGS = ("watchdog", "deadline", "idle", "quiet")  # latest evidence first
 _LIBS = ("deepspeed", "transformers", "accelerate")
+_NOT_OWN = ("<stdlib>", "torch", "numpy", "triton", "typing_extensions", "_pytest", "pluggy")
 _LIB_PLUMBING = ("deepspeed/comm/", "deepspeed/utils/nvtx.py")  # collective and profiling wrappers
 _OPS = {  # flight-recorder profiling name -> the watchdog's OpType
     "broadcast": "BROADCAST", "all_reduce": "ALLREDUCE", "reduce": "REDUCE",
@@ -141,7 +142,7 @@ def own_frames(frames: tuple[Frame, ...], limit: int = 3) -> tuple[Frame, ...]:
     """
     own = [(i, _package(f.file)) for i, f in enumerate(frames) if _is_own(f)]
     boundaries = [i for n, (i, pkg) in enumerate(own)
-                  if n == 0 or (pkg != own[n - 1][1] and pkg in _LIBS)]
+                  if n == 0 or (pkg != own[n - 1][1] and pkg != "<script>")]
     rest = [i for i, _ in own if i not in boundaries]
     return tuple(frames[i] for i in sorted((boundaries + rest)[:max(limit, 0)]))
 
@@ -689,11 +690,13 @@ def _package(file: str) -> str:
 
 
 def _is_own(frame: Frame) -> bool:
+    """The user's scripts and every installed package but torch, numpy and the stdlib: the
+    code under test (deepspeed, transformers, accelerate, but also megatron, peft, a toy)."""
     package = _package(frame.file)
-    if package == "<script>":
-        return True
+    if package in _NOT_OWN:
+        return False
     path = frame.file.replace("\\", "/")
-    return package in _LIBS and not any(p in path for p in _LIB_PLUMBING)
+    return not any(p in path for p in _LIB_PLUMBING)
 
 
 def _basename(file: str) -> str:

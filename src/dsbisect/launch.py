@@ -7,7 +7,8 @@ reads every log as it grows and ends the run when:
 - the launcher exits;
 - a collective-timeout line appears (NCCL's watchdog, gloo's recv/send timeout): a
   *hang*, ended after ``hang_grace`` seconds so that flight-recorder dumps get written;
-- no log grows for ``idle_timeout`` seconds and the ranks' stacks did not move: a hang;
+- no log grows for ``idle_timeout`` seconds and ``on_idle`` finds that no rank's stack
+  moved since the last look (a silent but busy rank resets the clock): a hang;
 - the wall deadline passes: a hang.
 
 Before a hang is torn down, ``on_hang`` gets the live rank processes (for stacks), and
@@ -116,7 +117,11 @@ def free_port(avoid: set[int] = frozenset()) -> int:
     raise RuntimeError("no free port")
 
 
-def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook | None = None) -> LaunchResult:
+IdleCheck = Callable[[list[psutil.Process]], bool]
+
+
+def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook | None = None,
+           on_idle: IdleCheck | None = None) -> LaunchResult:
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     log_path = spec.run_dir / "launcher.log"
     t0 = time.monotonic()
@@ -127,7 +132,7 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
         )
     seen: dict[int, psutil.Process] = {}
     try:
-        result = _watch(proc, spec, seen, t0, on_hang, on_quiet)
+        result = _watch(proc, spec, seen, t0, on_hang, on_quiet, on_idle)
     except BaseException:
         stop_tree(proc.pid, seen)
         raise
@@ -135,7 +140,7 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
     return LaunchResult(**(result | {"survivors": survivors, "pids": tuple(sorted(seen)), "log": log_path}))
 
 
-def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet) -> dict:
+def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle) -> dict:
     watch = _Watch(spec.run_dir)
     hang_line, hang_at, quiet_taken = "", None, False
     while True:
@@ -161,9 +166,11 @@ def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet) -> dict:
         if quiet_taken and quiet < 1:
             quiet_taken = False
         if spec.idle_timeout and quiet > spec.idle_timeout and not hang_line:
-            _call(on_hang, seen, "idle")
-            return _ended(None, now - t0, hang_line, now, t0, timed_out=True,
-                          why=f"no output for {spec.idle_timeout:g} s")
+            if on_idle is not None and not on_idle(rank_processes(seen)):
+                watch.last_growth = time.monotonic()  # the ranks are busy, only silent
+            else:
+                return _ended(None, now - t0, hang_line, now, t0, timed_out=True,
+                              why=f"no output and no rank's stack moved for {spec.idle_timeout:g} s")
         time.sleep(POLL_S)
 
 

@@ -135,7 +135,7 @@ class Runner:
         self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {case.nproc} ranks, {accel})")
         t0 = time.monotonic()
         try:
-            result = launch(spec, on_hang=capture, on_quiet=capture)
+            result = launch(spec, on_hang=capture, on_quiet=capture, on_idle=capture.stuck)
         except KeyboardInterrupt:
             self.store.abandon_run(run_id)
             raise Interrupted("interrupted; the run's processes were stopped") from None
