@@ -163,13 +163,18 @@ class Bisection:
         new_is_bad = not self.req.find_fix
         return Side.NEW if (v is Verdict.BAD) == new_is_bad else Side.OLD
 
+    def _enough(self, runs: list[RunRecord]) -> bool:
+        return any(self._verdict(r) is Verdict.BAD for r in runs)
+
     def _test(self, point: Point, stage: str, label: str) -> Step:
+        runs = self.runner.runs(self.req.case, point, want=self.req.repeat, enough=self._enough)
+        return self._step(point, runs, stage)
+
+    def _step(self, point: Point, runs: list[RunRecord], stage: str) -> Step:
         req = self.req
-        runs = self.runner.runs(req.case, point, want=req.repeat,
-                                enough=lambda rs: any(self._verdict(r) is Verdict.BAD for r in rs))
         v = combine([self._verdict(r) for r in runs])
         src = point.source
-        step = Step(stage, label, point.version_of(req.package) or "", src.commit if src else None,
+        step = Step(stage, self._label(point), point.version_of(req.package) or "", src.commit if src else None,
                     src.subject if src else "", v, tuple(runs))
         self.steps.append(step)
         self._save("running", {"steps": [step_json(s) for s in self.steps]})
@@ -179,15 +184,18 @@ class Bisection:
         return verdict(r.outcome, self.req.regress_on, r.signature or r.reason, self.req.signature)
 
     def _probe(self, points: list[Point], indices, stage: str) -> list[Side]:
-        return [self._side(self._test(points[i], stage, self._label(points[i])).verdict) for i in indices]
+        """Test the points at ``indices`` (at once, one per free slot, when there are several)."""
+        chosen = [points[i] for i in indices]
+        found = self.runner.run_many(self.req.case, chosen, want=self.req.repeat, enough=self._enough)
+        return [self._side(self._step(p, runs, stage).verdict) for p, runs in zip(chosen, found)]
 
     def _label(self, p: Point) -> str:
         return p.source.short if p.source else (p.version_of(self.req.package) or p.label)
 
     def _check_ends(self, labels: list[str], points: list[Point], stage: str) -> tuple[str, str] | None:
         """Both ends must behave as declared; otherwise (verdict, message)."""
-        old = self._test(points[0], stage, self._label(points[0]))
-        new = self._test(points[-1], stage, self._label(points[-1]))
+        ends = self.runner.run_many(self.req.case, [points[0], points[-1]], want=self.req.repeat, enough=self._enough)
+        old, new = (self._step(p, runs, stage) for p, runs in zip((points[0], points[-1]), ends))
         fix = self.req.find_fix
         names = ("broken", "fixed") if fix else ("good", "bad")
         for step, want, name, label in ((old, Side.OLD, names[0], labels[0]), (new, Side.NEW, names[1], labels[-1])):

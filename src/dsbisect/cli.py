@@ -66,6 +66,7 @@ ExtraIndexOpt = Annotated[Optional[list[str]], typer.Option("--extra-index-url",
 FormatOpt = Annotated[Format, typer.Option("--format", help="Report format on stdout.")]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")]
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter (and, layered, environment) the point venvs are made from.")]
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Points at once (default: one per free GPU slice, or per nproc CPU cores).")]
 BaseOpt = Annotated[Optional[str], typer.Option("--base", help="layered | isolated | auto (default from matrix.yaml, else auto).")]
 
 
@@ -147,6 +148,7 @@ def run(
     fmt: FormatOpt = Format.table,
     output: OutputOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    jobs: JobsOpt = None,
 ) -> None:
     """Run every case of MATRIX at every version point and print the pass/fail/hang/skip grid."""
     with user_errors():
@@ -161,13 +163,24 @@ def run(
         st = Store(store)
         ui = ProgressUI(quiet)
         runner = Runner(store=st, envs=EnvManager(cache_root(cache_dir), env_opts, index, log=lambda s: ui("env", s)),
-                        gpus=facts.gpus(), progress=ui, rerun=rerun)
+                        gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=ui, rerun=rerun, jobs=jobs)
         records = []
         with ui.running():
             for c in cases:
-                for p in c.points:
-                    records += runner.runs(c, p, want=repeat)
+                _note_slots(runner, c, ui)
+                for rs in runner.run_many(c, list(c.points), want=repeat):
+                    records += rs
         _print_grid(records, f"dsbisect run {matrix.name}", fmt, output, cases)
+
+
+def _note_slots(runner: Runner, case: Case, ui) -> None:
+    slots = runner.slots(case)
+    if len(slots) > 1:
+        where = ", ".join(",".join(map(str, s.devices)) for s in slots if s.devices) or "CPU"
+        ui("note", f"{case.name}: {len(slots)} points at once ({where})")
+    cores = os.cpu_count() or 1
+    if runner.accelerator(case) == "cpu" and len(slots) * case.nproc > cores:
+        ui("note", f"{case.name}: {len(slots)} jobs x {case.nproc} ranks on {cores} cores: oversubscribed")
 
 
 def _override(c: Case, timeout, collective, idle) -> Case:
@@ -313,6 +326,7 @@ def bisect(
     fmt: FormatOpt = Format.table,
     output: OutputOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
+    jobs: JobsOpt = None,
 ) -> None:
     """Find the first release of PACKAGE between GOOD and BAD that breaks the case (then the commit)."""
     import shlex
@@ -333,7 +347,8 @@ def bisect(
         ui = ProgressUI(quiet)
         runner = Runner(store=st, envs=EnvManager(cache_root(cache_dir), _env_options(env_opts, python, base), index,
                                                   log=lambda s: ui("env", s)),
-                        gpus=facts.gpus(), progress=ui)
+                        gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=ui, jobs=jobs)
+        req = replace(req, width=len(runner.slots(the_case)))
         with ui.running():
             result = Bisection(runner, index, req).run()
         command = "dsbisect " + shlex.join(reproduce_args(sys.argv[1:])) if sys.argv and "dsbisect" in sys.argv[0] \

@@ -113,6 +113,16 @@ def gpus() -> list[str]:
     return picked
 
 
+def gpu_indices() -> list[int]:
+    """Physical indices of the GPUs this process may use (for the launcher's ``--include``)."""
+    names = gpus()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return list(range(len(names)))
+    ids = [int(t) for t in visible.split(",") if t.strip().isdigit()]
+    return ids[: len(names)]
+
+
 def host() -> dict:
     return {
         "dsbisect": __version__,

@@ -25,6 +25,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -121,7 +122,8 @@ IdleCheck = Callable[[list[psutil.Process]], bool]
 
 
 def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook | None = None,
-           on_idle: IdleCheck | None = None) -> LaunchResult:
+           on_idle: IdleCheck | None = None, cancel: threading.Event | None = None) -> LaunchResult:
+    """Run ``spec`` to its end; ``cancel`` (set from another thread) stops it like Ctrl-C."""
     spec.run_dir.mkdir(parents=True, exist_ok=True)
     log_path = spec.run_dir / "launcher.log"
     t0 = time.monotonic()
@@ -132,7 +134,7 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
         )
     seen: dict[int, psutil.Process] = {}
     try:
-        result = _watch(proc, spec, seen, t0, on_hang, on_quiet, on_idle)
+        result = _watch(proc, spec, seen, t0, on_hang, on_quiet, on_idle, cancel)
     except BaseException:
         stop_tree(proc.pid, seen)
         raise
@@ -140,10 +142,12 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
     return LaunchResult(**(result | {"survivors": survivors, "pids": tuple(sorted(seen)), "log": log_path}))
 
 
-def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle) -> dict:
+def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel) -> dict:
     watch = _Watch(spec.run_dir)
     hang_line, hang_at, quiet_taken = "", None, False
     while True:
+        if cancel is not None and cancel.is_set():
+            raise KeyboardInterrupt
         code = proc.poll()
         _track(proc.pid, seen)
         for line in watch.new_lines():

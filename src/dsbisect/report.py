@@ -216,6 +216,7 @@ def run_json(r: RunRecord) -> dict:
         "versions": dict(r.point.versions),
         "commit": r.point.source.commit if r.point.source else None,
         "attempt": r.attempt,
+        "started": round(r.started, 3),
         "outcome": r.outcome.value if r.outcome else None,
         "exit_code": r.exit_code,
         "seconds": round(r.seconds or 0.0, 3),

@@ -8,8 +8,12 @@ index that was down) belong to the machine and the moment rather than to the poi
 
 from __future__ import annotations
 
+import os
+import queue
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +46,69 @@ class Runner:
     gpus: list[str] = field(default_factory=list)
     progress: Progress = lambda kind, text: None
     rerun: bool = False
+    gpu_ids: list[int] = field(default_factory=list)
+    jobs: int | None = None  # None: as many as the machine's GPUs (or cores) allow
     _ports: set[int] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _cancel: threading.Event = field(default_factory=threading.Event)
+
+    # ---------------------------------------------------------- concurrency
+
+    def slots(self, case: Case) -> list[Slot]:
+        """Where runs of ``case`` can go at once: disjoint GPU slices, or CPU process budgets."""
+        case = self.effective(case)
+        if self.accelerator(case) == "cuda":
+            ids = self.gpu_ids or list(range(len(self.gpus)))
+            groups = len(ids) // case.nproc
+            n = max(1, min(groups, self.jobs or groups))
+            if n == 1:
+                return [Slot()]
+            return [Slot(tuple(ids[k * case.nproc:(k + 1) * case.nproc])) for k in range(n)]
+        fit = max(1, (os.cpu_count() or 1) // case.nproc)
+        return [Slot()] * max(1, self.jobs or fit)
+
+    def run_many(self, case: Case, points: list[Point], want: int = 1,
+                 enough: Callable[[list[RunRecord]], bool] | None = None) -> list[list[RunRecord]]:
+        """``runs`` of several points, at once when the machine has room for more than one."""
+        slots = self.slots(case)
+        if len(slots) == 1 or len(points) == 1:
+            return self._sequential(case, points, want, enough)
+        free: queue.Queue[Slot] = queue.Queue()
+        for slot in slots:
+            free.put(slot)
+
+        def one(point: Point) -> list[RunRecord]:
+            slot = free.get()
+            try:
+                return self.runs(case, point, want, enough, slot)
+            finally:
+                free.put(slot)
+
+        with ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="dsbisect-run") as pool:
+            futures = [pool.submit(one, p) for p in points]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                self._cancel.set()  # every running launch stops its process group
+                raise
+
+    def _sequential(self, case: Case, points: list[Point], want: int, enough) -> list[list[RunRecord]]:
+        """One point after another, the next point's venv built while the current one runs."""
+        out = []
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsbisect-env") as bg:
+            for i, point in enumerate(points):
+                if i + 1 < len(points):
+                    bg.submit(self._prepare, case, points[i + 1])
+                out.append(self.runs(case, point, want, enough))
+        return out
+
+    def _prepare(self, case: Case, point: Point) -> None:
+        if self.accelerator(case) == "cuda" and len(self.gpus) < case.nproc:
+            return
+        try:
+            self.envs.ensure(point)
+        except EnvBuildError:
+            pass  # the run itself records the skip, with the reason
 
     # ----------------------------------------------------------------- public
 
@@ -118,8 +184,9 @@ class Runner:
         run_id = self.store.start_run(case.name, case.key, point, env.key, attempt, None)
         run_dir = self.store.dir / "runs" / f"{run_id:06d}"
         run_dir.mkdir(parents=True, exist_ok=True)
-        port = free_port(self._ports)
-        self._ports.add(port)
+        with self._lock:
+            port = free_port(self._ports)
+            self._ports.add(port)
         spec = LaunchSpec(
             argv=tuple(launcher_argv(case, env.python, run_dir, port, slot.devices if accel == "cuda" else None)),
             env=self._base_env(case, accel) | run_env(case, run_dir),
@@ -135,12 +202,14 @@ class Runner:
         self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {case.nproc} ranks, {accel})")
         t0 = time.monotonic()
         try:
-            result = launch(spec, on_hang=capture, on_quiet=capture, on_idle=capture.stuck)
+            result = launch(spec, on_hang=capture, on_quiet=capture, on_idle=capture.stuck, cancel=self._cancel)
         except KeyboardInterrupt:
             self.store.abandon_run(run_id)
+            self._cancel.set()
             raise Interrupted("interrupted; the run's processes were stopped") from None
         finally:
-            self._ports.discard(port)
+            with self._lock:
+                self._ports.discard(port)
         tail = log_tail(run_dir)
         c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, tail)
         signature, evidence = self._evidence(c.outcome, run_dir, capture, result)

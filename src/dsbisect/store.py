@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -122,7 +123,9 @@ class Store:
         self.dir = Path(directory).resolve()
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "dsbisect.sqlite3"
-        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        # One connection shared by the runner's worker threads, serialised by a lock.
+        self.lock = threading.RLock()
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         self.db.row_factory = sqlite3.Row
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA busy_timeout=30000")
@@ -133,13 +136,18 @@ class Store:
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        self.db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.db
-        except BaseException:
-            self.db.execute("ROLLBACK")
-            raise
-        self.db.execute("COMMIT")
+        with self.lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.db
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+            self.db.execute("COMMIT")
+
+    def _all(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        with self.lock:
+            return self.db.execute(sql, args).fetchall()
 
     def _migrate(self) -> None:
         (version,) = self.db.execute("PRAGMA user_version").fetchone()
@@ -182,18 +190,16 @@ class Store:
             db.execute("UPDATE runs SET status='interrupted', finished=? WHERE id=?", (time.time(), run_id))
 
     def done_runs(self, case_key: str, point_key: str) -> list[RunRecord]:
-        rows = self.db.execute(
-            "SELECT * FROM runs WHERE case_key=? AND point_key=? AND status='done' ORDER BY id",
-            (case_key, point_key),
-        ).fetchall()
+        rows = self._all("SELECT * FROM runs WHERE case_key=? AND point_key=? AND status='done' ORDER BY id",
+                         (case_key, point_key))
         return [_run(r) for r in rows]
 
     def run(self, run_id: int) -> RunRecord | None:
-        row = self.db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
-        return _run(row) if row else None
+        rows = self._all("SELECT * FROM runs WHERE id=?", (run_id,))
+        return _run(rows[0]) if rows else None
 
     def runs(self, case_names: list[str] | None = None, include_unfinished: bool = False) -> list[RunRecord]:
-        rows = self.db.execute("SELECT * FROM runs ORDER BY id").fetchall()
+        rows = self._all("SELECT * FROM runs ORDER BY id")
         out = [_run(r) for r in rows]
         if case_names:
             out = [r for r in out if r.case_name in case_names]
@@ -209,10 +215,8 @@ class Store:
     # ------------------------------------------------------------------ probes
 
     def probe(self, env_key: str, compat: tuple[str, ...]) -> Probe | None:
-        row = self.db.execute(
-            "SELECT * FROM probes WHERE env_key=? AND compat=?", (env_key, ",".join(compat))
-        ).fetchone()
-        return Probe(bool(row["ok"]), row["reason"], json.loads(row["facts"])) if row else None
+        rows = self._all("SELECT * FROM probes WHERE env_key=? AND compat=?", (env_key, ",".join(compat)))
+        return Probe(bool(rows[0]["ok"]), rows[0]["reason"], json.loads(rows[0]["facts"])) if rows else None
 
     def put_probe(self, env_key: str, compat: tuple[str, ...], probe: Probe) -> None:
         with self._tx() as db:
@@ -224,11 +228,11 @@ class Store:
     # -------------------------------------------------------------- bisections
 
     def bisection(self, key: str) -> BisectionRecord | None:
-        row = self.db.execute("SELECT * FROM bisections WHERE key=?", (key,)).fetchone()
-        return _bisection(row) if row else None
+        rows = self._all("SELECT * FROM bisections WHERE key=?", (key,))
+        return _bisection(rows[0]) if rows else None
 
     def bisections(self) -> list[BisectionRecord]:
-        return [_bisection(r) for r in self.db.execute("SELECT * FROM bisections ORDER BY id")]
+        return [_bisection(r) for r in self._all("SELECT * FROM bisections ORDER BY id")]
 
     def save_bisection(self, key: str, package: str, good: str, bad: str, params: dict,
                        status: str, result: dict) -> int:
