@@ -48,6 +48,7 @@ class Runner:
     rerun: bool = False
     gpu_ids: list[int] = field(default_factory=list)
     jobs: int | None = None  # None: as many as the machine's GPUs (or cores) allow
+    executor: object | None = None  # None: run here; else e.g. slurm.SlurmExecutor (run_once(runner, case, point, attempt))
     _ports: set[int] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _cancel: threading.Event = field(default_factory=threading.Event)
@@ -140,6 +141,12 @@ class Runner:
     # ---------------------------------------------------------------- one run
 
     def run_once(self, case: Case, point: Point, attempt: int = 1, slot: Slot = Slot()) -> RunRecord:
+        """One run of ``point``, here (the local executor) or through ``self.executor``."""
+        if self.executor is not None:
+            return self.executor.run_once(self, case, point, attempt)
+        return self.run_here(case, point, attempt, slot)
+
+    def run_here(self, case: Case, point: Point, attempt: int = 1, slot: Slot = Slot()) -> RunRecord:
         label = f"{case.name} · {point.label}"
         accel = self.accelerator(case)
         if accel == "cuda" and len(self.gpus) < case.nproc:
