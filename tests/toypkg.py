@@ -35,7 +35,9 @@ def step(dist):
     import torch
     t = torch.ones(4, device=_device(dist))
     if dist.get_rank() != 1:
+        import time
         print(f"rank {dist.get_rank()}: entering all_reduce", flush=True)
+        print(f"DEADLOCK-AT {time.time()}", flush=True)  # for the hang-latency benchmark
         dist.all_reduce(t)  # rank 1 never joins: the job hangs here
 """,
     "raise": """

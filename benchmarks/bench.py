@@ -1,0 +1,267 @@
+"""dsbisect's benchmarks: every cost a user waits on, each next to its by-hand baseline.
+
+    .venv/bin/python benchmarks/bench.py                 # all five, prints a table
+    .venv/bin/python benchmarks/bench.py --only env,hang --out docs/benchmarks.md
+
+1. env          venv per point: cold / warm uv builds, layered and isolated, disk use,
+                against `python -m venv` + `pip install` of the same pins from the same wheelhouse
+2. launch       `dsbisect run` of one passing case against the bare `deepspeed` launcher
+3. hang         seconds from the deadlock to the stored HANG verdict (with stacks), collective
+                timeouts of 30 and 60 s, against NCCL's 30-minute default watchdog
+4. bisect       a toy bisection over 16 releases: runs used against ceil(log2 16) + 2, wall time
+5. concurrency  a matrix of 4 toy points, --jobs 1 against --jobs 2
+
+Figures are printed, never asserted.  The toy package comes from the test helpers
+(tests/toypkg.py); the env benchmark downloads its pins from the index once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+import toypkg  # noqa: E402
+
+from dsbisect.envs import EnvManager, IndexOptions, _du  # noqa: E402
+from dsbisect.matrix import EnvOptions, Point  # noqa: E402
+
+PY = sys.executable
+DSBISECT = [PY, "-m", "dsbisect"]
+ENV_PINS = ("deepspeed==0.19.8", "transformers==4.46.3", "accelerate==1.1.1")
+ENV_PINS_2 = ("deepspeed==0.19.8", "transformers==4.45.2", "accelerate==1.1.1")
+rows: list[tuple[str, str, str, str]] = []  # benchmark, measure, dsbisect, baseline / goal
+
+
+def say(*args) -> None:
+    print(*args, file=sys.stderr, flush=True)
+
+
+def timed(fn, *a, **kw) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn(*a, **kw)
+    return time.perf_counter() - t0, out
+
+
+def sh(cmd: list[str], **kw) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+# -------------------------------------------------------------------- 1. env
+
+
+def bench_env(work: Path) -> None:
+    say("== env: wheelhouses")
+    layered_wh, full_wh = work / "wh-layered", work / "wh-full"
+    cache = work / "prefetch-cache"
+    matrix = _pins_matrix(work)
+    sh([*DSBISECT, "prefetch", str(matrix), "--dest", str(layered_wh), "--cache-dir", str(cache)], check=True)
+    full_wh.mkdir(exist_ok=True)
+    for w in layered_wh.glob("deepspeed-*.whl"):  # the sdist built once, as a user's wheelhouse would hold it
+        shutil.copy2(w, full_wh)
+    sh([PY, "-m", "pip", "download", "-q", "-d", str(full_wh), "--find-links", str(full_wh), "torch==2.13.0",
+        *ENV_PINS], check=True)
+    idx_l = IndexOptions(offline=True, find_links=(str(layered_wh),))
+    idx_f = IndexOptions(offline=True, find_links=(str(full_wh),))
+    point, point2 = Point(versions=_versions(ENV_PINS)), Point(versions=_versions(ENV_PINS_2))
+    iso = Point(versions=_versions(ENV_PINS), pins=("torch==2.13.0",))
+    results = {}
+    for mode, idx, p in (("layered", idx_l, point), ("isolated", idx_f, iso)):
+        root = work / f"root-{mode}"
+        os.environ["UV_CACHE_DIR"] = str(root / "uv")  # empty: cold
+        mgr = EnvManager(root, EnvOptions(base=mode), idx)
+        cold, env = timed(mgr.ensure, p)
+        shutil.rmtree(env.path)
+        mgr2 = EnvManager(root, EnvOptions(base=mode), idx)  # same uv cache, no venv: warm build
+        warm, env = timed(mgr2.ensure, p)
+        reuse, _ = timed(mgr2.ensure, p)
+        results[mode] = (cold, warm, reuse, _du(env.path))
+        if mode == "layered":
+            before = _du(root)
+            extra, _ = timed(mgr2.ensure, point2)
+            results["extra"] = (_du(root) - before, extra)
+        del os.environ["UV_CACHE_DIR"]
+    base_t, base_disk = _baseline_env(work, full_wh)
+    lc, lw, lr, ld = results["layered"]
+    ic, iw, ir, idisk = results["isolated"]
+    rows.append(("env", "layered point, cold uv cache", f"{lc:.1f} s", f"pip: {base_t:.1f} s ({base_t / lc:.0f}x)"))
+    rows.append(("env", "layered point, warm uv cache", f"{lw:.2f} s", f"pip: {base_t:.1f} s ({base_t / lw:.0f}x); goal <= 1 s, >= 20x"))
+    rows.append(("env", "reuse of a built point", f"{lr * 1000:.0f} ms", "—"))
+    rows.append(("env", "isolated point (torch too), cold", f"{ic:.1f} s", f"pip: {base_t:.1f} s ({base_t / ic:.1f}x)"))
+    rows.append(("env", "isolated point (torch too), warm", f"{iw:.2f} s", f"pip: {base_t:.1f} s ({base_t / iw:.0f}x)"))
+    rows.append(("env", "disk: layered / isolated / pip venv", f"{ld / 1e6:.0f} MB / {idisk / 1e6:.0f} MB",
+                 f"{base_disk / 1e6:.0f} MB"))
+    grow, t2 = results["extra"]
+    rows.append(("env", "disk per extra layered point (other transformers)", f"{grow / 1e6:.0f} MB in {t2:.1f} s",
+                 "goal <= 150 MB"))
+
+
+def _pins_matrix(work: Path) -> Path:
+    (work / "s.py").write_text("pass\n")
+    m = work / "pins.yaml"
+    axes = ", ".join(f'{r.split("==")[0]}: ["{r.split("==")[1]}"]' for r in ENV_PINS)
+    axes2 = ", ".join(f'{r.split("==")[0]}: ["{r.split("==")[1]}"]' for r in ENV_PINS_2)
+    m.write_text(f"cases:\n  a:\n    script: s.py\n    axes: {{{axes}}}\n  b:\n    script: s.py\n    axes: {{{axes2}}}\n")
+    return m
+
+
+def _versions(pins) -> tuple:
+    return tuple(tuple(p.split("==")) for p in pins)
+
+
+def _baseline_env(work: Path, wheelhouse: Path) -> tuple[float, int]:
+    venv = work / "by-hand"
+    t0 = time.perf_counter()
+    sh([PY, "-m", "venv", str(venv)], check=True)
+    sh([str(venv / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", str(wheelhouse),
+        "torch==2.13.0", *ENV_PINS], check=True)
+    return time.perf_counter() - t0, _du(venv)
+
+
+# ------------------------------------------------------------------ toy helpers
+
+
+def _toy_project(work: Path, releases: dict[str, str], dist: str, collective: float, extra: str = "") -> tuple[Path, Path]:
+    house = toypkg.build_wheelhouse(work / f"wh-{dist}", releases, dist=dist)
+    proj = work / f"proj-{dist}"
+    proj.mkdir(exist_ok=True)
+    toypkg.write_repro(proj)
+    versions = ", ".join(f'"{v}"' for v in releases)
+    (proj / "matrix.yaml").write_text(
+        f"defaults:\n  collective_timeout: {collective}\n  timeout: 600\n  accelerator: cpu\n  nproc: 2\n"
+        f"  env: {{OMP_NUM_THREADS: \"1\"}}\n{extra}cases:\n  toy:\n    script: toy_repro.py\n"
+        f"    axes:\n      {dist}: [{versions}]\n")
+    return proj, house
+
+
+def _dsb(proj: Path, house: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:
+    return sh([*DSBISECT, *args, "--offline", "--find-links", str(house), "--cache-dir", str(cache), "-q"], cwd=proj)
+
+
+# ----------------------------------------------------------------- 2. launch
+
+
+def bench_launch(work: Path) -> None:
+    say("== launch overhead")
+    proj, house = _toy_project(work, {"1.0.0": "ok"}, "dsb-bench-launch", 30)
+    cache = work / "cache-launch"
+    _dsb(proj, house, cache, "run", "matrix.yaml")  # builds the venv, caches the import check
+    ours, bare = [], []
+    env_dir = next((cache / "envs").glob("*/bin/python")).parent.parent
+    for _ in range(3):
+        t, _ = timed(_dsb, proj, house, cache, "run", "matrix.yaml", "--rerun")
+        ours.append(t)
+        env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+        t, _ = timed(sh, [str(env_dir / "bin" / "python"), "-m", "deepspeed.launcher.runner", "--num_gpus", "2",
+                          "--master_port", "29641", "toy_repro.py"], cwd=proj, env=env)
+        bare.append(t)
+    o, b = statistics.median(ours), statistics.median(bare)
+    rows.append(("launch", "one passing toy run, 2 CPU ranks (median of 3)", f"{o:.1f} s",
+                 f"bare launcher {b:.1f} s: +{o - b:.1f} s ({(o - b) / b * 100:.0f}%); goal <= 5% or <= 2 s"))
+
+
+# ------------------------------------------------------------------- 3. hang
+
+
+def bench_hang(work: Path) -> None:
+    say("== hang verdict latency")
+    for timeout in (30, 60):
+        proj, house = _toy_project(work, {"1.0.0": "skip"}, f"dsb-bench-hang{timeout}", timeout)
+        cache = work / "cache-hang"
+        _dsb(proj, house, cache, "run", "matrix.yaml")
+        db = sqlite3.connect(proj / ".dsbisect" / "dsbisect.sqlite3")
+        run_dir, finished, evidence = db.execute("SELECT run_dir, finished, evidence FROM runs").fetchone()
+        stamp = _deadlock_time(Path(run_dir))
+        latency = finished - stamp
+        stacks = len(json.loads(evidence).get("files", []))
+        rows.append(("hang", f"collective timeout {timeout} s (gloo, CPU)", f"{latency:.1f} s to HANG, {stacks} stack files",
+                     f"goal <= {timeout + 15} s; by hand: NCCL watchdog default 1800 s"))
+
+
+def _deadlock_time(run_dir: Path) -> float:
+    """The toy prints 'entering all_reduce' right before the collective rank 1 never joins;
+    the rank log's modification time at that line is not kept, so the toy's stamp is used."""
+    for log in (run_dir / "ranks").glob("*rank0.log"):
+        for line in log.read_text().splitlines():
+            if line.startswith("DEADLOCK-AT "):
+                return float(line.split()[1])
+    raise RuntimeError(f"no deadlock stamp in {run_dir}")
+
+
+# ----------------------------------------------------------------- 4. bisect
+
+
+def bench_bisect(work: Path) -> None:
+    say("== bisect over 16 releases")
+    releases = {f"1.{i}.0": ("ok" if i < 9 else "skip") for i in range(16)}
+    proj, house = _toy_project(work, releases, "dsb-bench-bisect", 10)
+    cache = work / "cache-bisect"
+    t, res = timed(_dsb, proj, house, cache, "bisect", "dsb-bench-bisect", "1.0.0", "1.15.0", "--case", "toy",
+                   "--format", "json")
+    out = json.loads(res.stdout)
+    runs = sum(s["runs"] for s in out["steps"])
+    limit = math.ceil(math.log2(16)) + 2
+    rows.append(("bisect", f"16 toy releases, first bad {out['first_bad']}", f"{runs} runs, {t:.0f} s wall",
+                 f"limit ceil(log2 16)+2 = {limit} runs; by hand: {runs} venvs + a 1800 s watchdog per hang"))
+
+
+# ------------------------------------------------------------- 5. concurrency
+
+
+def bench_concurrency(work: Path) -> None:
+    say("== concurrency")
+    releases = {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "skip", "1.3.0": "skip"}
+    proj, house = _toy_project(work, releases, "dsb-bench-conc", 10)
+    cache = work / "cache-conc"
+    _dsb(proj, house, cache, "run", "matrix.yaml")  # venvs built, so only running is timed
+    t1, _ = timed(_dsb, proj, house, cache, "run", "matrix.yaml", "--rerun", "--jobs", "1")
+    t2, _ = timed(_dsb, proj, house, cache, "run", "matrix.yaml", "--rerun", "--jobs", "2")
+    cores = os.cpu_count()
+    rows.append(("concurrency", f"P=4 points (2 hang), n=2 ranks, G=0 GPUs, {cores} cores", f"--jobs 2: {t2:.0f} s",
+                 f"--jobs 1: {t1:.0f} s ({t1 / t2:.2f}x)"))
+
+
+# ---------------------------------------------------------------------- main
+
+
+BENCHES = {"env": bench_env, "launch": bench_launch, "hang": bench_hang, "bisect": bench_bisect,
+           "concurrency": bench_concurrency}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--only", default=",".join(BENCHES))
+    ap.add_argument("--out", type=Path)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dsbisect-bench-") as tmp:
+        for name in args.only.split(","):
+            BENCHES[name](Path(tmp))
+    table = render()
+    print(table)
+    if args.out:
+        args.out.write_text(table)
+
+
+def render() -> str:
+    head = (f"Measured {time.strftime('%Y-%m-%d')} on {platform.node() and 'this machine'}: {os.cpu_count()} cores, "
+            f"{platform.machine()}, Python {platform.python_version()}, no GPU.\n\n")
+    lines = ["| benchmark | measure | dsbisect | baseline / goal |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return head + "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
