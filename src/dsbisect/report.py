@@ -137,7 +137,16 @@ def environment_lines(g: Grid) -> list[str]:
                 line = describe_env(r.facts)
                 if line not in seen:
                     seen.append(line)
-    return seen[:4]
+    return seen[:4] + shadow_lines([r for c in g.cells for r in c.runs])
+
+
+def shadow_lines(runs: list[RunRecord]) -> list[str]:
+    """Base packages that point venvs replaced: worth knowing when compiled ones are involved."""
+    shadows = {}
+    for r in runs:
+        for name, base, point in r.facts.get("shadowed", []):
+            shadows.setdefault(name, (base, set()))[1].add(point)
+    return [f"point venvs shadow the base's {n} {b} with {', '.join(sorted(ps))}" for n, (b, ps) in sorted(shadows.items())]
 
 
 # ------------------------------------------------------------------ markdown
@@ -314,6 +323,7 @@ def _bisect_env(result) -> list[str]:
     if pins:
         lines.append("held pins: " + ", ".join(pins))
     lines += [f"compat shim (a possible confounder): {s}" for s in describe_shims(req.case.compat)]
+    lines += shadow_lines([r for s in result.steps for r in s.runs])
     lines.append(f"dsbisect {__version__}; case {req.case.name} ({req.case.nproc} ranks, "
                  f"collective timeout {req.case.collective_timeout:g} s)")
     return lines

@@ -222,7 +222,8 @@ class Runner:
         signature, evidence = self._evidence(c.outcome, run_dir, capture, result)
         self.store.finish_run(
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
-            signature=signature, evidence=evidence, facts=probe.facts | {"accelerator": accel},
+            signature=signature, evidence=evidence,
+            facts=probe.facts | {"accelerator": accel, "shadowed": [list(x) for x in env.shadowed]},
             env_key=env.key, run_dir=run_dir,
         )
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
