@@ -11,13 +11,13 @@ import itertools
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import MatrixError
 
@@ -249,7 +249,13 @@ class _Defaults(_Settings):
     build_with_torch: list[str] | None = None
 
 
-Axes = dict[str, list[str]]
+def _check_axes(axes: dict[str, list[str]]) -> dict[str, list[str]]:
+    for pkg, versions in axes.items():
+        _check_versions(pkg, versions)
+    return axes
+
+
+Axes = Annotated[dict[str, list[str]], AfterValidator(_check_axes)]
 
 
 class _Case(_Settings):
@@ -257,13 +263,6 @@ class _Case(_Settings):
     axes: Axes | None = None
     points: list[dict[str, str]] | None = None
     gpu: dict[str, _GpuOverride] = {}
-
-    @field_validator("axes")
-    @classmethod
-    def _axes(cls, v: Axes | None) -> Axes | None:
-        for pkg, versions in (v or {}).items():
-            _check_versions(pkg, versions)
-        return v
 
     @field_validator("points")
     @classmethod
@@ -281,13 +280,6 @@ class _Matrix(_Strict):
     defaults: _Defaults = _Defaults()
     axes: Axes | None = None
     cases: dict[str, _Case]
-
-    @field_validator("axes")
-    @classmethod
-    def _axes(cls, v: Axes | None) -> Axes | None:
-        for pkg, versions in (v or {}).items():
-            _check_versions(pkg, versions)
-        return v
 
     @field_validator("cases")
     @classmethod
