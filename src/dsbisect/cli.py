@@ -58,7 +58,7 @@ def user_errors() -> Iterator[None]:
 # ------------------------------------------------------------------ options
 
 StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE")]
-CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", help="Where venvs, wheels and uv's cache live (default: the user cache dir).", envvar="DSBISECT_CACHE_DIR")]
+CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", "--env-root", help="Where venvs, wheels and uv's cache live (default: the user cache dir; on a cluster, shared storage).", envvar="DSBISECT_CACHE_DIR")]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="No network: packages come from --find-links only.")]
 FindLinksOpt = Annotated[Optional[list[Path]], typer.Option("--find-links", help="A local wheelhouse (repeatable).")]
 IndexUrlOpt = Annotated[Optional[str], typer.Option("--index-url", help="Package index (PEP 503/691 simple API).", envvar="DSBISECT_INDEX_URL")]
@@ -66,8 +66,26 @@ ExtraIndexOpt = Annotated[Optional[list[str]], typer.Option("--extra-index-url",
 FormatOpt = Annotated[Format, typer.Option("--format", help="Report format on stdout.")]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")]
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter (and, layered, environment) the point venvs are made from.")]
-JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Points at once (default: one per free GPU slice, or per nproc CPU cores).")]
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Points at once (default: one per free GPU slice, or per nproc CPU cores; 8 Slurm jobs with --executor slurm).")]
 BaseOpt = Annotated[Optional[str], typer.Option("--base", help="layered | isolated | auto (default from matrix.yaml, else auto).")]
+
+
+class Executor(str, Enum):
+    local = "local"
+    slurm = "slurm"
+
+
+ExecutorOpt = Annotated[Executor, typer.Option("--executor", help="Where runs go: here, or one Slurm job per run (sbatch).")]
+PartitionOpt = Annotated[Optional[str], typer.Option("--partition", help="Slurm partition of the jobs (--executor slurm).")]
+SlurmTimeOpt = Annotated[Optional[int], typer.Option("--slurm-time", min=1, help="Slurm time limit per job, minutes (default: the case timeout + 30).")]
+GpusPerJobOpt = Annotated[Optional[int], typer.Option("--gpus-per-job", min=0, help="GPUs per node of each Slurm job (default: nproc for accelerator: cuda, else 0).")]
+SlurmArgOpt = Annotated[Optional[list[str]], typer.Option("--slurm-arg", help="Another sbatch argument, e.g. --slurm-arg=--account=abc (repeatable).")]
+HostfileOpt = Annotated[Optional[Path], typer.Option("--hostfile", help="Multi-node: the deepspeed launcher's hostfile (overrides the matrix).")]
+NumNodesOpt = Annotated[Optional[int], typer.Option("--num-nodes", min=1, help="Multi-node: use the first N hosts of the hostfile.")]
+BackendOpt = Annotated[Optional[str], typer.Option("--launcher-backend", help="Multi-node: pdsh | openmpi | mvapich | mpich | impi | slurm.")]
+MasterAddrOpt = Annotated[Optional[str], typer.Option("--master-addr", help="Multi-node: address of the node of rank 0.")]
+IncludeOpt = Annotated[Optional[str], typer.Option("--include", help="The deepspeed launcher's --include, e.g. 'node1@node2:0,1'.")]
+ExcludeOpt = Annotated[Optional[str], typer.Option("--exclude", help="The deepspeed launcher's --exclude.")]
 
 
 def index_options(offline: bool, find_links: list[Path] | None, index_url: str | None,
@@ -149,12 +167,25 @@ def run(
     output: OutputOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
     jobs: JobsOpt = None,
+    executor: ExecutorOpt = Executor.local,
+    partition: PartitionOpt = None,
+    slurm_time: SlurmTimeOpt = None,
+    gpus_per_job: GpusPerJobOpt = None,
+    slurm_arg: SlurmArgOpt = None,
+    hostfile: HostfileOpt = None,
+    num_nodes: NumNodesOpt = None,
+    launcher_backend: BackendOpt = None,
+    master_addr: MasterAddrOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
 ) -> None:
     """Run every case of MATRIX at every version point and print the pass/fail/hang/skip grid."""
     with user_errors():
         m = matrix_mod.load(matrix)
         cases = [m.case(n) for n in case] if case else list(m.cases)
         cases = [_override(c, timeout, collective_timeout, idle_timeout) for c in cases]
+        cases = [_nodes(c, hostfile, num_nodes, launcher_backend, master_addr, include, exclude) for c in cases]
+        where = _executor(executor, jobs, partition, slurm_time, gpus_per_job, slurm_arg)
         index = index_options(offline, find_links, index_url, extra_index_url)
         env_opts = _env_options(m.env, python, base)
         from .versions import check_points
@@ -163,7 +194,8 @@ def run(
         st = Store(store)
         ui = ProgressUI(quiet)
         runner = Runner(store=st, envs=EnvManager(cache_root(cache_dir), env_opts, index, log=lambda s: ui("env", s)),
-                        gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=ui, rerun=rerun, jobs=jobs)
+                        gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=ui, rerun=rerun, jobs=jobs,
+                        executor=where)
         records = []
         with ui.running():
             for c in cases:
@@ -175,6 +207,9 @@ def run(
 
 def _note_slots(runner: Runner, case: Case, ui) -> None:
     slots = runner.slots(case)
+    if runner.executor is not None:
+        ui("note", f"{case.name}: up to {len(slots)} Slurm job(s) at once")
+        return
     if len(slots) > 1:
         where = ", ".join(",".join(map(str, s.devices)) for s in slots if s.devices) or "CPU"
         ui("note", f"{case.name}: {len(slots)} points at once ({where})")
@@ -192,6 +227,33 @@ def _override(c: Case, timeout, collective, idle) -> Case:
     if idle is not None:
         changes["idle_timeout"] = idle
     return replace(c, **changes) if changes else c
+
+
+def _executor(executor: Executor, jobs: int | None, partition: str | None, minutes: int | None,
+              gpus: int | None, args: list[str] | None):
+    """None (run here), or the Slurm executor with the CLI's job settings."""
+    if executor is Executor.local:
+        if partition or minutes or gpus is not None or args:
+            raise InputError("--partition, --slurm-time, --gpus-per-job and --slurm-arg need --executor slurm")
+        return None
+    from .slurm import SlurmExecutor, SlurmOptions
+
+    return SlurmExecutor(SlurmOptions(partition=partition, time=minutes, gpus=gpus, args=tuple(args or ()),
+                                      jobs=jobs or 8))
+
+
+def _nodes(c: Case, hostfile, num_nodes, backend, master_addr, include, exclude) -> Case:
+    """The case with the multi-node options of the command line, checked as the matrix's are."""
+    given = {"hostfile": hostfile.resolve() if hostfile else None, "num_nodes": num_nodes,
+             "launcher_backend": backend, "master_addr": master_addr, "include": include, "exclude": exclude}
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return c
+    if backend is not None and backend not in matrix_mod.LAUNCHER_BACKENDS:
+        raise InputError(f"--launcher-backend {backend}: expected one of {', '.join(matrix_mod.LAUNCHER_BACKENDS)}")
+    c = replace(c, **given)
+    matrix_mod.check_multinode(c, "command line")
+    return c
 
 
 def _env_options(opts: EnvOptions, python: str | None, base: str | None) -> EnvOptions:
@@ -327,6 +389,17 @@ def bisect(
     output: OutputOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
     jobs: JobsOpt = None,
+    executor: ExecutorOpt = Executor.local,
+    partition: PartitionOpt = None,
+    slurm_time: SlurmTimeOpt = None,
+    gpus_per_job: GpusPerJobOpt = None,
+    slurm_arg: SlurmArgOpt = None,
+    hostfile: HostfileOpt = None,
+    num_nodes: NumNodesOpt = None,
+    launcher_backend: BackendOpt = None,
+    master_addr: MasterAddrOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
 ) -> None:
     """Find the first release of PACKAGE between GOOD and BAD that breaks the case (then the commit)."""
     import shlex
@@ -338,6 +411,8 @@ def bisect(
     with user_errors():
         the_case, env_opts = _bisect_case(case, script, matrix, nproc, accelerator)
         the_case = _override(the_case, timeout, collective_timeout, idle_timeout)
+        the_case = _nodes(the_case, hostfile, num_nodes, launcher_backend, master_addr, include, exclude)
+        where = _executor(executor, jobs, partition, slurm_time, gpus_per_job, slurm_arg)
         pins = _check_pins(pin or [], package)
         index = index_options(offline, find_links, index_url, extra_index_url)
         req = Request(package=package, good=good, bad=bad, case=the_case, pins=pins,
@@ -347,7 +422,7 @@ def bisect(
         ui = ProgressUI(quiet)
         runner = Runner(store=st, envs=EnvManager(cache_root(cache_dir), _env_options(env_opts, python, base), index,
                                                   log=lambda s: ui("env", s)),
-                        gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=ui, jobs=jobs)
+                        gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=ui, jobs=jobs, executor=where)
         req = replace(req, width=len(runner.slots(the_case)))
         with ui.running():
             result = Bisection(runner, index, req).run()
@@ -439,6 +514,19 @@ def versions(
             rels = candidates(package, good, bad, index, pre)
         for v in rels:
             out.print(str(v), highlight=False)
+
+
+@app.command("run-one", hidden=True)
+def run_one(
+    spec: Annotated[Path, typer.Argument(help="The job.json that `--executor slurm` wrote.")],
+) -> None:
+    """Do one run here, as a Slurm job of `--executor slurm` does (progress on stderr)."""
+    from .slurm import run_job
+
+    with user_errors():
+        record = run_job(spec, ProgressUI())
+        err.print(f"run {record.id}: {record.outcome.value}" + (f" ({record.reason})" if record.reason else ""),
+                  highlight=False)
 
 
 @app.command("snapshot-base")

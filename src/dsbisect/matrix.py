@@ -121,6 +121,16 @@ class GpuOverride:
 
 
 @dataclass(frozen=True)
+class SlurmSettings:
+    """Per-case Slurm job settings (``slurm:`` in matrix.yaml); the CLI's options win."""
+
+    partition: str | None = None
+    time: int | None = None  # minutes
+    gpus: int | None = None  # per node
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Case:
     name: str
     script: Path
@@ -137,6 +147,14 @@ class Case:
     pins: tuple[str, ...] = ()
     points: tuple[Point, ...] = ()
     gpu_overrides: tuple[GpuOverride, ...] = ()
+    # Multi-node, passed to the deepspeed launcher (nproc is then the ranks per node).
+    hostfile: Path | None = None
+    num_nodes: int | None = None
+    launcher_backend: str | None = None  # pdsh | openmpi | mvapich | mpich | impi | slurm
+    master_addr: str | None = None
+    include: str | None = None
+    exclude: str | None = None
+    slurm: SlurmSettings = SlurmSettings()
 
     def for_gpu(self, gpu_name: str | None) -> Case:
         """The case with the overrides for this GPU model applied (calibration)."""
@@ -151,25 +169,61 @@ class Case:
     @property
     def key(self) -> str:
         """What makes two runs of this case comparable: script content and settings."""
-        return _digest(
-            {
-                "script": _file_digest(self.script),
-                "args": list(self.args),
-                "env": [list(e) for e in self.env],
-                "nproc": self.nproc,
-                "accelerator": self.accelerator,
-                "timeout": self.timeout,
-                "collective_timeout": self.collective_timeout,
-                "idle_timeout": self.idle_timeout,
-                "launcher": self.launcher,
-                "launcher_args": list(self.launcher_args),
-                "compat": list(self.compat),
-            }
-        )
+        fields = {
+            "script": _file_digest(self.script),
+            "args": list(self.args),
+            "env": [list(e) for e in self.env],
+            "nproc": self.nproc,
+            "accelerator": self.accelerator,
+            "timeout": self.timeout,
+            "collective_timeout": self.collective_timeout,
+            "idle_timeout": self.idle_timeout,
+            "launcher": self.launcher,
+            "launcher_args": list(self.launcher_args),
+            "compat": list(self.compat),
+        }
+        nodes = {k: v for k, v in self._multinode().items() if v is not None}
+        if nodes:  # only then, so that single-node keys (and their recorded runs) stay as they were
+            fields["multinode"] = nodes | {"hostfile": _file_digest(self.hostfile) if self.hostfile else None}
+        return _digest(fields)
+
+    def _multinode(self) -> dict:
+        return {"hostfile": str(self.hostfile) if self.hostfile else None, "num_nodes": self.num_nodes,
+                "launcher_backend": self.launcher_backend, "master_addr": self.master_addr,
+                "include": self.include, "exclude": self.exclude}
 
     @property
     def needs_cuda(self) -> bool:
         return self.accelerator == "cuda"
+
+    def to_json(self) -> dict:
+        """Everything but the points (a Slurm job gets its one point apart)."""
+        return {
+            "name": self.name, "script": str(self.script), "args": list(self.args),
+            "env": [list(e) for e in self.env], "nproc": self.nproc, "accelerator": self.accelerator,
+            "timeout": self.timeout, "collective_timeout": self.collective_timeout,
+            "idle_timeout": self.idle_timeout, "launcher": self.launcher,
+            "launcher_args": list(self.launcher_args), "compat": list(self.compat), "pins": list(self.pins),
+            "gpu_overrides": [{"match": o.match, "args": list(o.args), "env": [list(e) for e in o.env]}
+                              for o in self.gpu_overrides],
+            **self._multinode(),
+            "slurm": {"partition": self.slurm.partition, "time": self.slurm.time, "gpus": self.slurm.gpus,
+                      "args": list(self.slurm.args)},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Case:
+        return cls(
+            name=d["name"], script=Path(d["script"]), args=tuple(d["args"]), env=_pairs(d["env"]),
+            nproc=d["nproc"], accelerator=d["accelerator"], timeout=d["timeout"],
+            collective_timeout=d["collective_timeout"], idle_timeout=d["idle_timeout"], launcher=d["launcher"],
+            launcher_args=tuple(d["launcher_args"]), compat=tuple(d["compat"]), pins=tuple(d["pins"]),
+            gpu_overrides=tuple(GpuOverride(o["match"], tuple(o["args"]), _pairs(o["env"])) for o in d["gpu_overrides"]),
+            hostfile=Path(d["hostfile"]) if d.get("hostfile") else None, num_nodes=d.get("num_nodes"),
+            launcher_backend=d.get("launcher_backend"), master_addr=d.get("master_addr"),
+            include=d.get("include"), exclude=d.get("exclude"),
+            slurm=SlurmSettings(**{**d.get("slurm", {}), "args": tuple(d.get("slurm", {}).get("args", ()))}),
+        )
 
 
 @dataclass(frozen=True)
@@ -208,7 +262,24 @@ class _GpuOverride(_Strict):
     env: dict[str, str] = {}
 
 
+class _Slurm(_Strict):
+    partition: str | None = None
+    time: int | None = Field(default=None, ge=1)
+    gpus: int | None = Field(default=None, ge=0)
+    args: list[str] | None = None
+
+
+LAUNCHER_BACKENDS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm")
+
+
 class _Settings(_Strict):
+    hostfile: str | None = None
+    num_nodes: int | None = Field(default=None, ge=1)
+    launcher_backend: Literal[LAUNCHER_BACKENDS] | None = None
+    master_addr: str | None = None
+    include: str | None = None
+    exclude: str | None = None
+    slurm: _Slurm | None = None
     args: list[str] | None = None
     env: dict[str, str] | None = None
     nproc: int | None = Field(default=None, ge=1, le=1024)
@@ -371,7 +442,7 @@ def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -
             for combo in itertools.product(*(use[n] for n in names))
         )
     env = dict(d.env or {}) | dict(c.env or {})
-    return Case(
+    case = Case(
         name=name,
         script=script,
         args=tuple(_pick(c.args, d.args, [])),
@@ -390,7 +461,40 @@ def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -
             GpuOverride(match=k, args=tuple(o.args), env=tuple(sorted(o.env.items())))
             for k, o in c.gpu.items()
         ),
+        hostfile=(path.parent / hf).resolve() if (hf := _pick(c.hostfile, d.hostfile, None)) else None,
+        num_nodes=_pick(c.num_nodes, d.num_nodes, None),
+        launcher_backend=_pick(c.launcher_backend, d.launcher_backend, None),
+        master_addr=_pick(c.master_addr, d.master_addr, None),
+        include=_pick(c.include, d.include, None),
+        exclude=_pick(c.exclude, d.exclude, None),
+        slurm=_slurm(c.slurm, d.slurm),
     )
+    check_multinode(case, f"{path.name}: cases.{name}")
+    return case
+
+
+def _slurm(c: _Slurm | None, d: _Slurm | None) -> SlurmSettings:
+    c, d = c or _Slurm(), d or _Slurm()
+    return SlurmSettings(partition=_pick(c.partition, d.partition, None), time=_pick(c.time, d.time, None),
+                         gpus=_pick(c.gpus, d.gpus, None), args=tuple(_pick(c.args, d.args, [])))
+
+
+def check_multinode(case: Case, where: str) -> None:
+    """The multi-node settings as the deepspeed launcher will take them, or a MatrixError."""
+    problem = ""
+    uses_hostfile = case.num_nodes is not None or case.launcher_backend or case.master_addr
+    if (uses_hostfile or case.hostfile or case.include or case.exclude) and case.launcher != "deepspeed":
+        problem = "hostfile, include, exclude, num_nodes, launcher_backend and master_addr need launcher: deepspeed"
+    elif case.hostfile is not None and not case.hostfile.is_file():
+        problem = f"hostfile: {case.hostfile} does not exist"
+    elif uses_hostfile and case.hostfile is None:
+        problem = "num_nodes, launcher_backend and master_addr need a hostfile"
+    elif case.include and case.exclude:
+        problem = "give include or exclude, not both"
+    elif case.num_nodes is not None and (case.include or case.exclude):
+        problem = "num_nodes cannot be combined with include/exclude (the deepspeed launcher refuses it)"
+    if problem:
+        raise MatrixError(f"{where}: {problem}")
 
 
 def script_case(script: Path, nproc: int, **settings) -> Case:
@@ -402,6 +506,10 @@ def script_case(script: Path, nproc: int, **settings) -> Case:
 
 
 # ------------------------------------------------------------------------ hashes
+
+
+def _pairs(items) -> tuple[tuple[str, str], ...]:
+    return tuple((k, v) for k, v in items)
 
 
 def _digest(obj) -> str:

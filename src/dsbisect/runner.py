@@ -19,7 +19,7 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import facts
+from . import facts, multinode
 from .envs import Env, EnvManager, _clean_env
 from .errors import EnvBuildError, Interrupted
 from .evidence import Capture, flight_recorder_env
@@ -58,6 +58,10 @@ class Runner:
     def slots(self, case: Case) -> list[Slot]:
         """Where runs of ``case`` can go at once: disjoint GPU slices, or CPU process budgets."""
         case = self.effective(case)
+        if case.hostfile is not None or case.include or case.exclude:
+            return [Slot()]  # the run holds the hosts and slots it names
+        if self.executor is not None:
+            return self.executor.slots(case)
         if self.accelerator(case) == "cuda":
             ids = self.gpu_ids or list(range(len(self.gpus)))
             groups = len(ids) // case.nproc
@@ -104,8 +108,8 @@ class Runner:
         return out
 
     def _prepare(self, case: Case, point: Point) -> None:
-        if self.accelerator(case) == "cuda" and len(self.gpus) < case.nproc:
-            return
+        if self.executor is not None or (self.accelerator(case) == "cuda" and len(self.gpus) < case.nproc):
+            return  # the run is not here, or cannot run here
         try:
             self.envs.ensure(point)
         except EnvBuildError:
@@ -116,7 +120,7 @@ class Runner:
     def runs(self, case: Case, point: Point, want: int = 1,
              enough: Callable[[list[RunRecord]], bool] | None = None, slot: Slot = Slot()) -> list[RunRecord]:
         """Up to ``want`` runs of ``point``: recorded ones first, then new ones until ``enough``."""
-        case = self.effective(case)
+        case = self.effective(case) if self.executor is None else case  # a remote node applies its own GPU's
         recorded = [] if self.rerun else [
             r for r in self.store.done_runs(case.key, point.key) if r.outcome is not Outcome.SKIP
         ]
@@ -160,6 +164,11 @@ class Runner:
         probe = self._probe(env, case, point, accel)
         if not probe.ok:
             return self._skip(case, point, probe.reason, env_key=env.key, facts=probe.facts)
+        if case.hostfile is not None:
+            self.progress("env", f"{label}: checking the venv on every node of {case.hostfile.name}")
+            problem = multinode.check_nodes(case, env.key, env.python, probe.facts)
+            if problem:
+                return self._skip(case, point, problem, env_key=env.key, facts=probe.facts)
         return self._launch(case, point, env, probe, accel, attempt, slot)
 
     def _skip(self, case: Case, point: Point, reason: str, env_key: str | None = None,
@@ -206,10 +215,15 @@ class Runner:
             expected_ranks=case.nproc if accel == "cuda" else 0,
         )
         capture = Capture(run_dir)
+        hooks = capture
+        if case.hostfile is not None:  # ranks on other nodes: reach them through the back end
+            multinode.write_env_file(case, run_dir, spec.env)
+            hooks = multinode.RemoteRanks.of(case, env.python, run_dir, capture)
+        remote_left: list[str] = []
         self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {case.nproc} ranks, {accel})")
         t0 = time.monotonic()
         try:
-            result = launch(spec, on_hang=capture, on_quiet=capture, on_idle=capture.stuck, cancel=self._cancel)
+            result = launch(spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=self._cancel)
         except KeyboardInterrupt:
             self.store.abandon_run(run_id)
             self._cancel.set()
@@ -217,9 +231,12 @@ class Runner:
         finally:
             with self._lock:
                 self._ports.discard(port)
+            if hooks is not capture:
+                remote_left = hooks.stop()
         tail = log_tail(run_dir)
         c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, tail)
         signature, evidence = self._evidence(c.outcome, run_dir, capture, result)
+        evidence["survivors"] += remote_left
         self.store.finish_run(
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
             signature=signature, evidence=evidence,
@@ -281,11 +298,13 @@ def launcher_argv(case: Case, python: Path, run_dir: Path, port: int, devices: t
         argv = [str(python), "-u", "-m", "torch.distributed.run", "--nproc_per_node", str(case.nproc),
                 "--master_port", str(port), "--log-dir", str(ranks), "--tee", "3"]
     else:
-        argv = [str(python), "-u", "-m", "deepspeed.launcher.runner"]
-        if devices:
+        argv = [str(python), "-u", "-m", "deepspeed.launcher.runner", *multinode.launcher_args(case)]
+        if case.include or case.exclude:
+            pass  # the case picks hosts and slots itself (the launcher refuses --num_gpus with them)
+        elif devices:
             argv += ["--include", "localhost:" + ",".join(str(d) for d in devices)]
         else:
-            argv += ["--num_gpus", str(case.nproc)]
+            argv += ["--num_gpus", str(case.nproc)]  # per node, with a hostfile
         argv += ["--master_port", str(port), f"--enable_each_rank_log={ranks}"]
     return argv + list(case.launcher_args) + [str(case.script), *case.args]
 

@@ -1,0 +1,334 @@
+"""Multi-node cases: the deepspeed launcher's hostfile and back ends, and reaching every node.
+
+A case with a ``hostfile`` runs under the deepspeed launcher's multi-node mode (pdsh by
+default; ``launcher_backend`` picks openmpi, mvapich, mpich, impi or slurm).  The point
+venv must exist at the same path on every node (a ``--cache-dir`` on shared storage), so
+before the first launch of a venv dsbisect runs that venv's python on each host of the
+hostfile, through the channel the back end uses (ssh as pdsh does, honouring
+``PDSH_SSH_ARGS_APPEND``; ``srun`` for the slurm back end), and compares its torch and NCCL
+with the local import check.  A host that cannot be reached, does not see the venv, or has
+other versions makes the run a SKIP that names the host.
+
+Ranks on other nodes are not descendants of the local launcher: the process-tree teardown
+and stack capture of ``launch``/``evidence`` cannot reach them.  Every process of a run
+carries ``DSBISECT_RUN_DIR=<run dir>`` in its environment (written to the run folder's
+``.deepspeed_env``, which the launcher exports to every node), and a small helper, run on
+each host through the same channel, finds them by that marker in ``/proc``: it sends the
+stack signal to the ranks (their faulthandler hook writes into the shared run folder),
+reads them with py-spy where ptrace is allowed, and at teardown sends SIGTERM, then
+SIGKILL, to whatever is left of the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from .evidence import Capture, main_thread, pyspy_bin
+from .matrix import Case
+
+SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
+TAG = "DSBISECT-NODE "
+
+CHECK_CODE = r"""
+import json, sys
+out = {"python": sys.executable}
+try:
+    import torch
+    out["torch"] = torch.__version__
+    out["cuda"] = torch.version.cuda
+    if torch.cuda.is_available():
+        out["gpus"] = torch.cuda.device_count()
+        try:
+            out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+        except Exception:
+            pass
+except BaseException as e:
+    out["error"] = f"import torch failed: {type(e).__name__}: {e}"
+print("DSBISECT-NODE " + json.dumps(out))
+"""
+
+# Run on each host with the point venv's python: find the run's processes by their marker.
+HELPER_CODE = r"""
+import json, os, signal, subprocess, sys, time
+mode, run_dir, arg, pyspy = sys.argv[1:5]
+marker = ("DSBISECT_RUN_DIR=" + run_dir).encode()
+
+def procs():
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if marker in env:
+            found[int(name)] = next((e[5:].decode() for e in env if e.startswith(b"RANK=")), None)
+    return found
+
+out = {"host": os.uname().nodename, "ranks": [], "killed": [], "survivors": []}
+if mode == "stacks":
+    signum = getattr(signal, arg, signal.SIGUSR1)
+    for pid, rank in sorted(procs().items()):
+        if rank is None:
+            continue
+        item = {"pid": pid, "rank": rank, "signalled": False, "pyspy": "", "pyspy_error": ""}
+        if os.path.exists(os.path.join(run_dir, "stacks", f"rank{rank}.pid{pid}.txt")):
+            try:
+                os.kill(pid, signum)
+                item["signalled"] = True
+            except OSError:
+                pass
+        if pyspy and os.path.exists(pyspy):
+            try:
+                p = subprocess.run([pyspy, "dump", "--pid", str(pid)], capture_output=True, text=True, timeout=20)
+                item["pyspy"] = p.stdout if p.returncode == 0 else ""
+                item["pyspy_error"] = "" if p.returncode == 0 else (p.stderr or p.stdout).strip()[-300:]
+            except (OSError, subprocess.TimeoutExpired) as e:
+                item["pyspy_error"] = str(e)
+        out["ranks"].append(item)
+else:
+    grace = float(arg)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = procs()
+        for pid in alive:
+            try:
+                os.kill(pid, sig)
+                out["killed"].append(pid)
+            except OSError:
+                pass
+        deadline = time.time() + grace
+        while alive and time.time() < deadline and procs():
+            time.sleep(0.2)
+    out["survivors"] = sorted(procs())
+    out["killed"] = sorted(set(out["killed"]))
+print("DSBISECT-NODE " + json.dumps(out))
+"""
+
+
+# ------------------------------------------------------------------ launcher and hosts
+
+
+def launcher_args(case: Case) -> list[str]:
+    """The deepspeed launcher's multi-node options of ``case``, as given."""
+    args: list[str] = []
+    for flag, value in (("--hostfile", case.hostfile), ("--include", case.include), ("--exclude", case.exclude),
+                        ("--num_nodes", case.num_nodes), ("--launcher", case.launcher_backend),
+                        ("--master_addr", case.master_addr)):
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def hosts(case: Case) -> list[str]:
+    """The hosts a run of ``case`` uses: the hostfile's, filtered as the deepspeed launcher does."""
+    if case.hostfile is None:
+        return []
+    listed = []
+    for line in case.hostfile.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            listed.append(line.split()[0])
+    if case.include:
+        wanted = [part.split(":", 1)[0] for part in case.include.split("@") if part]
+        listed = [h for h in listed if h in wanted]
+    if case.exclude:  # a host is dropped only when all its slots are (no ":" in its part)
+        whole = [part for part in case.exclude.split("@") if part and ":" not in part]
+        listed = [h for h in listed if h not in whole]
+    if case.num_nodes:
+        listed = listed[: case.num_nodes]
+    return listed
+
+
+def remote_argv(backend: str | None, host: str, command: list[str], env: Mapping[str, str]) -> list[str]:
+    """``command`` on ``host`` through the launcher back end's channel."""
+    if backend == "slurm":
+        return ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={host}", *command]
+    ssh = shlex.split(env.get("DSBISECT_SSH") or "ssh")
+    return [*ssh, *SSH_OPTIONS, *shlex.split(env.get("PDSH_SSH_ARGS_APPEND", "")), host, shlex.join(command)]
+
+
+def channel_env(case: Case) -> dict[str, str]:
+    """What the channel to the hosts sees: this process's environment and the case's."""
+    return dict(os.environ) | dict(case.env)
+
+
+def _on_host(case: Case, host: str, command: list[str], timeout: float) -> tuple[dict | None, str]:
+    """Run ``command`` on ``host``; its tagged JSON line, or why there is none."""
+    argv = remote_argv(case.launcher_backend, host, command, channel_env(case))
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return None, f"no answer within {timeout:g} s"
+    except OSError as e:
+        return None, f"{argv[0]}: {e.strerror}"
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(TAG)), None)
+    if line is None:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
+        return None, tail[0][:300]
+    return json.loads(line.removeprefix(TAG)), ""
+
+
+# -------------------------------------------------------------------------- the check
+
+_checked: dict[tuple[str, str], str] = {}
+_checked_lock = threading.Lock()
+
+
+def check_nodes(case: Case, env_key: str, python: Path, local: dict) -> str:
+    """Why a run in this venv cannot use every host ("" when it can).
+
+    Each host must run the venv's python and have the torch (and NCCL) of ``local``, the
+    import check's facts.  Cached per (venv, hostfile content, hosts, back end).
+    """
+    listed = hosts(case)
+    key = (env_key, hashlib.sha256(f"{case.hostfile.read_text()}|{listed}|{case.launcher_backend}".encode())
+           .hexdigest()[:16])
+    with _checked_lock:
+        if key in _checked:
+            return _checked[key]
+    if not listed:
+        problem = f"hostfile {case.hostfile} lists no host that the case's include/exclude/num_nodes keep"
+    else:
+        with ThreadPoolExecutor(max_workers=min(16, len(listed))) as pool:
+            answers = list(pool.map(lambda h: _on_host(case, h, [str(python), "-c", CHECK_CODE], 300), listed))
+        problem = _compare(listed, answers, python, local)
+    with _checked_lock:
+        _checked[key] = problem
+    return problem
+
+
+def _compare(listed: list[str], answers: list[tuple[dict | None, str]], python: Path, local: dict) -> str:
+    want_torch = local.get("versions", {}).get("torch")
+    want_nccl = local.get("nccl")
+    for host, (facts, why) in zip(listed, answers):
+        if facts is None:
+            return (f"node {host} cannot run the point venv's python {python} ({why}); the venv must be at "
+                    "the same path on every node: put --cache-dir on storage all nodes mount")
+        if facts.get("error"):
+            return f"node {host}: {facts['error'][:300]}"
+        if want_torch and facts.get("torch") != want_torch:
+            return f"node {host} has torch {facts.get('torch')}, this node torch {want_torch}"
+        want_nccl = want_nccl or facts.get("nccl")
+        if want_nccl and facts.get("nccl") and facts["nccl"] != want_nccl:
+            return f"node {host} has NCCL {facts['nccl']}, another node NCCL {want_nccl}"
+    return ""
+
+
+def forget_checks() -> None:
+    with _checked_lock:
+        _checked.clear()
+
+
+# ----------------------------------------------------------- the run's env on every node
+
+
+def write_env_file(case: Case, run_dir: Path, env: Mapping[str, str]) -> Path:
+    """``<run dir>/.deepspeed_env``: the run's own variables, which the launcher exports to every node."""
+    keep = dict(case.env)
+    lines = [f"{k}={v}" for k, v in env.items()
+             if (k in keep or k.startswith(("DSBISECT_", "TORCH_", "DS_", "NCCL_")) or k == "CUDA_VISIBLE_DEVICES")
+             and "\n" not in v]
+    path = run_dir / ".deepspeed_env"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# -------------------------------------------------------------- stacks and teardown
+
+
+@dataclass
+class RemoteRanks:
+    """Launch hooks for a multi-node run: stacks from, and teardown on, every host."""
+
+    case: Case
+    python: Path
+    run_dir: Path
+    capture: Capture
+    hosts: list[str] = field(default_factory=list)
+    grace_s: float = 3.0
+
+    @classmethod
+    def of(cls, case: Case, python: Path, run_dir: Path, capture: Capture) -> RemoteRanks:
+        return cls(case, python, run_dir, capture, hosts(case))
+
+    def __call__(self, procs: list[psutil.Process], reason: str) -> None:
+        """on_hang / on_quiet: local ranks as usual, then every host through the back end."""
+        if procs:
+            self.capture(procs, reason)
+        folder = self.run_dir / "stacks"
+        folder.mkdir(parents=True, exist_ok=True)
+        signal_name = os.environ.get("DSBISECT_STACK_SIGNAL", "SIGUSR1")
+        answers = self._each(["stacks", str(self.run_dir), signal_name, pyspy_bin() or ""])
+        asked = []
+        for host, (out, why) in zip(self.hosts, answers):
+            if out is None:
+                self.capture._note(f"no stacks from node {host}: {why}")
+                continue
+            for item in out["ranks"]:
+                if item["signalled"]:
+                    asked.append(folder / f"rank{item['rank']}.pid{item['pid']}.txt")
+                if item["pyspy"]:
+                    path = folder / f"pyspy.rank{item['rank']}.{reason}.txt"
+                    path.write_text(item["pyspy"])
+                    self.capture.files.append(str(path))
+                    self.capture.stacks[item["rank"]] = main_thread(item["pyspy"])
+                elif item["pyspy_error"]:
+                    self.capture._note(f"py-spy could not read rank {item['rank']} on {host} "
+                                       f"({item['pyspy_error'].splitlines()[-1][:200]}); faulthandler stacks are used")
+        if not any(out and out["ranks"] for out, _ in answers):
+            self.capture._note(f"{reason}: no live rank found on {', '.join(self.hosts)}")
+            return
+        self.capture.taken.append(reason)
+        self._await(asked)
+
+    def _await(self, asked: list[Path]) -> None:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline and not all(_size(p) > 0 for p in asked):
+            time.sleep(0.1)
+        self.capture.files += [str(p) for p in asked if str(p) not in self.capture.files]
+
+    def stuck(self, procs: list[psutil.Process]) -> bool:
+        """Idle check: True unless some rank's stack (local or remote) moved since the last look."""
+        before = dict(self.capture.stacks)
+        self(procs, "idle")
+        return not [r for r, frames in self.capture.stacks.items() if r in before and before[r] != frames]
+
+    def stop(self) -> list[str]:
+        """Teardown on every host: SIGTERM, then SIGKILL, to the run's processes; ``host:pid`` survivors."""
+        left = []
+        for host, (out, why) in zip(self.hosts, self._each(["kill", str(self.run_dir), f"{self.grace_s:g}", ""])):
+            if out is None:
+                self.capture._note(f"teardown could not reach node {host}: {why}")
+                continue
+            if out["killed"]:
+                self.capture._note(f"teardown on node {host}: stopped pid(s) {', '.join(map(str, out['killed']))}")
+            left += [f"{host}:{pid}" for pid in out["survivors"]]
+        return left
+
+    def _each(self, helper_args: list[str]) -> list[tuple[dict | None, str]]:
+        command = [str(self.python), "-c", HELPER_CODE, *helper_args]
+        if not self.hosts:
+            return []
+        with ThreadPoolExecutor(max_workers=min(16, len(self.hosts))) as pool:
+            return list(pool.map(lambda h: _on_host(self.case, h, command, 60), self.hosts))
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
