@@ -60,6 +60,7 @@ def main() -> int:
     mean_first = torch.tensor([losses[0]])
     torch.distributed.all_reduce(mean_first)
     torch.distributed.barrier()
+    torch.distributed.destroy_process_group()  # no communicator threads left at interpreter exit
     if not same:
         print(f"rank {rank}: weights differ from rank 0 after training", flush=True)
         return 1
