@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import signal
 import sqlite3
 import subprocess
@@ -69,6 +70,17 @@ def test_grid_matches_the_toy_releases(tmp_path, cli, grid_house, cache_dir):
     assert "<details><summary>Stacks of hung run" in md.stdout
     table = cli("report", cwd=tmp_path)
     assert "HANG" in table.stdout and "SKIP" in table.stdout
+
+    # Each run records the machine it ran on; a report made elsewhere (a store copied back from
+    # a GPU node) describes that machine, not the one rendering it.
+    assert report["hosts"] == [hang["environment"]["host"]]
+    assert report["hosts"][0]["name"] == platform.node() and report["hosts"][0]["cpus"] == os.cpu_count()
+    with sqlite3.connect(tmp_path / ".dsbisect" / "dsbisect.sqlite3") as con:
+        con.execute("UPDATE runs SET facts = json_set(facts, '$.host.name', 'gpu-node-7', '$.host.gpus',"
+                    " json_array('NVIDIA H200', 'NVIDIA H200'))")
+    md = cli("report", "--format", "markdown", cwd=tmp_path)
+    assert "- host gpu-node-7: " in md.stdout and "2 GPUs (NVIDIA H200)" in md.stdout
+    assert platform.node() not in md.stdout
 
     # A second run reuses everything recorded (PASS/FAIL/HANG) and retries only the SKIPs.
     again = cli("run", "matrix.yaml", "--format", "json", *common, cwd=tmp_path)

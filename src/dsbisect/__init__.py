@@ -1,3 +1,3 @@
 """dsbisect: find the release and commit of DeepSpeed, Transformers or Accelerate that broke a distributed job."""
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"

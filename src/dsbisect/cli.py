@@ -266,13 +266,13 @@ def _print_grid(records, title: str, fmt: Format, output: Path | None, cases: li
     g = rep.grid(records)
     compat = tuple(dict.fromkeys(s for c in cases for s in c.compat))
     if fmt is Format.json:
-        emit(json.dumps(rep.grid_json(g, facts.host(), compat), indent=2) + "\n", output)
+        emit(json.dumps(rep.grid_json(g, compat), indent=2) + "\n", output)
     elif fmt is Format.markdown:
-        emit(rep.grid_markdown(g, title, facts.host(), compat), output)
+        emit(rep.grid_markdown(g, title, compat), output)
     else:
         out.print(rep.grid_renderable(g, title))
         if output:
-            output.write_text(rep.grid_markdown(g, title, facts.host(), compat))
+            output.write_text(rep.grid_markdown(g, title, compat))
 
 
 # ------------------------------------------------------------------- report

@@ -7,6 +7,7 @@ fails makes the point untestable, a SKIP) and reports versions.  ``gpus`` asks
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import platform
@@ -123,14 +124,30 @@ def gpu_indices() -> list[int]:
     return ids[: len(names)]
 
 
-def host() -> dict:
-    return {
+@functools.lru_cache(maxsize=None)
+def _host() -> tuple:
+    return tuple({
+        "name": platform.node(),
         "dsbisect": __version__,
         "host_python": sys.version.split()[0],
         "platform": platform.platform(terse=True),
         "cpus": os.cpu_count(),
-        "gpus": gpus(),
-    }
+        "gpus": tuple(gpus()),
+    }.items())
+
+
+def host() -> dict:
+    """The machine dsbisect runs on (asked once per process): stored with every run."""
+    h = dict(_host())
+    h["gpus"] = list(h["gpus"])
+    return h
+
+
+def describe_host(h: dict) -> str:
+    g = h.get("gpus") or []
+    name = f"{h['name']}: " if h.get("name") else ""
+    return (f"host {name}{h.get('platform', '?')}, {h.get('cpus', '?')} CPUs, "
+            f"{len(g)} GPU{'s' if len(g) != 1 else ''}{' (' + g[0] + ')' if g else ''}")
 
 
 def describe_env(facts: dict) -> str:

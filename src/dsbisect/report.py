@@ -15,7 +15,7 @@ from rich.text import Text
 
 from . import __version__
 from .compat import describe as describe_shims
-from .facts import describe_env
+from .facts import describe_env, describe_host
 from .outcome import Outcome
 from .store import RunRecord
 
@@ -140,6 +140,26 @@ def environment_lines(g: Grid) -> list[str]:
     return seen[:4] + shadow_lines([r for c in g.cells for r in c.runs])
 
 
+def hosts(runs: list[RunRecord]) -> list[dict]:
+    """The machines the runs ran on, as each run recorded it (never the machine reporting)."""
+    seen: list[dict] = []
+    for r in runs:
+        h = r.facts.get("host")
+        if h and h not in seen:
+            seen.append(h)
+    return seen
+
+
+def host_lines(runs: list[RunRecord]) -> list[str]:
+    hs = hosts(runs)
+    if not hs:
+        return ["host: not recorded (runs made by a dsbisect before 0.1.1)"] if runs else []
+    lines = [describe_host(h) for h in hs[:4]]
+    if len(hs) > 4:
+        lines.append(f"… and {len(hs) - 4} more hosts")
+    return lines
+
+
 def shadow_lines(runs: list[RunRecord]) -> list[str]:
     """Base packages that point venvs replaced: worth knowing when compiled ones are involved."""
     shadows = {}
@@ -152,7 +172,7 @@ def shadow_lines(runs: list[RunRecord]) -> list[str]:
 # ------------------------------------------------------------------ markdown
 
 
-def grid_markdown(g: Grid, title: str, host: dict, compat: tuple[str, ...] = ()) -> str:
+def grid_markdown(g: Grid, title: str, compat: tuple[str, ...] = ()) -> str:
     lines = [f"### {title}", ""]
     lines.append("| point | " + " | ".join(g.cases) + " |")
     lines.append("|---|" + "---|" * len(g.cases))
@@ -171,19 +191,18 @@ def grid_markdown(g: Grid, title: str, host: dict, compat: tuple[str, ...] = ())
             r = c.last
             lines.append(f"- {c.outcome.value.upper()} `{case}` · {label}: {_md(r.signature or r.reason)} (run {r.id})")
         lines.append("")
-    lines += _md_environment(g, host, compat)
+    lines += _md_environment(g, compat)
     stacks = [_stack_details(c.last) for c in g.cells if c.outcome is Outcome.HANG]
     lines += [s for s in stacks if s]
     return "\n".join(lines).rstrip() + "\n"
 
 
-def _md_environment(g: Grid, host: dict, compat: tuple[str, ...]) -> list[str]:
+def _md_environment(g: Grid, compat: tuple[str, ...]) -> list[str]:
     lines = ["**Environment**", ""]
     for env in environment_lines(g):
         lines.append(f"- {env}")
-    gpus = host.get("gpus") or []
-    lines.append(f"- host: {host.get('platform', '?')}, {host.get('cpus', '?')} CPUs, "
-                 f"{len(gpus)} GPU{'s' if len(gpus) != 1 else ''}{' (' + gpus[0] + ')' if gpus else ''}")
+    for h in host_lines([r for c in g.cells for r in c.runs]):
+        lines.append(f"- {h}")
     lines.append(f"- dsbisect {__version__}")
     for shim in describe_shims(compat):
         lines.append(f"- compat shim in use (a possible confounder): {shim}")
@@ -237,10 +256,10 @@ def run_json(r: RunRecord) -> dict:
     }
 
 
-def grid_json(g: Grid, host: dict, compat: tuple[str, ...] = ()) -> dict:
+def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
     return {
         "dsbisect": __version__,
-        "host": host,
+        "hosts": hosts([r for c in g.cells for r in c.runs]),
         "compat": list(compat),
         "cases": list(g.cases),
         "grid": [
@@ -324,6 +343,7 @@ def _bisect_env(result) -> list[str]:
         lines.append("held pins: " + ", ".join(pins))
     lines += [f"compat shim (a possible confounder): {s}" for s in describe_shims(req.case.compat)]
     lines += shadow_lines([r for s in result.steps for r in s.runs])
+    lines += host_lines([r for s in result.steps for r in s.runs])
     lines.append(f"dsbisect {__version__}; case {req.case.name} ({req.case.nproc} ranks, "
                  f"collective timeout {req.case.collective_timeout:g} s)")
     return lines

@@ -23,6 +23,7 @@ from . import facts, multinode
 from .envs import Env, EnvManager, _clean_env
 from .errors import EnvBuildError, Interrupted
 from .evidence import Capture, flight_recorder_env
+from .facts import host as host_facts
 from .forensics import analyze
 from .launch import LaunchSpec, free_port, launch
 from .matrix import Case, Point
@@ -174,7 +175,8 @@ class Runner:
     def _skip(self, case: Case, point: Point, reason: str, env_key: str | None = None,
               facts: dict | None = None) -> RunRecord:
         run_id = self.store.start_run(case.name, case.key, point, env_key, 1, None)
-        self.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=reason, facts=facts or {})
+        self.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=reason,
+                              facts=(facts or {}) | {"host": host_facts()})
         self.progress("done", f"{case.name} · {point.label}: skip ({reason})")
         return self.store.run(run_id)
 
@@ -240,7 +242,8 @@ class Runner:
         self.store.finish_run(
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
             signature=signature, evidence=evidence,
-            facts=probe.facts | {"accelerator": accel, "shadowed": [list(x) for x in env.shadowed]},
+            facts=probe.facts | {"accelerator": accel, "shadowed": [list(x) for x in env.shadowed],
+                                 "host": host_facts()},
             env_key=env.key, run_dir=run_dir,
         )
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
