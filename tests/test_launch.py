@@ -73,6 +73,30 @@ def test_hang_line_ends_the_run_after_the_grace(tmp_path):
     assert res.hang_after is not None and res.hang_after < 5
 
 
+WATCHDOG_THEN_DUMPS = """\
+import os, time
+print('[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, '
+      'NumelIn=4, NumelOut=4, Timeout(ms)=5000) ran for 5001 milliseconds before timing out.', flush=True)
+for rank in range(int(os.environ["DUMPS"])):
+    time.sleep(1.5)
+    open(os.path.join(os.environ["RUN_DIR"], f"nccl_trace_rank_{rank}"), "wb").write(b"dump")
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("dumps, low, high", [(2, 3.5, 7.0), (1, 4.5, 9.0), (0, 12.0, 17.0)])
+def test_grace_ends_when_the_dumps_are_in(tmp_path, dumps, low, high):
+    """All ranks dumped: go at once; some did and the rest stay silent: go after the settle time;
+    none did: wait out the grace (12 s here)."""
+    spec = _spec(tmp_path, WATCHDOG_THEN_DUMPS, hang_grace=12.0, expected_ranks=2, dump_settle=4.0, wall_timeout=60.0)
+    spec.env.update(DUMPS=str(dumps), RUN_DIR=str(spec.run_dir))
+    res = launch(spec)
+    assert res.hang_line and res.why == "collective timeout"
+    after = res.seconds - res.hang_after
+    assert low <= after <= high, after
+    assert len(list(spec.run_dir.glob("nccl_trace_rank_*"))) == dumps
+
+
 def test_idle_limit(tmp_path):
     code = "import time\nprint('started', flush=True)\ntime.sleep(600)\n"
     res = launch(_spec(tmp_path, code, idle_timeout=2.0))

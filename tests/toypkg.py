@@ -93,7 +93,7 @@ import torch.distributed as dist
 import dsb_toy
 
 timeout = float(os.environ.get("DSBISECT_COLLECTIVE_TIMEOUT", "30"))
-nccl = os.environ.get("DS_ACCELERATOR") == "cuda" and torch.cuda.is_available()
+nccl = os.environ.get("DS_ACCELERATOR") != "cpu" and torch.cuda.is_available()
 if nccl:
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 dist.init_process_group("nccl" if nccl else "gloo", timeout=datetime.timedelta(seconds=timeout))
@@ -143,3 +143,12 @@ def write_repro(folder: Path, name: str = "toy_repro.py") -> Path:
     path = folder / name
     path.write_text(REPRO)
     return path
+
+
+def deadlock_time(run_dir: Path) -> float:
+    """When rank 0 of a "skip" toy entered the collective that rank 1 never joins (its own stamp)."""
+    for log in (Path(run_dir) / "ranks").glob("*rank0.log"):
+        for line in log.read_text().splitlines():
+            if line.startswith("DEADLOCK-AT "):
+                return float(line.split()[1])
+    raise RuntimeError(f"no deadlock stamp in {run_dir}")

@@ -55,6 +55,7 @@ class LaunchSpec:
     quiet_after: float | None = None
     hang_grace: float = 15.0
     expected_ranks: int = 0  # when this many flight-recorder dumps exist, the grace ends early
+    dump_settle: float = 5.0  # or when some exist and no other came for this long
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,7 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
 
 def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel) -> dict:
     watch = _Watch(spec.run_dir)
+    dumps = _Dumps(spec)
     hang_line, hang_at, quiet_taken = "", None, False
     while True:
         if cancel is not None and cancel.is_set():
@@ -157,7 +159,7 @@ def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel)
         now = time.monotonic()
         if code is not None:
             return _ended(code, now - t0, hang_line, hang_at, t0)
-        if hang_at is not None and (now - hang_at > spec.hang_grace or _dumps_ready(spec, hang_at, now)):
+        if hang_at is not None and (now - hang_at > spec.hang_grace or dumps.ready(hang_at, now)):
             return _ended(None, now - t0, hang_line, hang_at, t0, why="collective timeout")
         if now - t0 > spec.wall_timeout:
             _call(on_hang, seen, "deadline")
@@ -178,11 +180,24 @@ def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel)
         time.sleep(POLL_S)
 
 
-def _dumps_ready(spec: LaunchSpec, hang_at: float, now: float) -> bool:
-    """Every rank wrote its flight-recorder dump (and a second passed for the last write)."""
-    if not spec.expected_ranks or now - hang_at < 1.0:
-        return False
-    return len(list(spec.run_dir.glob("nccl_trace_rank_*"))) >= spec.expected_ranks
+class _Dumps:
+    """The flight-recorder dumps of a hung run.  The grace after the watchdog line ends when every
+    rank wrote one (and a second passed for the last write), or when some did and no other came
+    for ``dump_settle`` seconds: a rank that got past the collective (a barrier that matched the
+    other rank's all-reduce) has nothing timing out, so it never dumps."""
+
+    def __init__(self, spec: LaunchSpec) -> None:
+        self.spec, self.count, self.changed = spec, 0, 0.0
+
+    def ready(self, hang_at: float, now: float) -> bool:
+        if not self.spec.expected_ranks or now - hang_at < 1.0:
+            return False
+        n = len(list(self.spec.run_dir.glob("nccl_trace_rank_*")))
+        if n != self.count:
+            self.count, self.changed = n, now
+        if n >= self.spec.expected_ranks:
+            return now - self.changed >= 1.0
+        return n > 0 and now - self.changed >= self.spec.dump_settle
 
 
 def _ended(code, seconds, hang_line, hang_at, t0, timed_out=False, why="") -> dict:
