@@ -11,6 +11,10 @@
 4. bisect       a toy bisection over 16 releases: runs used against ceil(log2 16) + 2, wall time
 5. concurrency  a matrix of 4 toy points, --jobs 1 against --jobs 2
 
+    --gpu: launch, hang and concurrency on the GPUs of this machine (NCCL between the ranks;
+    concurrency with one GPU per point).  The toy venvs then take the deepspeed launcher from a
+    wheelhouse given with --find-links (offline machines), pinned by --gpu-pins.
+
 Figures are printed, never asserted.  The toy package comes from the test helpers
 (tests/toypkg.py); the env benchmark downloads its pins from the index once.
 """
@@ -23,6 +27,7 @@ import math
 import os
 import platform
 import shutil
+import signal
 import sqlite3
 import statistics
 import subprocess
@@ -36,6 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import toypkg  # noqa: E402
 
+from dsbisect import facts  # noqa: E402
 from dsbisect.envs import EnvManager, IndexOptions, _du  # noqa: E402
 from dsbisect.matrix import EnvOptions, Point  # noqa: E402
 
@@ -44,10 +50,11 @@ DSBISECT = [PY, "-m", "dsbisect"]
 ENV_PINS = ("deepspeed==0.19.8", "transformers==4.46.3", "accelerate==1.1.1")
 ENV_PINS_2 = ("deepspeed==0.19.8", "transformers==4.45.2", "accelerate==1.1.1")
 rows: list[tuple[str, str, str, str]] = []  # benchmark, measure, dsbisect, baseline / goal
+GPU: dict = {}  # set by --gpu: {"pins": [...], "links": [...], "compat": [...]}
 
 
 def say(*args) -> None:
-    print(*args, file=sys.stderr, flush=True)
+    print(time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
 
 
 def timed(fn, *a, **kw) -> tuple[float, object]:
@@ -134,21 +141,44 @@ def _baseline_env(work: Path, wheelhouse: Path) -> tuple[float, int]:
 # ------------------------------------------------------------------ toy helpers
 
 
-def _toy_project(work: Path, releases: dict[str, str], dist: str, collective: float, extra: str = "") -> tuple[Path, Path]:
+def _toy_project(work: Path, releases: dict[str, str], dist: str, collective: float, nproc: int = 2) -> tuple[Path, Path]:
     house = toypkg.build_wheelhouse(work / f"wh-{dist}", releases, dist=dist)
     proj = work / f"proj-{dist}"
     proj.mkdir(exist_ok=True)
     toypkg.write_repro(proj)
     versions = ", ".join(f'"{v}"' for v in releases)
+    accel = "cpu"
+    if GPU:
+        accel = "cuda"
+        accel += f"\n  pins: {json.dumps(GPU['pins'])}\n  compat: {json.dumps(GPU['compat'])}"
     (proj / "matrix.yaml").write_text(
-        f"defaults:\n  collective_timeout: {collective}\n  timeout: 600\n  accelerator: cpu\n  nproc: 2\n"
-        f"  env: {{OMP_NUM_THREADS: \"1\"}}\n{extra}cases:\n  toy:\n    script: toy_repro.py\n"
+        f"defaults:\n  collective_timeout: {collective}\n  timeout: 600\n  accelerator: {accel}\n  nproc: {nproc}\n"
+        f"  env: {{OMP_NUM_THREADS: \"1\"}}\ncases:\n  toy:\n    script: toy_repro.py\n"
         f"    axes:\n      {dist}: [{versions}]\n")
     return proj, house
 
 
-def _dsb(proj: Path, house: Path, cache: Path, *args: str) -> subprocess.CompletedProcess:
-    return sh([*DSBISECT, *args, "--offline", "--find-links", str(house), "--cache-dir", str(cache), "-q"], cwd=proj)
+def _dsb(proj: Path, house: Path, cache: Path, *args: str, limit: float = 400) -> subprocess.CompletedProcess:
+    """One dsbisect command; past ``limit`` it gets Ctrl-C, so that it stops its runs itself."""
+    links = [a for d in GPU.get("links", ()) for a in ("--find-links", d)]
+    if GPU:
+        cache = cache.parent / "cache-gpu"  # one uv cache: the deepspeed layer is unpacked once
+    cmd = [*DSBISECT, *args, "--offline", "--find-links", str(house), *links, "--cache-dir", str(cache), "-q"]
+    proc = subprocess.Popen(cmd, cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate()
+        say(f"dsbisect {' '.join(args)}: stopped after {limit:g} s")
+    res = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+    if res.returncode not in (0, 1):
+        say(res.stdout[-2000:], res.stderr[-2000:])
+    return res
+
+
+def _where() -> str:
+    return f"{len(facts.gpus())} GPUs, NCCL" if GPU else "2 CPU ranks"
 
 
 # ----------------------------------------------------------------- 2. launch
@@ -161,15 +191,21 @@ def bench_launch(work: Path) -> None:
     _dsb(proj, house, cache, "run", "matrix.yaml")  # builds the venv, caches the import check
     ours, bare = [], []
     env_dir = next((cache / "envs").glob("*/bin/python")).parent.parent
+    env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    if GPU:  # as a user would by hand: the same shims, the GPUs visible
+        env = dict(os.environ, OMP_NUM_THREADS="1", DSBISECT_COMPAT=",".join(GPU["compat"]))
     for _ in range(3):
-        t, _ = timed(_dsb, proj, house, cache, "run", "matrix.yaml", "--rerun")
+        t, res = timed(_dsb, proj, house, cache, "run", "matrix.yaml", "--rerun")
+        if res.returncode != 0:
+            raise SystemExit(f"launch benchmark: the toy run did not pass: {res.stdout[-500:]}")
         ours.append(t)
-        env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-        t, _ = timed(sh, [str(env_dir / "bin" / "python"), "-m", "deepspeed.launcher.runner", "--num_gpus", "2",
-                          "--master_port", "29641", "toy_repro.py"], cwd=proj, env=env)
+        t, res = timed(sh, [str(env_dir / "bin" / "python"), "-m", "deepspeed.launcher.runner", "--num_gpus", "2",
+                            "--master_port", "29641", "toy_repro.py"], cwd=proj, env=env)
+        if res.returncode != 0:
+            raise SystemExit(f"launch benchmark: the bare launcher failed: {res.stderr[-500:]}")
         bare.append(t)
     o, b = statistics.median(ours), statistics.median(bare)
-    rows.append(("launch", "one passing toy run, 2 CPU ranks (median of 3)", f"{o:.1f} s",
+    rows.append(("launch", f"one passing toy run, {_where()} (median of 3)", f"{o:.1f} s",
                  f"bare launcher {b:.1f} s: +{o - b:.1f} s ({(o - b) / b * 100:.0f}%); goal <= 5% or <= 2 s"))
 
 
@@ -184,21 +220,11 @@ def bench_hang(work: Path) -> None:
         _dsb(proj, house, cache, "run", "matrix.yaml")
         db = sqlite3.connect(proj / ".dsbisect" / "dsbisect.sqlite3")
         run_dir, finished, evidence = db.execute("SELECT run_dir, finished, evidence FROM runs").fetchone()
-        stamp = _deadlock_time(Path(run_dir))
+        stamp = toypkg.deadlock_time(Path(run_dir))
         latency = finished - stamp
         stacks = len(json.loads(evidence).get("files", []))
-        rows.append(("hang", f"collective timeout {timeout} s (gloo, CPU)", f"{latency:.1f} s to HANG, {stacks} stack files",
+        rows.append(("hang", f"collective timeout {timeout} s ({'NCCL, ' + _where() if GPU else 'gloo, CPU'})", f"{latency:.1f} s to HANG, {stacks} stack files",
                      f"goal <= {timeout + 15} s; by hand: NCCL watchdog default 1800 s"))
-
-
-def _deadlock_time(run_dir: Path) -> float:
-    """The toy prints 'entering all_reduce' right before the collective rank 1 never joins;
-    the rank log's modification time at that line is not kept, so the toy's stamp is used."""
-    for log in (run_dir / "ranks").glob("*rank0.log"):
-        for line in log.read_text().splitlines():
-            if line.startswith("DEADLOCK-AT "):
-                return float(line.split()[1])
-    raise RuntimeError(f"no deadlock stamp in {run_dir}")
 
 
 # ----------------------------------------------------------------- 4. bisect
@@ -224,13 +250,18 @@ def bench_bisect(work: Path) -> None:
 def bench_concurrency(work: Path) -> None:
     say("== concurrency")
     releases = {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "skip", "1.3.0": "skip"}
-    proj, house = _toy_project(work, releases, "dsb-bench-conc", 10)
+    # On GPUs, one GPU per point (n=1: no peer to skip a collective), two points on two GPUs.
+    n = 1 if GPU else 2
+    if GPU:
+        releases = {"1.0.0": "ok", "1.1.0": "ok"}
+    proj, house = _toy_project(work, releases, "dsb-bench-conc", 10, nproc=n)
     cache = work / "cache-conc"
     _dsb(proj, house, cache, "run", "matrix.yaml")  # venvs built, so only running is timed
     t1, _ = timed(_dsb, proj, house, cache, "run", "matrix.yaml", "--rerun", "--jobs", "1")
     t2, _ = timed(_dsb, proj, house, cache, "run", "matrix.yaml", "--rerun", "--jobs", "2")
-    cores = os.cpu_count()
-    rows.append(("concurrency", f"P=4 points (2 hang), n=2 ranks, G=0 GPUs, {cores} cores", f"--jobs 2: {t2:.0f} s",
+    cores, g = os.cpu_count(), len(facts.gpus())
+    what = "all pass" if GPU else "2 hang"
+    rows.append(("concurrency", f"P={len(releases)} points ({what}), n={n} rank(s), G={g} GPUs, {cores} cores", f"--jobs 2: {t2:.0f} s",
                  f"--jobs 1: {t1:.0f} s ({t1 / t2:.2f}x)"))
 
 
@@ -245,10 +276,24 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=",".join(BENCHES))
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--gpu", action="store_true", help="launch, hang, concurrency on this machine's GPUs")
+    ap.add_argument("--find-links", action="append", default=[], help="wheelhouse with the deepspeed launcher")
+    ap.add_argument("--gpu-pins", default="deepspeed==0.12.4,pydantic<2")
+    ap.add_argument("--gpu-compat", default="torch-elastic-socket,numpy-bufsize")
     args = ap.parse_args()
+    if args.gpu:
+        if len(facts.gpus()) < 2:
+            raise SystemExit("--gpu: this machine has fewer than 2 GPUs")
+        GPU.update(pins=args.gpu_pins.split(","), links=[str(Path(d).resolve()) for d in args.find_links],
+                   compat=[c for c in args.gpu_compat.split(",") if c])
+        if args.only == ",".join(BENCHES):
+            args.only = "launch,hang,concurrency"
     with tempfile.TemporaryDirectory(prefix="dsbisect-bench-") as tmp:
         for name in args.only.split(","):
             BENCHES[name](Path(tmp))
+            say("\n".join(" | ".join(r) for r in rows))
+            if args.out:  # what is measured is kept if a later benchmark is cut short
+                args.out.write_text(render())
     table = render()
     print(table)
     if args.out:
@@ -256,8 +301,10 @@ def main() -> None:
 
 
 def render() -> str:
-    head = (f"Measured {time.strftime('%Y-%m-%d')} on {platform.node() and 'this machine'}: {os.cpu_count()} cores, "
-            f"{platform.machine()}, Python {platform.python_version()}, no GPU.\n\n")
+    g = facts.gpus()
+    gpus = f"{len(g)}x {g[0]}" if g else "no GPU"
+    head = (f"Measured {time.strftime('%Y-%m-%d')}: {os.cpu_count()} cores, "
+            f"{platform.machine()}, Python {platform.python_version()}, {gpus}.\n\n")
     lines = ["| benchmark | measure | dsbisect | baseline / goal |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     return head + "\n".join(lines) + "\n"

@@ -8,6 +8,9 @@
 #      v0.12.3..v0.12.4; then the same without the memory fill (expected: not reproduced)
 #   C  whatever an earlier stage left unfinished (bisections resume from the store), and
 #      the GPU tests (pytest -m gpu)
+#   D  seed 1's commit step and the no-fill bisection, resumed from the store
+#   E  D, then the GPU tests (pytest -m gpu) in the time left
+#   G  the GPU tests, then the GPU benchmarks (benchmarks/bench.py --gpu, BENCH=hang,concurrency)
 #
 # Prepared on a machine with a network, in the repository root (.gpu/ is git-ignored):
 #   dsbisect snapshot-base -o base.json                        # on the GPU machine, once
@@ -18,7 +21,7 @@
 #   .gpu/r095, .gpu/r124: bare clones of DeepSpeed holding v0.9.5..v0.10.0 and v0.12.3..v0.12.4
 #   (shallow at the older tag; blobs of the paths setup.py needs), small enough to carry.
 #
-# Usage: bash docs/results/gpu_proof.sh A|B|C   (outputs go to $OUT)
+# Usage: bash docs/results/gpu_proof.sh A|B|C|D|E|G   (outputs go to $OUT)
 set -u
 stage=${1:?stage A, B or C}
 OUT=${OUT:-/tmp/dsbisect-proof}
@@ -33,7 +36,7 @@ if [ ! -x /tmp/site/bin/uv ]; then
 fi
 export PYTHONPATH=/tmp/site:$PWD/src
 ds() { python3 -m dsbisect "$@"; }
-left() { echo $(( BUDGET - SECONDS )); }
+left() { local l=$(( BUDGET - SECONDS )); echo $(( l > 1 ? l : 1 )); }
 CACHE="--cache-dir /tmp/dsbisect-cache"
 # One store per seed (a stage can resume the other's bisections from a carried copy).
 S2="--offline --find-links ${S2DIR:-.gpu/seed2} $CACHE --store .gpu/store-seed2"
@@ -43,6 +46,7 @@ CT="--collective-timeout 30"
 # report NAME ARGS...: the command as JSON, then (if it ended, not interrupted) as Markdown from the store
 report() {
   local name=$1; shift
+  if [ "$(left)" -lt 60 ]; then echo "== no time left for: dsbisect $*"; return; fi
   echo "== $(date -u +%T) dsbisect $*"
   timeout -s INT "$(left)" python3 -m dsbisect "$@" --format json -o "$OUT/reports/$name.json" > /dev/null
   local rc=$?
@@ -50,6 +54,13 @@ report() {
   if [ $rc -ne 130 ] && [ $rc -ne 124 ] && [ "$(left)" -gt 20 ]; then
     python3 -m dsbisect "$@" --format markdown -q -o "$OUT/reports/$name.md" > /dev/null
   fi
+}
+
+gpu_tests() {
+  echo "== $(date -u +%T) pytest -m gpu"
+  DSBISECT_TEST_DEEPSPEED=0.12.4 DSBISECT_TEST_FIND_LINKS=$PWD/.gpu/seed1 DSBISECT_KEEP_RUNS=$OUT \
+    timeout -s INT "$(left)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
+  echo "== pytest exit $? after ${SECONDS}s"
 }
 
 nvidia-smi -L
@@ -80,8 +91,20 @@ case $stage in
       --case zero3_from_pretrained $CT --git-repo .gpu/r095 --no-verify-commit-ends $S2
     ;;
   T)
-    DSBISECT_TEST_DEEPSPEED=0.12.4 DSBISECT_TEST_FIND_LINKS=$PWD/.gpu/seed1 \
-      timeout -s INT "$(left)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
+    gpu_tests
+    ;;
+  E)
+    report seed1-bisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training --regress-on any \
+      --git-repo .gpu/r124 --no-verify-commit-ends $S1
+    report seed1-nofill bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training_nofill --regress-on any $S1
+    [ "$(left)" -gt 150 ] && gpu_tests
+    ;;
+  G)
+    gpu_tests
+    echo "== $(date -u +%T) benchmarks/bench.py --gpu --only ${BENCH:-hang,concurrency}"
+    timeout -s INT "$(left)" python3 benchmarks/bench.py --gpu --only "${BENCH:-hang,concurrency}" \
+      --find-links .gpu/seed1 --out "$OUT/reports/bench-gpu.md"
+    echo "== exit $? after ${SECONDS}s"
     ;;
 esac
 
@@ -89,6 +112,6 @@ for st in .gpu/store-seed*; do
   [ -d "$st" ] && ds report --store "$st" --format json -o "$OUT/reports/$(basename "$st")-report.json" > /dev/null
 done
 echo "== GPU processes left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
-tar czf "$OUT/$stage-reports.tgz" -C "$OUT" reports
+tar czf "$OUT/$stage-reports.tgz" -C "$OUT" reports $( [ -d "$OUT/gpu-toy-hang" ] && echo gpu-toy-hang )
 tar czf "$OUT/$stage-store.tgz" --exclude='dsbisect-bert-*' --exclude='*.pt' .gpu/store-seed*
 ls -la "$OUT"
