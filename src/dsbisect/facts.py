@@ -90,19 +90,28 @@ def probe(python: Path, packages: list[str], env: dict[str, str], timeout: float
     return ProbeResult(not error, error, facts)
 
 
-def gpus() -> list[str]:
-    """Names of the CUDA GPUs this process may use (CUDA_VISIBLE_DEVICES honoured)."""
+@functools.lru_cache(maxsize=None)
+def _smi_names() -> tuple[str, ...]:
+    """The machine's GPUs by physical index, asked of nvidia-smi once per process (it can take
+    a second or more per call where persistence mode is off)."""
     smi = shutil.which("nvidia-smi")
     if not smi:
-        return []
+        return ()
     try:
         out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                              text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired):
-        return []
+        return ()
     if out.returncode != 0:
+        return ()
+    return tuple(ln.strip() for ln in out.stdout.splitlines() if ln.strip())
+
+
+def gpus() -> list[str]:
+    """Names of the CUDA GPUs this process may use (CUDA_VISIBLE_DEVICES honoured)."""
+    names = list(_smi_names())
+    if not names:
         return []
-    names = [ln.strip() for ln in out.stdout.splitlines() if ln.strip()]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return names
