@@ -125,6 +125,53 @@ def test_repeat_catches_an_intermittent_hang(tmp_path_factory, tmp_path, cli, ca
     assert steps["1.2.0"]["counts"] == {"pass": 1, "hang": 1}
 
 
+def test_confirm_reruns_the_boundary_and_catches_a_flaky_one(tmp_path_factory, tmp_path, cli, cache_dir):
+    house = _house(tmp_path_factory, "dsb-conf", {"1.0.0": "ok", "1.1.0": "flaky", "1.2.0": "raise"})
+    counter = tmp_path / "counter"
+    write_matrix(tmp_path, ["1.0.0"], package="dsb-conf", collective_timeout=3)
+    matrix = (tmp_path / "matrix.yaml").read_text().replace('env: {OMP_NUM_THREADS: "1"}',
+                                                            f'env: {{OMP_NUM_THREADS: "1", DSB_TOY_COUNTER: "{counter}"}}')
+    (tmp_path / "matrix.yaml").write_text(matrix)
+    common = ["--case", "toy", "--regress-on", "any", "--offline", "--find-links", str(house),
+              "--cache-dir", str(cache_dir), "-q", "--format", "json"]
+    # One run per point: 1.1.0's first run passes (the counter's odd run), so 1.2.0 is named.
+    res = cli("bisect", "dsb-conf", "1.0.0", "1.2.0", *common, cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "1.1.0", "1.2.0")
+    assert out["confirm"] is None
+
+    # --confirm 2 runs the pair again: 1.1.0 hangs on its second run, so the answer does not stand.
+    res = cli("bisect", "dsb-conf", "1.0.0", "1.2.0", "--confirm", "2", *common, cwd=tmp_path)
+    assert res.exit_code == 1, res.output
+    out = json.loads(res.stdout)
+    assert out["verdict"] == "unconfirmed"
+    conf = out["confirm"]
+    assert conf["confirmed"] is False
+    assert conf["last_good"] == {"point": "1.1.0", "agree": 1, "runs": 2, "as": "good"}
+    assert conf["first_bad"] == {"point": "1.2.0", "agree": 2, "runs": 2, "as": "bad"}
+    assert "not confirmed: last good 1.1.0 good in 1 of 2 runs" in res.stderr
+    confirm_steps = {s["version"]: s for s in out["steps"] if s["stage"] == "confirm"}
+    assert confirm_steps["1.1.0"]["counts"] == {"pass": 1, "hang": 1}
+    assert confirm_steps["1.2.0"]["counts"] == {"fail": 2}
+
+    # A steady boundary is confirmed: the recorded runs plus the ones it still needs.
+    steady = _house(tmp_path_factory, "dsb-steady", {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "raise"})
+    write_matrix(tmp_path, ["1.0.0"], package="dsb-steady", collective_timeout=3)
+    res = cli("bisect", "dsb-steady", "1.0.0", "1.2.0", "--confirm", "2", "--case", "toy", "--regress-on", "fail",
+              "--offline", "--find-links", str(steady), "--cache-dir", str(cache_dir), "-q", "--format", "json",
+              cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert (out["verdict"], out["first_bad"]) == ("found", "1.2.0")
+    assert out["confirm"] == {"runs": 2, "confirmed": True,
+                              "last_good": {"point": "1.1.0", "agree": 2, "runs": 2, "as": "good"},
+                              "first_bad": {"point": "1.2.0", "agree": 2, "runs": 2, "as": "bad"}}
+    table = cli("bisect", "dsb-steady", "1.0.0", "1.2.0", "--confirm", "2", "--case", "toy", "--regress-on", "fail",
+                "--offline", "--find-links", str(steady), "--cache-dir", str(cache_dir), "-q", cwd=tmp_path)
+    assert "confirmed: 1.1.0 good in 2 of 2 runs; 1.2.0 bad in 2 of 2 runs" in table.stdout
+
+
 def test_killed_bisect_resumes_from_the_store(tmp_path, cache_dir, wheelhouse):
     write_matrix(tmp_path, ["1.0.0"], collective_timeout=3)
     cmd = [sys.executable, "-m", "dsbisect", "bisect", "dsb-toy", "1.1.0", "1.4.0", "--case", "toy", "--offline",

@@ -39,6 +39,7 @@ class Request:
     git_repo: Path | None = None
     verify_commit_ends: bool = True
     width: int = 1
+    confirm: int = 1  # runs of the final last-good / first-bad pair; 1 = the search's own
 
     @property
     def key(self) -> str:
@@ -92,7 +93,7 @@ class Result:
     request: Request
     candidates: tuple[str, ...]
     steps: tuple[Step, ...]
-    verdict: str  # found | ambiguous | not-reproduced | good-end-bad | untestable
+    verdict: str  # found | ambiguous | not-reproduced | good-end-bad | untestable | unconfirmed
     last_good: str | None = None
     first_bad: str | None = None
     maybe: tuple[str, ...] = ()
@@ -110,6 +111,7 @@ class Bisection:
     def __init__(self, runner: Runner, index: IndexOptions, request: Request):
         self.runner, self.index, self.req = runner, index, request
         self.steps: list[Step] = []
+        self._points: dict[str, Point] = {}  # commit hash -> point, for the confirmation
 
     # ------------------------------------------------------------------ run
 
@@ -126,8 +128,46 @@ class Bisection:
         result = self._release_result(versions, found)
         if repo and result.verdict == "found":
             result = self._commits(result, repo)
+        if req.confirm > 1:
+            result = self._confirm(result)
         self._save("done", result_json(result))
         return result
+
+    def _confirm(self, result: Result) -> Result:
+        """Run the final pair (the last good and first bad point of the deepest stage searched)
+        until each has ``confirm`` runs: the answer stands only if every run agrees with it."""
+        pair = self._final_pair(result)
+        if pair is None:
+            return result
+        (old_label, old_pt), (new_label, new_pt) = pair
+        want = self.req.confirm
+        found = self.runner.run_many(self.req.case, [old_pt, new_pt], want=want)
+        names = ("last broken", "first fixed") if self.req.find_fix else ("last good", "first bad")
+        sides, parts, held = (Side.OLD, Side.NEW), [], True
+        report = {"runs": want}
+        for (label, point, runs), name, side in zip(((old_label, old_pt, found[0]), (new_label, new_pt, found[1])),
+                                                    names, sides):
+            self._step(point, runs, "confirm")
+            agree = sum(1 for r in runs if self._side(self._verdict(r)) is side)
+            word = "bad" if (side is Side.NEW) != self.req.find_fix else "good"
+            report[name.replace(" ", "_")] = {"point": label, "agree": agree, "runs": len(runs), "as": word}
+            parts.append(f"{name} {label} {word} in {agree} of {len(runs)} runs")
+            held = held and agree == len(runs) == want
+        report["confirmed"] = held
+        extra = result.extra | {"confirm": report}
+        if held:
+            return _replace(result, steps=tuple(self.steps), extra=extra)
+        return _replace(result, steps=tuple(self.steps), extra=extra, verdict="unconfirmed",
+                        message=f"not confirmed: {'; '.join(parts)} — the boundary is flaky here; "
+                                f"bisect again with --repeat {want}")
+
+    def _final_pair(self, result: Result):
+        c = result.commit
+        if c is not None and c.first_bad:
+            return [(h[:10], self._points[h]) for h in (c.last_good, c.first_bad)]
+        if c is None and result.verdict == "found" and not result.commit_message:
+            return [(v, self._release_point(v)) for v in (result.last_good, result.first_bad)]
+        return None  # nothing exact to confirm (ambiguous, or the commit step stopped)
 
     def _finish(self, versions: list[str], verdict: str, message: str) -> Result:
         result = Result(self.req, tuple(versions), tuple(self.steps), verdict, message=message)
@@ -233,6 +273,7 @@ class Bisection:
         commits = gitrepo.commits_between(repo, start, new_tag)
         chain = [gitrepo.commit(repo, start), *commits]
         points = [self._commit_point(repo, c, result.first_bad) for c in chain]
+        self._points.update({c.hash: p for c, p in zip(chain, points)})
         if req.verify_commit_ends or note:  # the tags' source builds, or the merge base, must be tested
             problem = self._check_commit_ends(chain, points, both=req.verify_commit_ends)
             if problem:
@@ -324,6 +365,7 @@ def result_json(r: Result) -> dict:
             "verdict": r.commit.verdict,
         },
         "commit_message": r.commit_message,
+        "confirm": r.extra.get("confirm"),
     }
 
 
@@ -334,5 +376,7 @@ def dumps(r: Result) -> str:
 def check_request(req: Request) -> None:
     if req.repeat < 1:
         raise InputError("--repeat must be at least 1")
+    if req.confirm < 1:
+        raise InputError("--confirm must be at least 1")
     if req.signature is not None and not req.signature.strip():
         raise InputError("--signature needs some text")

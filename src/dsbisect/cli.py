@@ -370,6 +370,7 @@ def bisect(
     regress_on: Annotated[Regress, typer.Option("--regress-on", help="What counts as bad.")] = Regress.hang,
     find_fix: Annotated[bool, typer.Option("--find-fix", help="Find the first release that fixed it instead.")] = False,
     repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per point; bad if any run is bad.")] = 1,
+    confirm: Annotated[int, typer.Option("--confirm", min=1, help="At the end, run the last good and first bad points until each has this many runs; the answer stands only if all agree.")] = 1,
     signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
@@ -417,7 +418,8 @@ def bisect(
         index = index_options(offline, find_links, index_url, extra_index_url)
         req = Request(package=package, good=good, bad=bad, case=the_case, pins=pins,
                       regress_on=RegressOn(regress_on.value), find_fix=find_fix, repeat=repeat,
-                      signature=signature, pre=pre, git_repo=git_repo, verify_commit_ends=verify_commit_ends)
+                      signature=signature, pre=pre, git_repo=git_repo, verify_commit_ends=verify_commit_ends,
+                      confirm=confirm)
         st = Store(store)
         ui = ProgressUI(quiet)
         runner = Runner(store=st, envs=EnvManager(cache_root(cache_dir), _env_options(env_opts, python, base), index,
