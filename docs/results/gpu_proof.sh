@@ -95,7 +95,7 @@ case $stage in
     ;;
   E)
     report seed1-bisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training --regress-on any \
-      --git-repo .gpu/r124 --no-verify-commit-ends $S1
+      --git-repo .gpu/r124 --no-verify-commit-ends ${CONFIRM:+--confirm $CONFIRM} $S1
     report seed1-nofill bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training_nofill --regress-on any $S1
     [ "$(left)" -gt 150 ] && gpu_tests
     ;;
