@@ -169,7 +169,7 @@ def test_confirm_reruns_the_boundary_and_catches_a_flaky_one(tmp_path_factory, t
                               "first_bad": {"point": "1.2.0", "agree": 2, "runs": 2, "as": "bad"}}
     table = cli("bisect", "dsb-steady", "1.0.0", "1.2.0", "--confirm", "2", "--case", "toy", "--regress-on", "fail",
                 "--offline", "--find-links", str(steady), "--cache-dir", str(cache_dir), "-q", cwd=tmp_path)
-    assert "confirmed: 1.1.0 good in 2 of 2 runs; 1.2.0 bad in 2 of 2 runs" in table.stdout
+    assert "confirmed: last good 1.1.0 good in 2 of 2 runs; first bad 1.2.0 bad in 2 of 2 runs" in table.stdout
 
 
 def test_killed_bisect_resumes_from_the_store(tmp_path, cache_dir, wheelhouse):

@@ -8,7 +8,7 @@ invocation reuses it), and maps outcomes to the old/new sides of the search.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -89,6 +89,32 @@ class CommitResult:
 
 
 @dataclass(frozen=True)
+class Agreement:
+    """How many runs of one end of the final pair agreed with the answer."""
+    name: str  # last good | first bad | last broken | first fixed
+    point: str
+    expected: str  # good | bad
+    agree: int
+    runs: int
+
+    def describe(self) -> str:
+        return f"{self.name} {self.point} {self.expected} in {self.agree} of {self.runs} runs"
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    runs: int  # wanted per end
+    ends: tuple[Agreement, ...]
+
+    @property
+    def confirmed(self) -> bool:
+        return all(e.agree == e.runs == self.runs for e in self.ends)
+
+    def describe(self) -> str:
+        return "; ".join(e.describe() for e in self.ends)
+
+
+@dataclass(frozen=True)
 class Result:
     request: Request
     candidates: tuple[str, ...]
@@ -100,7 +126,7 @@ class Result:
     message: str = ""
     commit: CommitResult | None = None
     commit_message: str = ""
-    extra: dict = field(default_factory=dict)
+    confirm: Confirmation | None = None
 
     @property
     def exit_code(self) -> int:
@@ -139,26 +165,20 @@ class Bisection:
         pair = self._final_pair(result)
         if pair is None:
             return result
-        (old_label, old_pt), (new_label, new_pt) = pair
         want = self.req.confirm
-        found = self.runner.run_many(self.req.case, [old_pt, new_pt], want=want)
+        found = self.runner.run_many(self.req.case, [p for _, p in pair], want=want)
         names = ("last broken", "first fixed") if self.req.find_fix else ("last good", "first bad")
-        sides, parts, held = (Side.OLD, Side.NEW), [], True
-        report = {"runs": want}
-        for (label, point, runs), name, side in zip(((old_label, old_pt, found[0]), (new_label, new_pt, found[1])),
-                                                    names, sides):
+        ends = []
+        for (label, point), runs, name, side in zip(pair, found, names, (Side.OLD, Side.NEW)):
             self._step(point, runs, "confirm")
             agree = sum(1 for r in runs if self._side(self._verdict(r)) is side)
-            word = "bad" if (side is Side.NEW) != self.req.find_fix else "good"
-            report[name.replace(" ", "_")] = {"point": label, "agree": agree, "runs": len(runs), "as": word}
-            parts.append(f"{name} {label} {word} in {agree} of {len(runs)} runs")
-            held = held and agree == len(runs) == want
-        report["confirmed"] = held
-        extra = result.extra | {"confirm": report}
-        if held:
-            return _replace(result, steps=tuple(self.steps), extra=extra)
-        return _replace(result, steps=tuple(self.steps), extra=extra, verdict="unconfirmed",
-                        message=f"not confirmed: {'; '.join(parts)} — the boundary is flaky here; "
+            as_bad = (side is Side.NEW) != self.req.find_fix
+            ends.append(Agreement(name, label, "bad" if as_bad else "good", agree, len(runs)))
+        conf = Confirmation(want, tuple(ends))
+        if conf.confirmed:
+            return _replace(result, steps=tuple(self.steps), confirm=conf)
+        return _replace(result, steps=tuple(self.steps), confirm=conf, verdict="unconfirmed",
+                        message=f"not confirmed: {conf.describe()} — the boundary is flaky here; "
                                 f"bisect again with --repeat {want}")
 
     def _final_pair(self, result: Result):
@@ -365,7 +385,12 @@ def result_json(r: Result) -> dict:
             "verdict": r.commit.verdict,
         },
         "commit_message": r.commit_message,
-        "confirm": r.extra.get("confirm"),
+        "confirm": None if r.confirm is None else {
+            "runs": r.confirm.runs,
+            "confirmed": r.confirm.confirmed,
+            **{e.name.replace(" ", "_"): {"point": e.point, "agree": e.agree, "runs": e.runs, "as": e.expected}
+               for e in r.confirm.ends},
+        },
     }
 
 

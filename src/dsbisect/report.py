@@ -316,11 +316,8 @@ def bisect_summary(result) -> list[str]:
         lines.append(f"commits between the releases: {c.count}")
     if result.commit_message:
         lines.append(result.commit_message)
-    conf = result.extra.get("confirm")
-    if conf and conf.get("confirmed"):
-        pair = [conf[k] for k in ("last_good", "first_bad", "last_broken", "first_fixed") if k in conf]
-        lines.append("confirmed: " + "; ".join(f"{c['point']} {c['as']} in {c['agree']} of {c['runs']} runs"
-                                               for c in pair))
+    if result.confirm is not None and result.confirm.confirmed:
+        lines.append(f"confirmed: {result.confirm.describe()}")
     first = _first_bad_step(result)
     if first is not None:
         lines.append(f"at the {bad_word.split()[1]} point: {first.detail or first.outcome.value}")
