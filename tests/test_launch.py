@@ -116,6 +116,21 @@ def test_quiet_hook_fires_once_while_silent(tmp_path):
     assert res.exit_code == 0 and calls == ["quiet"]
 
 
+def test_a_slow_quiet_snapshot_does_not_hold_up_the_end(tmp_path):
+    """The quiet snapshot runs beside the watch loop: a job that ends meanwhile is seen at once
+    (taken in line, a 4 s snapshot would have made this 2 s job last 4.5 s)."""
+    calls = []
+
+    def slow(procs, why):
+        calls.append((why, len(procs)))
+        time.sleep(4)
+
+    code = "import time\nprint('x', flush=True)\ntime.sleep(2)\n"
+    res = launch(_spec(tmp_path, code, quiet_after=0.5), on_quiet=slow)
+    assert res.exit_code == 0 and [why for why, _ in calls] == ["quiet"]
+    assert res.seconds < 3.8, res.seconds
+
+
 def test_interrupt_stops_the_tree(tmp_path):
     import signal
     import threading

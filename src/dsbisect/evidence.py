@@ -54,7 +54,9 @@ class Capture:
             self._note("py-spy is not installed; using faulthandler stacks")
             return
         try:
-            out = subprocess.run([exe, "dump", "--pid", str(proc.pid)], capture_output=True,
+            # The quiet snapshot is taken of a job that may be fine: do not pause it.
+            pause = [] if reason != "quiet" else ["--nonblocking"]
+            out = subprocess.run([exe, "dump", "--pid", str(proc.pid), *pause], capture_output=True,
                                  text=True, timeout=20)
         except subprocess.TimeoutExpired:
             self._note(f"py-spy timed out on rank {rank}")
@@ -87,20 +89,22 @@ class Capture:
         """Signal the ranks whose hook registered faulthandler (their file exists)."""
         folder = self.run_dir / "stacks"
         signum = getattr(signal, os.environ.get("DSBISECT_STACK_SIGNAL", STACK_SIGNAL))
-        asked = []
+        asked, signalled = [], []
         for p in procs:
             marker = folder / f"rank{_rank(p)}.pid{p.pid}.txt"
             if marker.exists():
                 try:
                     p.send_signal(signum)
                     asked.append(marker)
+                    signalled.append(p)
                 except psutil.Error:
                     continue
         if not asked:
             self._note("no rank had the faulthandler hook registered")
             return
         deadline = time.monotonic() + 3
-        while time.monotonic() < deadline and not all(m.stat().st_size > 0 for m in asked):
+        while (time.monotonic() < deadline and not all(m.stat().st_size > 0 for m in asked)
+               and any(_alive(p) for p in signalled)):  # a rank that ended writes nothing more
             time.sleep(0.1)
         self.files += [str(m) for m in asked if str(m) not in self.files]
 
@@ -145,6 +149,13 @@ def pyspy_bin() -> str | None:
         if candidate.is_file():
             return str(candidate)
     return shutil.which("py-spy")
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def _rank(proc: psutil.Process) -> str:

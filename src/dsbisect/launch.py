@@ -146,6 +146,7 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
 def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel) -> dict:
     watch = _Watch(spec.run_dir)
     dumps = _Dumps(spec)
+    snapshot = _Snapshot(on_quiet)
     hang_line, hang_at, quiet_taken = "", None, False
     while True:
         if cancel is not None and cancel.is_set():
@@ -155,23 +156,26 @@ def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel)
         for line in watch.new_lines():
             if not hang_line and any(p.search(line) for p in HANG_PATTERNS):
                 hang_line, hang_at = line.strip()[:500], time.monotonic()
+                snapshot.wait()
                 _call(on_hang, seen, "watchdog")
         now = time.monotonic()
-        if code is not None:
+        if code is not None:  # the snapshot's py-spy and faulthandler end with the ranks
+            snapshot.wait(timeout=1.0)
             return _ended(code, now - t0, hang_line, hang_at, t0)
         if hang_at is not None and (now - hang_at > spec.hang_grace or dumps.ready(hang_at, now)):
             return _ended(None, now - t0, hang_line, hang_at, t0, why="collective timeout")
         if now - t0 > spec.wall_timeout:
+            snapshot.wait()
             _call(on_hang, seen, "deadline")
             return _ended(None, now - t0, hang_line, hang_at or now, t0, timed_out=True,
                           why=f"no exit within the {spec.wall_timeout:g} s wall timeout")
         quiet = now - watch.last_growth
         if spec.quiet_after and not quiet_taken and quiet > spec.quiet_after and not hang_line:
-            quiet_taken = True
-            _call(on_quiet, seen, "quiet")
+            quiet_taken = snapshot.start(seen)
         if quiet_taken and quiet < 1:
             quiet_taken = False
         if spec.idle_timeout and quiet > spec.idle_timeout and not hang_line:
+            snapshot.wait()
             if on_idle is not None and not on_idle(rank_processes(seen)):
                 watch.last_growth = time.monotonic()  # the ranks are busy, only silent
             else:
@@ -209,6 +213,27 @@ def _ended(code, seconds, hang_line, hang_at, t0, timed_out=False, why="") -> di
         "hang_line": hang_line,
         "hang_after": (hang_at - t0) if hang_at is not None else None,
     }
+
+
+class _Snapshot:
+    """The stacks taken when the output first goes quiet, on a thread of their own: the loop
+    keeps watching, so a job that ends meanwhile is seen at once (a py-spy dump of a CUDA rank
+    can take seconds).  Any other look at the ranks waits for it first."""
+
+    def __init__(self, hook: RankHook | None) -> None:
+        self.hook, self.thread = hook, None
+
+    def start(self, seen: dict[int, psutil.Process]) -> bool:
+        if self.hook is None or (self.thread is not None and self.thread.is_alive()):
+            return self.hook is not None
+        procs = rank_processes(seen)
+        self.thread = threading.Thread(target=self.hook, args=(procs, "quiet"), name="dsbisect-quiet", daemon=True)
+        self.thread.start()
+        return True
+
+    def wait(self, timeout: float = 60.0) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout)
 
 
 def _call(hook: RankHook | None, seen: dict[int, psutil.Process], reason: str) -> None:
