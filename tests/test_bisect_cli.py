@@ -32,6 +32,14 @@ def _bisect(cli, tmp_path, cache_dir, house, package, good, bad, *extra, fmt="js
     return cli(*args, cwd=tmp_path)
 
 
+def _counted_matrix(folder: Path, package: str) -> None:
+    """A toy matrix whose runs share a counter file: a "flaky" release hangs on every second run."""
+    write_matrix(folder, ["1.0.0"], package=package, collective_timeout=3)
+    matrix = folder / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace(
+        'env: {OMP_NUM_THREADS: "1"}', f'env: {{OMP_NUM_THREADS: "1", DSB_TOY_COUNTER: "{folder / "counter"}"}}'))
+
+
 def _alive(pids):
     return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
@@ -108,11 +116,7 @@ def test_find_fix_and_regress_on_fail(tmp_path_factory, tmp_path, cli, cache_dir
 
 def test_repeat_catches_an_intermittent_hang(tmp_path_factory, tmp_path, cli, cache_dir):
     house = _house(tmp_path_factory, "dsb-flaky", {"1.0.0": "ok", "1.1.0": "flaky", "1.2.0": "flaky"})
-    counter = tmp_path / "counter"
-    write_matrix(tmp_path, ["1.0.0"], package="dsb-flaky", collective_timeout=3)
-    matrix = (tmp_path / "matrix.yaml").read_text().replace('env: {OMP_NUM_THREADS: "1"}',
-                                                            f'env: {{OMP_NUM_THREADS: "1", DSB_TOY_COUNTER: "{counter}"}}')
-    (tmp_path / "matrix.yaml").write_text(matrix)
+    _counted_matrix(tmp_path, "dsb-flaky")
     # The counter makes every second run of a flaky release hang: one run would see a pass.
     res = cli("bisect", "dsb-flaky", "1.0.0", "1.2.0", "--case", "toy", "--repeat", "2", "--offline",
               "--find-links", str(house), "--cache-dir", str(cache_dir), "-q", "--format", "json", cwd=tmp_path)
@@ -127,11 +131,7 @@ def test_repeat_catches_an_intermittent_hang(tmp_path_factory, tmp_path, cli, ca
 
 def test_confirm_reruns_the_boundary_and_catches_a_flaky_one(tmp_path_factory, tmp_path, cli, cache_dir):
     house = _house(tmp_path_factory, "dsb-conf", {"1.0.0": "ok", "1.1.0": "flaky", "1.2.0": "raise"})
-    counter = tmp_path / "counter"
-    write_matrix(tmp_path, ["1.0.0"], package="dsb-conf", collective_timeout=3)
-    matrix = (tmp_path / "matrix.yaml").read_text().replace('env: {OMP_NUM_THREADS: "1"}',
-                                                            f'env: {{OMP_NUM_THREADS: "1", DSB_TOY_COUNTER: "{counter}"}}')
-    (tmp_path / "matrix.yaml").write_text(matrix)
+    _counted_matrix(tmp_path, "dsb-conf")
     common = ["--case", "toy", "--regress-on", "any", "--offline", "--find-links", str(house),
               "--cache-dir", str(cache_dir), "-q", "--format", "json"]
     # One run per point: 1.1.0's first run passes (the counter's odd run), so 1.2.0 is named.

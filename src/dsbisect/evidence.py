@@ -22,6 +22,8 @@ from pathlib import Path
 
 import psutil
 
+from .launch import is_live
+
 STACK_SIGNAL = "SIGUSR1"
 
 
@@ -104,7 +106,7 @@ class Capture:
             return
         deadline = time.monotonic() + 3
         while (time.monotonic() < deadline and not all(m.stat().st_size > 0 for m in asked)
-               and any(_alive(p) for p in signalled)):  # a rank that ended writes nothing more
+               and any(is_live(p) for p in signalled)):  # a rank that ended writes nothing more
             time.sleep(0.1)
         self.files += [str(m) for m in asked if str(m) not in self.files]
 
@@ -149,13 +151,6 @@ def pyspy_bin() -> str | None:
         if candidate.is_file():
             return str(candidate)
     return shutil.which("py-spy")
-
-
-def _alive(proc: psutil.Process) -> bool:
-    try:
-        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _rank(proc: psutil.Process) -> str:

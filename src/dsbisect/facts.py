@@ -133,23 +133,16 @@ def gpu_indices() -> list[int]:
     return ids[: len(names)]
 
 
-@functools.lru_cache(maxsize=None)
-def _host() -> tuple:
-    return tuple({
+def host() -> dict:
+    """The machine dsbisect runs on: stored with every run."""
+    return {
         "name": platform.node(),
         "dsbisect": __version__,
         "host_python": sys.version.split()[0],
         "platform": platform.platform(terse=True),
         "cpus": os.cpu_count(),
-        "gpus": tuple(gpus()),
-    }.items())
-
-
-def host() -> dict:
-    """The machine dsbisect runs on (asked once per process): stored with every run."""
-    h = dict(_host())
-    h["gpus"] = list(h["gpus"])
-    return h
+        "gpus": gpus(),
+    }
 
 
 def describe_host(h: dict) -> str:

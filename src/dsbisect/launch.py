@@ -224,11 +224,14 @@ class _Snapshot:
         self.hook, self.thread = hook, None
 
     def start(self, seen: dict[int, psutil.Process]) -> bool:
-        if self.hook is None or (self.thread is not None and self.thread.is_alive()):
-            return self.hook is not None
-        procs = rank_processes(seen)
-        self.thread = threading.Thread(target=self.hook, args=(procs, "quiet"), name="dsbisect-quiet", daemon=True)
-        self.thread.start()
+        """Take the snapshot unless one is under way; True when one is (or was just) taken."""
+        if self.hook is None:
+            return False
+        if self.thread is None or not self.thread.is_alive():
+            procs = rank_processes(seen)
+            self.thread = threading.Thread(target=self.hook, args=(procs, "quiet"), name="dsbisect-quiet",
+                                           daemon=True)
+            self.thread.start()
         return True
 
     def wait(self, timeout: float = 60.0) -> None:
@@ -256,7 +259,7 @@ def rank_processes(seen: dict[int, psutil.Process]) -> list[psutil.Process]:
     ranks = []
     for p in seen.values():
         try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE and "RANK" in p.environ():
+            if is_live(p) and "RANK" in p.environ():
                 ranks.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -301,14 +304,16 @@ def stop_tree(pid: int, seen: dict[int, psutil.Process], grace: tuple[float, flo
     return tuple(sorted(p.pid for p in _alive(pid, seen)))
 
 
+def is_live(proc: psutil.Process) -> bool:
+    """Running and not a zombie (False for a process that is gone)."""
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _alive(pid: int, seen: dict[int, psutil.Process]) -> list[psutil.Process]:
-    alive = []
-    for p in seen.values():
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.Error:
-            continue
+    alive = [p for p in seen.values() if is_live(p)]
     try:
         group = {q.pid for q in psutil.process_iter() if _pgid(q.pid) == pid}
     except psutil.Error:
