@@ -108,8 +108,13 @@ def _register_stack_dump(run_dir, rank):
     folder = os.path.join(run_dir, "stacks")
     os.makedirs(folder, exist_ok=True)
     path = os.path.join(folder, f"rank{rank}.pid{os.getpid()}.txt")
-    f = open(path, "w")  # noqa: SIM115 - kept open for the life of the process
+    # Ignored first: faulthandler puts back the handler it found when the interpreter
+    # finalizes, and a stack request that lands then (a rank on its way out) must not kill
+    # a run that passed.
+    signal.signal(signum, signal.SIG_IGN)
+    f = open(path + ".tmp", "w")  # noqa: SIM115 - kept open for the life of the process
     faulthandler.register(signum, file=f, all_threads=True, chain=False)
+    os.rename(path + ".tmp", path)  # the file's name tells dsbisect the handler is in place
     _keep.append(f)
 
 
