@@ -80,6 +80,17 @@ def cli():
     return invoke
 
 
+def make_case(folder: Path, name: str = "c", script: str = "pass\n", **settings):
+    """A case with a script of ``script``'s text in ``folder``, as ``--script`` would make it."""
+    from dataclasses import replace
+
+    from dsbisect.matrix import script_case
+
+    path = folder / f"{name}.py"
+    path.write_text(script)
+    return replace(script_case(path, settings.pop("nproc", 2)), name=name, **settings)
+
+
 def write_matrix(folder: Path, versions: list[str], *, name: str = "toy", extra: str = "",
                  package: str = "dsb-toy", collective_timeout: float = 6, timeout: float = 90) -> Path:
     """A matrix with one toy case over ``versions`` of the toy package, on 2 CPU ranks."""
@@ -100,3 +111,87 @@ cases:
     path = folder / "matrix.yaml"
     path.write_text(text)
     return path
+
+
+class SimpleIndex:
+    """A PEP 503 package index served over http from a folder, for tests (no network needed).
+
+    ``add(wheel, yanked="")`` publishes a file; each project page lists its files, with
+    ``data-yanked`` where given.  ``url`` is the ``.../simple/`` base URL.
+    """
+
+    def __init__(self, root: Path):
+        import functools
+        import http.server
+        import threading
+
+        self.root = root
+        (root / "files").mkdir(parents=True, exist_ok=True)
+        self.files: dict[str, list[tuple[str, str]]] = {}
+        handler = functools.partial(_QuietHandler, directory=str(root))
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
+
+    def add(self, path: Path, yanked: str = "") -> None:
+        from packaging.utils import canonicalize_name, parse_wheel_filename
+
+        name = canonicalize_name(parse_wheel_filename(path.name)[0])
+        shutil.copy(path, self.root / "files" / path.name)
+        self.files.setdefault(name, []).append((path.name, yanked))
+        page = self.root / "simple" / name
+        page.mkdir(parents=True, exist_ok=True)
+        links = "".join(
+            f'<a href="../../files/{f}"{f" data-yanked={chr(34)}{y}{chr(34)}" if y else ""}>{f}</a>\n'
+            for f, y in self.files[name])
+        (page / "index.html").write_text(f"<!DOCTYPE html><html><body>\n{links}</body></html>\n")
+        (self.root / "simple" / "index.html").write_text(
+            "<html><body>" + "".join(f'<a href="{n}/">{n}</a>' for n in self.files) + "</body></html>")
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _quiet_handler_base():
+    import http.server
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+    return Handler
+
+
+_QuietHandler = _quiet_handler_base()
+
+
+@pytest.fixture
+def simple_index(tmp_path_factory):
+    index = SimpleIndex(tmp_path_factory.mktemp("index"))
+    yield index
+    index.close()
+
+
+def live_pids(pids) -> list[int]:
+    """The pids among ``pids`` still running (not zombies)."""
+    import psutil
+
+    from dsbisect.launch import is_live
+
+    alive = []
+    for pid in pids:
+        try:
+            if is_live(psutil.Process(pid)):
+                alive.append(pid)
+        except psutil.Error:
+            continue
+    return alive
+
+
+def git(repo: Path, *args: str) -> str:
+    """git in ``repo`` with a fixed author, failing the test on error."""
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@e")
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout

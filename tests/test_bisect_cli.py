@@ -12,11 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import git, live_pids, write_matrix
 
 pytestmark = pytest.mark.slow
 
@@ -40,10 +39,6 @@ def _counted_matrix(folder: Path, package: str) -> None:
         'env: {OMP_NUM_THREADS: "1"}', f'env: {{OMP_NUM_THREADS: "1", DSB_TOY_COUNTER: "{folder / "counter"}"}}'))
 
 
-def _alive(pids):
-    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-
-
 def _runs(tmp_path) -> list[tuple]:
     with sqlite3.connect(tmp_path / ".dsbisect" / "dsbisect.sqlite3") as con:
         return con.execute("SELECT id, point, outcome, evidence FROM runs WHERE status='done'").fetchall()
@@ -62,16 +57,15 @@ def test_finds_the_first_hanging_release_in_log2_runs(tmp_path, cli, cache_dir, 
     bad = next(s for s in out["steps"] if s["version"] == "1.3.0")
     assert bad["outcome"] == "hang" and "all_reduce" in bad["detail"]
     for _, _, outcome, evidence in runs:  # no process of any run is left
-        assert not _alive(json.loads(evidence).get("pids", []))
+        assert not live_pids(json.loads(evidence).get("pids", []))
     with sqlite3.connect(tmp_path / ".dsbisect" / "dsbisect.sqlite3") as con:
         status, result = con.execute("SELECT status, result FROM bisections").fetchone()
     assert status == "done" and json.loads(result)["first_bad"] == "1.3.0"
 
     # Again: every run comes from the store, and the terminal report names the culprit.
-    t0 = time.monotonic()
     again = _bisect(cli, tmp_path, cache_dir, wheelhouse, "dsb-toy", "1.0.0", "1.7.0", fmt="table")
-    assert again.exit_code == 0 and time.monotonic() - t0 < 15
-    assert len(_runs(tmp_path)) == len(runs)
+    assert again.exit_code == 0
+    assert len(_runs(tmp_path)) == len(runs)  # nothing ran again
     assert "first bad release: dsb-toy 1.3.0" in again.stdout and "Reproduce with:" in again.stdout
     md = _bisect(cli, tmp_path, cache_dir, wheelhouse, "dsb-toy", "1.0.0", "1.7.0", fmt="markdown")
     assert "| release | 1.3.0 | ⏳ HANG | bad |" in md.stdout and "<details>" in md.stdout
@@ -107,7 +101,8 @@ def test_find_fix_and_regress_on_fail(tmp_path_factory, tmp_path, cli, cache_dir
     # By default only hangs are bad: a failing release is no regression of that kind.
     res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix")
     assert res.exit_code == 1
-    assert "could not be tested" in res.stderr or "2.0.0" in res.stderr
+    assert "untestable: 2.0.0 (the broken end) could not be tested: ValueError: dsb_toy: the loss went NaN" \
+        in " ".join(res.stderr.split())
     res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix", "--regress-on", "fail")
     out = json.loads(res.stdout)
     assert res.exit_code == 0, res.output
@@ -210,33 +205,27 @@ packages = ["dsb_toy"]
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
-               GIT_COMMITTER_EMAIL="t@e")
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
-
-
 def _commit_code(repo: Path, version: str, behaviour: str, message: str) -> str:
     (repo / "pyproject.toml").write_text(GITTOY_PYPROJECT.format(version=version))
     (repo / "dsb_toy").mkdir(exist_ok=True)
     (repo / "dsb_toy" / "__init__.py").write_text(f'__version__ = "{version}"\n{toypkg.DEVICE}{toypkg.STEP[behaviour]}')
     (repo / "NOTES.md").write_text(message + "\n")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", message)
-    return _git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD").strip()
 
 
 def test_commit_level_names_the_commit(tmp_path_factory, tmp_path, cli, cache_dir):
     repo = tmp_path_factory.mktemp("gittoy")
-    _git(repo, "init", "-q", "-b", "main")
+    git(repo, "init", "-q", "-b", "main")
     _commit_code(repo, "1.0.0", "ok", "release 1.0.0")
-    _git(repo, "tag", "v1.0.0")
+    git(repo, "tag", "v1.0.0")
     hashes = {}
     for i in range(1, 7):
         behaviour = "skip" if i >= 4 else "ok"
         subject = "Rank 1 skips the all_reduce (the bug)" if i == 4 else f"Harmless change {i}"
         hashes[i] = _commit_code(repo, "1.1.0", behaviour, subject)
-    _git(repo, "tag", "v1.1.0")
+    git(repo, "tag", "v1.1.0")
     house = _house(tmp_path_factory, "dsb-gittoy", {"1.0.0": "ok", "1.1.0": "skip"})
     write_matrix(tmp_path, ["1.0.0"], package="dsb-gittoy", collective_timeout=3)
     matrix = tmp_path / "matrix.yaml"

@@ -9,11 +9,9 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import make_case, write_matrix
 
-pytestmark = pytest.mark.slow
-
-
+@pytest.mark.slow
 def test_two_points_at_once(tmp_path, tmp_path_factory, cli, cache_dir):
     house = toypkg.build_wheelhouse(tmp_path_factory.mktemp("conc-wheels"), {"1.0.0": "ok", "1.1.0": "skip"},
                                     dist="dsb-conc")
@@ -36,13 +34,12 @@ def test_two_points_at_once(tmp_path, tmp_path_factory, cli, cache_dir):
 def test_gpu_slices_are_disjoint(tmp_path):
     """The GPU count is an edge we cannot run here: the machine's GPUs are given, the rest is real."""
     from dsbisect.envs import EnvManager
-    from dsbisect.matrix import Case
+    from dsbisect.model import Accelerator
+    from dsbisect.rundir import RunDir
     from dsbisect.runner import Runner, Slot, launcher_argv
     from dsbisect.store import Store
 
-    script = tmp_path / "s.py"
-    script.write_text("pass\n")
-    case = Case(name="c", script=script, nproc=2, accelerator="cuda")
+    case = make_case(tmp_path, nproc=2, accelerator=Accelerator.CUDA)
     runner = Runner(store=Store(tmp_path / "st"), envs=EnvManager(tmp_path / "cache"), gpus=["H200"] * 8,
                     gpu_ids=list(range(8)))
     assert runner.slots(case) == [Slot((0, 1)), Slot((2, 3)), Slot((4, 5)), Slot((6, 7))]
@@ -52,6 +49,6 @@ def test_gpu_slices_are_disjoint(tmp_path):
     assert runner.slots(case) == [Slot()]  # one slice of two: the launcher's own --num_gpus
     runner.gpus, runner.gpu_ids = ["H200"] * 4, [4, 5, 6, 7]
     assert runner.slots(case) == [Slot((4, 5)), Slot((6, 7))]
-    argv = launcher_argv(case, tmp_path / "python", tmp_path / "run", 29500, (6, 7))
+    argv = launcher_argv(case, tmp_path / "python", RunDir(tmp_path / "run"), 29500, (6, 7))
     assert "--include" in argv and argv[argv.index("--include") + 1] == "localhost:6,7"
     assert "--num_gpus" not in argv

@@ -2,40 +2,34 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
 
+from conftest import git
 from dsbisect import gitrepo
 from dsbisect.errors import InputError
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@e")
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
-
-
 def _commit(repo: Path, msg: str) -> str:
     (repo / "f.txt").write_text(msg)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", msg)
-    return _git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", msg)
+    return git(repo, "rev-parse", "HEAD").strip()
 
 
 @pytest.fixture
 def repo(tmp_path):
     """main: c1 - c2 - c3 - c4 (tag v1.1.0); release branch off c1: r1 (tag v1.0.0)."""
-    _git(tmp_path, "init", "-q", "-b", "main")
+    git(tmp_path, "init", "-q", "-b", "main")
     c = {1: _commit(tmp_path, "c1")}
-    _git(tmp_path, "checkout", "-q", "-b", "release")
+    git(tmp_path, "checkout", "-q", "-b", "release")
     c["r1"] = _commit(tmp_path, "r1 (release only)")
-    _git(tmp_path, "tag", "v1.0.0")
-    _git(tmp_path, "checkout", "-q", "main")
+    git(tmp_path, "tag", "v1.0.0")
+    git(tmp_path, "checkout", "-q", "main")
     for i in (2, 3, 4):
         c[i] = _commit(tmp_path, f"c{i}")
-    _git(tmp_path, "tag", "-a", "-m", "release", "v1.1.0")
+    git(tmp_path, "tag", "-a", "-m", "release", "v1.1.0")
     return tmp_path, c
 
 

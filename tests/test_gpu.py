@@ -13,11 +13,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import psutil
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import live_pids, write_matrix
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -64,5 +63,5 @@ def test_nccl_hang_is_caught_with_evidence_and_gpus_are_released(tmp_path, tmp_p
     dumps = [f for f in hang["evidence"]["files"] if "nccl_trace_rank_" in f]
     assert dumps, hang["evidence"]
     pids = set(hang["evidence"]["pids"])
-    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not live_pids(pids)
     assert not (pids & _gpu_pids())  # no GPU is held by a process of the run

@@ -4,15 +4,13 @@ with py-spy refused (the faulthandler hook must still give every rank's stack)."
 from __future__ import annotations
 
 import json
-import os
 import stat
 from pathlib import Path
 
-import psutil
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import live_pids, write_matrix
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +30,7 @@ def _run(cli, tmp_path, house, cache_dir, *extra):
 
 
 def _gone(pids) -> bool:
-    return not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    return not live_pids(pids)
 
 
 def test_plain_hang_gets_every_ranks_stack(tmp_path, cli, sleep_house, cache_dir):

@@ -7,10 +7,13 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
+from conftest import live_pids
 from dsbisect.launch import LaunchSpec, launch
+from dsbisect.rundir import RunDir
+
+pytestmark = pytest.mark.slow  # real processes, deadlines of seconds
 
 # A "launcher" that starts a rank (RANK set), which starts a stubborn grandchild that
 # ignores SIGTERM and leaves the process group with setsid: the worst case.  The rank
@@ -38,7 +41,7 @@ def _spec(tmp_path: Path, code: str, **kw) -> LaunchSpec:
     (tmp_path / "rank.py").write_text(RANK)
     env = dict(os.environ, PIDS=str(tmp_path / "pids"), PYTHONUNBUFFERED="1")
     defaults = dict(wall_timeout=30.0, hang_grace=2.0)
-    return LaunchSpec(argv=(sys.executable, str(script)), env=env, cwd=tmp_path, run_dir=tmp_path / "run",
+    return LaunchSpec(argv=(sys.executable, str(script)), env=env, cwd=tmp_path, run=RunDir(tmp_path / "run"),
                       **(defaults | kw))
 
 
@@ -56,7 +59,7 @@ def test_wall_timeout_kills_the_whole_tree(tmp_path):
     pids = _pids(tmp_path)
     assert len(pids) == 3
     assert res.survivors == ()
-    assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not live_pids(pids)
     assert taken == [("deadline", 1)]  # the hook saw exactly the one rank, before teardown
 
 
@@ -89,12 +92,12 @@ def test_grace_ends_when_the_dumps_are_in(tmp_path, dumps, low, high):
     """All ranks dumped: go at once; some did and the rest stay silent: go after the settle time;
     none did: wait out the grace (12 s here)."""
     spec = _spec(tmp_path, WATCHDOG_THEN_DUMPS, hang_grace=12.0, expected_ranks=2, dump_settle=4.0, wall_timeout=60.0)
-    spec.env.update(DUMPS=str(dumps), RUN_DIR=str(spec.run_dir))
+    spec.env.update(DUMPS=str(dumps), RUN_DIR=str(spec.run.path))
     res = launch(spec)
     assert res.hang_line and res.why == "collective timeout"
     after = res.seconds - res.hang_after
     assert low <= after <= high, after
-    assert len(list(spec.run_dir.glob("nccl_trace_rank_*"))) == dumps
+    assert len(spec.run.fr_dumps()) == dumps
 
 
 def test_idle_limit(tmp_path):
@@ -139,7 +142,7 @@ def test_interrupt_stops_the_tree(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         launch(_spec(tmp_path, STUBBORN, wall_timeout=60.0))
     time.sleep(0.5)
-    assert not [p for p in _pids(tmp_path) if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+    assert not live_pids(_pids(tmp_path))
 
 
 SILENT_BUT_BUSY = """\
@@ -156,7 +159,7 @@ def test_silent_rank_whose_stack_moves_is_not_a_hang(tmp_path):
     sees the stacks change at each idle check, so the run ends normally."""
     from dsbisect.evidence import Capture
 
-    capture = Capture(tmp_path / "run")
+    capture = Capture(RunDir(tmp_path / "run"))
     res = launch(_spec(tmp_path, SILENT_BUT_BUSY, idle_timeout=2.5, quiet_after=1.0),
                  on_quiet=capture, on_idle=capture.stuck)
     assert res.exit_code == 0 and not res.timed_out, res
@@ -166,7 +169,7 @@ def test_silent_rank_whose_stack_moves_is_not_a_hang(tmp_path):
 def test_silent_rank_whose_stack_stays_is_a_hang(tmp_path):
     from dsbisect.evidence import Capture
 
-    capture = Capture(tmp_path / "run")  # STUBBORN's rank sleeps in one place forever
+    capture = Capture(RunDir(tmp_path / "run"))  # STUBBORN's rank sleeps in one place forever
     res = launch(_spec(tmp_path, STUBBORN, idle_timeout=2.5, quiet_after=1.0), on_quiet=capture,
                  on_idle=capture.stuck)
     assert res.timed_out and "no rank's stack moved" in res.why

@@ -8,6 +8,7 @@ import pytest
 
 from dsbisect.errors import MatrixError
 from dsbisect.matrix import load
+from dsbisect.model import Accelerator
 
 GOOD = """\
 defaults:
@@ -46,7 +47,7 @@ def test_expands_axes_and_inherits_defaults(tmp_path):
     assert len(seed.points) == 6
     assert seed.points[0].versions == (("deepspeed", "0.9.5"), ("transformers", "4.36.2"))
     assert seed.points[0].requirements() == ("pydantic<2", "deepspeed==0.9.5", "transformers==4.36.2")
-    assert seed.collective_timeout == 30 and seed.nproc == 2 and seed.accelerator == "cuda"
+    assert seed.collective_timeout == 30 and seed.nproc == 2 and seed.accelerator is Accelerator.CUDA
     assert m.case("smoke").nproc == 1
     assert [p.label for p in m.case("smoke").points] == ["deepspeed 0.19.8"]
 
@@ -65,10 +66,17 @@ def test_case_key_follows_script_content(tmp_path):
     assert load(path).case("seed").key != before
 
 
-def test_point_key_ignores_order_of_nothing_but_versions(tmp_path):
+def test_point_key_is_the_requirement_set_whatever_its_order(tmp_path):
+    from dataclasses import replace
+
     m = load(_write(tmp_path, GOOD))
-    keys = {p.key for p in m.case("seed").points}
-    assert len(keys) == 6
+    points = m.case("seed").points
+    assert len({p.key for p in points}) == 6  # every versions pair its own key
+    p = points[0]
+    pinned = replace(p, pins=("numpy<2", "pydantic<2"))
+    assert replace(p, pins=("pydantic<2", "numpy<2")).key == pinned.key  # pins in another order: same point
+    assert replace(p, versions=tuple(reversed(p.versions))).key == p.key  # axes in another order too
+    assert pinned.key != p.key
 
 
 @pytest.mark.parametrize(

@@ -21,20 +21,19 @@ import psutil
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import make_case, write_matrix
 from dsbisect import matrix as matrix_mod
 from dsbisect import multinode
 from dsbisect.errors import MatrixError
-from dsbisect.matrix import Case, SlurmSettings
+from dsbisect.model import Accelerator, Case, LauncherBackend, SlurmSettings
+from dsbisect.rundir import RunDir
 from dsbisect.runner import launcher_argv
 
 # --------------------------------------------------------------- pass-through, on paper
 
 
-def _case(tmp_path: Path, **kw) -> Case:
-    script = tmp_path / "s.py"
-    script.write_text("pass\n")
-    return Case(name="c", script=script, nproc=2, accelerator="cpu", **kw)
+def _case(tmp_path: Path, **nodes) -> Case:
+    return matrix_mod.with_nodes(make_case(tmp_path, nproc=2, accelerator=Accelerator.CPU), "test", **nodes)
 
 
 def _hostfile(tmp_path: Path, *hosts: str) -> Path:
@@ -45,28 +44,28 @@ def _hostfile(tmp_path: Path, *hosts: str) -> Path:
 
 def test_launcher_gets_the_multinode_options(tmp_path):
     hf = _hostfile(tmp_path, "n1", "n2", "n3")
-    case = _case(tmp_path, hostfile=hf, num_nodes=2, launcher_backend="openmpi", master_addr="10.0.0.1")
-    argv = launcher_argv(case, tmp_path / "python", tmp_path / "run", 29500, None)
+    case = _case(tmp_path, hostfile=hf, num_nodes=2, backend=LauncherBackend.OPENMPI, master_addr="10.0.0.1")
+    argv = launcher_argv(case, tmp_path / "python", RunDir(tmp_path / "run"), 29500, None)
     i = argv.index("deepspeed.launcher.runner")
     assert argv[i + 1:i + 9] == ["--hostfile", str(hf), "--num_nodes", "2", "--launcher", "openmpi",
                                  "--master_addr", "10.0.0.1"]
     assert argv[argv.index("--num_gpus") + 1] == "2"  # ranks per node
-    assert multinode.hosts(case) == ["n1", "n2"]
+    assert multinode.hostfile_hosts(case) == ["n1", "n2"]
 
     inc = _case(tmp_path, hostfile=hf, include="n1@n3:0")
-    argv = launcher_argv(inc, tmp_path / "python", tmp_path / "run", 29500, None)
+    argv = launcher_argv(inc, tmp_path / "python", RunDir(tmp_path / "run"), 29500, None)
     assert argv[argv.index("--include") + 1] == "n1@n3:0" and "--num_gpus" not in argv
-    assert multinode.hosts(inc) == ["n1", "n3"]
-    assert multinode.hosts(_case(tmp_path, hostfile=hf, exclude="n2@n3:1")) == ["n1", "n3"]
+    assert multinode.hostfile_hosts(inc) == ["n1", "n3"]
+    assert multinode.hostfile_hosts(_case(tmp_path, hostfile=hf, exclude="n2@n3:1")) == ["n1", "n3"]
 
 
 def test_the_channel_to_a_host_is_the_back_ends():
     env = {"PDSH_SSH_ARGS_APPEND": "-F /etc/cfg -p 2222", "DSBISECT_SSH": "/opt/ssh -q"}
-    argv = multinode.remote_argv("pdsh", "n2", ["/venv/bin/python", "-c", "print(1)"], env)
+    argv = multinode.remote_argv(LauncherBackend.PDSH, "n2", ["/venv/bin/python", "-c", "print(1)"], env)
     assert argv[:2] == ["/opt/ssh", "-q"] and argv[-6:] == ["-F", "/etc/cfg", "-p", "2222", "n2",
                                                             "/venv/bin/python -c 'print(1)'"]
-    assert multinode.remote_argv("slurm", "n2", ["x"], {})[:1] == ["srun"]
-    assert "--nodelist=n2" in multinode.remote_argv("slurm", "n2", ["x"], {})
+    assert multinode.remote_argv(LauncherBackend.SLURM, "n2", ["x"], {})[:1] == ["srun"]
+    assert "--nodelist=n2" in multinode.remote_argv(LauncherBackend.SLURM, "n2", ["x"], {})
 
 
 @pytest.mark.parametrize("extra, message", [
@@ -93,10 +92,10 @@ def test_case_round_trips_and_single_node_keys_stay(tmp_path):
         "    hostfile: hosts\n    master_addr: 10.1.1.1\n"
         "    slurm: {partition: gpu, time: 20, gpus: 4, args: [--account=x]}\n"))).cases[0]
     assert multi.slurm == SlurmSettings("gpu", 20, 4, ("--account=x",))
-    assert multi.hostfile == tmp_path / "hosts" and multi.key != plain.key
+    assert multi.nodes.hostfile == tmp_path / "hosts" and multi.key != plain.key
     assert replace(plain, slurm=SlurmSettings("other", 5)).key == plain.key  # where it runs is not what it is
     for c in (plain, multi):
-        assert Case.from_json(json.loads(json.dumps(c.to_json()))) == c.with_points(())
+        assert Case.from_json(json.loads(json.dumps(c.to_json()))) == replace(c, points=())
         assert Case.from_json(c.to_json()).key == c.key
 
 
@@ -105,7 +104,7 @@ def test_cli_multinode_options_are_checked(tmp_path, cli):
     res = cli("run", "matrix.yaml", "--hostfile", "missing", cwd=tmp_path)
     assert res.exit_code == 2 and res.stderr.strip().startswith("error: command line: hostfile:")
     res = cli("run", "matrix.yaml", "--launcher-backend", "rsh", cwd=tmp_path)
-    assert res.exit_code == 2 and "--launcher-backend rsh" in res.stderr
+    assert res.exit_code == 2 and "'--launcher-backend': 'rsh' is not one of" in res.stderr
     res = cli("run", "matrix.yaml", "--partition", "gpu", cwd=tmp_path)
     assert res.exit_code == 2 and "need --executor slurm" in res.stderr
     assert len(res.stderr.strip().splitlines()) == 1

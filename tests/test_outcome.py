@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dsbisect.outcome import Outcome, RegressOn, Verdict, classify, combine, first_error, verdict
+from dsbisect.model import Outcome, RegressOn, Verdict
+from dsbisect.outcome import classify, combine, first_error, verdict
 
 GLOO_TIMEOUT = (
     "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "

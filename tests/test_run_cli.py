@@ -12,11 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import live_pids, write_matrix
 
 pytestmark = pytest.mark.slow
 
@@ -28,15 +27,6 @@ def grid_house(tmp_path_factory):
     return toypkg.build_wheelhouse(tmp_path_factory.mktemp("grid-wheels"), GRID, dist="dsb-grid")
 
 
-def _alive(pids):
-    out = []
-    for p in pids:
-        try:
-            if psutil.Process(p).status() != psutil.STATUS_ZOMBIE:
-                out.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 def test_grid_matches_the_toy_releases(tmp_path, cli, grid_house, cache_dir):
@@ -58,7 +48,7 @@ def test_grid_matches_the_toy_releases(tmp_path, cli, grid_house, cache_dir):
     assert hang["evidence"]["hang_detected_after_s"] < 5 + 15
     assert hang["seconds"] < 5 + 25
     assert "all_reduce" in hang["signature"] and "rank 0" in hang["signature"]
-    assert hang["evidence"]["pids"] and not _alive(hang["evidence"]["pids"])
+    assert hang["evidence"]["pids"] and not live_pids(hang["evidence"]["pids"])
     assert hang["evidence"]["survivors"] == []
     stacks = Path(hang["run_dir"]) / "stacks"
     assert any("all_reduce" in p.read_text() for p in stacks.glob("*.txt"))

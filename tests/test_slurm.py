@@ -18,9 +18,10 @@ import psutil
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import make_case, write_matrix
+from dsbisect import matrix as matrix_mod
 from dsbisect.envs import EnvManager
-from dsbisect.matrix import Case, SlurmSettings
+from dsbisect.model import Accelerator, Case, SlurmSettings
 from dsbisect.runner import Runner, Slot
 from dsbisect.slurm import JobState, SlurmExecutor, SlurmOptions, _lost_reason
 from dsbisect.store import Store
@@ -212,14 +213,12 @@ def test_slurm_time_limit_is_a_skip_and_the_run_is_stopped(time_limited):
 # ------------------------------------------------------------- what is asked of Slurm
 
 
-def _case(tmp_path: Path, **kw) -> Case:
-    script = tmp_path / "s.py"
-    script.write_text("pass\n")
-    return Case(name="c", script=script, **kw)
+def _case(tmp_path: Path, hostfile: Path | None = None, num_nodes: int | None = None, **kw) -> Case:
+    return matrix_mod.with_nodes(make_case(tmp_path, **kw), "test", hostfile=hostfile, num_nodes=num_nodes)
 
 
 def test_sbatch_asks_for_what_the_case_needs(tmp_path):
-    gpu = _case(tmp_path, nproc=4, accelerator="cuda", timeout=1800,
+    gpu = _case(tmp_path, nproc=4, accelerator=Accelerator.CUDA, timeout=1800,
                 slurm=SlurmSettings(partition="a100", args=("--account=x",)))
     ex = SlurmExecutor()
     argv = ex.sbatch_argv(tmp_path, gpu, ex.gpus(gpu))
@@ -232,7 +231,7 @@ def test_sbatch_asks_for_what_the_case_needs(tmp_path):
     argv = ex.sbatch_argv(tmp_path, gpu, ex.gpus(gpu))
     assert "--partition=debug" in argv and "--time=5" in argv and not [a for a in argv if a.startswith("--gres")]
     assert argv[-3:-1] == ["--account=x", "--qos=low"]
-    for accel in ("cpu", "auto"):
+    for accel in (Accelerator.CPU, Accelerator.AUTO):
         assert SlurmExecutor().gpus(_case(tmp_path, accelerator=accel)) == 0
     hosts = tmp_path / "hosts"
     hosts.write_text("a slots=1\n")
@@ -242,7 +241,7 @@ def test_sbatch_asks_for_what_the_case_needs(tmp_path):
 def test_slurm_jobs_at_once_come_from_jobs_not_from_this_machine(tmp_path):
     runner = Runner(store=Store(tmp_path / "st"), envs=EnvManager(tmp_path / "cache"), gpus=[],
                     executor=SlurmExecutor(SlurmOptions(jobs=3)))
-    assert runner.slots(_case(tmp_path, nproc=8, accelerator="cuda")) == [Slot()] * 3
+    assert runner.slots(_case(tmp_path, nproc=8, accelerator=Accelerator.CUDA)) == [Slot()] * 3
     hosts = tmp_path / "hosts"
     hosts.write_text("a slots=1\nb slots=1\n")
     assert runner.slots(_case(tmp_path, hostfile=hosts)) == [Slot()]  # a multi-node run holds its hosts

@@ -6,9 +6,8 @@ import sqlite3
 import subprocess
 import sys
 
-from dsbisect.matrix import GitSource, Point
-from dsbisect.outcome import Outcome
-from dsbisect.store import Probe, Store
+from dsbisect.model import GitSource, ImportCheck, Outcome, Point, RunStatus
+from dsbisect.store import Store
 
 P = Point(versions=(("deepspeed", "0.12.4"),), pins=("pydantic<2",))
 
@@ -16,25 +15,25 @@ P = Point(versions=(("deepspeed", "0.12.4"),), pins=("pydantic<2",))
 def test_run_roundtrip(tmp_path):
     st = Store(tmp_path)
     rid = st.start_run("seed", "case1", P, "env1", 1, tmp_path / "r")
-    assert st.run(rid).status == "running"
+    assert st.run(rid).status is RunStatus.RUNNING
     st.finish_run(rid, Outcome.HANG, None, 61.5, reason="wall", signature="rank 0 in REDUCE",
                   evidence={"files": ["a"]}, facts={"python": "3.11"})
     st.close()
     again = Store(tmp_path)
     (r,) = again.done_runs("case1", P.key)
     assert (r.outcome, r.seconds, r.signature, r.evidence["files"], r.point) == (Outcome.HANG, 61.5, "rank 0 in REDUCE", ["a"], P)
-    assert sqlite3.connect(again.path).execute("PRAGMA user_version").fetchone()[0] == 1
+    assert sqlite3.connect(again.path).execute("PRAGMA user_version").fetchone()[0] == 2
 
 
 def test_running_row_of_dead_process_reads_interrupted(tmp_path):
     code = (
         "import sys; sys.path[:0] = sys.argv[1:2]\n"
-        "from dsbisect.store import Store\nfrom dsbisect.matrix import Point\n"
+        "from dsbisect.store import Store\nfrom dsbisect.model import Point\n"
         f"Store({str(tmp_path)!r}).start_run('c', 'k', Point(versions=(('x','1'),)), None, 1, None)\n"
     )
     subprocess.run([sys.executable, "-c", code, ""], check=True)
     (r,) = Store(tmp_path).runs(include_unfinished=True)
-    assert r.status == "interrupted"
+    assert r.status is RunStatus.INTERRUPTED
     assert Store(tmp_path).done_runs("k", r.point_key) == []
 
 
@@ -48,12 +47,12 @@ def test_commit_points_are_keyed_by_commit_not_clone(tmp_path):
     assert st.run(rid).point.source.commit == "abc123"
 
 
-def test_probe_cache_and_bisection_upsert(tmp_path):
+def test_import_check_cache_and_bisection_upsert(tmp_path):
     st = Store(tmp_path)
-    assert st.probe("e", ("numpy-bufsize",)) is None
-    st.put_probe("e", ("numpy-bufsize",), Probe(False, "import deepspeed failed", {"python": "3.12"}))
-    assert st.probe("e", ("numpy-bufsize",)) == Probe(False, "import deepspeed failed", {"python": "3.12"})
-    assert st.probe("e", ()) is None
+    assert st.import_check("e", ("numpy-bufsize",)) is None
+    st.put_import_check("e", ("numpy-bufsize",), ImportCheck(False, "import deepspeed failed", {"python": "3.12"}))
+    assert st.import_check("e", ("numpy-bufsize",)) == ImportCheck(False, "import deepspeed failed", {"python": "3.12"})
+    assert st.import_check("e", ()) is None
     i = st.save_bisection("k", "deepspeed", "0.12.2", "0.12.4", {"a": 1}, "running", {})
     j = st.save_bisection("k", "deepspeed", "0.12.2", "0.12.4", {"a": 1}, "done", {"first_bad": "0.12.4"})
     assert i == j and st.bisection("k").result == {"first_bad": "0.12.4"} and st.bisection("k").status == "done"

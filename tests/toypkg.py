@@ -110,9 +110,12 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy") -> Path:
-    """Write ``<dist>-<version>-py3-none-any.whl`` into ``out``."""
-    mod = "dsb_toy"  # every toy distribution provides the same module, which the repro imports
+def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy", module: str = "dsb_toy") -> Path:
+    """Write ``<dist>-<version>-py3-none-any.whl`` into ``out``.
+
+    Every toy distribution provides the same module, ``dsb_toy``, which the repro imports,
+    unless ``module`` names another (a stand-in for a real package's top-level module)."""
+    mod = module
     info = f"{dist.replace('-', '_')}-{version}.dist-info"
     requires = "Requires-Dist: dsb-nonexistent-dependency>=99\n" if behaviour == "broken" else ""
     files = {

@@ -1,6 +1,6 @@
 """A whole bisection: candidates, ends check, release search, then commit search.
 
-The search itself is ``bisect.search`` (pure); this module turns versions and commits into
+The search itself is ``search.search`` (pure); this module turns versions and commits into
 points, runs them through the ``Runner`` (so every run lands in the store and a second
 invocation reuses it), and maps outcomes to the old/new sides of the search.
 """
@@ -14,12 +14,10 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from . import gitrepo
-from .bisect import Search, Side, search
-from .envs import IndexOptions
-from .errors import InputError
-from .matrix import Case, GitSource, Point, _digest
-from .outcome import Outcome, RegressOn, Verdict, combine, verdict
+from .model import Answer, Case, GitSource, IndexOptions, Mode, Outcome, Point, RegressOn, Stage, Verdict, digest
+from .outcome import combine, verdict
 from .runner import Runner
+from .search import Search, Side, search
 from .store import RunRecord
 from .versions import candidates
 
@@ -42,8 +40,12 @@ class Request:
     confirm: int = 1  # runs of the final last-good / first-bad pair; 1 = the search's own
 
     @property
+    def mode(self) -> Mode:
+        return Mode.FIND_FIX if self.find_fix else Mode.REGRESSION
+
+    @property
     def key(self) -> str:
-        return _digest({
+        return digest({
             "package": canonicalize_name(self.package), "good": self.good, "bad": self.bad, "case": self.case.key,
             "pins": sorted(self.pins), "regress_on": self.regress_on.value, "find_fix": self.find_fix,
             "repeat": self.repeat, "signature": self.signature, "pre": self.pre,
@@ -53,7 +55,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Step:
-    stage: str  # "release" | "commit"
+    stage: Stage
     label: str  # version or short hash
     version: str
     commit: str | None
@@ -85,7 +87,7 @@ class CommitResult:
     subject: str
     maybe: tuple[str, ...]
     count: int
-    verdict: str
+    verdict: Answer  # found | ambiguous
 
 
 @dataclass(frozen=True)
@@ -119,7 +121,7 @@ class Result:
     request: Request
     candidates: tuple[str, ...]
     steps: tuple[Step, ...]
-    verdict: str  # found | ambiguous | not-reproduced | good-end-bad | untestable | unconfirmed
+    verdict: Answer
     last_good: str | None = None
     first_bad: str | None = None
     maybe: tuple[str, ...] = ()
@@ -130,7 +132,7 @@ class Result:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.verdict in ("found", "ambiguous") else 1
+        return self.verdict.exit_code
 
 
 class Bisection:
@@ -147,12 +149,12 @@ class Bisection:
         versions = [str(v) for v in candidates(req.package, req.good, req.bad, self.index, req.pre)]
         points = [self._release_point(v) for v in versions]
         self._save("running", {"candidates": versions})
-        problem = self._check_ends(versions, points, "release")
+        problem = self._check_ends(versions, points, Stage.RELEASE)
         if problem:
             return self._finish(versions, *problem)
-        found = search(len(points), lambda idx: self._probe(points, idx, "release"), req.width)
+        found = search(len(points), lambda idx: self._test_many(points, idx, Stage.RELEASE), req.width)
         result = self._release_result(versions, found)
-        if repo and result.verdict == "found":
+        if repo and result.verdict is Answer.FOUND:
             result = self._commits(result, repo)
         if req.confirm > 1:
             result = self._confirm(result)
@@ -170,14 +172,14 @@ class Bisection:
         names = ("last broken", "first fixed") if self.req.find_fix else ("last good", "first bad")
         ends = []
         for (label, point), runs, name, side in zip(pair, found, names, (Side.OLD, Side.NEW)):
-            self._step(point, runs, "confirm")
+            self._step(point, runs, Stage.CONFIRM)
             agree = sum(1 for r in runs if self._side(self._verdict(r)) is side)
             as_bad = (side is Side.NEW) != self.req.find_fix
             ends.append(Agreement(name, label, "bad" if as_bad else "good", agree, len(runs)))
         conf = Confirmation(want, tuple(ends))
         if conf.confirmed:
             return _replace(result, steps=tuple(self.steps), confirm=conf)
-        return _replace(result, steps=tuple(self.steps), confirm=conf, verdict="unconfirmed",
+        return _replace(result, steps=tuple(self.steps), confirm=conf, verdict=Answer.UNCONFIRMED,
                         message=f"not confirmed: {conf.describe()} — the boundary is flaky here; "
                                 f"bisect again with --repeat {want}")
 
@@ -185,18 +187,18 @@ class Bisection:
         c = result.commit
         if c is not None and c.first_bad:
             return [(h[:10], self._points[h]) for h in (c.last_good, c.first_bad)]
-        if c is None and result.verdict == "found" and not result.commit_message:
+        if c is None and result.verdict is Answer.FOUND and not result.commit_message:
             return [(v, self._release_point(v)) for v in (result.last_good, result.first_bad)]
         return None  # nothing exact to confirm (ambiguous, or the commit step stopped)
 
-    def _finish(self, versions: list[str], verdict: str, message: str) -> Result:
+    def _finish(self, versions: list[str], verdict: Answer, message: str) -> Result:
         result = Result(self.req, tuple(versions), tuple(self.steps), verdict, message=message)
         self._save("done", result_json(result))
         return result
 
     def _release_result(self, versions: list[str], found: Search) -> Result:
         maybe = tuple(versions[i] for i in found.maybe)
-        verdict_ = "found" if found.exact else "ambiguous"
+        verdict_ = Answer.FOUND if found.exact else Answer.AMBIGUOUS
         msg = "" if found.exact else (
             f"untestable releases leave {len(maybe)} candidates for the first "
             f"{'fixed' if self.req.find_fix else 'bad'} release: {', '.join(maybe)}")
@@ -226,11 +228,11 @@ class Bisection:
     def _enough(self, runs: list[RunRecord]) -> bool:
         return any(self._verdict(r) is Verdict.BAD for r in runs)
 
-    def _test(self, point: Point, stage: str, label: str) -> Step:
+    def _test(self, point: Point, stage: Stage) -> Step:
         runs = self.runner.runs(self.req.case, point, want=self.req.repeat, enough=self._enough)
         return self._step(point, runs, stage)
 
-    def _step(self, point: Point, runs: list[RunRecord], stage: str) -> Step:
+    def _step(self, point: Point, runs: list[RunRecord], stage: Stage) -> Step:
         req = self.req
         v = combine([self._verdict(r) for r in runs])
         src = point.source
@@ -243,7 +245,7 @@ class Bisection:
     def _verdict(self, r: RunRecord) -> Verdict:
         return verdict(r.outcome, self.req.regress_on, r.signature or r.reason, self.req.signature)
 
-    def _probe(self, points: list[Point], indices, stage: str) -> list[Side]:
+    def _test_many(self, points: list[Point], indices, stage: Stage) -> list[Side]:
         """Test the points at ``indices`` (at once, one per free slot, when there are several)."""
         chosen = [points[i] for i in indices]
         found = self.runner.run_many(self.req.case, chosen, want=self.req.repeat, enough=self._enough)
@@ -252,7 +254,7 @@ class Bisection:
     def _label(self, p: Point) -> str:
         return p.source.short if p.source else (p.version_of(self.req.package) or p.label)
 
-    def _check_ends(self, labels: list[str], points: list[Point], stage: str) -> tuple[str, str] | None:
+    def _check_ends(self, labels: list[str], points: list[Point], stage: Stage) -> tuple[Answer, str] | None:
         """Both ends must behave as declared; otherwise (verdict, message)."""
         ends = self.runner.run_many(self.req.case, [points[0], points[-1]], want=self.req.repeat, enough=self._enough)
         old, new = (self._step(p, runs, stage) for p, runs in zip((points[0], points[-1]), ends))
@@ -261,21 +263,21 @@ class Bisection:
         for step, want, name, label in ((old, Side.OLD, names[0], labels[0]), (new, Side.NEW, names[1], labels[-1])):
             side = self._side(step.verdict)
             if side is Side.SKIP:
-                return "untestable", f"{label} (the {name} end) could not be tested: {step.detail}"
+                return Answer.UNTESTABLE, f"{label} (the {name} end) could not be tested: {step.detail}"
             if side is not want:
                 return self._ends_message(step, name, label, fix)
         return None
 
-    def _ends_message(self, step: Step, name: str, label: str, fix: bool) -> tuple[str, str]:
-        what = step.outcome.value
-        shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}[what]
+    def _ends_message(self, step: Step, name: str, label: str, fix: bool) -> tuple[Answer, str]:
+        shown = {Outcome.PASS: "passed", Outcome.FAIL: "failed", Outcome.HANG: "hung",
+                 Outcome.SKIP: "was skipped"}[step.outcome]
         if name == "bad":
-            return "not-reproduced", f"{label} (the bad end) {shown}: the regression does not reproduce here"
+            return Answer.NOT_REPRODUCED, f"{label} (the bad end) {shown}: the regression does not reproduce here"
         if name == "fixed":
-            return "not-reproduced", f"{label} (the fixed end) {shown}: the fix is not visible here"
+            return Answer.NOT_REPRODUCED, f"{label} (the fixed end) {shown}: the fix is not visible here"
         if name == "broken":
-            return "good-end-bad", f"{label} (the broken end) {shown}: the bug does not reproduce there; check the range"
-        return "good-end-bad", f"{label} (the good end) also {shown}; widen the range"
+            return Answer.GOOD_END_BAD, f"{label} (the broken end) {shown}: the bug does not reproduce there; check the range"
+        return Answer.GOOD_END_BAD, f"{label} (the good end) also {shown}; widen the range"
 
     # ---------------------------------------------------------------- commits
 
@@ -299,7 +301,7 @@ class Bisection:
             if problem:
                 msg = "; ".join(x for x in (note, f"commit step: {problem[1]}") if x)
                 return _replace(result, steps=tuple(self.steps), commit_message=msg)
-        found = search(len(points), lambda idx: self._probe(points, idx, "commit"), req.width)
+        found = search(len(points), lambda idx: self._test_many(points, idx, Stage.COMMIT), req.width)
         first = chain[found.first_new]
         cr = CommitResult(
             last_good=chain[found.last_old].hash,
@@ -307,20 +309,20 @@ class Bisection:
             subject=first.subject if found.exact else "",
             maybe=tuple(chain[i].hash for i in found.maybe),
             count=len(commits),
-            verdict="found" if found.exact else "ambiguous",
+            verdict=Answer.FOUND if found.exact else Answer.AMBIGUOUS,
         )
         return _replace(result, commit=cr, steps=tuple(self.steps), commit_message=note)
 
-    def _check_commit_ends(self, chain, points, both: bool) -> tuple[str, str] | None:
+    def _check_commit_ends(self, chain, points, both: bool) -> tuple[Answer, str] | None:
         if both:
-            return self._check_ends([c.short for c in chain], points, "commit")
-        step = self._test(points[0], "commit", self._label(points[0]))
+            return self._check_ends([c.short for c in chain], points, Stage.COMMIT)
+        step = self._test(points[0], Stage.COMMIT)
         side = self._side(step.verdict)
         if side is Side.OLD:
             return None
         if side is Side.SKIP:
-            return "untestable", f"the merge base {chain[0].short} could not be tested: {step.detail}"
-        return "good-end-bad", (f"the merge base {chain[0].short} already behaves like the "
+            return Answer.UNTESTABLE, f"the merge base {chain[0].short} could not be tested: {step.detail}"
+        return Answer.GOOD_END_BAD, (f"the merge base {chain[0].short} already behaves like the "
                                 f"{'fixed' if self.req.find_fix else 'bad'} end: the change is on the release branch")
 
     def _commit_point(self, repo: Path, c: gitrepo.Commit, version: str) -> Point:
@@ -344,7 +346,7 @@ def _replace(result: Result, **changes) -> Result:
 
 def step_json(s: Step) -> dict:
     return {
-        "stage": s.stage,
+        "stage": s.stage.value,
         "version": s.version,
         "commit": s.commit,
         "subject": s.subject,
@@ -364,14 +366,14 @@ def result_json(r: Result) -> dict:
         "package": req.package,
         "good": req.good,
         "bad": req.bad,
-        "mode": "find-fix" if req.find_fix else "regression",
+        "mode": req.mode.value,
         "regress_on": req.regress_on.value,
         "signature_filter": req.signature,
         "case": req.case.name,
         "pins": list(req.pins),
         "candidates": list(r.candidates),
         "steps": [step_json(s) for s in r.steps],
-        "verdict": r.verdict,
+        "verdict": r.verdict.value,
         "message": r.message,
         "last_good": r.last_good,
         "first_bad": r.first_bad,
@@ -382,7 +384,7 @@ def result_json(r: Result) -> dict:
             "subject": r.commit.subject,
             "maybe": list(r.commit.maybe),
             "commits_in_range": r.commit.count,
-            "verdict": r.commit.verdict,
+            "verdict": r.commit.verdict.value,
         },
         "commit_message": r.commit_message,
         "confirm": None if r.confirm is None else {
@@ -396,12 +398,3 @@ def result_json(r: Result) -> dict:
 
 def dumps(r: Result) -> str:
     return json.dumps(result_json(r), indent=2)
-
-
-def check_request(req: Request) -> None:
-    if req.repeat < 1:
-        raise InputError("--repeat must be at least 1")
-    if req.confirm < 1:
-        raise InputError("--confirm must be at least 1")
-    if req.signature is not None and not req.signature.strip():
-        raise InputError("--signature needs some text")

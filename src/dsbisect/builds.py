@@ -15,18 +15,22 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import tarfile
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from filelock import FileLock
 from packaging.utils import canonicalize_name
 
-from . import envs as _envs
+from . import base as base_env
+from . import proc
+from .cache import MARKER, CachePaths
 from .compat import SHIMS
 from .errors import EnvBuildError
-from .matrix import GitSource
+from .model import EnvOptions, GitSource, digest
+from .uv import Uv, reason
+from .versions import file_is
 
 # What DeepSpeed's setup.py needs from a checkout; a snapshot of the repository may lack
 # the large media files elsewhere in the tree, so ``git archive`` takes only these.
@@ -39,27 +43,28 @@ SOURCE_PATHS = {
 
 
 class Builds:
-    def __init__(self, mgr: _envs.EnvManager):
-        self.mgr = mgr
-        self.paths = mgr.paths
+    """Builders and the wheels they make, under the env root's ``builders/`` and ``wheels/``."""
+
+    def __init__(self, uv: Uv, paths: CachePaths, python: str, options: EnvOptions,
+                 log: Callable[[str], None] = lambda msg: None):
+        self.uv, self.paths, self.python, self.options, self.log = uv, paths, python, options, log
 
     # ----------------------------------------------------------------- builder
 
-    def builder(self, torch_site: tuple[str, ...], context: tuple[str, ...]) -> Path:
+    def builder(self, torch_site: tuple[str, ...], context: tuple[str, ...], hold: tuple[str, ...]) -> Path:
         """A venv that sees torch through ``torch_site`` and holds ``context`` and the build pins."""
-        mgr = self.mgr
-        key = _envs._digest({"python": mgr.base.python, "site": list(torch_site), "context": sorted(context),
-                             "pins": list(mgr.options.build_pins), "index": mgr.index.uv_args()})
+        key = digest({"python": self.python, "site": list(torch_site), "context": sorted(context),
+                      "pins": list(self.options.build_pins), "index": self.uv.index.uv_args()})
         path = self.paths.builders / key
-        with FileLock(str(self.paths.locks / f"builder-{key}.lock")):
-            if (path / _envs.MARKER).is_file():
+        with FileLock(str(self.paths.lock(f"builder-{key}"))):
+            if (path / MARKER).is_file():
                 return path
             tmp = path.with_name(key + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             try:
-                self._make_builder(tmp, torch_site, context)
-                (tmp / _envs.MARKER).write_text(json.dumps({"key": key, "site": list(torch_site),
-                                                            "context": list(context)}))
+                self._make_builder(tmp, torch_site, context, hold)
+                (tmp / MARKER).write_text(json.dumps({"key": key, "site": list(torch_site),
+                                                      "context": list(context)}))
                 shutil.rmtree(path, ignore_errors=True)
                 tmp.rename(path)
             except BaseException:
@@ -67,45 +72,46 @@ class Builds:
                 raise
             return path
 
-    def _make_builder(self, tmp: Path, torch_site: tuple[str, ...], context: tuple[str, ...]) -> None:
-        mgr = self.mgr
-        mgr._uv(["venv", "--quiet", "--relocatable", "--python", mgr.base.python, str(tmp)])
-        site = _envs._site_packages(tmp)
-        _envs._write_layer(site, torch_site)
-        _envs.write_stubs(site, _dists_in(torch_site))
-        _envs.install_hook(tmp)
+    def _make_builder(self, tmp: Path, torch_site: tuple[str, ...], context: tuple[str, ...],
+                      hold: tuple[str, ...]) -> None:
+        self.uv.venv(tmp, self.python)
+        site = base_env.site_packages(tmp)
+        base_env.write_layer(site, torch_site)
+        base_env.write_stubs(site, base_env.dists_in(torch_site))
+        base_env.install_hook(tmp)
         if context:
-            mgr._uv_install(tmp, list(context), mgr._hold(context))
-        if mgr.options.build_pins:
-            mgr._uv(["pip", "install", "--quiet", "--no-deps", "--python", str(tmp / "bin" / "python"),
-                     *mgr.index.uv_args(), *mgr.options.build_pins])
+            self.uv.install(tmp, context, hold)
+        if self.options.build_pins:
+            self.uv.install(tmp, self.options.build_pins, no_deps=True)
 
     # ------------------------------------------------------------------ wheels
 
-    def release(self, name: str, version: str, torch_site: tuple[str, ...], context: tuple[str, ...]) -> Path:
+    def release(self, name: str, version: str, torch_site: tuple[str, ...], context: tuple[str, ...],
+                hold: tuple[str, ...]) -> Path:
         """The folder (per torch) that holds a wheel of ``name==version``; built if missing."""
-        out = self.paths.wheels / _envs._digest({"site": list(torch_site)})
+        out = self.paths.wheels / digest({"site": list(torch_site)})
         out.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.paths.locks / f"wheel-{out.name}-{name}-{version}.lock")):
-            if not any(_envs._wheel_is(w, name, version) for w in out.glob("*.whl")):
-                builder = self.builder(torch_site, context)
-                self.mgr.log(f"building a wheel of {name}=={version} (its setup.py imports torch)")
+        with FileLock(str(self.paths.lock(f"wheel-{out.name}-{name}-{version}"))):
+            if not any(file_is(w.name, name, version) for w in out.glob("*.whl")):
+                builder = self.builder(torch_site, context, hold)
+                self.log(f"building a wheel of {name}=={version} (its setup.py imports torch)")
                 self._pip_wheel(builder, [f"{name}=={version}"], out)
         return out
 
-    def commit(self, src: GitSource, torch_site: tuple[str, ...], context: tuple[str, ...]) -> Path:
+    def commit(self, src: GitSource, wheelhouses: tuple[str, ...], torch_site: tuple[str, ...],
+               context: tuple[str, ...], hold: tuple[str, ...]) -> Path:
         """A wheel of ``src.package`` at ``src.commit``: from a wheelhouse, the cache, or built."""
-        for d in self.mgr.index.find_links:  # built ahead by ``dsbisect prefetch --git-repo``
+        for d in wheelhouses:  # built ahead by ``dsbisect prefetch --git-repo``
             ready = sorted((Path(d) / "commits" / src.commit).glob("*.whl"))
             if ready:
                 return ready[0]
-        out = self.paths.wheels / "commits" / src.commit
-        with FileLock(str(self.paths.locks / f"commit-{src.commit}.lock")):
+        out = self.paths.commit_wheels / src.commit
+        with FileLock(str(self.paths.lock(f"commit-{src.commit}"))):
             found = sorted(out.glob("*.whl")) if out.is_dir() else []
             if found:
                 return found[0]
-            builder = self.builder(torch_site, context)
-            self.mgr.log(f"building {src.package} from commit {src.short}")
+            builder = self.builder(torch_site, context, hold)
+            self.log(f"building {src.package} from commit {src.short}")
             return self._build_commit(src, builder, out)
 
     def _build_commit(self, src: GitSource, builder: Path, out: Path) -> Path:
@@ -123,50 +129,34 @@ class Builds:
             return dest
 
     def _pip_wheel(self, builder: Path, what: list[str], out: Path) -> None:
-        cmd = [str(builder / "bin" / "python"), "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-               "--disable-pip-version-check", "--wheel-dir", str(out), *self.mgr.index.pip_args(), *what]
-        env = _envs._clean_env() | {"DS_BUILD_OPS": "0", "DSBISECT_COMPAT": ",".join(SHIMS)}
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if proc.returncode != 0:
-            raise EnvBuildError(f"building {' '.join(what)} failed: {_build_error(proc.stdout + proc.stderr)}")
+        cmd = [builder / "bin" / "python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+               "--disable-pip-version-check", "--wheel-dir", out, *self.uv.index.pip_args(), *what]
+        done = proc.run(cmd, env=proc.clean_env({"DS_BUILD_OPS": "0", "DSBISECT_COMPAT": ",".join(SHIMS)}))
+        if not done.ok:
+            raise EnvBuildError(f"building {' '.join(what)} failed: {build_error(done.output or done.error)}")
 
 
-def _build_error(text: str) -> str:
+def build_error(text: str) -> str:
     """The exception line of a failed setup.py, else the resolver-style summary."""
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in reversed(lines):
         if ("Error:" in ln or "Error " in ln) and not ln.startswith(("ERROR:", "error:", "note:", "hint:", "×", "╰")):
             return ln[:400]
-    return _envs._reason(text)
-
-
-def _dists_in(site_dirs: tuple[str, ...]):
-    """(name, version, {file: text}) of the distributions installed in ``site_dirs``, first wins."""
-    seen = set()
-    for d in site_dirs:
-        for info in sorted(Path(d).glob("*.dist-info")):
-            files = _envs.dist_files(info)
-            if not files:
-                continue
-            name, version = _envs._name_version(files["METADATA"])
-            if name and canonicalize_name(name) not in seen:
-                seen.add(canonicalize_name(name))
-                yield name, version, files
+    return reason(text)
 
 
 def export_commit(repo: Path, commit: str, dest: Path, paths: tuple[str, ...]) -> None:
     """Write the tree of ``commit`` (only ``paths`` if given) into ``dest``."""
     dest.mkdir(parents=True)
-    tree = subprocess.run(["git", "-C", str(repo), "ls-tree", "--name-only", commit], capture_output=True, text=True)
-    if tree.returncode != 0:
-        raise EnvBuildError(f"git cannot read {commit[:10]} in {repo}: {tree.stderr.strip()}")
+    tree = proc.run(["git", "-C", repo, "ls-tree", "--name-only", commit])
+    if not tree.ok:
+        raise EnvBuildError(f"git cannot read {commit[:10]} in {repo}: {tree.last_line()}")
     present = set(tree.stdout.split())
     chosen = [p for p in paths if p in present] if paths else []
     with tempfile.TemporaryFile() as buf:
-        proc = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit, *chosen],
-                              stdout=buf, stderr=subprocess.PIPE)
-        if proc.returncode != 0:
-            raise EnvBuildError(f"git archive {commit[:10]} failed: {proc.stderr.decode().strip()[-300:]}")
+        done = proc.run(["git", "-C", repo, "archive", "--format=tar", commit, *chosen], stdout=buf)
+        if not done.ok:
+            raise EnvBuildError(f"git archive {commit[:10]} failed: {done.stderr.strip()[-300:] or done.error}")
         buf.seek(0)
         with tarfile.open(fileobj=buf) as tar:
             tar.extractall(dest, filter="data")

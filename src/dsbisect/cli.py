@@ -2,33 +2,66 @@
 
 stdout is the report; stderr is progress and errors.  A DsbisectError becomes one red
 line and its exit code (0 done, 1 domain failure, 2 bad input, 130 interrupted).
+
+Options that several commands share are declared once, as fields of the frozen
+dataclasses below (``IndexArgs``, ``EnvArgs``...); ``@bundled`` spreads a bundle's fields
+into a command's options and hands the command one instance of it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
+import shlex
+import sys
+import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from platformdirs import user_cache_dir
 from rich.console import Console
+from typer.core import TyperGroup
 
-from . import __version__, facts
+from . import __version__
 from . import matrix as matrix_mod
 from . import report as rep
-from .envs import EnvManager, IndexOptions
 from .errors import DsbisectError, InputError, Interrupted
-from .matrix import Case, EnvOptions
-from .runner import Runner
-from .store import Store
+from .model import Accelerator, BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend, RegressOn
+from .session import cache_root, index_options, open_runner
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+# Click's own error classes, whether typer vendors click or not.
+_CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
+class OneLineErrors(TyperGroup):
+    """Usage errors (a bad option value, an unknown option) as one line and exit 2, like every
+    other input error, instead of Click's usage box."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except _CLICK_ERROR as e:
+            if type(e).__name__ == "NoArgsIsHelpError":  # bare `dsbisect`: the help, as asked
+                e.show()
+            else:
+                message = " ".join(e.format_message().replace("Value error, ", "").split()).rstrip(".")
+                err.print(f"[bold red]error:[/] {message} (see --help)", highlight=False)
+            sys.exit(e.exit_code)
+        except typer.Abort:
+            err.print("[bold red]aborted[/]")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Find the release (and commit) of DeepSpeed, Transformers or Accelerate that broke a distributed job.")
 envs_app = typer.Typer(no_args_is_help=True, help="List or prune the cached point venvs.")
 app.add_typer(envs_app, name="envs")
@@ -41,6 +74,11 @@ class Format(str, Enum):
     table = "table"
     markdown = "markdown"
     json = "json"
+
+
+class ExecutorKind(str, Enum):
+    local = "local"
+    slurm = "slurm"
 
 
 @contextmanager
@@ -58,51 +96,123 @@ def user_errors() -> Iterator[None]:
 # ------------------------------------------------------------------ options
 
 StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE")]
+CasesOpt = Annotated[Optional[list[str]], typer.Option("--case", help="Only this case (repeatable).")]
+RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, help="Runs per point (for intermittent hangs); bad if any run is bad.")]
 CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", "--env-root", help="Where venvs, wheels and uv's cache live (default: the user cache dir; on a cluster, shared storage).", envvar="DSBISECT_CACHE_DIR")]
-OfflineOpt = Annotated[bool, typer.Option("--offline", help="No network: packages come from --find-links only.")]
-FindLinksOpt = Annotated[Optional[list[Path]], typer.Option("--find-links", help="A local wheelhouse (repeatable).")]
-IndexUrlOpt = Annotated[Optional[str], typer.Option("--index-url", help="Package index (PEP 503/691 simple API).", envvar="DSBISECT_INDEX_URL")]
-ExtraIndexOpt = Annotated[Optional[list[str]], typer.Option("--extra-index-url", help="Extra package index (repeatable).")]
-FormatOpt = Annotated[Format, typer.Option("--format", help="Report format on stdout.")]
-OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")]
-PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter (and, layered, environment) the point venvs are made from.")]
-JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Points at once (default: one per free GPU slice, or per nproc CPU cores; 8 Slurm jobs with --executor slurm).")]
-BaseOpt = Annotated[Optional[str], typer.Option("--base", help="layered | isolated | auto (default from matrix.yaml, else auto).")]
 
 
-class Executor(str, Enum):
-    local = "local"
-    slurm = "slurm"
+def bundled(fn):
+    """Spread the fields of each bundle-typed parameter of ``fn`` into options of its own.
+
+    ``def run(index: IndexArgs = IndexArgs())`` gets ``--offline``, ``--find-links``...
+    and is called with ``index=IndexArgs(offline=..., find_links=...)``.
+    """
+    hints = typing.get_type_hints(fn, include_extras=True)
+    params, bundles = [], {}
+    for p in inspect.signature(fn).parameters.values():
+        kind = hints.get(p.name)
+        if dataclasses.is_dataclass(kind):
+            fields = typing.get_type_hints(kind, include_extras=True)
+            bundles[p.name] = (kind, [f.name for f in dataclasses.fields(kind)])
+            params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=fields[f.name],
+                                         default=f.default) for f in dataclasses.fields(kind)]
+        else:
+            params.append(p.replace(annotation=hints.get(p.name, p.annotation)))
+
+    def command(**kwargs):
+        for name, (kind, names) in bundles.items():
+            kwargs[name] = kind(**{n: kwargs.pop(n) for n in names})
+        return fn(**kwargs)
+
+    command.__name__, command.__doc__ = fn.__name__, fn.__doc__
+    command.__signature__ = inspect.Signature(params)
+    command.__annotations__ = {p.name: p.annotation for p in params}
+    return command
 
 
-ExecutorOpt = Annotated[Executor, typer.Option("--executor", help="Where runs go: here, or one Slurm job per run (sbatch).")]
-PartitionOpt = Annotated[Optional[str], typer.Option("--partition", help="Slurm partition of the jobs (--executor slurm).")]
-SlurmTimeOpt = Annotated[Optional[int], typer.Option("--slurm-time", min=1, help="Slurm time limit per job, minutes (default: the case timeout + 30).")]
-GpusPerJobOpt = Annotated[Optional[int], typer.Option("--gpus-per-job", min=0, help="GPUs per node of each Slurm job (default: nproc for accelerator: cuda, else 0).")]
-SlurmArgOpt = Annotated[Optional[list[str]], typer.Option("--slurm-arg", help="Another sbatch argument, e.g. --slurm-arg=--account=abc (repeatable).")]
-HostfileOpt = Annotated[Optional[Path], typer.Option("--hostfile", help="Multi-node: the deepspeed launcher's hostfile (overrides the matrix).")]
-NumNodesOpt = Annotated[Optional[int], typer.Option("--num-nodes", min=1, help="Multi-node: use the first N hosts of the hostfile.")]
-BackendOpt = Annotated[Optional[str], typer.Option("--launcher-backend", help="Multi-node: pdsh | openmpi | mvapich | mpich | impi | slurm.")]
-MasterAddrOpt = Annotated[Optional[str], typer.Option("--master-addr", help="Multi-node: address of the node of rank 0.")]
-IncludeOpt = Annotated[Optional[str], typer.Option("--include", help="The deepspeed launcher's --include, e.g. 'node1@node2:0,1'.")]
-ExcludeOpt = Annotated[Optional[str], typer.Option("--exclude", help="The deepspeed launcher's --exclude.")]
+@dataclass(frozen=True)
+class IndexArgs:
+    """Where packages come from."""
+
+    offline: Annotated[bool, typer.Option("--offline", help="No network: packages come from --find-links only.")] = False
+    find_links: Annotated[Optional[list[Path]], typer.Option("--find-links", metavar="DIR", help="A local wheelhouse (repeatable).")] = None
+    index_url: Annotated[Optional[str], typer.Option("--index-url", metavar="URL", help="Package index (PEP 503/691 simple API).", envvar="DSBISECT_INDEX_URL")] = None
+    extra_index_url: Annotated[Optional[list[str]], typer.Option("--extra-index-url", metavar="URL", help="Extra package index (repeatable).")] = None
+
+    def options(self) -> IndexOptions:
+        return index_options(self.offline, self.find_links, self.index_url, self.extra_index_url)
 
 
-def index_options(offline: bool, find_links: list[Path] | None, index_url: str | None,
-                  extra: list[str] | None) -> IndexOptions:
-    links = []
-    for d in find_links or []:
-        if not d.is_dir():
-            raise InputError(f"--find-links {d}: no such folder")
-        links.append(str(d.resolve()))
-    if offline and not links:
-        raise InputError("--offline needs at least one --find-links wheelhouse")
-    return IndexOptions(offline=offline, find_links=tuple(links), index_url=index_url,
-                        extra_index_urls=tuple(extra or ()))
+@dataclass(frozen=True)
+class EnvArgs:
+    """Where point venvs live and what they are made from."""
+
+    cache_dir: CacheOpt = None
+    python: Annotated[Optional[str], typer.Option("--python", help="Interpreter (and, layered, environment) the point venvs are made from.")] = None
+    base: Annotated[Optional[BaseMode], typer.Option("--base", help="How point venvs see that environment (default from matrix.yaml, else auto).")] = None
+
+    def options(self, defaults: EnvOptions) -> EnvOptions:
+        return dataclasses.replace(defaults, python=self.python or defaults.python, base=self.base or defaults.base)
 
 
-def cache_root(cache_dir: Path | None) -> Path:
-    return (cache_dir or Path(user_cache_dir("dsbisect"))).expanduser()
+@dataclass(frozen=True)
+class TimeoutArgs:
+    """Per-run limits that override the matrix's."""
+
+    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall timeout per run, seconds (overrides the matrix).")] = None
+    collective_timeout: Annotated[Optional[float], typer.Option("--collective-timeout", help="Collective timeout passed to the scripts, seconds.")] = None
+    idle_timeout: Annotated[Optional[float], typer.Option("--idle-timeout", help="Hang if no output (and no stack moved) for this long, seconds.")] = None
+
+    def apply(self, case: Case) -> Case:
+        return case.with_timeouts(self.timeout, self.collective_timeout, self.idle_timeout)
+
+
+@dataclass(frozen=True)
+class NodeArgs:
+    """Multi-node options for the deepspeed launcher (override the matrix)."""
+
+    hostfile: Annotated[Optional[Path], typer.Option("--hostfile", help="Multi-node: the deepspeed launcher's hostfile (overrides the matrix).")] = None
+    num_nodes: Annotated[Optional[int], typer.Option("--num-nodes", min=1, help="Multi-node: use the first N hosts of the hostfile.")] = None
+    launcher_backend: Annotated[Optional[LauncherBackend], typer.Option("--launcher-backend", help="Multi-node back end of the deepspeed launcher.")] = None
+    master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Multi-node: address of the node of rank 0.")] = None
+    include: Annotated[Optional[str], typer.Option("--include", help="The deepspeed launcher's --include, e.g. 'node1@node2:0,1'.")] = None
+    exclude: Annotated[Optional[str], typer.Option("--exclude", help="The deepspeed launcher's --exclude.")] = None
+
+    def apply(self, case: Case) -> Case:
+        return matrix_mod.with_nodes(
+            case, "command line", hostfile=self.hostfile.resolve() if self.hostfile else None,
+            num_nodes=self.num_nodes, backend=self.launcher_backend, master_addr=self.master_addr,
+            include=self.include, exclude=self.exclude)
+
+
+@dataclass(frozen=True)
+class ExecArgs:
+    """How many points at once, and where they run."""
+
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Points at once (default: one per free GPU slice, or per nproc CPU cores; 8 Slurm jobs with --executor slurm).")] = None
+    executor: Annotated[ExecutorKind, typer.Option("--executor", help="Where runs go: here, or one Slurm job per run (sbatch).")] = ExecutorKind.local
+    partition: Annotated[Optional[str], typer.Option("--partition", help="Slurm partition of the jobs (--executor slurm).")] = None
+    slurm_time: Annotated[Optional[int], typer.Option("--slurm-time", min=1, help="Slurm time limit per job, minutes (default: the case timeout + 30).")] = None
+    gpus_per_job: Annotated[Optional[int], typer.Option("--gpus-per-job", min=0, help="GPUs per node of each Slurm job (default: nproc for accelerator: cuda, else 0).")] = None
+    slurm_arg: Annotated[Optional[list[str]], typer.Option("--slurm-arg", help="Another sbatch argument, e.g. --slurm-arg=--account=abc (repeatable).")] = None
+
+    def executor_for(self):
+        """None (run here), or the Slurm executor with the command line's job settings."""
+        if self.executor is ExecutorKind.local:
+            if self.partition or self.slurm_time or self.gpus_per_job is not None or self.slurm_arg:
+                raise InputError("--partition, --slurm-time, --gpus-per-job and --slurm-arg need --executor slurm")
+            return None
+        from .slurm import SlurmExecutor, SlurmOptions
+
+        return SlurmExecutor(SlurmOptions(partition=self.partition, time=self.slurm_time, gpus=self.gpus_per_job,
+                                          args=tuple(self.slurm_arg or ()), jobs=self.jobs or 8))
+
+
+@dataclass(frozen=True)
+class OutputArgs:
+    fmt: Annotated[Format, typer.Option("--format", help="Report format on stdout.")] = Format.table
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")] = None
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False
 
 
 class ProgressUI:
@@ -147,65 +257,42 @@ def emit(text: str, output: Path | None) -> None:
 
 
 @app.command()
+@bundled
 def run(
     matrix: Annotated[Path, typer.Argument(help="The matrix file.")] = Path("matrix.yaml"),
-    case: Annotated[Optional[list[str]], typer.Option("--case", help="Run only this case (repeatable).")] = None,
+    case: CasesOpt = None,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run points again even if the store has them.")] = False,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per point (for intermittent hangs).")] = 1,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall timeout per run, seconds (overrides the matrix).")] = None,
-    collective_timeout: Annotated[Optional[float], typer.Option("--collective-timeout", help="Collective timeout passed to the scripts, seconds.")] = None,
-    idle_timeout: Annotated[Optional[float], typer.Option("--idle-timeout", help="Hang if no output for this long, seconds.")] = None,
+    repeat: RepeatOpt = 1,
     store: StoreOpt = Path(".dsbisect"),
-    cache_dir: CacheOpt = None,
-    offline: OfflineOpt = False,
-    find_links: FindLinksOpt = None,
-    index_url: IndexUrlOpt = None,
-    extra_index_url: ExtraIndexOpt = None,
-    python: PythonOpt = None,
-    base: BaseOpt = None,
-    fmt: FormatOpt = Format.table,
-    output: OutputOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
-    jobs: JobsOpt = None,
-    executor: ExecutorOpt = Executor.local,
-    partition: PartitionOpt = None,
-    slurm_time: SlurmTimeOpt = None,
-    gpus_per_job: GpusPerJobOpt = None,
-    slurm_arg: SlurmArgOpt = None,
-    hostfile: HostfileOpt = None,
-    num_nodes: NumNodesOpt = None,
-    launcher_backend: BackendOpt = None,
-    master_addr: MasterAddrOpt = None,
-    include: IncludeOpt = None,
-    exclude: ExcludeOpt = None,
+    limits: TimeoutArgs = TimeoutArgs(),
+    index: IndexArgs = IndexArgs(),
+    envs: EnvArgs = EnvArgs(),
+    where: ExecArgs = ExecArgs(),
+    nodes: NodeArgs = NodeArgs(),
+    shown: OutputArgs = OutputArgs(),
 ) -> None:
     """Run every case of MATRIX at every version point and print the pass/fail/hang/skip grid."""
+    from .versions import check_points
+
     with user_errors():
         m = matrix_mod.load(matrix)
-        cases = [m.case(n) for n in case] if case else list(m.cases)
-        cases = [_override(c, timeout, collective_timeout, idle_timeout) for c in cases]
-        cases = [_nodes(c, hostfile, num_nodes, launcher_backend, master_addr, include, exclude) for c in cases]
-        where = _executor(executor, jobs, partition, slurm_time, gpus_per_job, slurm_arg)
-        index = index_options(offline, find_links, index_url, extra_index_url)
-        env_opts = _env_options(m.env, python, base)
-        from .versions import check_points
-
-        check_points(cases, index)
-        st = Store(store)
-        ui = ProgressUI(quiet)
-        runner = Runner(store=st, envs=EnvManager(cache_root(cache_dir), env_opts, index, log=lambda s: ui("env", s)),
-                        gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=ui, rerun=rerun, jobs=jobs,
-                        executor=where)
+        cases = [nodes.apply(limits.apply(c)) for c in m.select(case)]
+        executor = where.executor_for()
+        idx = index.options()
+        check_points(cases, idx)
+        ui = ProgressUI(shown.quiet)
+        runner = open_runner(store, envs.cache_dir, envs.options(m.env), idx, ui, rerun=rerun, jobs=where.jobs,
+                             executor=executor)
         records = []
         with ui.running():
             for c in cases:
                 _note_slots(runner, c, ui)
                 for rs in runner.run_many(c, list(c.points), want=repeat):
                     records += rs
-        _print_grid(records, f"dsbisect run {matrix.name}", fmt, output, cases)
+        _print_grid(records, f"dsbisect run {matrix.name}", shown, cases)
 
 
-def _note_slots(runner: Runner, case: Case, ui) -> None:
+def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
     slots = runner.slots(case)
     if runner.executor is not None:
         ui("note", f"{case.name}: up to {len(slots)} Slurm job(s) at once")
@@ -214,84 +301,39 @@ def _note_slots(runner: Runner, case: Case, ui) -> None:
         where = ", ".join(",".join(map(str, s.devices)) for s in slots if s.devices) or "CPU"
         ui("note", f"{case.name}: {len(slots)} points at once ({where})")
     cores = os.cpu_count() or 1
-    if runner.accelerator(case) == "cpu" and len(slots) * case.nproc > cores:
+    if runner.accelerator(case) is Accelerator.CPU and len(slots) * case.nproc > cores:
         ui("note", f"{case.name}: {len(slots)} jobs x {case.nproc} ranks on {cores} cores: oversubscribed")
 
 
-def _override(c: Case, timeout, collective, idle) -> Case:
-    changes = {}
-    if timeout is not None:
-        changes["timeout"] = timeout
-    if collective is not None:
-        changes["collective_timeout"] = collective
-    if idle is not None:
-        changes["idle_timeout"] = idle
-    return replace(c, **changes) if changes else c
-
-
-def _executor(executor: Executor, jobs: int | None, partition: str | None, minutes: int | None,
-              gpus: int | None, args: list[str] | None):
-    """None (run here), or the Slurm executor with the CLI's job settings."""
-    if executor is Executor.local:
-        if partition or minutes or gpus is not None or args:
-            raise InputError("--partition, --slurm-time, --gpus-per-job and --slurm-arg need --executor slurm")
-        return None
-    from .slurm import SlurmExecutor, SlurmOptions
-
-    return SlurmExecutor(SlurmOptions(partition=partition, time=minutes, gpus=gpus, args=tuple(args or ()),
-                                      jobs=jobs or 8))
-
-
-def _nodes(c: Case, hostfile, num_nodes, backend, master_addr, include, exclude) -> Case:
-    """The case with the multi-node options of the command line, checked as the matrix's are."""
-    given = {"hostfile": hostfile.resolve() if hostfile else None, "num_nodes": num_nodes,
-             "launcher_backend": backend, "master_addr": master_addr, "include": include, "exclude": exclude}
-    given = {k: v for k, v in given.items() if v is not None}
-    if not given:
-        return c
-    if backend is not None and backend not in matrix_mod.LAUNCHER_BACKENDS:
-        raise InputError(f"--launcher-backend {backend}: expected one of {', '.join(matrix_mod.LAUNCHER_BACKENDS)}")
-    c = replace(c, **given)
-    matrix_mod.check_multinode(c, "command line")
-    return c
-
-
-def _env_options(opts: EnvOptions, python: str | None, base: str | None) -> EnvOptions:
-    if base is not None and base not in ("auto", "layered", "isolated"):
-        raise InputError(f"--base {base}: expected layered, isolated or auto")
-    return replace(opts, python=python or opts.python, base=base or opts.base)
-
-
-def _print_grid(records, title: str, fmt: Format, output: Path | None, cases: list[Case]) -> None:
+def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case]) -> None:
     g = rep.grid(records)
     compat = tuple(dict.fromkeys(s for c in cases for s in c.compat))
-    if fmt is Format.json:
-        emit(json.dumps(rep.grid_json(g, compat), indent=2) + "\n", output)
-    elif fmt is Format.markdown:
-        emit(rep.grid_markdown(g, title, compat), output)
+    if shown.fmt is Format.json:
+        emit(json.dumps(rep.grid_json(g, compat), indent=2) + "\n", shown.output)
+    elif shown.fmt is Format.markdown:
+        emit(rep.grid_markdown(g, title, compat), shown.output)
     else:
         out.print(rep.grid_renderable(g, title))
-        if output:
-            output.write_text(rep.grid_markdown(g, title, compat))
+        if shown.output:
+            shown.output.write_text(rep.grid_markdown(g, title, compat))
 
 
 # ------------------------------------------------------------------- report
 
 
 @app.command()
+@bundled
 def report(
     store: StoreOpt = Path(".dsbisect"),
-    case: Annotated[Optional[list[str]], typer.Option("--case", help="Only this case (repeatable).")] = None,
-    fmt: FormatOpt = Format.table,
-    output: OutputOpt = None,
+    case: CasesOpt = None,
+    shown: OutputArgs = OutputArgs(),
 ) -> None:
     """Print the grid of every recorded run again, from the store."""
     with user_errors():
-        st = _open_store(store)
-        records = st.runs(case)
+        records = _open_store(store).runs(case)
         if not records:
             raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else ""))
-        _print_grid(records, "dsbisect report", fmt, output, [])
+        _print_grid(records, "dsbisect report", shown, [])
 
 
 @app.command()
@@ -301,17 +343,18 @@ def show(
     lines: Annotated[int, typer.Option("--lines", help="Log lines to show per log.")] = 30,
 ) -> None:
     """Print one run: outcome, environment, hang signature, stacks and log tails."""
-    with user_errors():
-        from .show import render_run
+    from .show import render_run
 
-        st = _open_store(store)
-        record = st.run(run_id)
+    with user_errors():
+        record = _open_store(store).run(run_id)
         if record is None:
             raise InputError(f"no run {run_id} in {store}")
         out.print(render_run(record, lines))
 
 
-def _open_store(store: Path) -> Store:
+def _open_store(store: Path):
+    from .store import Store
+
     if not (store / "dsbisect.sqlite3").is_file():
         raise InputError(f"no dsbisect store in {store} (run 'dsbisect run' first, or pass --store)")
     return Store(store)
@@ -323,19 +366,10 @@ def _open_store(store: Path) -> Store:
 @envs_app.command("list")
 def envs_list(cache_dir: CacheOpt = None) -> None:
     """List the cached point venvs with their pins and size."""
-    with user_errors():
-        mgr = EnvManager(cache_root(cache_dir))
-        from rich.table import Table
+    from .envs import EnvManager
 
-        table = Table(header_style="bold")
-        for col in ("key", "mode", "requirements", "shadows", "MB", "built in"):
-            table.add_column(col)
-        for e in mgr.existing():
-            spec = e["spec"]
-            shadows = ", ".join(f"{n} {b}→{p}" for n, b, p in e.get("shadowed", []))
-            table.add_row(e["key"], spec["mode"], "; ".join(spec["requirements"]) + (f" @{spec['source']}" if spec.get("source") else ""),
-                          shadows, f"{e['bytes'] / 1e6:.0f}", f"{e.get('seconds', 0):.1f} s")
-        out.print(table)
+    with user_errors():
+        out.print(rep.envs_table(EnvManager(cache_root(cache_dir)).existing()))
 
 
 @envs_app.command("prune")
@@ -344,19 +378,19 @@ def envs_prune(
     older_than: Annotated[Optional[float], typer.Option("--older-than", help="Only venvs unused for this many days.")] = None,
 ) -> None:
     """Delete cached point venvs (all, or those unused for --older-than days) and half-built ones."""
+    from .envs import EnvManager
+
     with user_errors():
         mgr = EnvManager(cache_root(cache_dir))
         removed = mgr.prune(older_than_s=older_than * 86400 if older_than is not None else None)
         err.print(f"removed {len(removed)} venv(s)")
 
 
-class Regress(str, Enum):
-    hang = "hang"
-    fail = "fail"
-    any = "any"
+# ------------------------------------------------------------------- bisect
 
 
 @app.command()
+@bundled
 def bisect(
     package: Annotated[str, typer.Argument(help="The package whose releases move (deepspeed, transformers, accelerate, ...).")],
     good: Annotated[str, typer.Argument(help="A release that works (with --find-fix: the old broken one).")],
@@ -366,86 +400,64 @@ def bisect(
     matrix: Annotated[Path, typer.Option("--matrix", help="Matrix file that defines --case.")] = Path("matrix.yaml"),
     pin: Annotated[Optional[list[str]], typer.Option("--pin", help="Hold another package, e.g. transformers==4.39.2 (repeatable).")] = None,
     nproc: Annotated[int, typer.Option("--nproc", min=1, help="Ranks, with --script.")] = 2,
-    accelerator: Annotated[str, typer.Option("--accelerator", help="cpu | cuda | auto, with --script.")] = "auto",
-    regress_on: Annotated[Regress, typer.Option("--regress-on", help="What counts as bad.")] = Regress.hang,
+    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="With --script: where the ranks run.")] = Accelerator.AUTO,
+    regress_on: Annotated[RegressOn, typer.Option("--regress-on", help="What counts as bad.")] = RegressOn.HANG,
     find_fix: Annotated[bool, typer.Option("--find-fix", help="Find the first release that fixed it instead.")] = False,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, help="Runs per point; bad if any run is bad.")] = 1,
+    repeat: RepeatOpt = 1,
     confirm: Annotated[int, typer.Option("--confirm", min=1, help="At the end, run the last good and first bad points until each has this many runs; the answer stands only if all agree.")] = 1,
     signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
     pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases among the candidates.")] = False,
-    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall timeout per run, seconds.")] = None,
-    collective_timeout: Annotated[Optional[float], typer.Option("--collective-timeout", help="Collective timeout for the scripts, seconds.")] = None,
-    idle_timeout: Annotated[Optional[float], typer.Option("--idle-timeout", help="Hang if no output for this long, seconds.")] = None,
     store: StoreOpt = Path(".dsbisect"),
-    cache_dir: CacheOpt = None,
-    offline: OfflineOpt = False,
-    find_links: FindLinksOpt = None,
-    index_url: IndexUrlOpt = None,
-    extra_index_url: ExtraIndexOpt = None,
-    python: PythonOpt = None,
-    base: BaseOpt = None,
-    fmt: FormatOpt = Format.table,
-    output: OutputOpt = None,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False,
-    jobs: JobsOpt = None,
-    executor: ExecutorOpt = Executor.local,
-    partition: PartitionOpt = None,
-    slurm_time: SlurmTimeOpt = None,
-    gpus_per_job: GpusPerJobOpt = None,
-    slurm_arg: SlurmArgOpt = None,
-    hostfile: HostfileOpt = None,
-    num_nodes: NumNodesOpt = None,
-    launcher_backend: BackendOpt = None,
-    master_addr: MasterAddrOpt = None,
-    include: IncludeOpt = None,
-    exclude: ExcludeOpt = None,
+    limits: TimeoutArgs = TimeoutArgs(),
+    index: IndexArgs = IndexArgs(),
+    envs: EnvArgs = EnvArgs(),
+    where: ExecArgs = ExecArgs(),
+    nodes: NodeArgs = NodeArgs(),
+    shown: OutputArgs = OutputArgs(),
 ) -> None:
     """Find the first release of PACKAGE between GOOD and BAD that breaks the case (then the commit)."""
-    import shlex
-    import sys
-
     from .bisection import Bisection, Request, dumps
-    from .outcome import RegressOn
 
     with user_errors():
-        the_case, env_opts = _bisect_case(case, script, matrix, nproc, accelerator)
-        the_case = _override(the_case, timeout, collective_timeout, idle_timeout)
-        the_case = _nodes(the_case, hostfile, num_nodes, launcher_backend, master_addr, include, exclude)
-        where = _executor(executor, jobs, partition, slurm_time, gpus_per_job, slurm_arg)
-        pins = _check_pins(pin or [], package)
-        index = index_options(offline, find_links, index_url, extra_index_url)
-        req = Request(package=package, good=good, bad=bad, case=the_case, pins=pins,
-                      regress_on=RegressOn(regress_on.value), find_fix=find_fix, repeat=repeat,
-                      signature=signature, pre=pre, git_repo=git_repo, verify_commit_ends=verify_commit_ends,
-                      confirm=confirm)
-        st = Store(store)
-        ui = ProgressUI(quiet)
-        runner = Runner(store=st, envs=EnvManager(cache_root(cache_dir), _env_options(env_opts, python, base), index,
-                                                  log=lambda s: ui("env", s)),
-                        gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=ui, jobs=jobs, executor=where)
-        req = replace(req, width=len(runner.slots(the_case)))
+        the_case, env_defaults = _bisect_case(case, script, matrix, nproc, accelerator)
+        the_case = nodes.apply(limits.apply(the_case))
+        executor = where.executor_for()
+        req = Request(package=package, good=good, bad=bad, case=the_case,
+                      pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
+                      repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
+                      verify_commit_ends=verify_commit_ends, confirm=confirm)
+        idx = index.options()
+        ui = ProgressUI(shown.quiet)
+        runner = open_runner(store, envs.cache_dir, envs.options(env_defaults), idx, ui, jobs=where.jobs,
+                             executor=executor)
+        req = dataclasses.replace(req, width=len(runner.slots(the_case)))
         with ui.running():
-            result = Bisection(runner, index, req).run()
-        command = "dsbisect " + shlex.join(reproduce_args(sys.argv[1:])) if sys.argv and "dsbisect" in sys.argv[0] \
-            else "dsbisect bisect " + shlex.join([package, good, bad])
-        if fmt is Format.json:
-            emit(dumps(result) + "\n", output)
-        elif fmt is Format.markdown:
-            emit(rep.bisect_markdown(result, command), output)
+            result = Bisection(runner, idx, req).run()
+        command = _reproduce_command(package, good, bad)
+        if shown.fmt is Format.json:
+            emit(dumps(result) + "\n", shown.output)
+        elif shown.fmt is Format.markdown:
+            emit(rep.bisect_markdown(result, command), shown.output)
         else:
             out.print(rep.bisect_renderable(result, command))
-            if output:
-                output.write_text(rep.bisect_markdown(result, command))
+            if shown.output:
+                shown.output.write_text(rep.bisect_markdown(result, command))
         if result.exit_code:
-            err.print(f"[bold red]{result.verdict}:[/] {result.message}", highlight=False)
+            err.print(f"[bold red]{result.verdict.value}:[/] {result.message}", highlight=False)
             raise typer.Exit(result.exit_code)
+
+
+def _reproduce_command(package: str, good: str, bad: str) -> str:
+    if sys.argv and "dsbisect" in sys.argv[0]:
+        return "dsbisect " + shlex.join(reproduce_args(sys.argv[1:]))
+    return "dsbisect bisect " + shlex.join([package, good, bad])
 
 
 def reproduce_args(argv: list[str]) -> list[str]:
     """The command line without the options that only shape the output."""
-    out, skip = [], False
+    kept, skip = [], False
     for a in argv:
         if skip:
             skip = False
@@ -455,65 +467,37 @@ def reproduce_args(argv: list[str]) -> list[str]:
             continue
         if a in ("-q", "--quiet") or a.startswith(("--format=", "--output=")):
             continue
-        out.append(a)
-    return out
+        kept.append(a)
+    return kept
 
 
-def _bisect_case(case: str | None, script: Path | None, matrix: Path, nproc: int, accelerator: str):
+def _bisect_case(case: str | None, script: Path | None, matrix: Path, nproc: int,
+                 accelerator: Accelerator) -> tuple[Case, EnvOptions]:
     if case and script:
         raise InputError("give either --case or --script, not both")
     if script:
-        if accelerator not in ("cpu", "cuda", "auto"):
-            raise InputError(f"--accelerator {accelerator}: expected cpu, cuda or auto")
-        return matrix_mod.script_case(script, nproc, accelerator=accelerator), EnvOptions()
+        return matrix_mod.script_case(script, nproc, accelerator), EnvOptions()
     m = matrix_mod.load(matrix)
-    if case:
-        return m.case(case), m.env
-    if len(m.cases) == 1:
-        return m.cases[0], m.env
-    raise InputError(f"{matrix.name} has {len(m.cases)} cases: pick one with --case (or use --script)")
-
-
-def _check_pins(pins: list[str], package: str) -> tuple[str, ...]:
-    from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.utils import canonicalize_name
-
-    out = []
-    for p in pins:
-        try:
-            r = Requirement(p)
-        except InvalidRequirement:
-            raise InputError(f"--pin {p!r} is not a requirement (expected NAME==VERSION)") from None
-        if package and canonicalize_name(r.name) == canonicalize_name(package):
-            raise InputError(f"--pin {p}: {package} is the package being bisected")
-        out.append(str(r))
-    return tuple(out)
+    return m.only_case(case), m.env
 
 
 @app.command()
+@bundled
 def versions(
     package: Annotated[str, typer.Argument(help="A package name.")],
     good: Annotated[Optional[str], typer.Argument(help="From this release...")] = None,
     bad: Annotated[Optional[str], typer.Argument(help="...to this one, inclusive.")] = None,
     pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases.")] = False,
-    offline: OfflineOpt = False,
-    find_links: FindLinksOpt = None,
-    index_url: IndexUrlOpt = None,
-    extra_index_url: ExtraIndexOpt = None,
+    index: IndexArgs = IndexArgs(),
 ) -> None:
     """List the releases a bisection of PACKAGE would test, oldest first."""
-    from .versions import candidates, releases
+    from .versions import candidates, listed
 
     with user_errors():
-        index = index_options(offline, find_links, index_url, extra_index_url)
+        idx = index.options()
         if (good is None) != (bad is None):
             raise InputError("give both GOOD and BAD, or neither")
-        if good is None:
-            rels = [r.version for r in releases(package, index) if not r.yanked and (pre or not r.version.is_prerelease)]
-            if not rels:
-                raise InputError(f"{package}: no releases found")
-        else:
-            rels = candidates(package, good, bad, index, pre)
+        rels = listed(package, idx, pre) if good is None else candidates(package, good, bad, idx, pre)
         for v in rels:
             out.print(str(v), highlight=False)
 
@@ -534,7 +518,7 @@ def run_one(
 @app.command("snapshot-base")
 def snapshot_base(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the snapshot (JSON).")],
-    python: PythonOpt = None,
+    python: Annotated[Optional[str], typer.Option("--python", help="The interpreter whose environment to describe.")] = None,
 ) -> None:
     """Write what this (compute node's) base environment holds, for `prefetch --base-snapshot`."""
     from .prefetch import snapshot
@@ -547,10 +531,11 @@ def snapshot_base(
 
 
 @app.command()
+@bundled
 def prefetch(
     matrix: Annotated[Path, typer.Argument(help="The matrix file.")] = Path("matrix.yaml"),
     dest: Annotated[Path, typer.Option("--dest", help="The wheelhouse folder to fill.")] = Path("wheelhouse"),
-    case: Annotated[Optional[list[str]], typer.Option("--case", help="Only this case (repeatable).")] = None,
+    case: CasesOpt = None,
     with_candidates: Annotated[bool, typer.Option("--with-candidates", help="Also every release between the lowest and highest version of each axis.")] = False,
     python_version: Annotated[Optional[str], typer.Option("--python-version", help="The target's Python, e.g. 3.12.")] = None,
     platform_tag: Annotated[Optional[list[str]], typer.Option("--platform", help="The target's platform tags, e.g. manylinux_2_17_x86_64 (repeatable).")] = None,
@@ -562,64 +547,43 @@ def prefetch(
     commits: Annotated[Optional[str], typer.Option("--commits", help="OLD..NEW: tags or hashes; every first-parent commit in between.")] = None,
     package: Annotated[str, typer.Option("--package", help="The package the clone builds (with --git-repo).")] = "deepspeed",
     cache_dir: CacheOpt = None,
-    index_url: IndexUrlOpt = None,
-    extra_index_url: ExtraIndexOpt = None,
-    find_links: FindLinksOpt = None,
+    index: IndexArgs = IndexArgs(),
 ) -> None:
     """Download (and build) everything the matrix's points need into a wheelhouse for --offline use."""
     from . import gitrepo
-    from .prefetch import Prefetcher, Target, load_snapshot
+    from .envs import EnvManager
+    from .prefetch import Prefetcher, Target, load_snapshot, points_to_fetch
 
     with user_errors():
         m = matrix_mod.load(matrix)
-        cases = [m.case(n) for n in case] if case else list(m.cases)
-        index = index_options(False, find_links, index_url, extra_index_url)
-        points = _prefetch_points(cases, index, with_candidates) if cases_too else []
+        cases = m.select(case)
+        if index.offline:
+            raise InputError("prefetch downloads what --offline runs need: it cannot run --offline itself")
+        idx = index.options()
+        extras = matrix_mod.check_pins(extra or [], flag="--extra")
+        if (git_repo or commits) and not (git_repo and commits and ".." in commits):
+            raise InputError("--git-repo and --commits OLD..NEW go together")
+        repo = gitrepo.check_repo(git_repo) if git_repo else None
         target = Target(python_version, tuple(platform_tag or ()), load_snapshot(base_snapshot) if base_snapshot else None)
-        mgr = EnvManager(cache_root(cache_dir), m.env, index, log=lambda s: err.print(f"  {s}", highlight=False))
-        pf = Prefetcher(mgr, dest, target, log=lambda s: err.print(f"  {s}", highlight=False))
+        points = points_to_fetch(cases, idx, with_candidates) if cases_too else []
+        say = lambda s: err.print(f"  {s}", highlight=False)  # noqa: E731
+        pf = Prefetcher(EnvManager(cache_root(cache_dir), m.env, idx, log=say), dest, target, log=say)
         try:
             for p in points:
                 err.print(f"{p.label}", highlight=False)
                 pf.point(p)
             if tool:
                 pf.tool()
-            if extra:
-                pf.requirements(_check_pins(extra, ""))
-            if git_repo or commits:
-                if not (git_repo and commits and ".." in commits):
-                    raise InputError("--git-repo and --commits OLD..NEW go together")
+            if extras:
+                pf.requirements(extras)
+            if repo:
                 old, new = commits.split("..", 1)
-                pf.commits(gitrepo.check_repo(git_repo), package, old, new)
+                pf.commits(repo, package, old, new)
         finally:
             pf.close()
-        size = sum(f.stat().st_size for f in pf.dest.rglob("*") if f.is_file())
-        err.print(f"{len(pf.added)} file(s) added; {pf.dest} holds {size / 1e6:.1f} MB")
+        err.print(f"{len(pf.added)} file(s) added; {pf.dest} holds {pf.size() / 1e6:.1f} MB")
         for name in pf.added:
             out.print(name, highlight=False)
-
-
-def _prefetch_points(cases, index, with_candidates: bool):
-    from packaging.version import Version
-
-    from .matrix import Point
-    from .versions import releases
-
-    points = {}
-    for c in cases:
-        for p in c.points:
-            points[p.key] = p
-        if not with_candidates:
-            continue
-        first = c.points[0]
-        for name, _ in first.versions:
-            versions = sorted({Version(v) for p in c.points for n, v in p.versions if n == name})
-            for r in releases(name, index):
-                if versions[0] <= r.version <= versions[-1] and not r.yanked and not r.version.is_prerelease:
-                    moved = tuple((n, str(r.version) if n == name else v) for n, v in first.versions)
-                    q = Point(versions=moved, pins=first.pins)
-                    points.setdefault(q.key, q)
-    return list(points.values())
 
 
 def version_callback(value: bool) -> None:

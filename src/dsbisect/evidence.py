@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,7 +21,9 @@ from pathlib import Path
 
 import psutil
 
+from . import proc
 from .launch import is_live
+from .rundir import RunDir
 
 STACK_SIGNAL = "SIGUSR1"
 
@@ -31,7 +32,7 @@ STACK_SIGNAL = "SIGUSR1"
 class Capture:
     """Files written and problems met while capturing one run's evidence."""
 
-    run_dir: Path
+    run: RunDir
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     taken: list[str] = field(default_factory=list)
@@ -43,32 +44,28 @@ class Capture:
             self.notes.append(f"{reason}: no live rank to read a stack from")
             return
         self.taken.append(reason)
-        folder = self.run_dir / "stacks"
-        folder.mkdir(parents=True, exist_ok=True)
+        self.run.stacks.mkdir(parents=True, exist_ok=True)
         self._faulthandler(procs)
         with ThreadPoolExecutor(max_workers=min(8, len(procs))) as pool:
-            list(pool.map(lambda p: self._pyspy(p, folder, reason), procs))
+            list(pool.map(lambda p: self._pyspy(p, reason), procs))
 
-    def _pyspy(self, proc: psutil.Process, folder: Path, reason: str) -> None:
+    def _pyspy(self, rank_proc: psutil.Process, reason: str) -> None:
         exe = pyspy_bin()
-        rank = _rank(proc)
+        rank = _rank(rank_proc)
         if exe is None:
-            self._note("py-spy is not installed; using faulthandler stacks")
+            self.note("py-spy is not installed; using faulthandler stacks")
             return
-        try:
-            # The quiet snapshot is taken of a job that may be fine: do not pause it.
-            pause = [] if reason != "quiet" else ["--nonblocking"]
-            out = subprocess.run([exe, "dump", "--pid", str(proc.pid), *pause], capture_output=True,
-                                 text=True, timeout=20)
-        except subprocess.TimeoutExpired:
-            self._note(f"py-spy timed out on rank {rank}")
+        # The quiet snapshot is taken of a job that may be fine: do not pause it.
+        pause = [] if reason != "quiet" else ["--nonblocking"]
+        out = proc.run([exe, "dump", "--pid", str(rank_proc.pid), *pause], timeout=20)
+        if out.returncode is None and out.error.startswith("no answer"):
+            self.note(f"py-spy timed out on rank {rank}")
             return
-        if out.returncode != 0:
-            err = (out.stderr or out.stdout).strip().splitlines()[-1:] or ["failed"]
-            self._note(f"py-spy could not read rank {rank} ({err[0][:200]}); "
-                       "ptrace may be refused here: faulthandler stacks are used instead")
+        if not out.ok:
+            self.note(f"py-spy could not read rank {rank} ({out.last_line('failed')[:200]}); "
+                      "ptrace may be refused here: faulthandler stacks are used instead")
             return
-        path = folder / f"pyspy.rank{rank}.{reason}.txt"
+        path = self.run.pyspy(rank, reason)
         path.write_text(out.stdout)
         self.files.append(str(path))
         self.stacks[rank] = main_thread(out.stdout)
@@ -83,17 +80,16 @@ class Capture:
         self(procs, "idle")
         moved = [r for r, frames in self.stacks.items() if r in before and before[r] != frames]
         if moved:
-            self._note(f"no output for a while, but the stacks of rank(s) {', '.join(sorted(moved))} moved: "
+            self.note(f"no output for a while, but the stacks of rank(s) {', '.join(sorted(moved))} moved: "
                        "not a hang yet")
         return not moved
 
     def _faulthandler(self, procs: list[psutil.Process]) -> None:
         """Signal the ranks whose hook registered faulthandler (their file exists)."""
-        folder = self.run_dir / "stacks"
         signum = getattr(signal, os.environ.get("DSBISECT_STACK_SIGNAL", STACK_SIGNAL))
         asked, signalled = [], []
         for p in procs:
-            marker = folder / f"rank{_rank(p)}.pid{p.pid}.txt"
+            marker = self.run.faulthandler(_rank(p), p.pid)
             if marker.exists():
                 try:
                     p.send_signal(signum)
@@ -102,7 +98,7 @@ class Capture:
                 except psutil.Error:
                     continue
         if not asked:
-            self._note("no rank had the faulthandler hook registered")
+            self.note("no rank had the faulthandler hook registered")
             return
         deadline = time.monotonic() + 3
         while (time.monotonic() < deadline and not all(m.stat().st_size > 0 for m in asked)
@@ -110,20 +106,12 @@ class Capture:
             time.sleep(0.1)
         self.files += [str(m) for m in asked if str(m) not in self.files]
 
-    def _note(self, text: str) -> None:
+    def note(self, text: str) -> None:
         if text not in self.notes:
             self.notes.append(text)
 
-    def wait_for_dumps(self, nranks: int, timeout: float) -> None:
-        """Give the NCCL flight recorder time to write one dump per rank."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if len(list(self.run_dir.glob("nccl_trace_rank_*"))) >= nranks:
-                return
-            time.sleep(0.25)
-
     def as_json(self) -> dict:
-        dumps = sorted(str(p) for p in self.run_dir.glob("nccl_trace_rank_*"))
+        dumps = sorted(str(p) for _, p in self.run.fr_dumps())
         return {"files": sorted(set(self.files)) + dumps, "notes": self.notes, "taken": self.taken}
 
 
@@ -160,9 +148,9 @@ def _rank(proc: psutil.Process) -> str:
         return "?"
 
 
-def flight_recorder_env(run_dir: Path) -> dict[str, str]:
+def flight_recorder_env(run: RunDir) -> dict[str, str]:
     """Variables that make torch's NCCL flight recorder dump into the run folder on a timeout."""
-    prefix = str(run_dir / "nccl_trace_rank_")
+    prefix = run.fr_prefix
     return {
         "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
         "TORCH_FR_BUFFER_SIZE": "2000",

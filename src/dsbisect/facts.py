@@ -1,7 +1,7 @@
 """What the machine and a point venv are: GPUs, torch, CUDA, NCCL, package versions.
 
-``probe`` runs inside the point venv: it imports the point's packages (an import that
-fails makes the point untestable, a SKIP) and reports versions.  ``gpus`` asks
+``import_check`` runs inside the point venv: it imports the point's packages (an import
+that fails makes the point untestable, a SKIP) and reports versions.  ``gpus`` asks
 ``nvidia-smi`` what the machine has, before any venv is built.
 """
 
@@ -12,14 +12,13 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__
+from . import __version__, proc
+from .model import ImportCheck
 
-PROBE_CODE = r"""
+CHECK_CODE = r"""
 import importlib, importlib.metadata as md, json, os, sys, traceback
 want = json.loads(sys.argv[1])
 out = {"python": sys.version.split()[0], "versions": {}, "error": ""}
@@ -63,31 +62,21 @@ try:
             pass
 except BaseException as e:
     out["error"] = out["error"] or f"import torch failed: {type(e).__name__}: {e}"
-print("DSBISECT-PROBE " + json.dumps(out))
+print("DSBISECT-CHECK " + json.dumps(out))
 """
 
 
-@dataclass(frozen=True)
-class ProbeResult:
-    ok: bool
-    reason: str
-    facts: dict
-
-
-def probe(python: Path, packages: list[str], env: dict[str, str], timeout: float = 600) -> ProbeResult:
+def import_check(python: Path, packages: list[str], env: dict[str, str], timeout: float = 600) -> ImportCheck:
     """Import ``packages`` (distribution names) in the venv of ``python`` and read its versions."""
-    try:
-        proc = subprocess.run([str(python), "-c", PROBE_CODE, json.dumps(packages)], capture_output=True,
-                              text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return ProbeResult(False, f"importing {', '.join(packages)} took over {timeout:g} s", {})
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("DSBISECT-PROBE ")), None)
+    done = proc.run([python, "-c", CHECK_CODE, json.dumps(packages)], env=env, timeout=timeout)
+    if done.returncode is None and done.error.startswith("no answer"):
+        return ImportCheck(False, f"importing {', '.join(packages)} took over {timeout:g} s", {})
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith("DSBISECT-CHECK ")), None)
     if line is None:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        return ProbeResult(False, f"the venv's python failed at start: {tail[0][:300]}", {})
-    facts = json.loads(line.removeprefix("DSBISECT-PROBE "))
+        return ImportCheck(False, f"the venv's python failed at start: {done.last_line()[:300]}", {})
+    facts = json.loads(line.removeprefix("DSBISECT-CHECK "))
     error = facts.pop("error", "")
-    return ProbeResult(not error, error, facts)
+    return ImportCheck(not error, error, facts)
 
 
 @functools.lru_cache(maxsize=None)
@@ -97,12 +86,8 @@ def _smi_names() -> tuple[str, ...]:
     smi = shutil.which("nvidia-smi")
     if not smi:
         return ()
-    try:
-        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    if out.returncode != 0:
+    out = proc.run([smi, "--query-gpu=name", "--format=csv,noheader"], timeout=30)
+    if not out.ok:
         return ()
     return tuple(ln.strip() for ln in out.stdout.splitlines() if ln.strip())
 

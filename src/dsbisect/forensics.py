@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .rundir import RunDir
+
 SOURCES = ("flight-recorder", "watchdog", "py-spy", "faulthandler", "traceback")  # stacks
 _FACT_ORDER = ("flight-recorder", "watchdog", "traceback", "py-spy", "faulthandler")
 _PYSPY_TAGS = ("watchdog", "deadline", "idle", "quiet")  # latest evidence first
@@ -180,8 +182,7 @@ _LOAD_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexEr
 
 def _read_flight_recorder(run_dir: Path, notes: list[str]) -> dict[int, tuple[_Work, ...]]:
     works: dict[int, tuple[_Work, ...]] = {}
-    for path in sorted(run_dir.glob("nccl_trace_rank_*")):
-        rank = _int(path.name.removeprefix("nccl_trace_rank_"))
+    for rank, path in RunDir(run_dir).fr_dumps():
         if rank is None or not path.is_file():
             continue
         try:
@@ -309,11 +310,8 @@ _TB_FRAME = re.compile(r'^\s+File "(.+)", line (\d+), in (.+)$')
 
 def _log_streams(run_dir: Path, notes: list[str]) -> list[list[_Line]]:
     """Each log's lines with the rank each belongs to, launcher.log first."""
-    paths = [run_dir / "launcher.log"]
-    if (run_dir / "ranks").is_dir():
-        paths += sorted((run_dir / "ranks").rglob("*.log"))
     streams = []
-    for path in paths:
+    for path in RunDir(run_dir).logs():
         if path.is_file():
             rank = _file_rank(path)
             streams.append([_line(raw, rank) for raw in _tail_text(path, notes).splitlines()])
@@ -432,10 +430,8 @@ def _last_traceback(texts: list[str]) -> tuple[Frame, ...]:
 # ---------------------------------------------------------------- stack dumps
 
 
-_PYSPY_NAME = re.compile(r"^pyspy\.rank(\d+)\.([\w-]+)\.txt$")
 _PYSPY_THREAD = re.compile(r'^Thread \S+ \([^)]*\):?\s*(?:"(.*)")?\s*$')
 _PYSPY_FRAME = re.compile(r"^ {4}(\S.*?) \((.+?)(?::(\d+))?\)\s*$")
-_FH_NAME = re.compile(r"^rank(\d+)\.pid(\d+)\.txt$")
 _FH_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
 _FH_FRAME = re.compile(r'^\s+File "(.+)", line (\d+|\?+) in (.+)$')
 
@@ -443,13 +439,12 @@ _FH_FRAME = re.compile(r'^\s+File "(.+)", line (\d+|\?+) in (.+)$')
 def _pyspy_facts(run_dir: Path, notes: list[str]) -> list[_Facts]:
     """Per rank, the main thread of the latest py-spy dump that holds a Python stack."""
     files: dict[int, list[tuple[int, Path]]] = {}
-    for path in sorted((run_dir / "stacks").glob("pyspy.rank*.txt")):
-        m = _PYSPY_NAME.match(path.name)
-        if not m:
+    for rank, tag, path in RunDir(run_dir).pyspy_dumps():
+        if rank is None:
             notes.append(f"{path.name}: no rank number in the name; not used")
             continue
-        order = _PYSPY_TAGS.index(m[2]) if m[2] in _PYSPY_TAGS else len(_PYSPY_TAGS)
-        files.setdefault(int(m[1]), []).append((order, path))
+        order = _PYSPY_TAGS.index(tag) if tag in _PYSPY_TAGS else len(_PYSPY_TAGS)
+        files.setdefault(rank, []).append((order, path))
     facts = []
     for rank, found in sorted(files.items()):
         for _, path in sorted(found):
@@ -479,12 +474,10 @@ def _pyspy_threads(text: str) -> list[_Thread]:
 def _faulthandler_facts(run_dir: Path, notes: list[str]) -> list[_Facts]:
     """Per rank, the main thread of the last dump in its newest non-empty faulthandler file."""
     newest: dict[int, tuple[float, str, Path]] = {}
-    for path in (run_dir / "stacks").glob("rank*.pid*.txt"):
-        m = _FH_NAME.match(path.name)
-        stat = path.stat() if m and path.is_file() else None
+    for rank, _, path in RunDir(run_dir).faulthandler_dumps():
+        stat = path.stat() if path.is_file() else None
         if stat is not None and stat.st_size > 0:
-            newest[int(m[1])] = max(newest.get(int(m[1]), (0.0, "", path)),
-                                    (stat.st_mtime, path.name, path))
+            newest[rank] = max(newest.get(rank, (0.0, "", path)), (stat.st_mtime, path.name, path))
     facts = []
     for rank, (_, _, path) in sorted(newest.items()):
         thread = _main_thread(_last_dump(_faulthandler_threads(_tail_text(path, notes))))

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import proc
 from .errors import InputError
 
 
@@ -21,18 +21,21 @@ class Commit:
 
 
 def _git(repo: Path, *args: str) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise InputError(f"git {' '.join(args[:2])} in {repo} failed: {proc.stderr.strip().splitlines()[-1:]}")
-    return proc.stdout
+    done = git(repo, *args)
+    if not done.ok:
+        raise InputError(f"git {' '.join(args[:2])} in {repo} failed: {done.last_line()}")
+    return done.stdout
+
+
+def git(repo: Path, *args: str) -> proc.Completed:
+    return proc.run(["git", "-C", repo, *args])
 
 
 def check_repo(repo: Path) -> Path:
     repo = Path(repo).expanduser().resolve()
     if not repo.exists():
         raise InputError(f"--git-repo {repo}: no such folder")
-    proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--git-dir"], capture_output=True, text=True)
-    if proc.returncode != 0:
+    if not git(repo, "rev-parse", "--git-dir").ok:
         raise InputError(f"--git-repo {repo}: not a git repository")
     return repo
 
@@ -40,9 +43,7 @@ def check_repo(repo: Path) -> Path:
 def tag_for(repo: Path, package: str, version: str) -> str:
     """The tag of a release: v1.2.3, 1.2.3 or <package>-1.2.3, whichever the clone has."""
     for name in (f"v{version}", version, f"{package}-{version}", f"{package}-v{version}"):
-        proc = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"refs/tags/{name}^{{commit}}"],
-                              capture_output=True, text=True)
-        if proc.returncode == 0:
+        if git(repo, "rev-parse", "--verify", "--quiet", f"refs/tags/{name}^{{commit}}").ok:
             return name
     raise InputError(f"{repo} has no tag for {package} {version} (looked for v{version} and {version}); "
                      "fetch the tags (git fetch --tags)")
@@ -53,8 +54,7 @@ def resolve(repo: Path, ref: str) -> str:
 
 
 def is_ancestor(repo: Path, old: str, new: str) -> bool:
-    proc = subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", resolve(repo, old), resolve(repo, new)])
-    return proc.returncode == 0
+    return git(repo, "merge-base", "--is-ancestor", resolve(repo, old), resolve(repo, new)).ok
 
 
 def merge_base(repo: Path, a: str, b: str) -> str:
@@ -82,5 +82,4 @@ def commit(repo: Path, ref: str) -> Commit:
 
 
 def describe(repo: Path, ref: str) -> str:
-    proc = subprocess.run(["git", "-C", str(repo), "describe", "--tags", "--always", ref], capture_output=True, text=True)
-    return proc.stdout.strip()
+    return git(repo, "describe", "--tags", "--always", ref).stdout.strip()

@@ -24,7 +24,7 @@ import os
 import re
 import signal
 import socket
-import subprocess
+import subprocess  # the launcher is the one long-lived child; proc.run runs the rest
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+
+from .rundir import RunDir
 
 HANG_PATTERNS = (
     re.compile(r"Watchdog caught collective operation timeout"),
@@ -49,7 +51,7 @@ class LaunchSpec:
     argv: tuple[str, ...]
     env: dict[str, str]
     cwd: Path
-    run_dir: Path
+    run: RunDir
     wall_timeout: float
     idle_timeout: float | None = None
     quiet_after: float | None = None
@@ -76,9 +78,9 @@ RankHook = Callable[[list[psutil.Process], str], None]
 
 @dataclass
 class _Watch:
-    """Incremental reader of every log under the run folder."""
+    """Incremental reader of every log of the run."""
 
-    run_dir: Path
+    run: RunDir
     offsets: dict[Path, int] = field(default_factory=dict)
     last_growth: float = field(default_factory=time.monotonic)
     partial: dict[Path, str] = field(default_factory=dict)
@@ -106,7 +108,7 @@ class _Watch:
         return lines
 
     def _logs(self) -> list[Path]:
-        return [p for p in self.run_dir.rglob("*.log") if p.is_file()]
+        return [p for p in self.run.logs() if p.is_file()]
 
 
 def free_port(avoid: set[int] = frozenset()) -> int:
@@ -125,8 +127,8 @@ IdleCheck = Callable[[list[psutil.Process]], bool]
 def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook | None = None,
            on_idle: IdleCheck | None = None, cancel: threading.Event | None = None) -> LaunchResult:
     """Run ``spec`` to its end; ``cancel`` (set from another thread) stops it like Ctrl-C."""
-    spec.run_dir.mkdir(parents=True, exist_ok=True)
-    log_path = spec.run_dir / "launcher.log"
+    spec.run.path.mkdir(parents=True, exist_ok=True)
+    log_path = spec.run.launcher_log
     t0 = time.monotonic()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -144,7 +146,7 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
 
 
 def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel) -> dict:
-    watch = _Watch(spec.run_dir)
+    watch = _Watch(spec.run)
     dumps = _Dumps(spec)
     snapshot = _Snapshot(on_quiet)
     hang_line, hang_at, quiet_taken = "", None, False
@@ -196,7 +198,7 @@ class _Dumps:
     def ready(self, hang_at: float, now: float) -> bool:
         if not self.spec.expected_ranks or now - hang_at < 1.0:
             return False
-        n = len(list(self.spec.run_dir.glob("nccl_trace_rank_*")))
+        n = len(self.spec.run.fr_dumps())
         if n != self.count:
             self.count, self.changed = n, now
         if n >= self.spec.expected_ranks:
@@ -290,7 +292,7 @@ def stop_tree(pid: int, seen: dict[int, psutil.Process], grace: tuple[float, flo
     """
     _track(pid, seen)
     for sig, wait in ((signal.SIGINT, grace[0]), (signal.SIGTERM, grace[1]), (signal.SIGKILL, 5.0)):
-        alive = _alive(pid, seen)
+        alive = _still_running(pid, seen)
         if not alive:
             break
         _signal_group(pid, sig)
@@ -301,7 +303,7 @@ def stop_tree(pid: int, seen: dict[int, psutil.Process], grace: tuple[float, flo
                 pass
         psutil.wait_procs(alive, timeout=wait)
     _reap(pid)
-    return tuple(sorted(p.pid for p in _alive(pid, seen)))
+    return tuple(sorted(p.pid for p in _still_running(pid, seen)))
 
 
 def is_live(proc: psutil.Process) -> bool:
@@ -312,7 +314,7 @@ def is_live(proc: psutil.Process) -> bool:
         return False
 
 
-def _alive(pid: int, seen: dict[int, psutil.Process]) -> list[psutil.Process]:
+def _still_running(pid: int, seen: dict[int, psutil.Process]) -> list[psutil.Process]:
     alive = [p for p in seen.values() if is_live(p)]
     try:
         group = {q.pid for q in psutil.process_iter() if _pgid(q.pid) == pid}

@@ -1,14 +1,14 @@
-"""matrix.yaml -> Cases and Points.
+"""matrix.yaml (or the command line) -> Cases and Points.
 
-Pydantic validates the file once, here; everything after this module sees frozen
-dataclasses.  The schema is documented in README.md ("matrix.yaml").
+Pydantic validates the file once, here; everything after this module sees the frozen
+dataclasses of ``model``.  The schema is documented in README.md ("matrix.yaml").  The
+command line's settings are checked by the same functions (pins, multi-node options).
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Literal
@@ -19,221 +19,20 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .errors import MatrixError
-
-LAUNCHERS = ("deepspeed", "torchrun")
-ACCELERATORS = ("cpu", "cuda", "auto")
-DEFAULT_BUILD_PINS = ("setuptools<75", "wheel", "pip")
-
-
-# --------------------------------------------------------------------------- data
-
-
-@dataclass(frozen=True)
-class GitSource:
-    """A package installed from one commit of a local clone instead of a release."""
-
-    package: str
-    repo: str
-    commit: str
-    describe: str = ""
-    subject: str = ""
-
-    @property
-    def short(self) -> str:
-        return self.commit[:10]
-
-
-@dataclass(frozen=True)
-class Point:
-    """One set of versions to test: the moving packages plus the pins held fixed."""
-
-    versions: tuple[tuple[str, str], ...]
-    pins: tuple[str, ...] = ()
-    source: GitSource | None = None
-
-    def requirements(self) -> tuple[str, ...]:
-        moved = {canonicalize_name(n) for n, _ in self.versions}
-        if self.source:
-            moved.add(canonicalize_name(self.source.package))
-        held = tuple(p for p in self.pins if canonicalize_name(Requirement(p).name) not in moved)
-        exact = tuple(
-            f"{n}=={v}"
-            for n, v in self.versions
-            if not (self.source and canonicalize_name(n) == canonicalize_name(self.source.package))
-        )
-        return held + exact
-
-    @property
-    def label(self) -> str:
-        parts = [f"{n} {v}" for n, v in self.versions if not self._is_source(n)]
-        if self.source:
-            parts.insert(0, f"{self.source.package} @{self.source.short}")
-        return ", ".join(parts) or "(no versions)"
-
-    def _is_source(self, name: str) -> bool:
-        return bool(self.source) and canonicalize_name(name) == canonicalize_name(self.source.package)
-
-    def version_of(self, package: str) -> str | None:
-        for n, v in self.versions:
-            if canonicalize_name(n) == canonicalize_name(package):
-                return v
-        return None
-
-    def to_json(self) -> dict:
-        out: dict = {"versions": [list(v) for v in self.versions], "pins": list(self.pins)}
-        if self.source:
-            out["source"] = {
-                "package": self.source.package,
-                "commit": self.source.commit,
-                "describe": self.source.describe,
-                "subject": self.source.subject,
-            }
-        return out
-
-    @classmethod
-    def from_json(cls, data: dict) -> Point:
-        src = data.get("source")
-        return cls(
-            versions=tuple((n, v) for n, v in data["versions"]),
-            pins=tuple(data.get("pins", ())),
-            source=GitSource(repo="", **src) if src else None,
-        )
-
-    @property
-    def key(self) -> str:
-        """Identity of what gets installed: the full requirement set and the commit, if any.
-
-        A point of a matrix grid and the same point reached by a bisection (where some of
-        its versions are ``--pin``s) share a key, so their runs are reused across commands.
-        """
-        reqs = sorted(str(Requirement(r)) for r in self.requirements())
-        return _digest({"requirements": reqs, "source": self.source.commit if self.source else None})
-
-
-@dataclass(frozen=True)
-class GpuOverride:
-    """Case settings that apply when the GPU's name contains ``match`` (e.g. "H200")."""
-
-    match: str
-    args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    """Per-case Slurm job settings (``slurm:`` in matrix.yaml); the CLI's options win."""
-
-    partition: str | None = None
-    time: int | None = None  # minutes
-    gpus: int | None = None  # per node
-    args: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class Case:
-    name: str
-    script: Path
-    args: tuple[str, ...] = ()
-    env: tuple[tuple[str, str], ...] = ()
-    nproc: int = 2
-    accelerator: str = "auto"
-    timeout: float = 1800.0
-    collective_timeout: float = 60.0
-    idle_timeout: float | None = None
-    launcher: str = "deepspeed"
-    launcher_args: tuple[str, ...] = ()
-    compat: tuple[str, ...] = ()
-    pins: tuple[str, ...] = ()
-    points: tuple[Point, ...] = ()
-    gpu_overrides: tuple[GpuOverride, ...] = ()
-    # Multi-node, passed to the deepspeed launcher (nproc is then the ranks per node).
-    hostfile: Path | None = None
-    num_nodes: int | None = None
-    launcher_backend: str | None = None  # pdsh | openmpi | mvapich | mpich | impi | slurm
-    master_addr: str | None = None
-    include: str | None = None
-    exclude: str | None = None
-    slurm: SlurmSettings = SlurmSettings()
-
-    def for_gpu(self, gpu_name: str | None) -> Case:
-        """The case with the overrides for this GPU model applied (calibration)."""
-        for o in self.gpu_overrides:
-            if gpu_name and o.match.lower() in gpu_name.lower():
-                return replace(self, args=self.args + o.args, env=self.env + o.env)
-        return self
-
-    def with_points(self, points: tuple[Point, ...]) -> Case:
-        return replace(self, points=points)
-
-    @property
-    def key(self) -> str:
-        """What makes two runs of this case comparable: script content and settings."""
-        fields = {
-            "script": _file_digest(self.script),
-            "args": list(self.args),
-            "env": [list(e) for e in self.env],
-            "nproc": self.nproc,
-            "accelerator": self.accelerator,
-            "timeout": self.timeout,
-            "collective_timeout": self.collective_timeout,
-            "idle_timeout": self.idle_timeout,
-            "launcher": self.launcher,
-            "launcher_args": list(self.launcher_args),
-            "compat": list(self.compat),
-        }
-        nodes = {k: v for k, v in self._multinode().items() if v is not None}
-        if nodes:  # only then, so that single-node keys (and their recorded runs) stay as they were
-            fields["multinode"] = nodes | {"hostfile": _file_digest(self.hostfile) if self.hostfile else None}
-        return _digest(fields)
-
-    def _multinode(self) -> dict:
-        return {"hostfile": str(self.hostfile) if self.hostfile else None, "num_nodes": self.num_nodes,
-                "launcher_backend": self.launcher_backend, "master_addr": self.master_addr,
-                "include": self.include, "exclude": self.exclude}
-
-    @property
-    def needs_cuda(self) -> bool:
-        return self.accelerator == "cuda"
-
-    def to_json(self) -> dict:
-        """Everything but the points (a Slurm job gets its one point apart)."""
-        return {
-            "name": self.name, "script": str(self.script), "args": list(self.args),
-            "env": [list(e) for e in self.env], "nproc": self.nproc, "accelerator": self.accelerator,
-            "timeout": self.timeout, "collective_timeout": self.collective_timeout,
-            "idle_timeout": self.idle_timeout, "launcher": self.launcher,
-            "launcher_args": list(self.launcher_args), "compat": list(self.compat), "pins": list(self.pins),
-            "gpu_overrides": [{"match": o.match, "args": list(o.args), "env": [list(e) for e in o.env]}
-                              for o in self.gpu_overrides],
-            **self._multinode(),
-            "slurm": {"partition": self.slurm.partition, "time": self.slurm.time, "gpus": self.slurm.gpus,
-                      "args": list(self.slurm.args)},
-        }
-
-    @classmethod
-    def from_json(cls, d: dict) -> Case:
-        return cls(
-            name=d["name"], script=Path(d["script"]), args=tuple(d["args"]), env=_pairs(d["env"]),
-            nproc=d["nproc"], accelerator=d["accelerator"], timeout=d["timeout"],
-            collective_timeout=d["collective_timeout"], idle_timeout=d["idle_timeout"], launcher=d["launcher"],
-            launcher_args=tuple(d["launcher_args"]), compat=tuple(d["compat"]), pins=tuple(d["pins"]),
-            gpu_overrides=tuple(GpuOverride(o["match"], tuple(o["args"]), _pairs(o["env"])) for o in d["gpu_overrides"]),
-            hostfile=Path(d["hostfile"]) if d.get("hostfile") else None, num_nodes=d.get("num_nodes"),
-            launcher_backend=d.get("launcher_backend"), master_addr=d.get("master_addr"),
-            include=d.get("include"), exclude=d.get("exclude"),
-            slurm=SlurmSettings(**{**d.get("slurm", {}), "args": tuple(d.get("slurm", {}).get("args", ()))}),
-        )
-
-
-@dataclass(frozen=True)
-class EnvOptions:
-    """How point venvs are built; from matrix ``defaults`` and the CLI."""
-
-    python: str | None = None
-    base: str = "auto"
-    build_pins: tuple[str, ...] = DEFAULT_BUILD_PINS
-    build_with_torch: tuple[str, ...] = ("deepspeed",)
+from .errors import InputError, MatrixError
+from .model import (
+    DEFAULT_BUILD_PINS,
+    Accelerator,
+    BaseMode,
+    Case,
+    EnvOptions,
+    GpuOverride,
+    Launcher,
+    LauncherBackend,
+    Nodes,
+    Point,
+    SlurmSettings,
+)
 
 
 @dataclass(frozen=True)
@@ -248,6 +47,17 @@ class Matrix:
                 return c
         known = ", ".join(c.name for c in self.cases)
         raise MatrixError(f"no case named {name!r} in {self.path.name} (cases: {known})")
+
+    def select(self, names: list[str] | None) -> list[Case]:
+        return [self.case(n) for n in names] if names else list(self.cases)
+
+    def only_case(self, name: str | None) -> Case:
+        """``--case NAME``, or the matrix's one case when it has only one."""
+        if name:
+            return self.case(name)
+        if len(self.cases) == 1:
+            return self.cases[0]
+        raise InputError(f"{self.path.name} has {len(self.cases)} cases: pick one with --case (or use --script)")
 
 
 # ------------------------------------------------------------------- the schema
@@ -269,13 +79,10 @@ class _Slurm(_Strict):
     args: list[str] | None = None
 
 
-LAUNCHER_BACKENDS = ("pdsh", "openmpi", "mvapich", "mpich", "impi", "slurm")
-
-
 class _Settings(_Strict):
     hostfile: str | None = None
     num_nodes: int | None = Field(default=None, ge=1)
-    launcher_backend: Literal[LAUNCHER_BACKENDS] | None = None
+    launcher_backend: LauncherBackend | None = None
     master_addr: str | None = None
     include: str | None = None
     exclude: str | None = None
@@ -283,11 +90,11 @@ class _Settings(_Strict):
     args: list[str] | None = None
     env: dict[str, str] | None = None
     nproc: int | None = Field(default=None, ge=1, le=1024)
-    accelerator: Literal["cpu", "cuda", "auto"] | None = None
+    accelerator: Accelerator | None = None
     timeout: float | None = Field(default=None, gt=0)
     collective_timeout: float | None = Field(default=None, gt=0)
     idle_timeout: float | None = Field(default=None, gt=0)
-    launcher: Literal["deepspeed", "torchrun"] | None = None
+    launcher: Launcher | None = None
     launcher_args: list[str] | None = None
     compat: list[str] | None = None
     pins: list[str] | None = None
@@ -296,10 +103,9 @@ class _Settings(_Strict):
     @classmethod
     def _pins(cls, v: list[str] | None) -> list[str] | None:
         for p in v or []:
-            try:
-                Requirement(p)
-            except InvalidRequirement as e:
-                raise ValueError(f"{p!r} is not a requirement ({str(e).splitlines()[0]})") from None
+            problem = requirement_problem(p)
+            if problem:
+                raise ValueError(f"{p!r} is not a requirement ({problem})")
         return v
 
     @field_validator("compat")
@@ -315,7 +121,7 @@ class _Settings(_Strict):
 
 class _Defaults(_Settings):
     python: str | None = None
-    base: Literal["auto", "layered", "isolated"] = "auto"
+    base: BaseMode = BaseMode.AUTO
     build_pins: list[str] | None = None
     build_with_torch: list[str] | None = None
 
@@ -361,10 +167,8 @@ class _Matrix(_Strict):
 
 
 def _check_versions(pkg: str, versions: list[str]) -> None:
-    try:
-        Requirement(pkg)
-    except InvalidRequirement:
-        raise ValueError(f"{pkg!r} is not a package name") from None
+    if requirement_problem(pkg):
+        raise ValueError(f"{pkg!r} is not a package name")
     if not versions:
         raise ValueError(f"axis {pkg!r} lists no versions")
     for ver in versions:
@@ -372,6 +176,28 @@ def _check_versions(pkg: str, versions: list[str]) -> None:
             Version(str(ver))
         except InvalidVersion:
             raise ValueError(f"{pkg}: {ver!r} is not a PEP 440 version") from None
+
+
+def requirement_problem(text: str) -> str:
+    """Why ``text`` is not a requirement ("" when it is one)."""
+    try:
+        Requirement(text)
+    except InvalidRequirement as e:
+        return str(e).splitlines()[0]
+    return ""
+
+
+def check_pins(pins: list[str], moving: str = "", flag: str = "--pin") -> tuple[str, ...]:
+    """The command line's ``--pin`` requirements, normalised; ``moving`` may not be pinned."""
+    out = []
+    for p in pins:
+        if requirement_problem(p):
+            raise InputError(f"{flag} {p!r} is not a requirement (expected NAME==VERSION)")
+        r = Requirement(p)
+        if moving and canonicalize_name(r.name) == canonicalize_name(moving):
+            raise InputError(f"{flag} {p}: {moving} is the package being bisected")
+        out.append(str(r))
+    return tuple(out)
 
 
 # ----------------------------------------------------------------------- loading
@@ -413,7 +239,8 @@ def _to_matrix(path: Path, m: _Matrix) -> Matrix:
     return Matrix(path=path, cases=cases, env=env)
 
 
-def _pick(case_value, default_value, fallback):
+def _first(case_value, default_value, fallback):
+    """The case's setting, else the defaults', else ``fallback``."""
     if case_value is not None:
         return case_value
     if default_value is not None:
@@ -422,102 +249,99 @@ def _pick(case_value, default_value, fallback):
 
 
 def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -> Case:
+    where = f"{path.name}: cases.{name}"
     script = (path.parent / c.script).resolve()
     if not script.is_file():
-        raise MatrixError(f"{path.name}: cases.{name}.script: {c.script} does not exist")
+        raise MatrixError(f"{where}.script: {c.script} does not exist")
     if c.axes is not None and c.points is not None:
-        raise MatrixError(f"{path.name}: cases.{name}: give either 'axes' or 'points', not both")
+        raise MatrixError(f"{where}: give either 'axes' or 'points', not both")
     pins = tuple(d.pins or ()) + tuple(c.pins or ())
-    if c.points is not None:
-        points = tuple(
-            Point(versions=tuple((k, str(v)) for k, v in p.items()), pins=pins) for p in c.points
-        )
-    else:
-        use = c.axes if c.axes is not None else axes
-        if not use:
-            raise MatrixError(f"{path.name}: cases.{name}: no axes or points (and no top-level axes)")
-        names = list(use)
-        points = tuple(
-            Point(versions=tuple(zip(names, (str(v) for v in combo))), pins=pins)
-            for combo in itertools.product(*(use[n] for n in names))
-        )
-    env = dict(d.env or {}) | dict(c.env or {})
+    points = _points(c, axes, pins, where)
+    hostfile = _first(c.hostfile, d.hostfile, None)
     case = Case(
         name=name,
         script=script,
-        args=tuple(_pick(c.args, d.args, [])),
-        env=tuple(sorted(env.items())),
-        nproc=_pick(c.nproc, d.nproc, 2),
-        accelerator=_pick(c.accelerator, d.accelerator, "auto"),
-        timeout=float(_pick(c.timeout, d.timeout, 1800.0)),
-        collective_timeout=float(_pick(c.collective_timeout, d.collective_timeout, 60.0)),
-        idle_timeout=_pick(c.idle_timeout, d.idle_timeout, None),
-        launcher=_pick(c.launcher, d.launcher, "deepspeed"),
-        launcher_args=tuple(_pick(c.launcher_args, d.launcher_args, [])),
-        compat=tuple(_pick(c.compat, d.compat, [])),
+        script_digest=file_digest(script),
+        args=tuple(_first(c.args, d.args, [])),
+        env=tuple(sorted((dict(d.env or {}) | dict(c.env or {})).items())),
+        nproc=_first(c.nproc, d.nproc, 2),
+        accelerator=_first(c.accelerator, d.accelerator, Accelerator.AUTO),
+        timeout=float(_first(c.timeout, d.timeout, 1800.0)),
+        collective_timeout=float(_first(c.collective_timeout, d.collective_timeout, 60.0)),
+        idle_timeout=_first(c.idle_timeout, d.idle_timeout, None),
+        launcher=_first(c.launcher, d.launcher, Launcher.DEEPSPEED),
+        launcher_args=tuple(_first(c.launcher_args, d.launcher_args, [])),
+        compat=tuple(_first(c.compat, d.compat, [])),
         pins=pins,
         points=points,
-        gpu_overrides=tuple(
-            GpuOverride(match=k, args=tuple(o.args), env=tuple(sorted(o.env.items())))
-            for k, o in c.gpu.items()
-        ),
-        hostfile=(path.parent / hf).resolve() if (hf := _pick(c.hostfile, d.hostfile, None)) else None,
-        num_nodes=_pick(c.num_nodes, d.num_nodes, None),
-        launcher_backend=_pick(c.launcher_backend, d.launcher_backend, None),
-        master_addr=_pick(c.master_addr, d.master_addr, None),
-        include=_pick(c.include, d.include, None),
-        exclude=_pick(c.exclude, d.exclude, None),
+        gpu_overrides=tuple(GpuOverride(match=k, args=tuple(o.args), env=tuple(sorted(o.env.items())))
+                            for k, o in c.gpu.items()),
         slurm=_slurm(c.slurm, d.slurm),
     )
-    check_multinode(case, f"{path.name}: cases.{name}")
-    return case
+    return with_nodes(case, where, hostfile=(path.parent / hostfile).resolve() if hostfile else None,
+                      num_nodes=_first(c.num_nodes, d.num_nodes, None),
+                      backend=_first(c.launcher_backend, d.launcher_backend, None),
+                      master_addr=_first(c.master_addr, d.master_addr, None),
+                      include=_first(c.include, d.include, None), exclude=_first(c.exclude, d.exclude, None))
+
+
+def _points(c: _Case, axes: Axes | None, pins: tuple[str, ...], where: str) -> tuple[Point, ...]:
+    if c.points is not None:
+        return tuple(Point(versions=tuple((k, str(v)) for k, v in p.items()), pins=pins) for p in c.points)
+    use = c.axes if c.axes is not None else axes
+    if not use:
+        raise MatrixError(f"{where}: no axes or points (and no top-level axes)")
+    names = list(use)
+    return tuple(Point(versions=tuple(zip(names, (str(v) for v in combo))), pins=pins)
+                 for combo in itertools.product(*(use[n] for n in names)))
 
 
 def _slurm(c: _Slurm | None, d: _Slurm | None) -> SlurmSettings:
     c, d = c or _Slurm(), d or _Slurm()
-    return SlurmSettings(partition=_pick(c.partition, d.partition, None), time=_pick(c.time, d.time, None),
-                         gpus=_pick(c.gpus, d.gpus, None), args=tuple(_pick(c.args, d.args, [])))
+    return SlurmSettings(partition=_first(c.partition, d.partition, None), time=_first(c.time, d.time, None),
+                         gpus=_first(c.gpus, d.gpus, None), args=tuple(_first(c.args, d.args, [])))
 
 
-def check_multinode(case: Case, where: str) -> None:
-    """The multi-node settings as the deepspeed launcher will take them, or a MatrixError."""
-    problem = ""
-    uses_hostfile = case.num_nodes is not None or case.launcher_backend or case.master_addr
-    if (uses_hostfile or case.hostfile or case.include or case.exclude) and case.launcher != "deepspeed":
-        problem = "hostfile, include, exclude, num_nodes, launcher_backend and master_addr need launcher: deepspeed"
-    elif case.hostfile is not None and not case.hostfile.is_file():
-        problem = f"hostfile: {case.hostfile} does not exist"
-    elif uses_hostfile and case.hostfile is None:
-        problem = "num_nodes, launcher_backend and master_addr need a hostfile"
-    elif case.include and case.exclude:
-        problem = "give include or exclude, not both"
-    elif case.num_nodes is not None and (case.include or case.exclude):
-        problem = "num_nodes cannot be combined with include/exclude (the deepspeed launcher refuses it)"
+def with_nodes(case: Case, where: str, **given) -> Case:
+    """The case with the multi-node settings ``given`` (those not None), checked as the
+    deepspeed launcher will take them; a MatrixError names ``where``."""
+    given = {k: v for k, v in given.items() if v is not None}
+    if not given:
+        return case
+    nodes = replace(case.nodes, **given)
+    if "hostfile" in given:
+        nodes = replace(nodes, hostfile_digest=file_digest(nodes.hostfile) if nodes.hostfile.is_file() else None)
+    problem = _nodes_problem(nodes, case.launcher)
     if problem:
         raise MatrixError(f"{where}: {problem}")
+    return replace(case, nodes=nodes)
 
 
-def script_case(script: Path, nproc: int, **settings) -> Case:
+def _nodes_problem(n: Nodes, launcher: Launcher) -> str:
+    uses_hostfile = n.num_nodes is not None or n.backend or n.master_addr
+    if (uses_hostfile or n.hostfile or n.include or n.exclude) and launcher is not Launcher.DEEPSPEED:
+        return "hostfile, include, exclude, num_nodes, launcher_backend and master_addr need launcher: deepspeed"
+    if n.hostfile is not None and not n.hostfile.is_file():
+        return f"hostfile: {n.hostfile} does not exist"
+    if uses_hostfile and n.hostfile is None:
+        return "num_nodes, launcher_backend and master_addr need a hostfile"
+    if n.include and n.exclude:
+        return "give include or exclude, not both"
+    if n.num_nodes is not None and (n.include or n.exclude):
+        return "num_nodes cannot be combined with include/exclude (the deepspeed launcher refuses it)"
+    return ""
+
+
+def script_case(script: Path, nproc: int, accelerator: Accelerator = Accelerator.AUTO) -> Case:
     """A case for ``--script FILE`` (no matrix entry)."""
     script = Path(script)
     if not script.is_file():
         raise MatrixError(f"{script}: no such script")
-    return Case(name=script.stem, script=script.resolve(), nproc=nproc, **settings)
+    return Case(name=script.stem, script=script.resolve(), script_digest=file_digest(script), nproc=nproc,
+                accelerator=accelerator)
 
 
-# ------------------------------------------------------------------------ hashes
-
-
-def _pairs(items) -> tuple[tuple[str, str], ...]:
-    return tuple((k, v) for k, v in items)
-
-
-def _digest(obj) -> str:
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(blob).hexdigest()[:16]
-
-
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
     except OSError:

@@ -25,7 +25,6 @@ import hashlib
 import json
 import os
 import shlex
-import subprocess
 import threading
 import time
 from collections.abc import Mapping
@@ -35,8 +34,10 @@ from pathlib import Path
 
 import psutil
 
+from . import proc
 from .evidence import Capture, main_thread, pyspy_bin
-from .matrix import Case
+from .model import Case, LauncherBackend
+from .rundir import RunDir
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
 TAG = "DSBISECT-NODE "
@@ -62,7 +63,7 @@ print("DSBISECT-NODE " + json.dumps(out))
 # Run on each host with the point venv's python: find the run's processes by their marker.
 HELPER_CODE = r"""
 import json, os, signal, subprocess, sys, time
-mode, run_dir, arg, pyspy = sys.argv[1:5]
+mode, run_dir, arg, pyspy, stacks = sys.argv[1:6]
 marker = ("DSBISECT_RUN_DIR=" + run_dir).encode()
 
 def procs():
@@ -86,7 +87,7 @@ if mode == "stacks":
         if rank is None:
             continue
         item = {"pid": pid, "rank": rank, "signalled": False, "pyspy": "", "pyspy_error": ""}
-        if os.path.exists(os.path.join(run_dir, "stacks", f"rank{rank}.pid{pid}.txt")):
+        if os.path.exists(os.path.join(stacks, f"rank{rank}.pid{pid}.txt")):  # the hook's file
             try:
                 os.kill(pid, signum)
                 item["signalled"] = True
@@ -124,38 +125,40 @@ print("DSBISECT-NODE " + json.dumps(out))
 
 def launcher_args(case: Case) -> list[str]:
     """The deepspeed launcher's multi-node options of ``case``, as given."""
+    n = case.nodes
     args: list[str] = []
-    for flag, value in (("--hostfile", case.hostfile), ("--include", case.include), ("--exclude", case.exclude),
-                        ("--num_nodes", case.num_nodes), ("--launcher", case.launcher_backend),
-                        ("--master_addr", case.master_addr)):
+    for flag, value in (("--hostfile", n.hostfile), ("--include", n.include), ("--exclude", n.exclude),
+                        ("--num_nodes", n.num_nodes), ("--launcher", n.backend.value if n.backend else None),
+                        ("--master_addr", n.master_addr)):
         if value is not None:
             args += [flag, str(value)]
     return args
 
 
-def hosts(case: Case) -> list[str]:
+def hostfile_hosts(case: Case) -> list[str]:
     """The hosts a run of ``case`` uses: the hostfile's, filtered as the deepspeed launcher does."""
-    if case.hostfile is None:
+    n = case.nodes
+    if n.hostfile is None:
         return []
     listed = []
-    for line in case.hostfile.read_text().splitlines():
+    for line in n.hostfile.read_text().splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             listed.append(line.split()[0])
-    if case.include:
-        wanted = [part.split(":", 1)[0] for part in case.include.split("@") if part]
+    if n.include:
+        wanted = [part.split(":", 1)[0] for part in n.include.split("@") if part]
         listed = [h for h in listed if h in wanted]
-    if case.exclude:  # a host is dropped only when all its slots are (no ":" in its part)
-        whole = [part for part in case.exclude.split("@") if part and ":" not in part]
+    if n.exclude:  # a host is dropped only when all its slots are (no ":" in its part)
+        whole = [part for part in n.exclude.split("@") if part and ":" not in part]
         listed = [h for h in listed if h not in whole]
-    if case.num_nodes:
-        listed = listed[: case.num_nodes]
+    if n.num_nodes:
+        listed = listed[: n.num_nodes]
     return listed
 
 
-def remote_argv(backend: str | None, host: str, command: list[str], env: Mapping[str, str]) -> list[str]:
+def remote_argv(backend: LauncherBackend | None, host: str, command: list[str], env: Mapping[str, str]) -> list[str]:
     """``command`` on ``host`` through the launcher back end's channel."""
-    if backend == "slurm":
+    if backend is LauncherBackend.SLURM:
         return ["srun", "--nodes=1", "--ntasks=1", "--overlap", f"--nodelist={host}", *command]
     ssh = shlex.split(env.get("DSBISECT_SSH") or "ssh")
     return [*ssh, *SSH_OPTIONS, *shlex.split(env.get("PDSH_SSH_ARGS_APPEND", "")), host, shlex.join(command)]
@@ -168,17 +171,13 @@ def channel_env(case: Case) -> dict[str, str]:
 
 def _on_host(case: Case, host: str, command: list[str], timeout: float) -> tuple[dict | None, str]:
     """Run ``command`` on ``host``; its tagged JSON line, or why there is none."""
-    argv = remote_argv(case.launcher_backend, host, command, channel_env(case))
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        return None, f"no answer within {timeout:g} s"
-    except OSError as e:
-        return None, f"{argv[0]}: {e.strerror}"
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(TAG)), None)
+    argv = remote_argv(case.nodes.backend, host, command, channel_env(case))
+    done = proc.run(argv, timeout=timeout)
+    if done.returncode is None:
+        return None, done.error
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith(TAG)), None)
     if line is None:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        return None, tail[0][:300]
+        return None, done.last_line()[:300]
     return json.loads(line.removeprefix(TAG)), ""
 
 
@@ -194,14 +193,14 @@ def check_nodes(case: Case, env_key: str, python: Path, local: dict) -> str:
     Each host must run the venv's python and have the torch (and NCCL) of ``local``, the
     import check's facts.  Cached per (venv, hostfile content, hosts, back end).
     """
-    listed = hosts(case)
-    key = (env_key, hashlib.sha256(f"{case.hostfile.read_text()}|{listed}|{case.launcher_backend}".encode())
+    listed = hostfile_hosts(case)
+    key = (env_key, hashlib.sha256(f"{case.nodes.hostfile.read_text()}|{listed}|{case.nodes.backend}".encode())
            .hexdigest()[:16])
     with _checked_lock:
         if key in _checked:
             return _checked[key]
     if not listed:
-        problem = f"hostfile {case.hostfile} lists no host that the case's include/exclude/num_nodes keep"
+        problem = f"hostfile {case.nodes.hostfile} lists no host that the case's include/exclude/num_nodes keep"
     else:
         with ThreadPoolExecutor(max_workers=min(16, len(listed))) as pool:
             answers = list(pool.map(lambda h: _on_host(case, h, [str(python), "-c", CHECK_CODE], 300), listed))
@@ -236,13 +235,13 @@ def forget_checks() -> None:
 # ----------------------------------------------------------- the run's env on every node
 
 
-def write_env_file(case: Case, run_dir: Path, env: Mapping[str, str]) -> Path:
+def write_env_file(case: Case, run: RunDir, env: Mapping[str, str]) -> Path:
     """``<run dir>/.deepspeed_env``: the run's own variables, which the launcher exports to every node."""
     keep = dict(case.env)
     lines = [f"{k}={v}" for k, v in env.items()
              if (k in keep or k.startswith(("DSBISECT_", "TORCH_", "DS_", "NCCL_")) or k == "CUDA_VISIBLE_DEVICES")
              and "\n" not in v]
-    path = run_dir / ".deepspeed_env"
+    path = run.deepspeed_env
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -256,41 +255,40 @@ class RemoteRanks:
 
     case: Case
     python: Path
-    run_dir: Path
+    run: RunDir
     capture: Capture
     hosts: list[str] = field(default_factory=list)
     grace_s: float = 3.0
 
     @classmethod
-    def of(cls, case: Case, python: Path, run_dir: Path, capture: Capture) -> RemoteRanks:
-        return cls(case, python, run_dir, capture, hosts(case))
+    def of(cls, case: Case, python: Path, run: RunDir, capture: Capture) -> RemoteRanks:
+        return cls(case, python, run, capture, hostfile_hosts(case))
 
     def __call__(self, procs: list[psutil.Process], reason: str) -> None:
         """on_hang / on_quiet: local ranks as usual, then every host through the back end."""
         if procs:
             self.capture(procs, reason)
-        folder = self.run_dir / "stacks"
-        folder.mkdir(parents=True, exist_ok=True)
+        self.run.stacks.mkdir(parents=True, exist_ok=True)
         signal_name = os.environ.get("DSBISECT_STACK_SIGNAL", "SIGUSR1")
-        answers = self._each(["stacks", str(self.run_dir), signal_name, pyspy_bin() or ""])
+        answers = self._each(["stacks", str(self.run.path), signal_name, pyspy_bin() or ""])
         asked = []
         for host, (out, why) in zip(self.hosts, answers):
             if out is None:
-                self.capture._note(f"no stacks from node {host}: {why}")
+                self.capture.note(f"no stacks from node {host}: {why}")
                 continue
             for item in out["ranks"]:
                 if item["signalled"]:
-                    asked.append(folder / f"rank{item['rank']}.pid{item['pid']}.txt")
+                    asked.append(self.run.faulthandler(item["rank"], item["pid"]))
                 if item["pyspy"]:
-                    path = folder / f"pyspy.rank{item['rank']}.{reason}.txt"
+                    path = self.run.pyspy(item["rank"], reason)
                     path.write_text(item["pyspy"])
                     self.capture.files.append(str(path))
                     self.capture.stacks[item["rank"]] = main_thread(item["pyspy"])
                 elif item["pyspy_error"]:
-                    self.capture._note(f"py-spy could not read rank {item['rank']} on {host} "
+                    self.capture.note(f"py-spy could not read rank {item['rank']} on {host} "
                                        f"({item['pyspy_error'].splitlines()[-1][:200]}); faulthandler stacks are used")
         if not any(out and out["ranks"] for out, _ in answers):
-            self.capture._note(f"{reason}: no live rank found on {', '.join(self.hosts)}")
+            self.capture.note(f"{reason}: no live rank found on {', '.join(self.hosts)}")
             return
         self.capture.taken.append(reason)
         self._await(asked)
@@ -310,17 +308,17 @@ class RemoteRanks:
     def stop(self) -> list[str]:
         """Teardown on every host: SIGTERM, then SIGKILL, to the run's processes; ``host:pid`` survivors."""
         left = []
-        for host, (out, why) in zip(self.hosts, self._each(["kill", str(self.run_dir), f"{self.grace_s:g}", ""])):
+        for host, (out, why) in zip(self.hosts, self._each(["kill", str(self.run.path), f"{self.grace_s:g}", ""])):
             if out is None:
-                self.capture._note(f"teardown could not reach node {host}: {why}")
+                self.capture.note(f"teardown could not reach node {host}: {why}")
                 continue
             if out["killed"]:
-                self.capture._note(f"teardown on node {host}: stopped pid(s) {', '.join(map(str, out['killed']))}")
+                self.capture.note(f"teardown on node {host}: stopped pid(s) {', '.join(map(str, out['killed']))}")
             left += [f"{host}:{pid}" for pid in out["survivors"]]
         return left
 
     def _each(self, helper_args: list[str]) -> list[tuple[dict | None, str]]:
-        command = [str(self.python), "-c", HELPER_CODE, *helper_args]
+        command = [str(self.python), "-c", HELPER_CODE, *helper_args, str(self.run.stacks)]
         if not self.hosts:
             return []
         with ThreadPoolExecutor(max_workers=min(16, len(self.hosts))) as pool:

@@ -6,31 +6,13 @@ gives the Outcome; ``verdict`` maps outcomes to GOOD/BAD/SKIP for ``--regress-on
 
 from __future__ import annotations
 
-import enum
 import re
 import signal
 from dataclasses import dataclass
 
+from .model import Outcome, RegressOn, Verdict
+
 SKIP_EXIT = 125  # git bisect's "cannot test this commit"
-
-
-class Outcome(enum.Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    HANG = "hang"
-    SKIP = "skip"  # could not be tested: env build, import, not enough GPUs, exit 125
-
-
-class Verdict(enum.Enum):
-    GOOD = "good"
-    BAD = "bad"
-    SKIP = "skip"
-
-
-class RegressOn(enum.Enum):
-    HANG = "hang"
-    FAIL = "fail"
-    ANY = "any"
 
 
 @dataclass(frozen=True)

@@ -16,20 +16,23 @@ import json
 import platform
 import re
 import shutil
-import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
+from packaging.utils import canonicalize_name
+from packaging.version import Version
 
-from . import gitrepo
-from .envs import Base, EnvManager, _clean_env, _exact_version, base_metadata, inspect_base, write_stubs
+from . import gitrepo, proc
+from .base import inspect_base, site_packages, write_stubs
+from .envs import EnvManager
 from .errors import EnvBuildError, InputError
-from .matrix import GitSource, Point
+from .model import Case, GitSource, IndexOptions, Point
+from .versions import exact_version, file_is, releases
 
 _WOULD = re.compile(r"^\s*\+\s+(\S+)==(\S+)\s*$")
 
@@ -46,7 +49,7 @@ def snapshot(python: str | None) -> dict:
         "python_version": base.version,
         "platform": sysconfig.get_platform(),
         "libc": "-".join(platform.libc_ver()),
-        "dists": [{"name": n, "version": v, "metadata": f["METADATA"]} for n, v, f in base_metadata(base)],
+        "dists": [{"name": n, "version": v, "metadata": f["METADATA"]} for n, v, f in base.metadata()],
     }
 
 
@@ -102,7 +105,7 @@ class Prefetcher:
     mgr: EnvManager
     dest: Path
     target: Target = field(default_factory=Target)
-    log: callable = lambda msg: None
+    log: Callable[[str], None] = lambda msg: None
     added: list[str] = field(default_factory=list)
     _context: tuple[str, ...] = ()
 
@@ -128,27 +131,20 @@ class Prefetcher:
         return needed
 
     def _build_if_torch_sdist(self, req: Requirement) -> None:
-        version = _exact_version(req)
+        version = exact_version(req)
         built_with_torch = {canonicalize_name(n) for n in self.mgr.options.build_with_torch}
         if not version or canonicalize_name(req.name) not in built_with_torch or self._have(req.name, version):
             return
         self.log(f"building {req.name}=={version} into a wheel")
         folder = self.mgr.release_wheel(req.name, version, self._context)
         for w in folder.glob("*.whl"):
-            n, v, _, _ = parse_wheel_filename(w.name)
-            if n == canonicalize_name(req.name) and str(v) == version:
+            if file_is(w.name, req.name, version):
                 self._copy(w)
 
     def _resolve(self, reqs: list[str]) -> list[tuple[str, str]]:
         venv = self._resolution_venv()
-        hold = self._hold(reqs)
-        args = ["pip", "install", "--dry-run", "--python", str(venv / "bin" / "python"), *self.target.uv_args(),
-                *self.mgr.index.uv_args(), "--find-links", str(self.dest)]
-        if hold:
-            c = venv / "hold.txt"
-            c.write_text("\n".join(hold) + "\n")
-            args += ["--constraint", str(c)]
-        out = self.mgr._uv(args + reqs)
+        out = self.mgr.uv.dry_run(venv, reqs, self._hold(reqs),
+                                  extra=[*self.target.uv_args(), "--find-links", str(self.dest)])
         return [(m.group(1), m.group(2)) for m in map(_WOULD.match, out.splitlines()) if m]
 
     def _hold(self, reqs: list[str]) -> list[str]:
@@ -168,46 +164,39 @@ class Prefetcher:
         """A venv holding stubs of the target's base, to resolve against (never run)."""
         if self._resolver is None:
             venv = Path(self._tmp.name) / "resolve"
-            self.mgr._uv(["venv", "--quiet", "--python", sys.executable, str(venv)])
-            site = next((venv / "lib").glob("python3*/site-packages"))
+            self.mgr.uv.venv(venv, sys.executable)
             if self.target.snapshot:
                 items = ((d["name"], d["version"], d["metadata"]) for d in self.target.snapshot["dists"])
             else:
-                items = base_metadata(self.mgr.base)
-            write_stubs(site, items)
+                items = self.mgr.base.metadata()
+            write_stubs(site_packages(venv), items)
             self._resolver = venv
         return self._resolver
 
     # -------------------------------------------------------------- downloads
 
     def _have(self, name: str, version: str) -> bool:
-        for f in self.dest.iterdir():
-            if _is(f.name, name, version):
-                return True
-        return False
+        return any(file_is(f.name, name, version) for f in self.dest.iterdir())
 
     def _download(self, name: str, version: str) -> None:
         self.log(f"downloading {name}=={version}")
         pip = self._pip()
         base = [*pip, "download", "--no-deps", "--disable-pip-version-check", "-d", str(self.dest),
                 *self.mgr.index.pip_args()]
-        proc = subprocess.run([*base, *self.target.pip_args(), f"{name}=={version}"], capture_output=True,
-                              text=True, env=_clean_env())
-        if proc.returncode == 0:
+        done = proc.run([*base, *self.target.pip_args(), f"{name}=={version}"], env=proc.clean_env())
+        if done.ok:
             self._note_new(name, version)
             return
         # No wheel for the target: take the sdist and build it here (pure-Python packages).
         tmp = Path(self._tmp.name) / "sdists"
-        proc = subprocess.run([*pip, "download", "--no-deps", "--no-binary=:all:", "-d", str(tmp),
-                               *self.mgr.index.pip_args(), f"{name}=={version}"],
-                              capture_output=True, text=True, env=_clean_env())
-        sdists = [f for f in tmp.glob("*") if _is(f.name, name, version)] if tmp.is_dir() else []
-        if proc.returncode != 0 or not sdists:
-            raise EnvBuildError(f"cannot download {name}=={version}: {_last(proc)}")
-        proc = subprocess.run([*pip, "wheel", "--no-deps", "-w", str(self.dest), str(sdists[0])],
-                              capture_output=True, text=True, env=_clean_env())
-        if proc.returncode != 0:
-            raise EnvBuildError(f"cannot build a wheel of {name}=={version}: {_last(proc)}")
+        done = proc.run([*pip, "download", "--no-deps", "--no-binary=:all:", "-d", str(tmp),
+                         *self.mgr.index.pip_args(), f"{name}=={version}"], env=proc.clean_env())
+        sdists = [f for f in tmp.glob("*") if file_is(f.name, name, version)] if tmp.is_dir() else []
+        if not done.ok or not sdists:
+            raise EnvBuildError(f"cannot download {name}=={version}: {done.last_line()[:300]}")
+        done = proc.run([*pip, "wheel", "--no-deps", "-w", str(self.dest), str(sdists[0])], env=proc.clean_env())
+        if not done.ok:
+            raise EnvBuildError(f"cannot build a wheel of {name}=={version}: {done.last_line()[:300]}")
         self._note_new(name, version)
 
     def _pip(self) -> list[str]:
@@ -222,7 +211,7 @@ class Prefetcher:
 
     def _note_new(self, name: str, version: str) -> None:
         for f in self.dest.iterdir():
-            if _is(f.name, name, version) and f.name not in self.added:
+            if file_is(f.name, name, version) and f.name not in self.added:
                 self.added.append(f.name)
 
     # ---------------------------------------------------------------- commits
@@ -259,27 +248,29 @@ class Prefetcher:
             if not self._have(name, version):
                 self._download(name, version)
 
+    def size(self) -> int:
+        """Bytes in the wheelhouse."""
+        return sum(f.stat().st_size for f in self.dest.rglob("*") if f.is_file())
+
     def close(self) -> None:
         self._tmp.cleanup()
 
 
-def _is(filename: str, name: str, version: str) -> bool:
-    try:
-        if filename.endswith(".whl"):
-            n, v, _, _ = parse_wheel_filename(filename)
-        elif filename.endswith((".tar.gz", ".zip")):
-            n, v = parse_sdist_filename(filename)
-        else:
-            return False
-    except ValueError:
-        return False
-    return n == canonicalize_name(name) and str(v) == str(version)
-
-
-def _last(proc: subprocess.CompletedProcess) -> str:
-    lines = [ln for ln in (proc.stderr or proc.stdout or "").splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else f"exit {proc.returncode}"
-
-
-def describe_base(base: Base) -> str:
-    return f"{base.python} (python {base.version}, {len(base.dists)} distributions)"
+def points_to_fetch(cases: list[Case], index: IndexOptions, with_candidates: bool) -> list[Point]:
+    """The points of ``cases`` and, ``with_candidates``, every release a bisection between the
+    lowest and highest version of each axis could test (final, not yanked)."""
+    points: dict[str, Point] = {}
+    for c in cases:
+        for p in c.points:
+            points[p.key] = p
+        if not with_candidates:
+            continue
+        first = c.points[0]
+        for name, _ in first.versions:
+            versions = sorted({Version(v) for p in c.points for n, v in p.versions if n == name})
+            for r in releases(name, index):
+                if versions[0] <= r.version <= versions[-1] and not r.yanked and not r.version.is_prerelease:
+                    moved = tuple((n, str(r.version) if n == name else v) for n, v in first.versions)
+                    q = Point(versions=moved, pins=first.pins)
+                    points.setdefault(q.key, q)
+    return list(points.values())

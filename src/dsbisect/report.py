@@ -16,7 +16,7 @@ from rich.text import Text
 from . import __version__
 from .compat import describe as describe_shims
 from .facts import describe_env, describe_host
-from .outcome import Outcome
+from .model import Answer, Outcome, Stage
 from .store import RunRecord
 
 STYLE = {Outcome.PASS: "bold green", Outcome.FAIL: "bold red", Outcome.HANG: "bold magenta", Outcome.SKIP: "yellow"}
@@ -114,7 +114,7 @@ def reasons(g: Grid) -> list[tuple[str, str, Cell]]:
     return out
 
 
-def grid_renderable(g: Grid, title: str = "", verbose: bool = False) -> Group:
+def grid_renderable(g: Grid, title: str = "") -> Group:
     parts: list = [grid_table(g, title)]
     for label, case, c in reasons(g):
         r = c.last
@@ -140,7 +140,7 @@ def environment_lines(g: Grid) -> list[str]:
     return seen[:4] + shadow_lines([r for c in g.cells for r in c.runs])
 
 
-def hosts(runs: list[RunRecord]) -> list[dict]:
+def run_hosts(runs: list[RunRecord]) -> list[dict]:
     """The machines the runs ran on, as each run recorded it (never the machine reporting)."""
     seen: list[dict] = []
     for r in runs:
@@ -151,7 +151,7 @@ def hosts(runs: list[RunRecord]) -> list[dict]:
 
 
 def host_lines(runs: list[RunRecord]) -> list[str]:
-    hs = hosts(runs)
+    hs = run_hosts(runs)
     if not hs:
         return ["host: not recorded (runs made by a dsbisect before 0.1.1)"] if runs else []
     lines = [describe_host(h) for h in hs[:4]]
@@ -167,6 +167,18 @@ def shadow_lines(runs: list[RunRecord]) -> list[str]:
         for name, base, point in r.facts.get("shadowed", []):
             shadows.setdefault(name, (base, set()))[1].add(point)
     return [f"point venvs shadow the base's {n} {b} with {', '.join(sorted(ps))}" for n, (b, ps) in sorted(shadows.items())]
+
+
+def envs_table(envs: list) -> Table:
+    """``dsbisect envs list``: the cached venvs (``envs.CachedEnv``)."""
+    table = Table(header_style="bold")
+    for col in ("key", "mode", "requirements", "shadows", "MB", "built in"):
+        table.add_column(col)
+    for e in envs:
+        shadows = ", ".join(f"{n} {b}→{p}" for n, b, p in e.shadowed)
+        reqs = "; ".join(e.requirements) + (f" @{e.source}" if e.source else "")
+        table.add_row(e.key, e.mode, reqs, shadows, f"{e.bytes / 1e6:.0f}", f"{e.seconds:.1f} s")
+    return table
 
 
 # ------------------------------------------------------------------ markdown
@@ -259,7 +271,7 @@ def run_json(r: RunRecord) -> dict:
 def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
     return {
         "dsbisect": __version__,
-        "hosts": hosts([r for c in g.cells for r in c.runs]),
+        "hosts": run_hosts([r for c in g.cells for r in c.runs]),
         "compat": list(compat),
         "cases": list(g.cases),
         "grid": [
@@ -288,8 +300,8 @@ def bisect_table(result) -> Table:
     for col in ("stage", "point", "outcome", "verdict", "runs", "seconds", "detail"):
         table.add_column(col, overflow="fold")
     for s in result.steps:
-        point = s.label if s.stage == "release" else f"{s.label} {s.subject[:50]}"
-        table.add_row(s.stage, point, _step_cell(s), s.verdict.value, str(len(s.runs)), f"{s.seconds:.1f}",
+        point = s.label if s.stage is Stage.RELEASE else f"{s.label} {s.subject[:50]}"
+        table.add_row(s.stage.value, point, _step_cell(s), s.verdict.value, str(len(s.runs)), f"{s.seconds:.1f}",
                       (s.detail or "")[:160])
     return table
 
@@ -299,7 +311,7 @@ def bisect_summary(result) -> list[str]:
     req = result.request
     bad_word = "first fixed" if req.find_fix else "first bad"
     good_word = "last broken" if req.find_fix else "last good"
-    lines = [f"verdict: {result.verdict}"]
+    lines = [f"verdict: {result.verdict.value}"]
     if result.message:
         lines.append(result.message)
     if result.last_good:
@@ -329,7 +341,7 @@ def _first_bad_step(result):
     for s in reversed(result.steps):
         if want and s.commit == want:
             return s
-        if not want and s.stage == "release" and s.version == result.first_bad:
+        if not want and s.stage is Stage.RELEASE and s.version == result.first_bad:
             return s
     return None
 
@@ -353,7 +365,7 @@ def _bisect_env(result) -> list[str]:
 
 def bisect_renderable(result, command: str) -> Group:
     parts: list = [bisect_table(result)]
-    style = "bold green" if result.verdict == "found" else ("bold yellow" if result.verdict == "ambiguous" else "bold red")
+    style = {Answer.FOUND: "bold green", Answer.AMBIGUOUS: "bold yellow"}.get(result.verdict, "bold red")
     for i, line in enumerate(bisect_summary(result)):
         parts.append(Text(line, style=style if i == 0 else ""))
     parts.append(Text("\n".join(_bisect_env(result)), style="dim"))
@@ -363,12 +375,12 @@ def bisect_renderable(result, command: str) -> Group:
 
 def bisect_markdown(result, command: str) -> str:
     req = result.request
-    lines = [f"### dsbisect: {req.package} {req.good} → {req.bad} ({'find-fix' if req.find_fix else 'regression'}, "
+    lines = [f"### dsbisect: {req.package} {req.good} → {req.bad} ({req.mode.value}, "
              f"regress on {req.regress_on.value})", ""]
     lines += ["| stage | point | outcome | verdict | runs | seconds | detail |", "|---|---|---|---|---|---|---|"]
     for s in result.steps:
-        point = s.label if s.stage == "release" else f"`{s.label}` {_md(s.subject[:60])}"
-        lines.append(f"| {s.stage} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()} | {s.verdict.value} | "
+        point = s.label if s.stage is Stage.RELEASE else f"`{s.label}` {_md(s.subject[:60])}"
+        lines.append(f"| {s.stage.value} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()} | {s.verdict.value} | "
                      f"{len(s.runs)} | {s.seconds:.1f} | {_md((s.detail or '')[:200])} |")
     lines += ["", "**Result**", ""] + [f"- {ln}" for ln in bisect_summary(result)]
     lines += ["", "**Environment**", ""] + [f"- {ln}" for ln in _bisect_env(result)]

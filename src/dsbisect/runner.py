@@ -1,9 +1,12 @@
-"""Test one point of one case: venv, import probe, launch, classify, store.
+"""Test one point of one case: venv, import check, launch, classify, store.
 
 ``Runner.runs`` is what ``run`` and ``bisect`` both stand on: it returns the recorded runs
 of a (case, point) and makes the missing ones.  PASS, FAIL and HANG are reused from the
 store; SKIPs are tried again, since their causes (no GPU here, a build that failed, an
 index that was down) belong to the machine and the moment rather than to the point.
+
+Where a run happens is the ``Executor``'s business: here (``Runner.run_here``) unless one
+is given (``slurm.SlurmExecutor``: one Slurm job per run).
 """
 
 from __future__ import annotations
@@ -16,19 +19,21 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from packaging.utils import canonicalize_name
 
 from . import facts, multinode
-from .envs import Env, EnvManager, _clean_env
+from .envs import Env, EnvManager
 from .errors import EnvBuildError, Interrupted
 from .evidence import Capture, flight_recorder_env
-from .facts import host as host_facts
 from .forensics import analyze
-from .launch import LaunchSpec, free_port, launch
-from .matrix import Case, Point
-from .outcome import Outcome, classify
-from .store import Probe, RunRecord, Store
+from .launch import LaunchResult, LaunchSpec, free_port, launch
+from .model import Accelerator, Case, ImportCheck, Launcher, Outcome, Point, digest
+from .outcome import classify
+from .proc import clean_env
+from .rundir import RunDir
+from .store import RunRecord, Store
 
 Progress = Callable[[str, str], None]
 
@@ -40,6 +45,17 @@ class Slot:
     devices: tuple[int, ...] | None = None
 
 
+class Executor(Protocol):
+    """Somewhere else to run a point (``--executor``); the local one is ``Runner.run_here``."""
+
+    def slots(self, case: Case) -> list[Slot]:
+        """How many runs of ``case`` may be in flight at once."""
+
+    def run_once(self, runner: Runner, case: Case, point: Point, attempt: int,
+                 cancel: threading.Event) -> RunRecord:
+        """One run of ``point``, recorded in ``runner.store``; stop early when ``cancel`` is set."""
+
+
 @dataclass
 class Runner:
     store: Store
@@ -49,21 +65,21 @@ class Runner:
     rerun: bool = False
     gpu_ids: list[int] = field(default_factory=list)
     jobs: int | None = None  # None: as many as the machine's GPUs (or cores) allow
-    executor: object | None = None  # None: run here; else e.g. slurm.SlurmExecutor (run_once(runner, case, point, attempt))
+    executor: Executor | None = None  # None: run here
+    cancel: threading.Event = field(default_factory=threading.Event)  # set: every running launch stops
     _ports: set[int] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _cancel: threading.Event = field(default_factory=threading.Event)
 
     # ---------------------------------------------------------- concurrency
 
     def slots(self, case: Case) -> list[Slot]:
         """Where runs of ``case`` can go at once: disjoint GPU slices, or CPU process budgets."""
         case = self.effective(case)
-        if case.hostfile is not None or case.include or case.exclude:
+        if case.nodes.multi:
             return [Slot()]  # the run holds the hosts and slots it names
         if self.executor is not None:
             return self.executor.slots(case)
-        if self.accelerator(case) == "cuda":
+        if self.accelerator(case) is Accelerator.CUDA:
             ids = self.gpu_ids or list(range(len(self.gpus)))
             groups = len(ids) // case.nproc
             n = max(1, min(groups, self.jobs or groups))
@@ -95,7 +111,7 @@ class Runner:
             try:
                 return [f.result() for f in futures]
             except BaseException:
-                self._cancel.set()  # every running launch stops its process group
+                self.cancel.set()  # every running launch stops its process group
                 raise
 
     def _sequential(self, case: Case, points: list[Point], want: int, enough) -> list[list[RunRecord]]:
@@ -109,7 +125,7 @@ class Runner:
         return out
 
     def _prepare(self, case: Case, point: Point) -> None:
-        if self.executor is not None or (self.accelerator(case) == "cuda" and len(self.gpus) < case.nproc):
+        if self.executor is not None or not self._enough_gpus(case):
             return  # the run is not here, or cannot run here
         try:
             self.envs.ensure(point)
@@ -138,23 +154,26 @@ class Runner:
     def effective(self, case: Case) -> Case:
         return case.for_gpu(self.gpus[0] if self.gpus else None)
 
-    def accelerator(self, case: Case) -> str:
-        if case.accelerator != "auto":
+    def accelerator(self, case: Case) -> Accelerator:
+        if case.accelerator is not Accelerator.AUTO:
             return case.accelerator
-        return "cuda" if len(self.gpus) >= case.nproc else "cpu"
+        return Accelerator.CUDA if len(self.gpus) >= case.nproc else Accelerator.CPU
+
+    def _enough_gpus(self, case: Case) -> bool:
+        return self.accelerator(case) is not Accelerator.CUDA or len(self.gpus) >= case.nproc
 
     # ---------------------------------------------------------------- one run
 
     def run_once(self, case: Case, point: Point, attempt: int = 1, slot: Slot = Slot()) -> RunRecord:
-        """One run of ``point``, here (the local executor) or through ``self.executor``."""
+        """One run of ``point``, here or through the executor."""
         if self.executor is not None:
-            return self.executor.run_once(self, case, point, attempt)
+            return self.executor.run_once(self, case, point, attempt, self.cancel)
         return self.run_here(case, point, attempt, slot)
 
     def run_here(self, case: Case, point: Point, attempt: int = 1, slot: Slot = Slot()) -> RunRecord:
         label = f"{case.name} · {point.label}"
         accel = self.accelerator(case)
-        if accel == "cuda" and len(self.gpus) < case.nproc:
+        if not self._enough_gpus(case):
             have = f"{len(self.gpus)} ({self.gpus[0]})" if self.gpus else "0"
             return self._skip(case, point, f"needs {case.nproc} CUDA GPUs; this machine has {have}")
         self.progress("env", f"{label}: preparing venv")
@@ -162,112 +181,98 @@ class Runner:
             env = self.envs.ensure(point)
         except EnvBuildError as e:
             return self._skip(case, point, f"venv could not be built: {e}")
-        probe = self._probe(env, case, point, accel)
-        if not probe.ok:
-            return self._skip(case, point, probe.reason, env_key=env.key, facts=probe.facts)
-        if case.hostfile is not None:
-            self.progress("env", f"{label}: checking the venv on every node of {case.hostfile.name}")
-            problem = multinode.check_nodes(case, env.key, env.python, probe.facts)
+        check = self._import_check(env, case, point, accel)
+        if not check.ok:
+            return self._skip(case, point, check.reason, env_key=env.key, found=check.facts)
+        if case.nodes.hostfile is not None:
+            self.progress("env", f"{label}: checking the venv on every node of {case.nodes.hostfile.name}")
+            problem = multinode.check_nodes(case, env.key, env.python, check.facts)
             if problem:
-                return self._skip(case, point, problem, env_key=env.key, facts=probe.facts)
-        return self._launch(case, point, env, probe, accel, attempt, slot)
+                return self._skip(case, point, problem, env_key=env.key, found=check.facts)
+        return self._launch(case, point, env, check, accel, attempt, slot)
 
     def _skip(self, case: Case, point: Point, reason: str, env_key: str | None = None,
-              facts: dict | None = None) -> RunRecord:
+              found: dict | None = None) -> RunRecord:
         run_id = self.store.start_run(case.name, case.key, point, env_key, 1, None)
         self.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=reason,
-                              facts=(facts or {}) | {"host": host_facts()})
+                              facts=(found or {}) | {"host": facts.host()})
         self.progress("done", f"{case.name} · {point.label}: skip ({reason})")
         return self.store.run(run_id)
 
-    def _probe(self, env: Env, case: Case, point: Point, accel: str) -> Probe:
+    def _import_check(self, env: Env, case: Case, point: Point, accel: Accelerator) -> ImportCheck:
         """Import the point's packages in its venv, once per venv and import environment."""
         wanted = [n for n, _ in point.versions]
         if point.source:
             wanted.append(point.source.package)
         wanted = [n for n in dict.fromkeys(wanted) if canonicalize_name(n) != "torch"] + ["torch"]
-        probe_env = self._base_env(case, accel) | dict(case.env)
-        key = probe_key(case, accel, wanted)
-        cached = self.store.probe(env.key, key)
+        key = import_check_key(case, accel, wanted)
+        cached = self.store.import_check(env.key, key)
         if cached:
             return cached
         self.progress("env", f"{case.name} · {point.label}: importing {', '.join(wanted)}")
-        result = facts.probe(env.python, wanted, probe_env)
-        probe = Probe(result.ok, result.reason and f"import check: {result.reason}", result.facts)
-        self.store.put_probe(env.key, key, probe)
-        return probe
+        check = facts.import_check(env.python, wanted, self._base_env(case, accel) | dict(case.env))
+        if not check.ok:
+            check = ImportCheck(False, f"import check: {check.reason}", check.facts)
+        self.store.put_import_check(env.key, key, check)
+        return check
 
-    def _launch(self, case: Case, point: Point, env: Env, probe: Probe, accel: str, attempt: int,
+    def _launch(self, case: Case, point: Point, env: Env, check: ImportCheck, accel: Accelerator, attempt: int,
                 slot: Slot) -> RunRecord:
         run_id = self.store.start_run(case.name, case.key, point, env.key, attempt, None)
-        run_dir = self.store.dir / "runs" / f"{run_id:06d}"
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run = RunDir(self.store.dir / "runs" / f"{run_id:06d}")
+        run.path.mkdir(parents=True, exist_ok=True)
         with self._lock:
             port = free_port(self._ports)
             self._ports.add(port)
+        cuda = accel is Accelerator.CUDA
         spec = LaunchSpec(
-            argv=tuple(launcher_argv(case, env.python, run_dir, port, slot.devices if accel == "cuda" else None)),
-            env=self._base_env(case, accel) | run_env(case, run_dir),
-            cwd=run_dir,
-            run_dir=run_dir,
+            argv=tuple(launcher_argv(case, env.python, run, port, slot.devices if cuda else None)),
+            env=self._base_env(case, accel) | run_env(case, run),
+            cwd=run.path,
+            run=run,
             wall_timeout=case.timeout,
             idle_timeout=case.idle_timeout,
             quiet_after=max(1.0, case.collective_timeout * 0.4),
-            hang_grace=20.0 if accel == "cuda" else 5.0,
-            expected_ranks=case.nproc if accel == "cuda" else 0,
+            hang_grace=20.0 if cuda else 5.0,
+            expected_ranks=case.nproc if cuda else 0,
         )
-        capture = Capture(run_dir)
+        capture = Capture(run)
         hooks = capture
-        if case.hostfile is not None:  # ranks on other nodes: reach them through the back end
-            multinode.write_env_file(case, run_dir, spec.env)
-            hooks = multinode.RemoteRanks.of(case, env.python, run_dir, capture)
+        if case.nodes.hostfile is not None:  # ranks on other nodes: reach them through the back end
+            multinode.write_env_file(case, run, spec.env)
+            hooks = multinode.RemoteRanks.of(case, env.python, run, capture)
         remote_left: list[str] = []
-        self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {case.nproc} ranks, {accel})")
+        self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {case.nproc} ranks, {accel.value})")
         t0 = time.monotonic()
         try:
-            result = launch(spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=self._cancel)
+            result = launch(spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=self.cancel)
         except KeyboardInterrupt:
             self.store.abandon_run(run_id)
-            self._cancel.set()
+            self.cancel.set()
             raise Interrupted("interrupted; the run's processes were stopped") from None
         finally:
             with self._lock:
                 self._ports.discard(port)
             if hooks is not capture:
                 remote_left = hooks.stop()
-        tail = log_tail(run_dir)
-        c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, tail)
-        signature, evidence = self._evidence(c.outcome, run_dir, capture, result)
+        c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, run.log_tail())
+        signature, evidence = _evidence(c.outcome, run, capture, result)
         evidence["survivors"] += remote_left
         self.store.finish_run(
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
             signature=signature, evidence=evidence,
-            facts=probe.facts | {"accelerator": accel, "shadowed": [list(x) for x in env.shadowed],
-                                 "host": host_facts()},
-            env_key=env.key, run_dir=run_dir,
+            facts=check.facts | {"accelerator": accel.value, "shadowed": [list(x) for x in env.shadowed],
+                                 "host": facts.host()},
+            env_key=env.key, run_dir=run.path,
         )
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
         return self.store.run(run_id)
 
-    def _evidence(self, outcome: Outcome, run_dir: Path, capture: Capture, result) -> tuple[str, dict]:
-        evidence = capture.as_json()
-        evidence["survivors"] = list(result.survivors)
-        evidence["pids"] = list(result.pids)
-        if result.hang_after is not None:
-            evidence["hang_detected_after_s"] = round(result.hang_after, 2)
-        if outcome is not Outcome.HANG:
-            return "", evidence
-        sig = analyze(run_dir)
-        if sig is None:
-            return "", evidence
-        evidence["notes"] = evidence["notes"] + list(sig.notes)
-        return sig.text, evidence
-
-    def _base_env(self, case: Case, accel: str) -> dict[str, str]:
-        env = _clean_env() | {"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
+    def _base_env(self, case: Case, accel: Accelerator) -> dict[str, str]:
+        env = clean_env({"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
         if case.compat:
             env["DSBISECT_COMPAT"] = ",".join(case.compat)
-        if accel == "cpu":
+        if accel is Accelerator.CPU:
             env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
         # On GPUs DeepSpeed detects the accelerator itself, as in the user's job: setting
         # DS_ACCELERATOR=cuda sends 0.12.4's get_accelerator() into endless recursion.
@@ -277,49 +282,50 @@ class Runner:
 # ------------------------------------------------------------------- helpers
 
 
-def probe_key(case: Case, accel: str, wanted: list[str]) -> tuple[str, ...]:
+def _evidence(outcome: Outcome, run: RunDir, capture: Capture, result: LaunchResult) -> tuple[str, dict]:
+    evidence = capture.as_json()
+    evidence["survivors"] = list(result.survivors)
+    evidence["pids"] = list(result.pids)
+    if result.hang_after is not None:
+        evidence["hang_detected_after_s"] = round(result.hang_after, 2)
+    if outcome is not Outcome.HANG:
+        return "", evidence
+    sig = analyze(run.path)
+    if sig is None:
+        return "", evidence
+    evidence["notes"] = evidence["notes"] + list(sig.notes)
+    return sig.text, evidence
+
+
+def import_check_key(case: Case, accel: Accelerator, wanted: list[str]) -> tuple[str, ...]:
     """What an import check depends on besides the venv: shims, case env, accelerator, dsbisect."""
     from . import __version__
-    from .envs import _digest, hook_source
+    from .base import hook_source
 
-    return (*case.compat, _digest({"env": [list(e) for e in case.env], "accel": accel, "wanted": wanted,
-                                   "dsbisect": __version__, "hook": hook_source()}))
+    return (*case.compat, digest({"env": [list(e) for e in case.env], "accel": accel.value, "wanted": wanted,
+                                  "dsbisect": __version__, "hook": hook_source()}))
 
 
-def run_env(case: Case, run_dir: Path) -> dict[str, str]:
+def run_env(case: Case, run: RunDir) -> dict[str, str]:
     return {
-        "DSBISECT_RUN_DIR": str(run_dir),
+        "DSBISECT_RUN_DIR": str(run.path),
         "DSBISECT_COLLECTIVE_TIMEOUT": f"{case.collective_timeout:g}",
         "DSBISECT_CASE": case.name,
-    } | flight_recorder_env(run_dir) | dict(case.env)
+    } | flight_recorder_env(run) | dict(case.env)
 
 
-def launcher_argv(case: Case, python: Path, run_dir: Path, port: int, devices: tuple[int, ...] | None) -> list[str]:
-    ranks = run_dir / "ranks"
-    ranks.mkdir(parents=True, exist_ok=True)
-    if case.launcher == "torchrun":
+def launcher_argv(case: Case, python: Path, run: RunDir, port: int, devices: tuple[int, ...] | None) -> list[str]:
+    run.ranks.mkdir(parents=True, exist_ok=True)
+    if case.launcher is Launcher.TORCHRUN:
         argv = [str(python), "-u", "-m", "torch.distributed.run", "--nproc_per_node", str(case.nproc),
-                "--master_port", str(port), "--log-dir", str(ranks), "--tee", "3"]
+                "--master_port", str(port), "--log-dir", str(run.ranks), "--tee", "3"]
     else:
         argv = [str(python), "-u", "-m", "deepspeed.launcher.runner", *multinode.launcher_args(case)]
-        if case.include or case.exclude:
+        if case.nodes.include or case.nodes.exclude:
             pass  # the case picks hosts and slots itself (the launcher refuses --num_gpus with them)
         elif devices:
             argv += ["--include", "localhost:" + ",".join(str(d) for d in devices)]
         else:
             argv += ["--num_gpus", str(case.nproc)]  # per node, with a hostfile
-        argv += ["--master_port", str(port), f"--enable_each_rank_log={ranks}"]
+        argv += ["--master_port", str(port), f"--enable_each_rank_log={run.ranks}"]
     return argv + list(case.launcher_args) + [str(case.script), *case.args]
-
-
-def log_tail(run_dir: Path, lines: int = 200) -> str:
-    """The last lines of every log of a run, rank logs first."""
-    parts = []
-    logs = sorted(p for p in (run_dir / "ranks").rglob("*.log")) if (run_dir / "ranks").is_dir() else []
-    for path in [*logs, run_dir / "launcher.log"]:
-        try:
-            text = path.read_text(errors="replace")
-        except OSError:
-            continue
-        parts.append("\n".join(text.splitlines()[-lines:]))
-    return "\n".join(parts)

@@ -11,6 +11,7 @@ from rich.text import Text
 from .facts import describe_env
 from .forensics import analyze, render_stack
 from .report import STYLE
+from .rundir import RunDir, tail_text
 from .store import RunRecord
 
 
@@ -18,7 +19,7 @@ def render_run(r: RunRecord, lines: int = 30) -> Group:
     parts: list = []
     head = Text.assemble(
         (f"run {r.id}  ", "bold"),
-        (r.outcome.value.upper() if r.outcome else r.status, STYLE.get(r.outcome, "")),
+        (r.outcome.value.upper() if r.outcome else r.status.value, STYLE.get(r.outcome, "")),
         f"  {r.case_name} · {r.point.label}",
     )
     parts.append(head)
@@ -58,10 +59,11 @@ def _stacks(run_dir: Path) -> list:
 
 def _tails(run_dir: Path, lines: int) -> list:
     out = []
-    logs = sorted((run_dir / "ranks").rglob("*.log")) if (run_dir / "ranks").is_dir() else []
-    for path in [*logs, run_dir / "launcher.log"]:
-        if not path.is_file():
+    run = RunDir(run_dir)
+    for path in [*run.rank_logs(), run.launcher_log]:
+        text = tail_text(path, 256 << 10)
+        if text is None:
             continue
-        text = "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = "\n".join(text.splitlines()[-lines:])
         out.append(Panel(Text(text), title=str(path.relative_to(run_dir)), title_align="left", border_style="dim"))
     return out

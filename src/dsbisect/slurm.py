@@ -23,18 +23,16 @@ import re
 import shlex
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import facts
-from .envs import EnvManager, IndexOptions
+from . import proc
 from .errors import InputError, Interrupted
-from .matrix import Case, EnvOptions, GitSource, Point
-from .outcome import Outcome
+from .model import Accelerator, Case, EnvOptions, IndexOptions, Outcome, Point, RunStatus
 from .runner import Progress, Runner, Slot
 from .store import RunRecord, Store
 
@@ -76,7 +74,8 @@ class SlurmExecutor:
     def slots(self, case: Case) -> list[Slot]:
         return [Slot()] * max(1, self.options.jobs)
 
-    def run_once(self, runner: Runner, case: Case, point: Point, attempt: int) -> RunRecord:
+    def run_once(self, runner: Runner, case: Case, point: Point, attempt: int,
+                 cancel: threading.Event) -> RunRecord:
         """Submit one run of ``point`` as a Slurm job, wait for it, and return its record."""
         label = f"{case.name} · {point.label}"
         folder = _job_folder(runner.store.dir / "slurm", case, point)
@@ -85,7 +84,7 @@ class SlurmExecutor:
         job_id = self._submit(folder, case, gpus)
         runner.progress("run", f"{label}: slurm job {job_id} submitted ({folder.name})")
         try:
-            state = self._wait(runner, folder, job_id, label)
+            state = self._wait(runner, folder, job_id, label, cancel)
         except KeyboardInterrupt:
             _scancel(job_id)
             raise Interrupted(f"interrupted; slurm job {job_id} was cancelled") from None
@@ -101,13 +100,13 @@ class SlurmExecutor:
             return self.options.gpus
         if case.slurm.gpus is not None:
             return case.slurm.gpus
-        return case.nproc if case.accelerator == "cuda" else 0
+        return case.nproc if case.accelerator is Accelerator.CUDA else 0
 
     def sbatch_argv(self, folder: Path, case: Case, gpus: int) -> list[str]:
         minutes = self.options.time or case.slurm.time or math.ceil(case.timeout / 60) + 30
         partition = self.options.partition or case.slurm.partition
         argv = ["sbatch", "--parsable", f"--job-name=dsbisect-{case.name}", f"--chdir={folder}",
-                f"--output={folder}/slurm-%j.out", f"--time={minutes}", f"--nodes={case.num_nodes or 1}",
+                f"--output={folder}/slurm-%j.out", f"--time={minutes}", f"--nodes={case.nodes.num_nodes or 1}",
                 "--ntasks-per-node=1", f"--cpus-per-task={case.nproc}"]
         if partition:
             argv.append(f"--partition={partition}")
@@ -117,25 +116,23 @@ class SlurmExecutor:
 
     def _submit(self, folder: Path, case: Case, gpus: int) -> str:
         argv = self.sbatch_argv(folder, case, gpus)
-        try:
-            proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-        except FileNotFoundError:
-            raise InputError("--executor slurm: sbatch is not on PATH (run dsbisect on a Slurm login node)") from None
-        except subprocess.TimeoutExpired:
-            raise InputError("--executor slurm: sbatch did not answer within 120 s") from None
-        if proc.returncode != 0:
-            msg = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-            raise InputError(f"sbatch refused the job: {msg[0]} "
+        done = proc.run(argv, timeout=120)
+        if done.returncode is None and done.error.startswith("no answer"):
+            raise InputError("--executor slurm: sbatch did not answer within 120 s")
+        if done.returncode is None:
+            raise InputError("--executor slurm: sbatch is not on PATH (run dsbisect on a Slurm login node)")
+        if not done.ok:
+            raise InputError(f"sbatch refused the job: {done.last_line()} "
                              "(check --partition, --slurm-time, --gpus-per-job, --slurm-arg and the matrix's slurm:)")
-        return proc.stdout.strip().split(";")[0]
+        return done.stdout.strip().split(";")[0]
 
     # -- waiting
 
-    def _wait(self, runner: Runner, folder: Path, job_id: str, label: str) -> JobState:
+    def _wait(self, runner: Runner, folder: Path, job_id: str, label: str, cancel: threading.Event) -> JobState:
         """Until the result file appears or Slurm says the job ended; the last state seen."""
         state, next_ask, interval = JobState("PENDING"), 0.0, 0.5
         while not (folder / RESULT).exists():
-            if runner._cancel.is_set():
+            if cancel.is_set():
                 _scancel(job_id)
                 raise Interrupted(f"cancelled; slurm job {job_id} was cancelled")
             if time.monotonic() >= next_ask:
@@ -162,37 +159,31 @@ def _await_file(path: Path, seconds: float) -> None:
 
 def job_state(job_id: str) -> JobState:
     """What Slurm says about ``job_id``: scontrol while slurmctld remembers it, then sacct."""
-    try:
-        proc = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+    done = proc.run(["scontrol", "show", "job", "-o", job_id], timeout=60)
+    if done.returncode is None:
         return JobState("UNREACHABLE")
-    if proc.returncode == 0:
-        fields = dict(re.findall(r"(\w+)=(\S*)", proc.stdout))
+    if done.ok:
+        fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
         node = next((v for v in (fields.get("BatchHost"), fields.get("NodeList")) if v and v != "(null)"), "")
         return JobState(fields.get("JobState", "UNKNOWN"), fields.get("Reason", ""), fields.get("ExitCode", ""), node)
-    if "Invalid job id" not in proc.stderr:
+    if "Invalid job id" not in done.stderr:
         return JobState("UNREACHABLE")  # slurmctld restarting, say: ask again later
     return _sacct(job_id)
 
 
 def _sacct(job_id: str) -> JobState:
-    try:
-        proc = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,NodeList"],
-                              capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
+    done = proc.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "State,ExitCode,NodeList"], timeout=60)
+    if done.returncode is None:
         return JobState("UNKNOWN", "no sacct")
-    line = proc.stdout.strip().splitlines()[:1]
-    if proc.returncode != 0 or not line:
+    line = done.stdout.strip().splitlines()[:1]
+    if not done.ok or not line:
         return JobState("UNKNOWN", "slurmctld forgot the job and sacct has no record of it")
     state, code, node = (line[0].split("|") + ["", "", ""])[:3]
     return JobState(state.split()[0] if state else "UNKNOWN", state, code, node)
 
 
 def _scancel(job_id: str) -> None:
-    try:
-        subprocess.run(["scancel", job_id], capture_output=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        pass
+    proc.run(["scancel", job_id], timeout=60)
 
 
 # ------------------------------------------------------------------ job folder and spec
@@ -208,12 +199,12 @@ def _write_spec(folder: Path, runner: Runner, case: Case, point: Point, attempt:
     envs = runner.envs
     spec = {
         "case": case.to_json(),
-        "point": _point_json(point),
+        "point": point.to_json(with_repo=True),  # the node builds a commit from the clone
         "attempt": attempt,
         "gpus": gpus,
         "cache_dir": str(envs.root),
-        "env_options": asdict(envs.options),
-        "index": asdict(envs.index),
+        "env_options": envs.options.to_json(),
+        "index": envs.index.to_json(),
         "submitted_from": socket.gethostname(),
     }
     (folder / SPEC).write_text(json.dumps(spec, indent=1))
@@ -221,19 +212,6 @@ def _write_spec(folder: Path, runner: Runner, case: Case, point: Point, attempt:
     script.write_text(f"#!/bin/bash\nexec {shlex.quote(sys.executable)} -m dsbisect run-one "
                       f"{shlex.quote(str(folder / SPEC))}\n")
     script.chmod(0o755)
-
-
-def _point_json(point: Point) -> dict:
-    data = point.to_json()
-    if point.source:
-        data["source"]["repo"] = point.source.repo  # Point.to_json leaves the clone out
-    return data
-
-
-def _point_from_json(data: dict) -> Point:
-    src = data.get("source")
-    return Point(versions=tuple((n, v) for n, v in data["versions"]), pins=tuple(data.get("pins", ())),
-                 source=GitSource(**src) if src else None)
 
 
 # --------------------------------------------------------------------- on the compute node
@@ -257,13 +235,13 @@ def run_job(spec_path: Path, progress: Progress) -> RunRecord:
     signal.signal(signal.SIGTERM, _interrupt)  # Slurm's scancel / time limit: stop the run's processes
     if spec["gpus"] == 0:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""  # no GPUs asked for: none used, even if the node shows some
-    options = EnvOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec["env_options"].items()})
-    index = IndexOptions(**{k: tuple(v) if isinstance(v, list) else v for k, v in spec["index"].items()})
-    runner = Runner(store=_JobStore(folder / "store"),
-                    envs=EnvManager(Path(spec["cache_dir"]), options, index, log=lambda s: progress("env", s)),
-                    gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=progress, rerun=True)
+    from .session import make_runner
+
+    runner = make_runner(_JobStore(folder / "store"), Path(spec["cache_dir"]),
+                         EnvOptions.from_json(spec["env_options"]), IndexOptions.from_json(spec["index"]),
+                         progress, rerun=True)
     case = runner.effective(Case.from_json(spec["case"]))
-    record = runner.run_here(case, _point_from_json(spec["point"]), spec["attempt"])
+    record = runner.run_here(case, Point.from_json(spec["point"]), spec["attempt"])
     tmp = folder / f"{RESULT}.tmp"
     tmp.write_text(json.dumps({"run_id": record.id, "host": socket.gethostname()}))
     tmp.rename(folder / RESULT)
@@ -281,7 +259,7 @@ def _import(runner: Runner, case: Case, point: Point, attempt: int, folder: Path
             state: JobState) -> RunRecord:
     """The job's run copied into the main store, or a SKIP saying what Slurm did to the job."""
     job_runs = _job_runs(folder)
-    done = job_runs[-1] if job_runs and job_runs[-1].status == "done" and (folder / RESULT).exists() else None
+    done = job_runs[-1] if job_runs and job_runs[-1].status is RunStatus.DONE and (folder / RESULT).exists() else None
     slurm = {"job": job_id, "state": state.state, "node": state.node, "folder": str(folder)}
     store = runner.store
     if done is not None:

@@ -1,4 +1,4 @@
-"""The SQLite store: runs, environment probes, bisections.  All SQL lives here.
+"""The SQLite store: runs, import checks, bisections.  All SQL lives here.
 
 One file, ``<store dir>/dsbisect.sqlite3``, in WAL mode.  A run row is written when the
 run starts (status ``running``, with the pid of the dsbisect process) and completed when
@@ -21,8 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from .matrix import Point
-from .outcome import Outcome
+from .model import ImportCheck, Outcome, Point, RunStatus
 
 SCHEMA = [
     # 1
@@ -72,6 +71,10 @@ SCHEMA = [
         updated REAL NOT NULL
     );
     """,
+    # 2: "probe" means only the search's question now; the table of import checks says so
+    """
+    ALTER TABLE probes RENAME TO import_checks;
+    """,
 ]
 
 
@@ -84,7 +87,7 @@ class RunRecord:
     point_key: str
     env_key: str | None
     attempt: int
-    status: str  # running | done | interrupted
+    status: RunStatus
     outcome: Outcome | None
     exit_code: int | None
     seconds: float | None
@@ -95,13 +98,6 @@ class RunRecord:
     evidence: dict
     facts: dict
     host: str | None
-
-
-@dataclass(frozen=True)
-class Probe:
-    ok: bool
-    reason: str
-    facts: dict
 
 
 @dataclass(frozen=True)
@@ -204,25 +200,21 @@ class Store:
         if case_names:
             out = [r for r in out if r.case_name in case_names]
         if not include_unfinished:
-            out = [r for r in out if r.status == "done"]
+            out = [r for r in out if r.status is RunStatus.DONE]
         return out
 
-    def delete_runs(self, case_key: str, point_key: str) -> int:
-        with self._tx() as db:
-            cur = db.execute("DELETE FROM runs WHERE case_key=? AND point_key=?", (case_key, point_key))
-            return cur.rowcount
+    # ----------------------------------------------------------- import checks
 
-    # ------------------------------------------------------------------ probes
+    def import_check(self, env_key: str, key: tuple[str, ...]) -> ImportCheck | None:
+        rows = self._all("SELECT * FROM import_checks WHERE env_key=? AND compat=?", (env_key, ",".join(key)))
+        return ImportCheck(bool(rows[0]["ok"]), rows[0]["reason"], json.loads(rows[0]["facts"])) if rows else None
 
-    def probe(self, env_key: str, compat: tuple[str, ...]) -> Probe | None:
-        rows = self._all("SELECT * FROM probes WHERE env_key=? AND compat=?", (env_key, ",".join(compat)))
-        return Probe(bool(rows[0]["ok"]), rows[0]["reason"], json.loads(rows[0]["facts"])) if rows else None
-
-    def put_probe(self, env_key: str, compat: tuple[str, ...], probe: Probe) -> None:
+    def put_import_check(self, env_key: str, key: tuple[str, ...], check: ImportCheck) -> None:
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO probes (env_key, compat, ok, reason, facts, created) VALUES (?,?,?,?,?,?)",
-                (env_key, ",".join(compat), int(probe.ok), probe.reason, json.dumps(probe.facts), time.time()),
+                "INSERT OR REPLACE INTO import_checks (env_key, compat, ok, reason, facts, created)"
+                " VALUES (?,?,?,?,?,?)",
+                (env_key, ",".join(key), int(check.ok), check.reason, json.dumps(check.facts), time.time()),
             )
 
     # -------------------------------------------------------------- bisections
@@ -230,9 +222,6 @@ class Store:
     def bisection(self, key: str) -> BisectionRecord | None:
         rows = self._all("SELECT * FROM bisections WHERE key=?", (key,))
         return _bisection(rows[0]) if rows else None
-
-    def bisections(self) -> list[BisectionRecord]:
-        return [_bisection(r) for r in self._all("SELECT * FROM bisections ORDER BY id")]
 
     def save_bisection(self, key: str, package: str, good: str, bad: str, params: dict,
                        status: str, result: dict) -> int:
@@ -249,9 +238,9 @@ class Store:
 
 
 def _run(row: sqlite3.Row) -> RunRecord:
-    status = row["status"]
-    if status == "running" and not _alive(row["pid"], row["host"], row["started"]):
-        status = "interrupted"
+    status = RunStatus(row["status"])
+    if status is RunStatus.RUNNING and not _writer_alive(row["pid"], row["host"], row["started"]):
+        status = RunStatus.INTERRUPTED
     return RunRecord(
         id=row["id"],
         case_name=row["case_name"],
@@ -274,7 +263,7 @@ def _run(row: sqlite3.Row) -> RunRecord:
     )
 
 
-def _alive(pid: int | None, host: str | None, started: float) -> bool:
+def _writer_alive(pid: int | None, host: str | None, started: float) -> bool:
     """Is the dsbisect process that wrote a ``running`` row still at work?"""
     if host != socket.gethostname():
         return True  # another machine's run (a shared store): trust its row

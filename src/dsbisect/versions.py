@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from packaging.requirements import Requirement
 from packaging.utils import (
     InvalidSdistFilename,
     InvalidWheelFilename,
@@ -21,9 +22,8 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from .envs import IndexOptions
 from .errors import InputError, RangeError
-from .matrix import Case
+from .model import Case, IndexOptions
 
 PYPI = "https://pypi.org/simple/"
 
@@ -53,6 +53,14 @@ def releases(package: str, index: IndexOptions) -> list[Release]:
                 if prev is None or (prev.yanked and not rel.yanked):
                     found[rel.version] = rel
     return [found[v] for v in sorted(found)]
+
+
+def listed(package: str, index: IndexOptions, pre: bool = False) -> list[Version]:
+    """Every release a bisection could use (not yanked; final unless ``pre``), oldest first."""
+    rels = [r.version for r in releases(package, index) if not r.yanked and (pre or not r.version.is_prerelease)]
+    if not rels:
+        raise InputError(f"{package}: no releases found on {_where(index)}")
+    return rels
 
 
 def candidates(package: str, good: str, bad: str, index: IndexOptions, pre: bool = False) -> list[Version]:
@@ -110,18 +118,38 @@ def _wheelhouse(folder: Path, name: str) -> list[Release]:
     if not folder.is_dir():
         return out
     for f in folder.iterdir():
-        try:
-            if f.name.endswith(".whl"):
-                n, v, _, _ = parse_wheel_filename(f.name)
-            elif f.name.endswith((".tar.gz", ".zip")):
-                n, v = parse_sdist_filename(f.name)
-            else:
-                continue
-        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
-            continue
-        if n == name:
-            out.append(Release(Version(str(v)), False, str(folder)))
+        parsed = dist_file(f.name)
+        if parsed and parsed[0] == name:
+            out.append(Release(parsed[1], False, str(folder)))
     return out
+
+
+def dist_file(filename: str) -> tuple[str, Version] | None:
+    """(canonical name, version) of a wheel or sdist file name; None for anything else."""
+    try:
+        if filename.endswith(".whl"):
+            n, v, _, _ = parse_wheel_filename(filename)
+        elif filename.endswith((".tar.gz", ".zip")):
+            n, v = parse_sdist_filename(filename)
+        else:
+            return None
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return None
+    return n, Version(str(v))
+
+
+def file_is(filename: str, name: str, version: str) -> bool:
+    """Is ``filename`` a wheel or sdist of ``name==version``?"""
+    parsed = dist_file(filename)
+    return parsed is not None and parsed[0] == canonicalize_name(name) and str(parsed[1]) == str(version)
+
+
+def exact_version(req: Requirement) -> str | None:
+    """The version of a ``name==X`` requirement (None for ranges and wildcards)."""
+    specs = list(req.specifier)
+    if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
+        return specs[0].version
+    return None
 
 
 @lru_cache(maxsize=64)

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsbisect.bisect import Side, linear, max_probes, next_probes, search
+from dsbisect.search import Side, linear, max_probes, next_probes, search
 
 O, N, S = Side.OLD, Side.NEW, Side.SKIP
 

@@ -1,0 +1,210 @@
+"""The base environment point venvs are made from, and what a venv borrows from it.
+
+- ``inspect_base``: the interpreter's version, site-packages and distributions.
+- *Layering*: a ``.pth`` that ``site.addsitedir``s the base's site-packages after the
+  venv's own, so the cluster's CUDA torch is reused.
+- *Stubs*: uv cannot see packages outside the venv, so a layered venv holds stub
+  dist-infos of the base's distributions (METADATA and entry points, empty RECORD): uv
+  resolves against what is really importable and installs a shadowing copy of what does
+  not satisfy a pin.
+- The start-up hook (``_hook/dsbisect_hook.py``) that every point venv carries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from . import proc
+from .errors import EnvBuildError, InputError
+from .model import digest
+
+STUB_INSTALLER = "dsbisect-base"
+STUB_FILES = ("METADATA", "entry_points.txt", "top_level.txt")
+
+_BASE_QUERY = r"""
+import importlib.metadata as md, json, os, site, sys, sysconfig
+dirs = []
+for d in list(site.getsitepackages()) + [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]:
+    if d not in dirs and os.path.isdir(d):
+        dirs.append(d)
+dists, seen = [], set()
+for d in md.distributions():
+    name = d.metadata["Name"]
+    path = getattr(d, "_path", None)
+    if not name or name.lower() in seen or path is None:
+        continue
+    seen.add(name.lower())
+    dists.append([name, d.version, str(path)])
+print(json.dumps({"version": "%d.%d.%d" % sys.version_info[:3], "executable": sys.executable,
+                  "prefix": sys.prefix, "site": dirs, "dists": dists}))
+"""
+
+
+@dataclass(frozen=True)
+class Base:
+    """The interpreter (and, when layered, the environment) point venvs are made from."""
+
+    python: str
+    version: str
+    site_dirs: tuple[str, ...]
+    dists: tuple[tuple[str, str, str], ...]  # name, version, dist-info path
+
+    @property
+    def digest(self) -> str:
+        listing = sorted(f"{canonicalize_name(n)}=={v}" for n, v, _ in self.dists)
+        return digest({"python": self.python, "site": list(self.site_dirs), "dists": listing})
+
+    def version_of(self, name: str) -> str | None:
+        for n, v, _ in self.dists:
+            if canonicalize_name(n) == canonicalize_name(name):
+                return v
+        return None
+
+    def metadata(self) -> Iterator[tuple[str, str, dict[str, str]]]:
+        """(name, version, {file: text}) of each distribution, for stubs."""
+        for name, version, path in self.dists:
+            files = dist_files(Path(path))
+            if files:
+                yield name, version, files
+
+
+def find_python(python: str | None) -> str:
+    """The interpreter ``--python`` names (default: dsbisect's own), or an InputError."""
+    exe = python or sys.executable
+    found = shutil.which(exe) if os.path.sep not in exe else exe
+    if not found or not Path(found).exists():
+        raise InputError(f"python interpreter {exe!r} not found")
+    return found
+
+
+def inspect_base(python: str | None) -> Base:
+    found = find_python(python)
+    done = proc.run([found, "-c", _BASE_QUERY], env=proc.clean_env())
+    if not done.ok:
+        raise InputError(f"cannot inspect {found}: {done.last_line()}")
+    data = json.loads(done.stdout)
+    return Base(python=data["executable"], version=data["version"], site_dirs=tuple(data["site"]),
+                dists=tuple(tuple(d) for d in data["dists"]))
+
+
+# ------------------------------------------------------------------- a venv's site
+
+
+def site_packages(venv: Path) -> Path:
+    found = list((venv / "lib").glob("python3*/site-packages"))
+    if not found:
+        raise EnvBuildError(f"{venv} has no site-packages")
+    return found[0]
+
+
+def write_layer(site_dir: Path, base_dirs: Iterable[str]) -> None:
+    lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in base_dirs)
+    (site_dir / "_dsbisect_base.pth").write_text(lines)
+
+
+def dist_files(info: Path) -> dict[str, str]:
+    """The metadata files a stub keeps: METADATA (or PKG-INFO) and the entry points.
+
+    Entry points matter: setuptools finds its commands, pytest its plugins and torch its
+    backends through them, and a stub is what importlib.metadata finds first.
+    """
+    files = {}
+    meta = info / "METADATA" if (info / "METADATA").is_file() else info / "PKG-INFO"
+    if not meta.is_file():
+        return files
+    files["METADATA"] = meta.read_text(errors="replace")
+    for name in STUB_FILES[1:]:
+        if (info / name).is_file():
+            files[name] = (info / name).read_text(errors="replace")
+    return files
+
+
+def dists_in(site_dirs: Iterable[str]) -> Iterator[tuple[str, str, dict[str, str]]]:
+    """(name, version, {file: text}) of the distributions installed in ``site_dirs``, first wins."""
+    seen = set()
+    for d in site_dirs:
+        for info in sorted(Path(d).glob("*.dist-info")):
+            files = dist_files(info)
+            if not files:
+                continue
+            name, version = name_version(files["METADATA"])
+            if name and canonicalize_name(name) not in seen:
+                seen.add(canonicalize_name(name))
+                yield name, version, files
+
+
+def write_stubs(site_dir: Path, items: Iterable[tuple[str, str, str | dict[str, str]]]) -> dict[str, str]:
+    """Write stub dist-infos: (name, version, METADATA text or {file: text}) each.
+    Returns {canonical name: version} of the stubs."""
+    stubs: dict[str, str] = {}
+    for name, version, content in items:
+        files = {"METADATA": content} if isinstance(content, str) else content
+        info = f"{name.replace('-', '_')}-{version}.dist-info"
+        d = site_dir / info
+        d.mkdir(exist_ok=True)
+        for fname, text in files.items():
+            (d / fname).write_text(text)
+        (d / "INSTALLER").write_text(STUB_INSTALLER + "\n")
+        listed = [*files, "INSTALLER", "RECORD"]
+        (d / "RECORD").write_text("".join(f"{info}/{f},,\n" for f in listed))
+        stubs[canonicalize_name(name)] = version
+    return stubs
+
+
+def inventory(site_dir: Path, stubs: dict[str, str]) -> tuple[list[list[str]], list[list[str]]]:
+    """What the venv itself holds ([name, version]), and which base packages it shadows
+    ([name, base version, point version])."""
+    installed, shadowed = [], []
+    for info in sorted(site_dir.glob("*.dist-info")):
+        installer = info / "INSTALLER"
+        if installer.is_file() and installer.read_text().strip() == STUB_INSTALLER:
+            continue
+        meta = info / "METADATA"
+        if not meta.is_file():
+            continue
+        name, version = name_version(meta.read_text(errors="replace"))
+        installed.append([name, version])
+        base_version = stubs.get(canonicalize_name(name))
+        if base_version and base_version != version:
+            shadowed.append([name, base_version, version])
+    return installed, shadowed
+
+
+def name_version(metadata: str) -> tuple[str, str]:
+    name = version = ""
+    for line in metadata.splitlines():
+        if line.startswith("Name:") and not name:
+            name = line.split(":", 1)[1].strip()
+        elif line.startswith("Version:") and not version:
+            version = line.split(":", 1)[1].strip()
+        if not line.strip():
+            break
+    return name, version
+
+
+# ------------------------------------------------------------------------ the hook
+
+
+def hook_source() -> str:
+    return resources.files("dsbisect").joinpath("_hook/dsbisect_hook.py").read_text()
+
+
+def install_hook(venv: Path) -> None:
+    """(Re)write dsbisect's start-up hook into the venv; cheap, and keeps old envs current."""
+    site_dir = site_packages(venv)
+    src = hook_source()
+    target = site_dir / "dsbisect_hook.py"
+    if not target.is_file() or target.read_text() != src:
+        target.write_text(src)
+    pth = site_dir / "dsbisect_hook.pth"
+    if not pth.is_file():
+        pth.write_text("import dsbisect_hook\n")

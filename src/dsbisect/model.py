@@ -1,0 +1,416 @@
+"""The values every module shares: frozen dataclasses and enums.  No I/O, no pydantic.
+
+``matrix`` builds ``Case``s and ``Point``s from matrix.yaml (or the command line);
+everything after it passes these around.  Closed sets are enums; a key (of a point, a
+case, a venv) is ``digest`` of a JSON-able description, computed one way everywhere.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+
+def digest(obj: object) -> str:
+    """The 16-hex-digit key of a JSON-able value (sorted keys, compact separators)."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------- closed sets
+
+
+class Outcome(enum.Enum):
+    """What one run did."""
+
+    PASS = "pass"
+    FAIL = "fail"
+    HANG = "hang"
+    SKIP = "skip"  # could not be tested: env build, import, not enough GPUs, exit 125
+
+
+class Verdict(enum.Enum):
+    """What one run (or one point's runs) means for a bisection."""
+
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+
+
+class RegressOn(enum.Enum):
+    HANG = "hang"
+    FAIL = "fail"
+    ANY = "any"
+
+
+class Accelerator(str, enum.Enum):
+    CPU = "cpu"
+    CUDA = "cuda"
+    AUTO = "auto"  # cuda when the machine has nproc GPUs
+
+
+class Launcher(str, enum.Enum):
+    DEEPSPEED = "deepspeed"
+    TORCHRUN = "torchrun"
+
+
+class LauncherBackend(str, enum.Enum):
+    """The deepspeed launcher's multi-node back ends (its ``--launcher``)."""
+
+    PDSH = "pdsh"
+    OPENMPI = "openmpi"
+    MVAPICH = "mvapich"
+    MPICH = "mpich"
+    IMPI = "impi"
+    SLURM = "slurm"
+
+
+class BaseMode(str, enum.Enum):
+    """How point venvs relate to the environment they are made from."""
+
+    AUTO = "auto"  # layered when that python has torch
+    LAYERED = "layered"
+    ISOLATED = "isolated"
+
+
+class RunStatus(enum.Enum):
+    RUNNING = "running"
+    DONE = "done"
+    INTERRUPTED = "interrupted"
+
+
+class Stage(enum.Enum):
+    """Where in a bisection a point was tested."""
+
+    RELEASE = "release"
+    COMMIT = "commit"
+    CONFIRM = "confirm"
+
+
+class Mode(enum.Enum):
+    """What a bisection looks for."""
+
+    REGRESSION = "regression"  # the first bad release after a good one
+    FIND_FIX = "find-fix"  # the first good release after a bad one
+
+
+class Answer(enum.Enum):
+    """A bisection's verdict; it also decides the exit code."""
+
+    FOUND = "found"
+    AMBIGUOUS = "ambiguous"  # untestable points leave several candidates
+    NOT_REPRODUCED = "not-reproduced"  # the bad (or fixed) end does not behave as declared
+    GOOD_END_BAD = "good-end-bad"  # the good (or broken) end does not behave as declared
+    UNTESTABLE = "untestable"  # an end could not be tested at all
+    UNCONFIRMED = "unconfirmed"  # --confirm runs disagreed with the answer
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self in (Answer.FOUND, Answer.AMBIGUOUS) else 1
+
+
+# ------------------------------------------------------------------------ points
+
+
+@dataclass(frozen=True)
+class GitSource:
+    """A package installed from one commit of a local clone instead of a release."""
+
+    package: str
+    repo: str
+    commit: str
+    describe: str = ""
+    subject: str = ""
+
+    @property
+    def short(self) -> str:
+        return self.commit[:10]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One set of versions to test: the moving packages plus the pins held fixed."""
+
+    versions: tuple[tuple[str, str], ...]
+    pins: tuple[str, ...] = ()
+    source: GitSource | None = None
+
+    def requirements(self) -> tuple[str, ...]:
+        moved = {canonicalize_name(n) for n, _ in self.versions}
+        if self.source:
+            moved.add(canonicalize_name(self.source.package))
+        held = tuple(p for p in self.pins if canonicalize_name(Requirement(p).name) not in moved)
+        exact = tuple(f"{n}=={v}" for n, v in self.versions if not self._is_source(n))
+        return held + exact
+
+    @property
+    def label(self) -> str:
+        parts = [f"{n} {v}" for n, v in self.versions if not self._is_source(n)]
+        if self.source:
+            parts.insert(0, f"{self.source.package} @{self.source.short}")
+        return ", ".join(parts) or "(no versions)"
+
+    def _is_source(self, name: str) -> bool:
+        return bool(self.source) and canonicalize_name(name) == canonicalize_name(self.source.package)
+
+    def version_of(self, package: str) -> str | None:
+        for n, v in self.versions:
+            if canonicalize_name(n) == canonicalize_name(package):
+                return v
+        return None
+
+    def to_json(self, with_repo: bool = False) -> dict:
+        """JSON for the store (without the clone's path: a point is the same from any clone)
+        or, ``with_repo``, for a Slurm job that must build the commit."""
+        out: dict = {"versions": [list(v) for v in self.versions], "pins": list(self.pins)}
+        if self.source:
+            src = self.source
+            out["source"] = {"package": src.package, "commit": src.commit, "describe": src.describe,
+                             "subject": src.subject} | ({"repo": src.repo} if with_repo else {})
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict) -> Point:
+        src = data.get("source")
+        return cls(
+            versions=tuple((n, v) for n, v in data["versions"]),
+            pins=tuple(data.get("pins", ())),
+            source=GitSource(**({"repo": ""} | src)) if src else None,
+        )
+
+    @property
+    def key(self) -> str:
+        """Identity of what gets installed: the full requirement set and the commit, if any.
+
+        A point of a matrix grid and the same point reached by a bisection (where some of
+        its versions are ``--pin``s) share a key, so their runs are reused across commands.
+        """
+        reqs = sorted(str(Requirement(r)) for r in self.requirements())
+        return digest({"requirements": reqs, "source": self.source.commit if self.source else None})
+
+
+# ------------------------------------------------------------------------- cases
+
+
+@dataclass(frozen=True)
+class GpuOverride:
+    """Case settings that apply when the GPU's name contains ``match`` (e.g. "H200")."""
+
+    match: str
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """Per-case Slurm job settings (``slurm:`` in matrix.yaml); the CLI's options win."""
+
+    partition: str | None = None
+    time: int | None = None  # minutes
+    gpus: int | None = None  # per node
+    args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Nodes:
+    """Multi-node settings, passed to the deepspeed launcher (nproc is then ranks per node)."""
+
+    hostfile: Path | None = None
+    hostfile_digest: str | None = None  # of the hostfile's content when the case was made
+    num_nodes: int | None = None
+    backend: LauncherBackend | None = None
+    master_addr: str | None = None
+    include: str | None = None
+    exclude: str | None = None
+
+    @property
+    def multi(self) -> bool:
+        """True when the launcher's hostfile mode is in use (the run spans hosts or slots it names)."""
+        return self.hostfile is not None or bool(self.include or self.exclude)
+
+    def key_fields(self) -> dict:
+        fields = {"hostfile": str(self.hostfile) if self.hostfile else None, "num_nodes": self.num_nodes,
+                  "launcher_backend": self.backend.value if self.backend else None,
+                  "master_addr": self.master_addr, "include": self.include, "exclude": self.exclude}
+        return {k: v for k, v in fields.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A repro and how to run it: script, ranks, launcher, timeouts, environment, points."""
+
+    name: str
+    script: Path
+    script_digest: str  # of the script's content when the case was made (see matrix.file_digest)
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    nproc: int = 2
+    accelerator: Accelerator = Accelerator.AUTO
+    timeout: float = 1800.0
+    collective_timeout: float = 60.0
+    idle_timeout: float | None = None
+    launcher: Launcher = Launcher.DEEPSPEED
+    launcher_args: tuple[str, ...] = ()
+    compat: tuple[str, ...] = ()
+    pins: tuple[str, ...] = ()
+    points: tuple[Point, ...] = ()
+    gpu_overrides: tuple[GpuOverride, ...] = ()
+    nodes: Nodes = Nodes()
+    slurm: SlurmSettings = SlurmSettings()
+
+    def for_gpu(self, gpu_name: str | None) -> Case:
+        """The case with the overrides for this GPU model applied (calibration)."""
+        for o in self.gpu_overrides:
+            if gpu_name and o.match.lower() in gpu_name.lower():
+                return replace(self, args=self.args + o.args, env=self.env + o.env)
+        return self
+
+    def with_timeouts(self, timeout: float | None = None, collective: float | None = None,
+                      idle: float | None = None) -> Case:
+        """The case with the command line's timeouts, where given."""
+        changes = {k: v for k, v in (("timeout", timeout), ("collective_timeout", collective),
+                                     ("idle_timeout", idle)) if v is not None}
+        return replace(self, **changes) if changes else self
+
+    @property
+    def key(self) -> str:
+        """What makes two runs of this case comparable: script content and settings."""
+        fields = {
+            "script": self.script_digest,
+            "args": list(self.args),
+            "env": [list(e) for e in self.env],
+            "nproc": self.nproc,
+            "accelerator": self.accelerator.value,
+            "timeout": self.timeout,
+            "collective_timeout": self.collective_timeout,
+            "idle_timeout": self.idle_timeout,
+            "launcher": self.launcher.value,
+            "launcher_args": list(self.launcher_args),
+            "compat": list(self.compat),
+        }
+        nodes = self.nodes.key_fields()
+        if nodes:  # only then, so that single-node keys (and their recorded runs) stay as they were
+            fields["multinode"] = nodes | {"hostfile": self.nodes.hostfile_digest if self.nodes.hostfile else None}
+        return digest(fields)
+
+    def to_json(self) -> dict:
+        """Everything but the points (a Slurm job gets its one point apart)."""
+        n = self.nodes
+        return {
+            "name": self.name, "script": str(self.script), "script_digest": self.script_digest,
+            "args": list(self.args), "env": [list(e) for e in self.env], "nproc": self.nproc,
+            "accelerator": self.accelerator.value, "timeout": self.timeout,
+            "collective_timeout": self.collective_timeout, "idle_timeout": self.idle_timeout,
+            "launcher": self.launcher.value, "launcher_args": list(self.launcher_args),
+            "compat": list(self.compat), "pins": list(self.pins),
+            "gpu_overrides": [{"match": o.match, "args": list(o.args), "env": [list(e) for e in o.env]}
+                              for o in self.gpu_overrides],
+            "nodes": {"hostfile": str(n.hostfile) if n.hostfile else None, "hostfile_digest": n.hostfile_digest,
+                      "num_nodes": n.num_nodes, "backend": n.backend.value if n.backend else None,
+                      "master_addr": n.master_addr, "include": n.include, "exclude": n.exclude},
+            "slurm": {"partition": self.slurm.partition, "time": self.slurm.time, "gpus": self.slurm.gpus,
+                      "args": list(self.slurm.args)},
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> Case:
+        n = d["nodes"]
+        return cls(
+            name=d["name"], script=Path(d["script"]), script_digest=d["script_digest"], args=tuple(d["args"]),
+            env=_pairs(d["env"]), nproc=d["nproc"], accelerator=Accelerator(d["accelerator"]),
+            timeout=d["timeout"], collective_timeout=d["collective_timeout"], idle_timeout=d["idle_timeout"],
+            launcher=Launcher(d["launcher"]), launcher_args=tuple(d["launcher_args"]),
+            compat=tuple(d["compat"]), pins=tuple(d["pins"]),
+            gpu_overrides=tuple(GpuOverride(o["match"], tuple(o["args"]), _pairs(o["env"]))
+                                for o in d["gpu_overrides"]),
+            nodes=Nodes(hostfile=Path(n["hostfile"]) if n["hostfile"] else None,
+                        hostfile_digest=n["hostfile_digest"], num_nodes=n["num_nodes"],
+                        backend=LauncherBackend(n["backend"]) if n["backend"] else None,
+                        master_addr=n["master_addr"], include=n["include"], exclude=n["exclude"]),
+            slurm=SlurmSettings(**{**d["slurm"], "args": tuple(d["slurm"]["args"])}),
+        )
+
+
+def _pairs(items) -> tuple[tuple[str, str], ...]:
+    return tuple((k, v) for k, v in items)
+
+
+@dataclass(frozen=True)
+class ImportCheck:
+    """Whether a point venv imports the point's packages, and what it holds (versions, CUDA...)."""
+
+    ok: bool
+    reason: str
+    facts: dict
+
+
+# ------------------------------------------------------------------ environments
+
+DEFAULT_BUILD_PINS = ("setuptools<75", "wheel", "pip")
+
+
+@dataclass(frozen=True)
+class EnvOptions:
+    """How point venvs are built; from matrix ``defaults`` and the CLI."""
+
+    python: str | None = None
+    base: BaseMode = BaseMode.AUTO
+    build_pins: tuple[str, ...] = DEFAULT_BUILD_PINS
+    build_with_torch: tuple[str, ...] = ("deepspeed",)
+
+    def to_json(self) -> dict:
+        return {"python": self.python, "base": self.base.value, "build_pins": list(self.build_pins),
+                "build_with_torch": list(self.build_with_torch)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> EnvOptions:
+        return cls(d["python"], BaseMode(d["base"]), tuple(d["build_pins"]), tuple(d["build_with_torch"]))
+
+
+@dataclass(frozen=True)
+class IndexOptions:
+    """Where packages come from: ``--offline``, ``--find-links``, ``--index-url``."""
+
+    offline: bool = False
+    find_links: tuple[str, ...] = ()
+    index_url: str | None = None
+    extra_index_urls: tuple[str, ...] = ()
+
+    def uv_args(self) -> list[str]:
+        args: list[str] = []
+        if self.offline:
+            args += ["--offline", "--no-index"]
+        else:
+            if self.index_url:
+                args += ["--index-url", self.index_url]
+            for url in self.extra_index_urls:
+                args += ["--extra-index-url", url]
+        for d in self.find_links:
+            args += ["--find-links", d]
+        return args
+
+    def pip_args(self) -> list[str]:
+        args: list[str] = []
+        if self.offline:
+            args.append("--no-index")
+        elif self.index_url:
+            args += ["--index-url", self.index_url]
+        for url in () if self.offline else self.extra_index_urls:
+            args += ["--extra-index-url", url]
+        for d in self.find_links:
+            args += ["--find-links", d]
+        return args
+
+    def to_json(self) -> dict:
+        return {"offline": self.offline, "find_links": list(self.find_links), "index_url": self.index_url,
+                "extra_index_urls": list(self.extra_index_urls)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> IndexOptions:
+        return cls(d["offline"], tuple(d["find_links"]), d["index_url"], tuple(d["extra_index_urls"]))

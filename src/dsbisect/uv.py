@@ -1,0 +1,81 @@
+"""uv, as dsbisect runs it: venvs and installs with one cache and a clean environment.
+
+``Uv`` is the only thing that runs uv.  Its child environment has no ``VIRTUAL_ENV``,
+``UV_NO_PROGRESS=1``, and ``UV_CACHE_DIR`` on the env root's filesystem (so uv can link
+files instead of copying them).  A failure is an ``EnvBuildError`` carrying uv's reason.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import proc
+from .errors import EnvBuildError
+from .model import IndexOptions
+
+
+def uv_bin() -> str:
+    try:
+        from uv import find_uv_bin
+
+        return find_uv_bin()
+    except (ImportError, FileNotFoundError):
+        found = shutil.which("uv")
+        if not found:
+            raise EnvBuildError("the uv binary was not found (pip install uv)") from None
+        return found
+
+
+@dataclass(frozen=True)
+class Uv:
+    cache: Path
+    index: IndexOptions = IndexOptions()
+
+    def run(self, args: Sequence[str]) -> str:
+        """uv ``args``; what it printed (it reports what it would do on stderr)."""
+        env = proc.clean_env({"UV_NO_PROGRESS": "1", "UV_CACHE_DIR": str(self.cache), "DS_BUILD_OPS": "0"})
+        done = proc.run([uv_bin(), *args], env=env)
+        if not done.ok:
+            raise EnvBuildError(reason(done.stderr or done.stdout or done.error))
+        return done.output
+
+    def venv(self, path: Path, python: str) -> None:
+        self.run(["venv", "--quiet", "--relocatable", "--python", python, str(path)])
+
+    def install(self, venv: Path, reqs: Sequence[str], hold: Sequence[str] = (),
+                extra_links: Sequence[str] = (), no_deps: bool = False) -> None:
+        """Install ``reqs`` into ``venv`` from the index options; ``hold`` are constraints."""
+        args = ["pip", "install", "--python", str(venv / "bin" / "python"), *self.index.uv_args()]
+        for d in extra_links:
+            args += ["--find-links", d]
+        if no_deps:
+            args.append("--no-deps")
+        if hold:
+            cfile = venv / "dsbisect-hold.txt"
+            cfile.write_text("\n".join(hold) + "\n")
+            args += ["--constraint", str(cfile)]
+        self.run(args + list(reqs))
+
+    def dry_run(self, venv: Path, reqs: Sequence[str], hold: Sequence[str] = (),
+                extra: Sequence[str] = ()) -> str:
+        """What ``uv pip install`` would install into ``venv`` (its plan, as printed)."""
+        args = ["pip", "install", "--dry-run", "--python", str(venv / "bin" / "python"), *extra,
+                *self.index.uv_args()]
+        if hold:
+            cfile = venv / "dsbisect-hold.txt"
+            cfile.write_text("\n".join(hold) + "\n")
+            args += ["--constraint", str(cfile)]
+        return self.run(args + list(reqs))
+
+
+def reason(text: str) -> str:
+    """The informative part of a resolver's or builder's error output, on one line."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    keep = [ln for ln in lines if not ln.startswith(("hint:", "Using Python", "warning:"))]
+    for i, ln in enumerate(keep):
+        if ln.startswith(("×", "error:", "ERROR:")) or "No solution" in ln or "not found" in ln:
+            return " ".join(keep[i : i + 4])[:600]
+    return " ".join(keep[-3:])[:600] or "no output"
