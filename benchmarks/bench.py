@@ -42,8 +42,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 import toypkg  # noqa: E402
 
 from dsbisect import facts  # noqa: E402
-from dsbisect.envs import EnvManager, IndexOptions, _du  # noqa: E402
-from dsbisect.matrix import EnvOptions, Point  # noqa: E402
+from dsbisect.cache import MARKER, disk_usage  # noqa: E402
+from dsbisect.envs import EnvManager  # noqa: E402
+from dsbisect.model import BaseMode, EnvOptions, IndexOptions, Point  # noqa: E402
 
 PY = sys.executable
 DSBISECT = [PY, "-m", "dsbisect"]
@@ -89,17 +90,17 @@ def bench_env(work: Path) -> None:
     for mode, idx, p in (("layered", idx_l, point), ("isolated", idx_f, iso)):
         root = work / f"root-{mode}"
         os.environ["UV_CACHE_DIR"] = str(root / "uv")  # empty: cold
-        mgr = EnvManager(root, EnvOptions(base=mode), idx)
+        mgr = EnvManager(root, EnvOptions(base=BaseMode(mode)), idx)
         cold, env = timed(mgr.ensure, p)
         shutil.rmtree(env.path)
-        mgr2 = EnvManager(root, EnvOptions(base=mode), idx)  # same uv cache, no venv: warm build
+        mgr2 = EnvManager(root, EnvOptions(base=BaseMode(mode)), idx)  # same uv cache, no venv: warm build
         warm, env = timed(mgr2.ensure, p)
         reuse, _ = timed(mgr2.ensure, p)
-        results[mode] = (cold, warm, reuse, _du(env.path))
+        results[mode] = (cold, warm, reuse, disk_usage(env.path))
         if mode == "layered":
-            before = _du(root)
+            before = disk_usage(root)
             extra, _ = timed(mgr2.ensure, point2)
-            results["extra"] = (_du(root) - before, extra)
+            results["extra"] = (disk_usage(root) - before, extra)
         del os.environ["UV_CACHE_DIR"]
     base_t, base_disk = _baseline_env(work, full_wh)
     lc, lw, lr, ld = results["layered"]
@@ -135,7 +136,7 @@ def _baseline_env(work: Path, wheelhouse: Path) -> tuple[float, int]:
     sh([PY, "-m", "venv", str(venv)], check=True)
     sh([str(venv / "bin" / "pip"), "install", "-q", "--no-index", "--find-links", str(wheelhouse),
         "torch==2.13.0", *ENV_PINS], check=True)
-    return time.perf_counter() - t0, _du(venv)
+    return time.perf_counter() - t0, disk_usage(venv)
 
 
 # ------------------------------------------------------------------ toy helpers
@@ -161,9 +162,7 @@ def _toy_project(work: Path, releases: dict[str, str], dist: str, collective: fl
 def _dsb(proj: Path, house: Path, cache: Path, *args: str, limit: float = 400) -> subprocess.CompletedProcess:
     """One dsbisect command; past ``limit`` it gets Ctrl-C, so that it stops its runs itself."""
     links = [a for d in GPU.get("links", ()) for a in ("--find-links", d)]
-    if GPU:
-        cache = cache.parent / "cache-gpu"  # one uv cache: the deepspeed layer is unpacked once
-    cmd = [*DSBISECT, *args, "--offline", "--find-links", str(house), *links, "--cache-dir", str(cache), "-q"]
+    cmd = [*DSBISECT, *args, "--offline", "--find-links", str(house), *links, "--cache-dir", str(_cache(cache)), "-q"]
     proc = subprocess.Popen(cmd, cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=limit)
@@ -175,6 +174,19 @@ def _dsb(proj: Path, house: Path, cache: Path, *args: str, limit: float = 400) -
     if res.returncode not in (0, 1):
         say(res.stdout[-2000:], res.stderr[-2000:])
     return res
+
+
+def _cache(cache: Path) -> Path:
+    """The env root a benchmark's dsbisect uses: on GPUs one for all (the deepspeed layer is unpacked once)."""
+    return cache.parent / "cache-gpu" if GPU else cache
+
+
+def _env_of(cache: Path, dist: str) -> Path:
+    """The point venv (under the env root of ``cache``) that holds ``dist``."""
+    for marker in sorted(_cache(cache).glob(f"envs/*/{MARKER}")):
+        if any(r.startswith(f"{dist}==") for r in json.loads(marker.read_text())["spec"]["requirements"]):
+            return marker.parent
+    raise SystemExit(f"no venv of {dist} under {_cache(cache)}")
 
 
 def _where() -> str:
@@ -190,7 +202,7 @@ def bench_launch(work: Path) -> None:
     cache = work / "cache-launch"
     _dsb(proj, house, cache, "run", "matrix.yaml")  # builds the venv, caches the import check
     ours, bare = [], []
-    env_dir = next((cache / "envs").glob("*/bin/python")).parent.parent
+    env_dir = _env_of(cache, "dsb-bench-launch")
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     if GPU:  # as a user would by hand: the same shims, the GPUs visible
         env = dict(os.environ, OMP_NUM_THREADS="1", DSBISECT_COMPAT=",".join(GPU["compat"]))
