@@ -7,6 +7,9 @@ variables are set, and it never raises.
 
 - ``DSBISECT_COMPAT=name,name``: compatibility shims for old releases on a new torch,
   applied right after the module they mend is imported.
+- ``DSBISECT_RUN_DIR`` (any process of a run): asks the kernel to kill this process when
+  its parent dies (``PR_SET_PDEATHSIG``), so that killing dsbisect (even with SIGKILL) takes
+  the launcher, and the launcher's death takes the ranks, with it.
 - ``DSBISECT_RUN_DIR`` (in a rank, i.e. with ``RANK`` set): registers faulthandler on
   ``DSBISECT_STACK_SIGNAL`` (default SIGUSR1) writing to
   ``<run dir>/stacks/rank<R>.pid<P>.txt``, so dsbisect can ask every rank for its Python
@@ -121,11 +124,26 @@ def _register_stack_dump(run_dir, rank):
 _keep = []
 
 
+def _die_with_parent():
+    """PR_SET_PDEATHSIG: SIGKILL this process when the thread that started it ends."""
+    import ctypes
+    import signal
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_PDEATHSIG = 1
+    if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+        return
+    if os.getppid() == 1:  # the parent died before the request took effect
+        os._exit(1)
+
+
 def _main():
     compat = [s for s in os.environ.get("DSBISECT_COMPAT", "").split(",") if s]
     if compat:
         _install_shims(compat)
     run_dir = os.environ.get("DSBISECT_RUN_DIR")
+    if run_dir and sys.platform.startswith("linux") and os.environ.get("DSBISECT_PDEATHSIG", "1") == "1":
+        _die_with_parent()
     rank = os.environ.get("RANK")
     if run_dir and rank is not None and os.path.isdir(run_dir):
         _register_stack_dump(run_dir, rank)
