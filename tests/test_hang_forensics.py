@@ -36,7 +36,8 @@ def _gone(pids) -> bool:
 def test_plain_hang_gets_every_ranks_stack(tmp_path, cli, sleep_house, cache_dir):
     run = _run(cli, tmp_path, sleep_house, cache_dir)
     assert run["outcome"] == "hang"
-    assert run["evidence"]["hang_detected_after_s"] < 5 + 15
+    # Ended by the 5 s collective timeout (gloo's own line), not by the 90 s wall timeout.
+    assert "Timed out waiting 5000ms" in run["reason"], run["reason"]
     stacks = Path(run["run_dir"]) / "stacks"
     rank1 = [p.read_text() for p in stacks.glob("pyspy.rank1.*.txt")]
     assert any("step (dsb_toy/__init__.py" in t for t in rank1), rank1  # asleep in the toy, no collective

@@ -44,9 +44,9 @@ def test_grid_matches_the_toy_releases(tmp_path, cli, grid_house, cache_dir):
     assert "dsb-nonexistent-dependency" in runs["dsb-grid 3.4.0"]["reason"]
 
     hang = runs["dsb-grid 3.1.0"]
-    # Detected within the collective timeout (5 s) plus slack, not after a 30-minute watchdog.
-    assert hang["evidence"]["hang_detected_after_s"] < 5 + 15
-    assert hang["seconds"] < 5 + 25
+    # Ended by the 5 s collective timeout (gloo's own line), not by the wall timeout or a
+    # 30-minute watchdog; how fast that is measured in benchmarks/, not asserted here.
+    assert "Timed out waiting 5000ms" in hang["reason"], hang["reason"]
     assert "all_reduce" in hang["signature"] and "rank 0" in hang["signature"]
     assert hang["evidence"]["pids"] and not live_pids(hang["evidence"]["pids"])
     assert hang["evidence"]["survivors"] == []

@@ -120,7 +120,7 @@ def test_slurm_grid_is_the_local_grid(tmp_path, cli, house, cache_dir, time_limi
     assert "dsb-nonexistent-dependency" in there["dsb-slurm 7.4.0"]["reason"]
     hang = there["dsb-slurm 7.1.0"]
     assert "all_reduce" in hang["signature"] and "rank 0" in hang["signature"]
-    assert hang["evidence"]["hang_detected_after_s"] < 5 + 15 and hang["evidence"]["survivors"] == []
+    assert "Timed out waiting 5000ms" in hang["reason"] and hang["evidence"]["survivors"] == []
     assert any("all_reduce" in p.read_text() for p in (Path(hang["run_dir"]) / "stacks").glob("*.txt"))
 
     # Recorded in the main store: a second run submits nothing for PASS/FAIL/HANG.
