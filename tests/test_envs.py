@@ -101,7 +101,8 @@ def test_prune_removes_envs(mgr, tmp_path):
     small = EnvManager(tmp_path / "c", index=mgr.index)
     small.ensure(Point(versions=(("dsb-env-toy", "2.0.0"),)))
     assert len(small.existing()) == 1
-    assert len(small.prune()) == 1 and small.existing() == []
+    removed, busy = small.prune()
+    assert len(removed) == 1 and busy == [] and small.existing() == []
 
 
 def test_stubs_keep_the_base_entry_points(mgr):

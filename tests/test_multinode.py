@@ -186,11 +186,22 @@ def step(dist):
 """
 
 
+# Each rank writes what it got of DSB_LITERAL (a value a shell would love to interpret).
+ENVDUMP = """
+def step(dist):
+    import os
+    path = os.path.join(os.environ["DSBISECT_RUN_DIR"], f"literal.rank{dist.get_rank()}")
+    with open(path, "w") as f:
+        f.write(os.environ.get("DSB_LITERAL", "<unset>"))
+"""
+
+
 @pytest.fixture(scope="module")
 def mn_house(tmp_path_factory, monkeypatch_module):
     monkeypatch_module.setitem(toypkg.STEP, "stubborn", STUBBORN)
-    return toypkg.build_wheelhouse(tmp_path_factory.mktemp("mn-wheels"), {"2.0.0": "ok", "2.1.0": "stubborn"},
-                                   dist="dsb-mn")
+    monkeypatch_module.setitem(toypkg.STEP, "envdump", ENVDUMP)
+    return toypkg.build_wheelhouse(tmp_path_factory.mktemp("mn-wheels"),
+                                   {"2.0.0": "ok", "2.1.0": "stubborn", "2.2.0": "envdump"}, dist="dsb-mn")
 
 
 @pytest.fixture(scope="module")
@@ -199,7 +210,7 @@ def monkeypatch_module():
         yield mp
 
 
-def _matrix(folder: Path, ssh_dir: Path, hosts: list[str], versions: list[str], timeout: float = 14) -> Path:
+def _matrix(folder: Path, ssh_dir: Path, hosts: list[str], versions: list[str], timeout: float = 30) -> Path:
     (folder / "hosts").write_text("".join(f"{h} slots=1\n" for h in hosts))
     return write_matrix(folder, versions, package="dsb-mn", collective_timeout=60, timeout=timeout, extra=f"""\
     nproc: 1
@@ -274,3 +285,24 @@ def test_a_node_without_the_venv_or_with_another_torch_is_a_skip(tmp_path, cli, 
         cli("run", "matrix.yaml", *common, cwd=tmp_path).stdout)["runs"][0]["reason"]
     # The check is cached per venv and hostfile: the third command asked no node again.
     assert len(calls.read_text().splitlines()) == 4
+
+
+@pytest.mark.slow
+def test_env_values_arrive_literally_on_every_node(tmp_path, cli, nodes, mn_house, cache_dir):
+    """DeepSpeed wraps exported values in double quotes for the remote shell: $( ), backticks and
+    $VAR would run there.  Every node must get the value as written, as the local node does."""
+    ssh_dir, _ = nodes
+    multinode.forget_checks()
+    literal = f"$(touch {tmp_path}/pwned1) `touch {tmp_path}/pwned2` \"dq\" 'sq' $HOME a  b\\c; echo ;"
+    _matrix(tmp_path, ssh_dir, ["node-a", "node-b"], ["2.2.0"])
+    matrix = tmp_path / "matrix.yaml"
+    quoted = json.dumps(literal)  # a YAML double-quoted string is JSON-compatible
+    matrix.write_text(matrix.read_text().replace('env: {OMP_NUM_THREADS: "1",', f'env: {{DSB_LITERAL: {quoted}, OMP_NUM_THREADS: "1",'))
+    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(mn_house), "--cache-dir", str(cache_dir),
+              "--format", "json", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    (run,) = json.loads(res.stdout)["runs"]
+    assert run["outcome"] == "pass", run["reason"]
+    got = [(Path(run["run_dir"]) / f"literal.rank{r}").read_text() for r in (0, 1)]
+    assert got == [literal, literal]
+    assert not list(tmp_path.glob("pwned*"))

@@ -18,7 +18,7 @@ FACTS = {"python": "3.12.3", "versions": {"torch": "2.11.0", "deepspeed": "0.12.
 
 def _record(st: Store, case: str, version: str, outcome: Outcome, **kw):
     point = Point(versions=(("deepspeed", version),))
-    rid = st.start_run(case, f"key-{case}", point, "env", kw.pop("attempt", 1), None)
+    rid = st.start_run(case, f"key-{case}", point, "env", kw.pop("attempt", 1))
     st.finish_run(rid, outcome, kw.pop("exit_code", None), kw.pop("seconds", 30.0), facts=FACTS, **kw)
     return st.run(rid)
 
@@ -58,7 +58,7 @@ def test_a_later_attempt_replaces_an_earlier_one_in_the_grid(tmp_path):
 def test_runs_before_hosts_were_recorded_say_so(tmp_path):
     st = Store(tmp_path)
     point = Point(versions=(("deepspeed", "0.12.4"),))
-    rid = st.start_run("seed", "k", point, "env", 1, None)
+    rid = st.start_run("seed", "k", point, "env", 1)
     st.finish_run(rid, Outcome.PASS, 0, 1.0, facts={})
     assert rep.host_lines([st.run(rid)]) == ["host: not recorded (runs made by a dsbisect before 0.1.1)"]
 

@@ -14,7 +14,7 @@ P = Point(versions=(("deepspeed", "0.12.4"),), pins=("pydantic<2",))
 
 def test_run_roundtrip(tmp_path):
     st = Store(tmp_path)
-    rid = st.start_run("seed", "case1", P, "env1", 1, tmp_path / "r")
+    rid = st.start_run("seed", "case1", P, "env1", 1)
     assert st.run(rid).status is RunStatus.RUNNING
     st.finish_run(rid, Outcome.HANG, None, 61.5, reason="wall", signature="rank 0 in REDUCE",
                   evidence={"files": ["a"]}, facts={"python": "3.11"})
@@ -22,14 +22,14 @@ def test_run_roundtrip(tmp_path):
     again = Store(tmp_path)
     (r,) = again.done_runs("case1", P.key)
     assert (r.outcome, r.seconds, r.signature, r.evidence["files"], r.point) == (Outcome.HANG, 61.5, "rank 0 in REDUCE", ["a"], P)
-    assert sqlite3.connect(again.path).execute("PRAGMA user_version").fetchone()[0] == 2
+    assert sqlite3.connect(again.path).execute("PRAGMA user_version").fetchone()[0] == 3
 
 
 def test_running_row_of_dead_process_reads_interrupted(tmp_path):
     code = (
         "import sys; sys.path[:0] = sys.argv[1:2]\n"
         "from dsbisect.store import Store\nfrom dsbisect.model import Point\n"
-        f"Store({str(tmp_path)!r}).start_run('c', 'k', Point(versions=(('x','1'),)), None, 1, None)\n"
+        f"Store({str(tmp_path)!r}).start_run('c', 'k', Point(versions=(('x','1'),)), None, 1)\n"
     )
     subprocess.run([sys.executable, "-c", code, ""], check=True)
     (r,) = Store(tmp_path).runs(include_unfinished=True)
@@ -43,7 +43,7 @@ def test_commit_points_are_keyed_by_commit_not_clone(tmp_path):
     c = Point(versions=(("deepspeed", "0.12.4"),), source=GitSource("deepspeed", "/a", "def456", "v0.12.3-2", "y"))
     assert a.key == b.key != c.key
     st = Store(tmp_path)
-    rid = st.start_run("c", "k", a, None, 1, None)
+    rid = st.start_run("c", "k", a, None, 1)
     assert st.run(rid).point.source.commit == "abc123"
 
 

@@ -10,7 +10,11 @@ between ``init_process_group`` and a final barrier.  Each version does one of:
 - ``sleep``: rank 1 sleeps forever before any collective: a plain hang;
 - ``flaky``: hangs like ``skip`` on a random draw (half the time), or on every second
   run when ``DSB_TOY_COUNTER`` names a counter file;
-- ``broken``: requires a package that exists nowhere, so no venv can be built.
+- ``broken``: requires a package that exists nowhere, so no venv can be built;
+- ``daemon``: rank 1 double-forks a daemon that outlives it (escapes the process tree);
+- ``segv``: rank 1 dies of SIGSEGV;
+- ``exit125``: every rank exits 125 (git bisect's "cannot test");
+- ``chatty``: rank 0 prints ``DSB_TOY_MB`` megabytes.
 
 Wheels are written with zipfile (a wheel is a zip with a dist-info); no build backend.
 """
@@ -75,6 +79,44 @@ def step(dist):
     "broken": """
 def step(dist):
     pass
+""",
+    # Rank 1 leaves a daemon behind (fork, setsid, fork): it escapes the launcher's process tree.
+    "daemon": """
+def step(dist):
+    import os, time
+    if dist.get_rank() == 1 and os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            time.sleep(600)
+        os._exit(0)
+    dist.barrier()
+""",
+    # Rank 1 dies of a segmentation fault; rank 0 then fails on the broken connection.
+    "segv": """
+def step(dist):
+    import ctypes, time
+    if dist.get_rank() == 1:
+        time.sleep(1)
+        ctypes.string_at(0)
+    dist.barrier()
+""",
+    # Every rank says "cannot test this" as git bisect run understands it.
+    "exit125": """
+def step(dist):
+    import sys
+    print("dsb_toy: this version cannot be tested here", flush=True)
+    sys.exit(125)
+""",
+    # Rank 0 prints DSB_TOY_MB megabytes of output, then all is well.
+    "chatty": """
+def step(dist):
+    import os, sys
+    if dist.get_rank() == 0:
+        line = "x" * 1023 + "\\n"
+        for _ in range(int(os.environ.get("DSB_TOY_MB", "50")) * 1024):
+            sys.stdout.write(line)
+        sys.stdout.flush()
+    dist.barrier()
 """,
 }
 

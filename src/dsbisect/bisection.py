@@ -135,6 +135,21 @@ class Result:
         return self.verdict.exit_code
 
 
+@dataclass(frozen=True)
+class Plan:
+    """What a request resolves to before anything runs: the candidates, and the clone."""
+
+    versions: tuple[str, ...]
+    repo: Path | None
+
+
+def plan(req: Request, index: IndexOptions) -> Plan:
+    """Check a request against the index and the clone (an InputError for a bad range, an
+    unknown package or version, a missing clone) without touching the store or the cache."""
+    repo = gitrepo.check_repo(req.git_repo) if req.git_repo else None
+    return Plan(tuple(str(v) for v in candidates(req.package, req.good, req.bad, index, req.pre)), repo)
+
+
 class Bisection:
     def __init__(self, runner: Runner, index: IndexOptions, request: Request):
         self.runner, self.index, self.req = runner, index, request
@@ -143,10 +158,10 @@ class Bisection:
 
     # ------------------------------------------------------------------ run
 
-    def run(self) -> Result:
+    def run(self, planned: Plan | None = None) -> Result:
         req = self.req
-        repo = gitrepo.check_repo(req.git_repo) if req.git_repo else None
-        versions = [str(v) for v in candidates(req.package, req.good, req.bad, self.index, req.pre)]
+        planned = planned or plan(req, self.index)
+        repo, versions = planned.repo, list(planned.versions)
         points = [self._release_point(v) for v in versions]
         self._save("running", {"candidates": versions})
         problem = self._check_ends(versions, points, Stage.RELEASE)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+import math
 import os
 import shlex
+import signal
 import sys
 import typing
 from collections.abc import Iterator
@@ -31,7 +33,8 @@ from typer.core import TyperGroup
 from . import __version__
 from . import matrix as matrix_mod
 from . import report as rep
-from .errors import DsbisectError, InputError, Interrupted
+from .errors import DsbisectError, InputError, Stopped, signal_of
+from .redact import redact
 from .model import Accelerator, BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend, RegressOn
 from .session import cache_root, index_options, open_runner
 
@@ -47,7 +50,8 @@ class OneLineErrors(TyperGroup):
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
-            code = super().main(*args, standalone_mode=False, **kwargs)
+            with stop_on_signals():
+                code = super().main(*args, standalone_mode=False, **kwargs)
         except _CLICK_ERROR as e:
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `dsbisect`: the help, as asked
                 e.show()
@@ -82,15 +86,33 @@ class ExecutorKind(str, Enum):
 
 
 @contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a scheduler, a closed terminal) stop dsbisect as Ctrl-C does: every
+    run's processes are stopped and the runs recorded as interrupted before it exits."""
+
+    def stop(signum, frame):
+        raise Stopped(signum)
+
+    before = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+
+
+@contextmanager
 def user_errors() -> Iterator[None]:
     try:
         yield
     except DsbisectError as e:
-        err.print(f"[bold red]error:[/] {e}", highlight=False)
+        err.print(f"[bold red]error:[/] {redact(str(e))}", highlight=False)
         raise typer.Exit(e.exit_code) from None
-    except KeyboardInterrupt:
-        err.print("[bold red]interrupted[/]")
-        raise typer.Exit(Interrupted.exit_code) from None
+    except KeyboardInterrupt as e:
+        signum = signal_of(e)
+        err.print(f"[bold red]interrupted[/] by {signal.Signals(signum).name}; every run's processes were stopped",
+                  highlight=False)
+        raise typer.Exit(128 + signum) from None
 
 
 # ------------------------------------------------------------------ options
@@ -152,7 +174,13 @@ class EnvArgs:
     base: Annotated[Optional[BaseMode], typer.Option("--base", help="How point venvs see that environment (default from matrix.yaml, else auto).")] = None
 
     def options(self, defaults: EnvOptions) -> EnvOptions:
-        return dataclasses.replace(defaults, python=self.python or defaults.python, base=self.base or defaults.base)
+        """The venv options (the interpreter checked now, before anything is created)."""
+        from .base import find_python
+
+        opts = dataclasses.replace(defaults, python=self.python or defaults.python, base=self.base or defaults.base)
+        if opts.python:
+            find_python(opts.python)
+        return opts
 
 
 @dataclass(frozen=True)
@@ -164,6 +192,10 @@ class TimeoutArgs:
     idle_timeout: Annotated[Optional[float], typer.Option("--idle-timeout", help="Hang if no output (and no stack moved) for this long, seconds.")] = None
 
     def apply(self, case: Case) -> Case:
+        for flag, value in (("--timeout", self.timeout), ("--collective-timeout", self.collective_timeout),
+                            ("--idle-timeout", self.idle_timeout)):
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise InputError(f"{flag} {value:g}: expected a number of seconds greater than 0")
         return case.with_timeouts(self.timeout, self.collective_timeout, self.idle_timeout)
 
 
@@ -225,6 +257,7 @@ class ProgressUI:
     def __call__(self, kind: str, text: str) -> None:
         if self.quiet:
             return
+        text = redact(text)
         if kind in ("done", "reused", "note"):
             err.print(f"  {text}", highlight=False)
             if self.status:
@@ -279,9 +312,10 @@ def run(
         cases = [nodes.apply(limits.apply(c)) for c in m.select(case)]
         executor = where.executor_for()
         idx = index.options()
+        env_options = envs.options(m.env)
         check_points(cases, idx)
         ui = ProgressUI(shown.quiet)
-        runner = open_runner(store, envs.cache_dir, envs.options(m.env), idx, ui, rerun=rerun, jobs=where.jobs,
+        runner = open_runner(store, envs.cache_dir, env_options, idx, ui, rerun=rerun, jobs=where.jobs,
                              executor=executor)
         records = []
         with ui.running():
@@ -353,11 +387,27 @@ def show(
 
 
 def _open_store(store: Path):
-    from .store import Store
+    """The store, read-only: reports work on a store one may not write (a shared or committed one)."""
+    from .store import Store, check_store_path
 
-    if not (store / "dsbisect.sqlite3").is_file():
-        raise InputError(f"no dsbisect store in {store} (run 'dsbisect run' first, or pass --store)")
-    return Store(store)
+    return Store(check_store_path(store, writable=False), readonly=True)
+
+
+store_app = typer.Typer(no_args_is_help=True, help="Look after a store.")
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("repair")
+def store_repair(store: StoreOpt = Path(".dsbisect")) -> None:
+    """Rebuild a lost or damaged dsbisect.sqlite3 from the records in the run folders."""
+    from .store import repair
+
+    with user_errors():
+        rebuilt, moved = repair(store)
+        if moved:
+            err.print(f"the damaged database was moved to {moved}", highlight=False)
+        for note in rebuilt.notes:
+            err.print(note, highlight=False)
 
 
 # --------------------------------------------------------------------- envs
@@ -375,15 +425,21 @@ def envs_list(cache_dir: CacheOpt = None) -> None:
 @envs_app.command("prune")
 def envs_prune(
     cache_dir: CacheOpt = None,
-    older_than: Annotated[Optional[float], typer.Option("--older-than", help="Only venvs unused for this many days.")] = None,
+    everything: Annotated[bool, typer.Option("--all", help="Every venv of the cache.")] = False,
+    older_than: Annotated[Optional[float], typer.Option("--older-than", metavar="DAYS", min=0, help="Only venvs unused for this many days.")] = None,
 ) -> None:
-    """Delete cached point venvs (all, or those unused for --older-than days) and half-built ones."""
+    """Delete cached point venvs (--all, or those unused for --older-than days) and half-built ones.
+    Venvs being built or run from are kept."""
     from .envs import EnvManager
 
     with user_errors():
-        mgr = EnvManager(cache_root(cache_dir))
-        removed = mgr.prune(older_than_s=older_than * 86400 if older_than is not None else None)
-        err.print(f"removed {len(removed)} venv(s)")
+        if everything == (older_than is not None):
+            raise InputError("say which venvs: --all, or --older-than DAYS")
+        root = cache_root(cache_dir)
+        if not (root / "envs").is_dir():
+            raise InputError(f"no venv cache in {root}")
+        removed, busy = EnvManager(root).prune(older_than_s=older_than * 86400 if older_than is not None else None)
+        err.print(f"removed {len(removed)} venv(s)" + (f"; kept {len(busy)} in use" if busy else ""))
 
 
 # ------------------------------------------------------------------- bisect
@@ -399,7 +455,7 @@ def bisect(
     script: Annotated[Optional[Path], typer.Option("--script", help="Run this script instead of a case.")] = None,
     matrix: Annotated[Path, typer.Option("--matrix", help="Matrix file that defines --case.")] = Path("matrix.yaml"),
     pin: Annotated[Optional[list[str]], typer.Option("--pin", help="Hold another package, e.g. transformers==4.39.2 (repeatable).")] = None,
-    nproc: Annotated[int, typer.Option("--nproc", min=1, help="Ranks, with --script.")] = 2,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks, with --script.")] = 2,
     accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="With --script: where the ranks run.")] = Accelerator.AUTO,
     regress_on: Annotated[RegressOn, typer.Option("--regress-on", help="What counts as bad.")] = RegressOn.HANG,
     find_fix: Annotated[bool, typer.Option("--find-fix", help="Find the first release that fixed it instead.")] = False,
@@ -418,23 +474,26 @@ def bisect(
     shown: OutputArgs = OutputArgs(),
 ) -> None:
     """Find the first release of PACKAGE between GOOD and BAD that breaks the case (then the commit)."""
-    from .bisection import Bisection, Request, dumps
+    from .bisection import Bisection, Request, dumps, plan
 
     with user_errors():
         the_case, env_defaults = _bisect_case(case, script, matrix, nproc, accelerator)
         the_case = nodes.apply(limits.apply(the_case))
         executor = where.executor_for()
+        if signature is not None and not signature.strip():
+            raise InputError("--signature needs some text")
         req = Request(package=package, good=good, bad=bad, case=the_case,
                       pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
                       repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
                       verify_commit_ends=verify_commit_ends, confirm=confirm)
         idx = index.options()
+        env_options = envs.options(env_defaults)
+        planned = plan(req, idx)  # everything checked before the store or the cache is touched
         ui = ProgressUI(shown.quiet)
-        runner = open_runner(store, envs.cache_dir, envs.options(env_defaults), idx, ui, jobs=where.jobs,
-                             executor=executor)
+        runner = open_runner(store, envs.cache_dir, env_options, idx, ui, jobs=where.jobs, executor=executor)
         req = dataclasses.replace(req, width=len(runner.slots(the_case)))
         with ui.running():
-            result = Bisection(runner, idx, req).run()
+            result = Bisection(runner, idx, req).run(planned)
         command = _reproduce_command(package, good, bad)
         if shown.fmt is Format.json:
             emit(dumps(result) + "\n", shown.output)
@@ -450,8 +509,9 @@ def bisect(
 
 
 def _reproduce_command(package: str, good: str, bad: str) -> str:
+    """The command line to paste into an issue (credentials in URLs hidden)."""
     if sys.argv and "dsbisect" in sys.argv[0]:
-        return "dsbisect " + shlex.join(reproduce_args(sys.argv[1:]))
+        return redact("dsbisect " + shlex.join(reproduce_args(sys.argv[1:])))
     return "dsbisect bisect " + shlex.join([package, good, bad])
 
 
@@ -595,8 +655,13 @@ def version_callback(value: bool) -> None:
 @app.callback()
 def main_options(
     version: Annotated[bool, typer.Option("--version", callback=version_callback, is_eager=True, help="Print the version.")] = False,
+    shared_group: Annotated[Optional[str], typer.Option("--shared-group", metavar="GROUP", envvar="DSBISECT_SHARED_GROUP", help="Make stores, run folders and venvs readable and writable by this group (default: private to you).")] = None,
 ) -> None:
-    pass
+    """What dsbisect writes (store, logs, stacks, venvs) is private to the user unless a group shares it."""
+    from .session import share_with
+
+    with user_errors():
+        share_with(shared_group)
 
 
 def main() -> None:

@@ -24,7 +24,8 @@ from dataclasses import asdict, dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from filelock import FileLock
+import psutil
+from filelock import FileLock, Timeout
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -160,19 +161,29 @@ class EnvManager:
                                      disk_usage(d), float(data.get("seconds", 0.0))))
         return out
 
-    def prune(self, keep: set[str] | None = None, older_than_s: float | None = None) -> list[Path]:
-        removed = []
+    def prune(self, older_than_s: float | None = None) -> tuple[list[Path], list[Path]]:
+        """Delete venvs (all, or those unused for ``older_than_s``) and stale half-built ones.
+        A venv that a build holds (its lock) or a live process runs from is kept.
+        Returns (removed, kept because in use)."""
+        removed, busy = [], []
         now = time.time()
+        in_use = _venvs_in_use(self.paths.envs)
         for d in sorted(self.paths.envs.iterdir()):
             marker = d / MARKER
-            stale = d.name.endswith(".tmp") or not marker.is_file()
-            if not stale and keep is not None and d.name in keep:
+            finished = marker.is_file() and not d.name.endswith(".tmp")
+            if finished and older_than_s is not None and now - marker.stat().st_mtime < older_than_s:
                 continue
-            if not stale and older_than_s is not None and now - marker.stat().st_mtime < older_than_s:
-                continue
-            shutil.rmtree(d, ignore_errors=True)
-            removed.append(d)
-        return removed
+            lock = FileLock(str(self.paths.lock(d.name.removesuffix(".tmp"))), timeout=0)
+            try:
+                with lock:
+                    if d.name in in_use:
+                        busy.append(d)
+                        continue
+                    shutil.rmtree(d, ignore_errors=True)
+                    removed.append(d)
+            except Timeout:  # being built (or reused) right now
+                busy.append(d)
+        return removed, busy
 
     # -- wheels built with the base's torch (prefetch uses these)
 
@@ -259,3 +270,13 @@ class EnvManager:
 
     def _in_wheelhouse(self, name: str, version: str) -> bool:
         return any(file_is(w.name, name, version) for d in self.index.find_links for w in Path(d).glob("*.whl"))
+
+
+def _venvs_in_use(envs: Path) -> set[str]:
+    """Names of the venvs under ``envs`` that a live process runs from (its executable there)."""
+    names = set()
+    for p in psutil.process_iter(["exe", "cmdline"]):
+        for path in (p.info.get("exe") or "", *(p.info.get("cmdline") or [])[:1]):
+            if path.startswith(str(envs) + "/"):
+                names.add(Path(path).relative_to(envs).parts[0])
+    return names

@@ -30,11 +30,29 @@ class EnvBuildError(DsbisectError):
     """A point's virtual environment could not be built. Runs record it as SKIP."""
 
 
-class EndsError(DsbisectError):
-    """The ends of a bisection do not behave as declared: nothing to bisect."""
+class StoreError(DsbisectError):
+    """The store cannot be used as it is (damaged, locked, not writable); the message says what to do."""
 
 
 class Interrupted(DsbisectError):
-    """Ctrl-C: the child process group has been stopped."""
+    """A signal (Ctrl-C, SIGTERM, SIGHUP) stopped dsbisect after its runs' processes were stopped.
+    The exit code is 128 + the signal's number (130 for Ctrl-C), as a shell reports it."""
 
     exit_code = 130
+
+    def __init__(self, message: str, signum: int = 2):
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread like Ctrl-C so that every cleanup runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def signal_of(e: BaseException) -> int:
+    """The signal behind a KeyboardInterrupt: SIGTERM/SIGHUP for Stopped, else SIGINT."""
+    return getattr(e, "signum", 2)

@@ -9,7 +9,12 @@ reads every log as it grows and ends the run when:
   *hang*, ended after ``hang_grace`` seconds so that flight-recorder dumps get written;
 - no log grows for ``idle_timeout`` seconds and ``on_idle`` finds that no rank's stack
   moved since the last look (a silent but busy rank resets the clock): a hang;
-- the wall deadline passes: a hang.
+- the wall deadline passes: a hang;
+- the early deadlock verdict (``early_hang``): once the output has been quiet for
+  ``early_after`` seconds, rounds of two requests ``early_gap`` seconds apart ask every rank's
+  hook for its flight-recorder state and main-thread stack, beside the watch loop; when
+  ``deadlock.prove`` finds that the ranks' pending collectives can never complete, and no log
+  grew since the round began, the run is a hang without waiting for the collective timeout.
 
 Before a hang is torn down, ``on_hang`` gets the live rank processes (for stacks), and
 when the output first goes quiet ``on_quiet`` does too (a snapshot taken while the ranks
@@ -27,23 +32,26 @@ import socket
 import subprocess  # the launcher is the one long-lived child; proc.run runs the rest
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 
+from . import deadlock
 from .rundir import RunDir
 
 HANG_PATTERNS = (
     re.compile(r"Watchdog caught collective operation timeout"),
-    re.compile(r"collective operation timeout", re.I),
+    re.compile(r"collective operation timeout", re.IGNORECASE),
     re.compile(r"Timed out waiting \d+ms for (recv|send) operation"),
     re.compile(r"NCCL watchdog thread terminated"),
     re.compile(r"ProcessGroupGloo.*[Tt]imed out"),
 )
 
 POLL_S = 0.25
+CHUNK = 1 << 20  # bytes of a log read at once
+LINE_LIMIT = 64 << 10  # the most of one unfinished line kept between reads
 
 
 @dataclass(frozen=True)
@@ -58,6 +66,12 @@ class LaunchSpec:
     hang_grace: float = 15.0
     expected_ranks: int = 0  # when this many flight-recorder dumps exist, the grace ends early
     dump_settle: float = 5.0  # or when some exist and no other came for this long
+    early_hang: bool = True  # prove a deadlock from the ranks' flight recorders before the timeout
+    early_after: float = 4.0  # seconds of quiet output before the first request
+    early_gap: float = 3.0  # seconds between the two snapshots of one round
+    early_answer: float = 5.0  # how long one request waits for every rank's answer
+    early_every: float = 4.0  # seconds between rounds while the output stays quiet
+    early_min_gone: float = 5.0  # a rank's process gone this long counts as exited, not crashing
 
 
 @dataclass(frozen=True)
@@ -85,8 +99,9 @@ class _Watch:
     last_growth: float = field(default_factory=time.monotonic)
     partial: dict[Path, str] = field(default_factory=dict)
 
-    def new_lines(self) -> list[str]:
-        lines: list[str] = []
+    def new_lines(self) -> Iterator[str]:
+        """The lines written since the last call, read a bounded chunk at a time: a rank that
+        prints hundreds of MB costs time, never memory."""
         for path in self._logs():
             try:
                 size = path.stat().st_size
@@ -95,17 +110,20 @@ class _Watch:
             start = self.offsets.get(path, 0)
             if size <= start:
                 continue
+            self.last_growth = time.monotonic()
             with open(path, "rb") as f:
                 f.seek(start)
-                chunk = f.read(size - start).decode("utf-8", "replace")
-            self.offsets[path] = size
-            self.last_growth = time.monotonic()
-            text = self.partial.pop(path, "") + chunk
-            parts = text.split("\n")
-            if not text.endswith("\n"):
-                self.partial[path] = parts.pop()
-            lines += parts
-        return lines
+                while start < size:
+                    chunk = f.read(min(CHUNK, size - start))
+                    if not chunk:
+                        break
+                    start += len(chunk)
+                    self.offsets[path] = start
+                    text = self.partial.pop(path, "") + chunk.decode("utf-8", "replace")
+                    parts = text.split("\n")
+                    if not text.endswith("\n"):
+                        self.partial[path] = parts.pop()[-LINE_LIMIT:]  # a line without end, kept short
+                    yield from parts
 
     def _logs(self) -> list[Path]:
         return [p for p in self.run.logs() if p.is_file()]
@@ -149,6 +167,16 @@ def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel)
     watch = _Watch(spec.run)
     dumps = _Dumps(spec)
     snapshot = _Snapshot(on_quiet)
+    early = _Early(spec, t0) if spec.early_hang else None
+    try:
+        return _watch_loop(proc, spec, seen, t0, on_hang, on_idle, cancel, watch, dumps, snapshot, early)
+    finally:
+        if early is not None:
+            early.stop()
+
+
+def _watch_loop(proc, spec: LaunchSpec, seen, t0, on_hang, on_idle, cancel, watch, dumps, snapshot,
+                early) -> dict:
     hang_line, hang_at, quiet_taken = "", None, False
     while True:
         if cancel is not None and cancel.is_set():
@@ -172,6 +200,14 @@ def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel)
             return _ended(None, now - t0, hang_line, hang_at or now, t0, timed_out=True,
                           why=f"no exit within the {spec.wall_timeout:g} s wall timeout")
         quiet = now - watch.last_growth
+        if early is not None and not hang_line:
+            found = early.proven(watch.last_growth, seen, now)
+            if found is not None:
+                snapshot.wait()
+                _call(on_hang, seen, "deadlock")
+                early.keep(found)
+                return _ended(None, now - t0, "", t0 + found.proof.at, t0, timed_out=True, why=found.proof.text)
+            early.poll(quiet, now)
         if spec.quiet_after and not quiet_taken and quiet > spec.quiet_after and not hang_line:
             quiet_taken = snapshot.start(seen)
         if quiet_taken and quiet < 1:
@@ -184,6 +220,206 @@ def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel)
                 return _ended(None, now - t0, hang_line, now, t0, timed_out=True,
                               why=f"no output and no rank's stack moved for {spec.idle_timeout:g} s")
         time.sleep(POLL_S)
+
+
+@dataclass(frozen=True)
+class _Found:
+    proof: deadlock.Proof
+    started: float  # monotonic time the round's first snapshot was complete
+    requests: tuple[int, int]
+    snapshots: tuple[deadlock.Snapshot, deadlock.Snapshot]
+
+
+class _Early:
+    """The early deadlock verdict's rounds, on a thread beside the watch loop.
+
+    A round writes ``fr/request.<n>``, waits for every rank's answer (or for its process to be
+    gone), sleeps ``early_gap`` seconds, asks again, and hands both snapshots to
+    ``deadlock.prove``.  The watch loop takes a proof only when no log grew after the first
+    snapshot was complete (what a rank did before it answered is in its answer; what it did
+    after shows in the second snapshot, or in its output).  A request that no rank answered
+    (no process group yet) is followed by the next round within a second; a round that proved
+    nothing, after ``early_every`` seconds.  The answers of a round that proved nothing stay
+    until the next round begins."""
+
+    def __init__(self, spec: LaunchSpec, t0: float) -> None:
+        self.spec, self.t0 = spec, t0
+        self.ranks = _RankTable()
+        self.thread: threading.Thread | None = None
+        self.stopped = threading.Event()
+        self.n = 0
+        self.next_at = 0.0
+        self.found: _Found | None = None
+        self.error = ""  # why the last round failed, for a debugger
+
+    def proven(self, last_growth: float, seen: dict[int, psutil.Process], now: float) -> _Found | None:
+        """A proof from a round during which no log grew (else it is dropped); tracks the ranks."""
+        self.ranks.update(seen, now)
+        found = self.found
+        if found is not None and last_growth > found.started:
+            self._log(f"the proof of requests {found.requests[0]}+{found.requests[1]} is dropped: the output "
+                      f"grew at {last_growth - self.t0:.1f} s, after the first snapshot at "
+                      f"{found.started - self.t0:.1f} s")
+            self.found = found = None  # a rank printed something: it moved
+        return found
+
+    def poll(self, quiet: float, now: float) -> None:
+        """Start a round when the output has been quiet long enough and none is under way."""
+        if quiet < self.spec.early_after or now < self.next_at or self.found is not None:
+            return
+        if self.thread is not None and self.thread.is_alive():
+            return
+        self.thread = threading.Thread(target=self._round, name="dsbisect-early-hang", daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.stopped.set()
+
+    def keep(self, found: _Found) -> None:
+        """Write the proof beside the answers it stands on, for ``dsbisect show``."""
+        proof = found.proof
+        data = {
+            "text": proof.text, "rule": proof.rule, "at": round(proof.at, 2), "requests": list(found.requests),
+            "wall_time": time.time(), "gone": list(proof.gone),
+            "waits": {str(r): [c.label for c in heads] for r, heads in proof.waits},
+            "snapshots": [{"request": n, "at": round(snap.at, 2),
+                           "ranks": {str(s.rank): s.describe() for s in snap.ranks}}
+                          for n, snap in zip(found.requests, found.snapshots)],
+        }
+        try:
+            _write_json(self.spec.run.deadlock_proof, data)
+        except OSError:
+            pass
+
+    def _round(self) -> None:
+        pause = self.spec.early_every
+        try:
+            self._forget()
+            first = self._snapshot()
+            if first is None:
+                pause = 1.0
+                return
+            if self.stopped.wait(self.spec.early_gap):
+                return
+            second = self._snapshot()
+            if second is None:
+                return
+            proof = deadlock.prove(first[1], second[1], min_gone=self.spec.early_min_gone)
+            head = f"at {second[1].at:.1f} s, requests {first[0]}+{second[0]}: "
+            if proof is not None:
+                self._log(head + "proof: " + proof.text)
+                self.found = _Found(proof, first[2], (first[0], second[0]), (first[1], second[1]))
+            else:
+                self._log(head + "no proof; " + " | ".join(f"rank {s.rank}: {s.describe()}"
+                                                           for s in second[1].ranks))
+        except Exception as e:  # noqa: BLE001 - the early verdict is optional; the timeout still stands
+            self.error = f"{type(e).__name__}: {e}"
+            self._log(f"at {time.monotonic() - self.t0:.1f} s: round failed: {self.error}")
+        finally:
+            self.next_at = time.monotonic() + pause
+
+    def _snapshot(self) -> tuple[int, deadlock.Snapshot, float] | None:
+        """Ask every rank once: (request, snapshot, monotonic time it was complete); None when no
+        rank answered (or the run is over)."""
+        if self.stopped.is_set():
+            return None
+        run = self.spec.run
+        self.n += 1
+        n = self.n
+        run.fr_dir.mkdir(parents=True, exist_ok=True)
+        _write_json(run.fr_request(n), {"n": n, "time": time.time()})
+        deadline = time.monotonic() + self.spec.early_answer
+        while True:
+            look = time.monotonic()
+            answers = _read_answers(run, n)
+            world = max((s.world_size or 0 for s in answers.values()), default=0)
+            now = time.monotonic()
+            gone = {r: self.ranks.gone_for(r, now) for r in range(world)}
+            if world and all(r in answers or gone[r] is not None for r in range(world)):
+                break
+            if now > deadline or self.stopped.wait(0.1):
+                break
+        if not answers:
+            self._log(f"at {time.monotonic() - self.t0:.1f} s, request {n}: no rank answered")
+            return None
+        ranks = tuple(answers[r] if r in answers else
+                      deadlock.gone_snapshot(r, gone[r]) if gone.get(r) is not None else
+                      deadlock.missing_snapshot(r) for r in range(world))
+        return n, deadlock.Snapshot(at=time.monotonic() - self.t0, ranks=ranks), look
+
+    def _log(self, line: str) -> None:
+        try:
+            with open(self.spec.run.fr_rounds, "a") as f:
+                f.write(line + "\n")
+        except OSError:
+            pass
+
+    def _forget(self) -> None:
+        """Drop the answers of rounds that proved nothing (requests stay: the hook counts them)."""
+        for path in self.spec.run.fr_dir.glob("rank*.json"):
+            try:
+                path.unlink()
+            except OSError:
+                pass
+
+
+def _read_answers(run: RunDir, n: int) -> dict[int, deadlock.RankSnapshot]:
+    import json
+
+    out = {}
+    for rank, path in run.fr_answers(n).items():
+        try:
+            out[rank] = deadlock.rank_snapshot(json.loads(path.read_text()), rank)
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+    return out
+
+
+def _write_json(path: Path, data: dict) -> None:
+    import json
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+class _RankTable:
+    """Which global rank each process is (RANK in its environment, read while it lives), and
+    since when a rank has no live process: what tells an exited rank from one that is slow."""
+
+    NEW_S = 5.0  # a process without RANK is looked at again for this long (fork before exec)
+
+    def __init__(self) -> None:
+        self.procs: dict[int, tuple[int, psutil.Process]] = {}  # pid -> (rank, process)
+        self.first_look: dict[int, float] = {}  # pids that had no RANK (yet)
+        self.gone_since: dict[int, float] = {}
+        self.lock = threading.Lock()
+
+    def update(self, seen: dict[int, psutil.Process], now: float) -> None:
+        found: dict[int, tuple[int, psutil.Process]] = {}
+        for pid, p in list(seen.items()):
+            if pid in self.procs or now - self.first_look.setdefault(pid, now) > self.NEW_S:
+                continue
+            rank = _safe_env(p, "RANK")
+            if rank is not None and rank.strip().isdigit():
+                found[pid] = (int(rank), p)
+        for pid, (rank, p) in found.items():
+            if _safe_ppid(p) not in found and _safe_ppid(p) not in self.procs:  # not a rank's child
+                self.procs[pid] = (rank, p)
+            self.first_look[pid] = float("-inf")
+        live = {rank for rank, p in self.procs.values() if is_live(p)}
+        with self.lock:
+            for rank in {rank for rank, _ in self.procs.values()}:
+                if rank in live:
+                    self.gone_since.pop(rank, None)
+                else:
+                    self.gone_since.setdefault(rank, now)
+
+    def gone_for(self, rank: int, now: float) -> float | None:
+        """Seconds since the rank was last seen with a live process (None: alive, or never seen)."""
+        with self.lock:
+            since = self.gone_since.get(rank)
+        return None if since is None else now - since
 
 
 class _Dumps:

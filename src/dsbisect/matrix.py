@@ -91,9 +91,9 @@ class _Settings(_Strict):
     env: dict[str, str] | None = None
     nproc: int | None = Field(default=None, ge=1, le=1024)
     accelerator: Accelerator | None = None
-    timeout: float | None = Field(default=None, gt=0)
-    collective_timeout: float | None = Field(default=None, gt=0)
-    idle_timeout: float | None = Field(default=None, gt=0)
+    timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    collective_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    idle_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     launcher: Launcher | None = None
     launcher_args: list[str] | None = None
     compat: list[str] | None = None
@@ -203,13 +203,31 @@ def check_pins(pins: list[str], moving: str = "", flag: str = "--pin") -> tuple[
 # ----------------------------------------------------------------------- loading
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (YAML itself keeps the last silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load(path: Path) -> Matrix:
     """Parse and validate ``path``; any problem is one MatrixError line naming the key."""
     path = Path(path)
-    if not path.is_file():
+    if not _is_file(path):
         raise MatrixError(f"{path}: no such matrix file")
     try:
-        raw = yaml.safe_load(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise MatrixError(f"{path.name}: not UTF-8 text (byte {e.start}); a matrix is a YAML file") from None
+    try:
+        raw = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -250,9 +268,10 @@ def _first(case_value, default_value, fallback):
 
 def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -> Case:
     where = f"{path.name}: cases.{name}"
-    script = (path.parent / c.script).resolve()
-    if not script.is_file():
-        raise MatrixError(f"{where}.script: {c.script} does not exist")
+    script = path.parent / c.script
+    if not _is_file(script):
+        raise MatrixError(f"{where}.script: {_short(c.script)} does not exist")
+    script = script.resolve()
     if c.axes is not None and c.points is not None:
         raise MatrixError(f"{where}: give either 'axes' or 'points', not both")
     pins = tuple(d.pins or ()) + tuple(c.pins or ())
@@ -310,7 +329,7 @@ def with_nodes(case: Case, where: str, **given) -> Case:
         return case
     nodes = replace(case.nodes, **given)
     if "hostfile" in given:
-        nodes = replace(nodes, hostfile_digest=file_digest(nodes.hostfile) if nodes.hostfile.is_file() else None)
+        nodes = replace(nodes, hostfile_digest=file_digest(nodes.hostfile) if _is_file(nodes.hostfile) else None)
     problem = _nodes_problem(nodes, case.launcher)
     if problem:
         raise MatrixError(f"{where}: {problem}")
@@ -321,8 +340,8 @@ def _nodes_problem(n: Nodes, launcher: Launcher) -> str:
     uses_hostfile = n.num_nodes is not None or n.backend or n.master_addr
     if (uses_hostfile or n.hostfile or n.include or n.exclude) and launcher is not Launcher.DEEPSPEED:
         return "hostfile, include, exclude, num_nodes, launcher_backend and master_addr need launcher: deepspeed"
-    if n.hostfile is not None and not n.hostfile.is_file():
-        return f"hostfile: {n.hostfile} does not exist"
+    if n.hostfile is not None and not _is_file(n.hostfile):
+        return f"hostfile: {_short(str(n.hostfile))} does not exist"
     if uses_hostfile and n.hostfile is None:
         return "num_nodes, launcher_backend and master_addr need a hostfile"
     if n.include and n.exclude:
@@ -335,10 +354,22 @@ def _nodes_problem(n: Nodes, launcher: Launcher) -> str:
 def script_case(script: Path, nproc: int, accelerator: Accelerator = Accelerator.AUTO) -> Case:
     """A case for ``--script FILE`` (no matrix entry)."""
     script = Path(script)
-    if not script.is_file():
-        raise MatrixError(f"{script}: no such script")
+    if not _is_file(script):
+        raise MatrixError(f"{_short(str(script))}: no such script")
     return Case(name=script.stem, script=script.resolve(), script_digest=file_digest(script), nproc=nproc,
                 accelerator=accelerator)
+
+
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for names the system refuses (too long, NUL bytes)."""
+    try:
+        return Path(path).is_file()
+    except (OSError, ValueError):
+        return False
+
+
+def _short(text: str, n: int = 120) -> str:
+    return text if len(text) <= n else f"{text[:n]}… ({len(text)} characters)"
 
 
 def file_digest(path: Path) -> str:

@@ -263,6 +263,7 @@ class Case:
     gpu_overrides: tuple[GpuOverride, ...] = ()
     nodes: Nodes = Nodes()
     slurm: SlurmSettings = SlurmSettings()
+    early_hang: bool = True  # prove a deadlock before the collective timeout (not part of the key)
 
     def for_gpu(self, gpu_name: str | None) -> Case:
         """The case with the overrides for this GPU model applied (calibration)."""
@@ -316,6 +317,7 @@ class Case:
                       "master_addr": n.master_addr, "include": n.include, "exclude": n.exclude},
             "slurm": {"partition": self.slurm.partition, "time": self.slurm.time, "gpus": self.slurm.gpus,
                       "args": list(self.slurm.args)},
+            "early_hang": self.early_hang,
         }
 
     @classmethod
@@ -334,6 +336,7 @@ class Case:
                         backend=LauncherBackend(n["backend"]) if n["backend"] else None,
                         master_addr=n["master_addr"], include=n["include"], exclude=n["exclude"]),
             slurm=SlurmSettings(**{**d["slurm"], "args": tuple(d["slurm"]["args"])}),
+            early_hang=d.get("early_hang", True),
         )
 
 

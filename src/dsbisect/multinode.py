@@ -21,9 +21,11 @@ SIGKILL, to whatever is left of the run.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import re
 import shlex
 import threading
 import time
@@ -235,12 +237,24 @@ def forget_checks() -> None:
 # ----------------------------------------------------------- the run's env on every node
 
 
+# What every DeepSpeed launcher passes through its remote shell untouched: newer ones wrap any
+# other value in double quotes (where $( ), backticks and $VAR still expand), older ones not at
+# all (where spaces split it).  Values with other characters travel base64-encoded instead.
+_SHELL_SAFE = re.compile(r"[\w@%+=:,./-]*")
+ENCODED = "DSBISECT_ENV_B64"  # decoded into the environment by the start-up hook of every process
+
+
 def write_env_file(case: Case, run: RunDir, env: Mapping[str, str]) -> Path:
-    """``<run dir>/.deepspeed_env``: the run's own variables, which the launcher exports to every node."""
+    """``<run dir>/.deepspeed_env``: the run's own variables, which the launcher exports to every
+    node; each arrives there exactly as it is here, whatever characters it holds."""
     keep = dict(case.env)
-    lines = [f"{k}={v}" for k, v in env.items()
-             if (k in keep or k.startswith(("DSBISECT_", "TORCH_", "DS_", "NCCL_")) or k == "CUDA_VISIBLE_DEVICES")
-             and "\n" not in v]
+    chosen = {k: v for k, v in env.items()
+              if k in keep or k.startswith(("DSBISECT_", "TORCH_", "DS_", "NCCL_")) or k == "CUDA_VISIBLE_DEVICES"}
+    plain = {k: v for k, v in chosen.items() if _SHELL_SAFE.fullmatch(v)}
+    lines = [f"{k}={v}" for k, v in plain.items()]
+    encoded = {k: v for k, v in chosen.items() if k not in plain}
+    if encoded:
+        lines.append(f"{ENCODED}={base64.b64encode(json.dumps(encoded).encode()).decode()}")
     path = run.deepspeed_env
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -37,7 +37,50 @@ def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, t
         return Classified(Outcome.PASS, "")
     if exit_code == SKIP_EXIT:
         return Classified(Outcome.SKIP, first_error(tail) or "the script exited 125 (untestable)")
-    return Classified(Outcome.FAIL, first_error(tail) or _exit_text(exit_code))
+    first = first_rank_exit(tail)
+    if first is not None and first[1] == SKIP_EXIT:  # a launcher that reports 125 as its own 1
+        return Classified(Outcome.SKIP, first_error(tail) or f"rank {first[0]} exited 125 (untestable)")
+    if first is not None and first[1] < 0:  # a rank died of a signal: its peers' errors follow from it
+        return Classified(Outcome.FAIL, f"rank {first[0]} killed by {_signal_name(-first[1])}"
+                                        + (f" ({fatal})" if (fatal := fatal_error(tail)) else ""))
+    return Classified(Outcome.FAIL, first_error(tail) or fatal_error(tail) or _exit_text(exit_code))
+
+
+_DS_EXIT = re.compile(r"--local_rank=(\d+)'?\]? exits with return code = (-?\d+)")
+_TR_ROOT = re.compile(r"Root Cause \(first observed failure\)")
+_TR_RANK = re.compile(r"^\s*(?:\[rank\d+\]:)?\s*rank\s*:\s*(\d+)")
+_TR_EXIT = re.compile(r"^\s*(?:\[rank\d+\]:)?\s*exitcode\s*:\s*(-?\d+)")
+_FATAL = re.compile(r"Fatal Python error: ([A-Z][\w ]+)")
+
+
+def first_rank_exit(text: str) -> tuple[int, int] | None:
+    """(rank, exit code) of the first rank to fail, as the launcher reported it: the deepspeed
+    launcher's first "exits with return code" line, or torchrun's "Root Cause" entry."""
+    m = _DS_EXIT.search(text)
+    if m:
+        return int(m[1]), int(m[2])
+    lines = text.splitlines()
+    start = next((i for i, ln in enumerate(lines) if _TR_ROOT.search(ln)), 0)
+    rank = None
+    for ln in lines[start:]:
+        if (r := _TR_RANK.match(ln)) is not None:
+            rank = int(r[1])
+        elif (e := _TR_EXIT.match(ln)) is not None and rank is not None:
+            return rank, int(e[1])
+    return None
+
+
+def fatal_error(text: str) -> str:
+    """A "Fatal Python error" (faulthandler: a segfault, an abort) in the logs, if any."""
+    m = _FATAL.search(text)
+    return f"Fatal Python error: {m[1].strip()}" if m else ""
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
 
 
 def first_error(text: str) -> str:

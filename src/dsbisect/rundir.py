@@ -9,7 +9,13 @@
       stacks/rank<R>.pid<P>.txt            the faulthandler hook's dumps (also written by the
                                            hook in the point venv, which cannot import this)
       nccl_trace_rank_<R>           torch's flight-recorder dump of rank R
+      fr/request.<n>                dsbisect's n-th request for the ranks' in-process state
+                                    (early deadlock verdict); never deleted
+      fr/rank<R>.<n>.json           rank R's answer (written by the hook in the point venv)
+      fr/proof.json                 the deadlock proof and the requests it stands on
+      fr/rounds.log                 what each round of two requests found
       .deepspeed_env                the run's variables for every node (multi-node)
+      run.json                      the run's record (the store's index is rebuilt from these)
 
 Standard library only: ``forensics`` reads run folders with it on machines without torch.
 """
@@ -23,11 +29,18 @@ from pathlib import Path
 FR_PREFIX = "nccl_trace_rank_"
 _FH_NAME = re.compile(r"^rank(\d+)\.pid(\d+)\.txt$")
 _PYSPY_NAME = re.compile(r"^pyspy\.rank(\d+)\.([\w-]+)\.txt$")
+_FR_ANSWER = re.compile(r"^rank(\d+)\.(\d+)\.json$")
 
 
 @dataclass(frozen=True)
 class RunDir:
     path: Path
+
+    RECORD = "run.json"  # the run's whole record, written by the store when the run ends
+
+    @property
+    def record(self) -> Path:
+        return self.path / self.RECORD
 
     @property
     def launcher_log(self) -> Path:
@@ -85,8 +98,47 @@ class RunDir:
         return out
 
     @property
+    def fr_dir(self) -> Path:
+        """Requests for the ranks' flight-recorder state and their answers (``fr/``)."""
+        return self.path / "fr"
+
+    def fr_request(self, n: int) -> Path:
+        return self.fr_dir / f"request.{n}"
+
+    def fr_answer(self, rank: int, n: int) -> Path:
+        return self.fr_dir / f"rank{rank}.{n}.json"
+
+    def fr_answers(self, n: int) -> dict[int, Path]:
+        """rank -> answer file, of request ``n``."""
+        out = {}
+        for path in sorted(self.fr_dir.glob(f"rank*.{n}.json")):
+            m = _FR_ANSWER.match(path.name)
+            if m and int(m.group(2)) == n:
+                out[int(m.group(1))] = path
+        return out
+
+    @property
+    def deadlock_proof(self) -> Path:
+        return self.fr_dir / "proof.json"
+
+    @property
+    def fr_rounds(self) -> Path:
+        """One line per round of the early deadlock verdict: proof, or each rank's state."""
+        return self.fr_dir / "rounds.log"
+
+    @property
     def deepspeed_env(self) -> Path:
         return self.path / ".deepspeed_env"
+
+    def cap_logs(self) -> list[str]:
+        """Cut the middle out of every oversized log (head and tail kept); what was cut, as notes."""
+        notes = []
+        for path in self.logs():
+            cut = cap_log(path)
+            if cut:
+                notes.append(f"{path.relative_to(self.path)}: {cut / 1e6:.0f} MB cut from the middle "
+                             f"(first {LOG_KEEP[0] >> 20} and last {LOG_KEEP[1] >> 20} MB kept)")
+        return notes
 
     def log_tail(self, lines: int = 200, max_bytes: int = 256 << 10) -> str:
         """The last ``lines`` of every log, rank logs first (at most ``max_bytes`` read of each)."""
@@ -96,6 +148,38 @@ class RunDir:
             if text is not None:
                 parts.append("\n".join(text.splitlines()[-lines:]))
         return "\n".join(parts)
+
+
+LOG_KEEP = (4 << 20, 12 << 20)  # bytes kept of a large log: its head and its tail
+
+
+def cap_log(path: Path, head: int = LOG_KEEP[0], tail: int = LOG_KEEP[1]) -> int:
+    """Cut the middle out of a log larger than ``head + tail`` bytes, leaving a line that says
+    how much was cut; the bytes cut (0 when the log was small enough).  Copied in chunks."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return 0
+    if size <= head + tail:
+        return 0
+    cut = size - head - tail
+    tmp = path.with_name(path.name + ".cap")
+    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        _copy(src, dst, head)
+        dst.write(f"\n[dsbisect: {cut} bytes ({cut / 1e6:.0f} MB) of this log were cut here]\n".encode())
+        src.seek(size - tail)
+        _copy(src, dst, tail)
+    tmp.replace(path)
+    return cut
+
+
+def _copy(src, dst, n: int, chunk: int = 1 << 20) -> None:
+    while n > 0:
+        data = src.read(min(chunk, n))
+        if not data:
+            return
+        dst.write(data)
+        n -= len(data)
 
 
 def tail_text(path: Path, max_bytes: int) -> str | None:

@@ -23,13 +23,13 @@ from typing import Protocol
 
 from packaging.utils import canonicalize_name
 
-from . import facts, multinode
+from . import facts, multinode, reaper
 from .envs import Env, EnvManager
-from .errors import EnvBuildError, Interrupted
+from .errors import EnvBuildError, Interrupted, signal_of
 from .evidence import Capture, flight_recorder_env
 from .forensics import analyze
 from .launch import LaunchResult, LaunchSpec, free_port, launch
-from .model import Accelerator, Case, ImportCheck, Launcher, Outcome, Point, digest
+from .model import Accelerator, Case, ImportCheck, Launcher, Outcome, Point, RunStatus, digest
 from .outcome import classify
 from .proc import clean_env
 from .rundir import RunDir
@@ -171,33 +171,62 @@ class Runner:
         return self.run_here(case, point, attempt, slot)
 
     def run_here(self, case: Case, point: Point, attempt: int = 1, slot: Slot = Slot()) -> RunRecord:
+        """One run here: claimed in the store first (or, when another dsbisect is running this
+        point, that one's run once it ends), then venv, import check, launch."""
+        run = self._claim(case, point, attempt)
+        if run.status is RunStatus.DONE:
+            return run
+        try:
+            return self._prepare_and_launch(run, case, point, slot)
+        except KeyboardInterrupt as e:
+            self.store.abandon_run(run.id, "interrupted")
+            self.cancel.set()
+            raise Interrupted("interrupted; the run's processes were stopped", signal_of(e)) from None
+
+    def _claim(self, case: Case, point: Point, attempt: int) -> RunRecord:
+        while True:
+            claim = self.store.claim(case.name, case.key, point, attempt)
+            if claim.run is not None:
+                return claim.run
+            busy = claim.busy
+            self.progress("run", f"{case.name} · {point.label}: another dsbisect (pid {busy.pid}) is running it "
+                                 f"as run {busy.id}; waiting for it")
+            while (theirs := self.store.run(busy.id)).status is RunStatus.RUNNING:
+                if self.cancel.is_set():
+                    raise KeyboardInterrupt
+                time.sleep(1.0)
+            if theirs.status is RunStatus.DONE and theirs.outcome is not Outcome.SKIP:
+                self.progress("reused", f"{case.name} · {point.label}: {theirs.outcome.value} "
+                                        f"(run {theirs.id}, by another dsbisect)")
+                return theirs
+
+    def _prepare_and_launch(self, run: RunRecord, case: Case, point: Point, slot: Slot) -> RunRecord:
         label = f"{case.name} · {point.label}"
         accel = self.accelerator(case)
         if not self._enough_gpus(case):
             have = f"{len(self.gpus)} ({self.gpus[0]})" if self.gpus else "0"
-            return self._skip(case, point, f"needs {case.nproc} CUDA GPUs; this machine has {have}")
+            return self._skip(run, f"needs {case.nproc} CUDA GPUs; this machine has {have}")
         self.progress("env", f"{label}: preparing venv")
         try:
             env = self.envs.ensure(point)
         except EnvBuildError as e:
-            return self._skip(case, point, f"venv could not be built: {e}")
+            return self._skip(run, f"venv could not be built: {e}")
         check = self._import_check(env, case, point, accel)
         if not check.ok:
-            return self._skip(case, point, check.reason, env_key=env.key, found=check.facts)
+            return self._skip(run, check.reason, env_key=env.key, found=check.facts)
         if case.nodes.hostfile is not None:
             self.progress("env", f"{label}: checking the venv on every node of {case.nodes.hostfile.name}")
             problem = multinode.check_nodes(case, env.key, env.python, check.facts)
             if problem:
-                return self._skip(case, point, problem, env_key=env.key, found=check.facts)
-        return self._launch(case, point, env, check, accel, attempt, slot)
+                return self._skip(run, problem, env_key=env.key, found=check.facts)
+        return self._launch(run, case, point, env, check, accel, slot)
 
-    def _skip(self, case: Case, point: Point, reason: str, env_key: str | None = None,
+    def _skip(self, run: RunRecord, reason: str, env_key: str | None = None,
               found: dict | None = None) -> RunRecord:
-        run_id = self.store.start_run(case.name, case.key, point, env_key, 1, None)
-        self.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=reason,
-                              facts=(found or {}) | {"host": facts.host()})
-        self.progress("done", f"{case.name} · {point.label}: skip ({reason})")
-        return self.store.run(run_id)
+        done = self.store.finish_run(run.id, Outcome.SKIP, None, 0.0, reason=reason, env_key=env_key,
+                                     facts=(found or {}) | {"host": facts.host()})
+        self.progress("done", f"{run.case_name} · {run.point.label}: skip ({reason})")
+        return done
 
     def _import_check(self, env: Env, case: Case, point: Point, accel: Accelerator) -> ImportCheck:
         """Import the point's packages in its venv, once per venv and import environment."""
@@ -216,11 +245,9 @@ class Runner:
         self.store.put_import_check(env.key, key, check)
         return check
 
-    def _launch(self, case: Case, point: Point, env: Env, check: ImportCheck, accel: Accelerator, attempt: int,
-                slot: Slot) -> RunRecord:
-        run_id = self.store.start_run(case.name, case.key, point, env.key, attempt, None)
-        run = RunDir(self.store.dir / "runs" / f"{run_id:06d}")
-        run.path.mkdir(parents=True, exist_ok=True)
+    def _launch(self, record: RunRecord, case: Case, point: Point, env: Env, check: ImportCheck,
+                accel: Accelerator, slot: Slot) -> RunRecord:
+        run_id, run = record.id, RunDir(Path(record.run_dir))
         with self._lock:
             port = free_port(self._ports)
             self._ports.add(port)
@@ -235,6 +262,7 @@ class Runner:
             quiet_after=max(1.0, case.collective_timeout * 0.4),
             hang_grace=20.0 if cuda else 5.0,
             expected_ranks=case.nproc if cuda else 0,
+            early_hang=case.early_hang,
         )
         capture = Capture(run)
         hooks = capture
@@ -246,27 +274,30 @@ class Runner:
         t0 = time.monotonic()
         try:
             result = launch(spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=self.cancel)
-        except KeyboardInterrupt:
-            self.store.abandon_run(run_id)
-            self.cancel.set()
-            raise Interrupted("interrupted; the run's processes were stopped") from None
         finally:
             with self._lock:
                 self._ports.discard(port)
             if hooks is not capture:
                 remote_left = hooks.stop()
+            escaped = reaper.stop_tagged(run.path)  # daemons that left the process tree
         c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, run.log_tail())
         signature, evidence = _evidence(c.outcome, run, capture, result)
-        evidence["survivors"] += remote_left
-        self.store.finish_run(
+        evidence["notes"] += run.cap_logs()  # after the evidence was read from them
+        evidence["survivors"] += remote_left + list(escaped.survivors)
+        if escaped.stopped:
+            evidence["escaped"] = list(escaped.stopped)
+            evidence["notes"].append(f"process(es) {', '.join(map(str, escaped.stopped))} left the run's process "
+                                     "tree (a daemon of their own session) and were stopped by their "
+                                     "DSBISECT_RUN_DIR tag")
+        done = self.store.finish_run(
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
             signature=signature, evidence=evidence,
             facts=check.facts | {"accelerator": accel.value, "shadowed": [list(x) for x in env.shadowed],
                                  "host": facts.host()},
-            env_key=env.key, run_dir=run.path,
+            env_key=env.key,
         )
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
-        return self.store.run(run_id)
+        return done
 
     def _base_env(self, case: Case, accel: Accelerator) -> dict[str, str]:
         env = clean_env({"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})

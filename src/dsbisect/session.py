@@ -7,19 +7,51 @@ anything is created on disk.
 
 from __future__ import annotations
 
+import grp
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 from platformdirs import user_cache_dir
 
-from . import facts
+from . import facts, reaper
 from .envs import EnvManager
 from .errors import InputError
 from .model import EnvOptions, IndexOptions
 from .runner import Executor, Runner
-from .store import Store
+from .store import Store, check_store_path
 
 Progress = Callable[[str, str], None]
+
+
+_GROUP: list[int] = []  # the --shared-group's gid, once given
+
+
+def share_with(group: str | None) -> None:
+    """Everything dsbisect (and the runs it starts) creates from now on is private to the user
+    (umask 077), or shared with ``group`` (umask 007; roots made group-owned and setgid)."""
+    if group is None:
+        os.umask(0o077)
+        return
+    try:
+        gid = grp.getgrnam(group).gr_gid if not group.isdigit() else int(group)
+    except KeyError:
+        raise InputError(f"--shared-group {group}: no such group") from None
+    os.umask(0o007)
+    _GROUP[:] = [gid]
+
+
+def make_shared(folder: Path) -> None:
+    """Give ``folder`` (a store or env root) to the shared group, setgid so what is created inside
+    stays the group's.  Nothing to do without --shared-group."""
+    if not _GROUP:
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        os.chown(folder, -1, _GROUP[0])
+        os.chmod(folder, 0o2770)
+    except PermissionError as e:
+        raise InputError(f"--shared-group: cannot give {folder} to the group ({e.strerror})") from None
 
 
 def cache_root(cache_dir: Path | None) -> Path:
@@ -50,5 +82,26 @@ def make_runner(store: Store, cache_dir: Path | None, env_options: EnvOptions, i
 
 def open_runner(store_dir: Path, cache_dir: Path | None, env_options: EnvOptions, index: IndexOptions,
                 progress: Progress, **kw) -> Runner:
-    """The runner of ``run`` and ``bisect``: the store at ``store_dir``, venvs under the cache."""
-    return make_runner(Store(store_dir), cache_dir, env_options, index, progress, **kw)
+    """The runner of ``run`` and ``bisect``: the store at ``store_dir``, venvs under the cache.
+    What an earlier dsbisect of this store left running when it died is stopped first."""
+    folder = check_store_path(store_dir)
+    make_shared(folder)
+    make_shared(cache_root(cache_dir))
+    store = Store(folder)
+    for note in store.notes:
+        progress("note", note)
+    reap_orphans(store, progress)
+    return make_runner(store, cache_dir, env_options, index, progress, **kw)
+
+
+def reap_orphans(store: Store, progress: Progress) -> None:
+    """Runs left ``running`` by a dsbisect of this machine that died: stop what is left of them
+    (found by their tag) and record them as interrupted, saying so."""
+    for r in store.orphans():
+        found = reaper.stop_tagged(r.run_dir) if r.run_dir else reaper.Reaped((), ())
+        note = f"the dsbisect that ran it (pid {r.pid}) died"
+        if found.stopped:
+            note += (f"; {len(found.stopped)} of its processes were still running and were stopped at the "
+                     f"next start (pids {', '.join(map(str, found.stopped))})")
+        store.abandon_run(r.id, note)
+        progress("note", f"run {r.id} ({r.case_name} · {r.point.label}): {note}")

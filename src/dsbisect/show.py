@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from rich.console import Group
 from rich.panel import Panel
+from rich.rule import Rule
 from rich.text import Text
 
 from .facts import describe_env
+from .model import Outcome
 from .forensics import analyze, render_stack
+from .redact import redact
 from .report import STYLE
 from .rundir import RunDir, tail_text
 from .store import RunRecord
@@ -39,21 +43,53 @@ def render_run(r: RunRecord, lines: int = 30) -> Group:
         parts.append(Text.assemble((f"  {k:<12}", "dim"), v))
     for note in r.evidence.get("notes", []):
         parts.append(Text(f"  note: {note}", style="yellow"))
+    if r.evidence.get("escaped"):
+        parts.append(Text(f"  escaped the process tree, stopped by their tag: pid(s) "
+                          f"{', '.join(map(str, r.evidence['escaped']))}", style="yellow"))
     if r.run_dir and Path(r.run_dir).is_dir():
-        parts += _stacks(Path(r.run_dir))
+        parts += _deadlock_proof(Path(r.run_dir))
+        parts += _stacks(Path(r.run_dir), hung=r.outcome is Outcome.HANG)
         parts += _tails(Path(r.run_dir), lines)
     return Group(*parts)
 
 
-def _stacks(run_dir: Path) -> list:
+def _deadlock_proof(run_dir: Path) -> list:
+    """The early deadlock verdict's proof and the two snapshots it stands on (``fr/proof.json``)."""
+    path = RunDir(run_dir).deadlock_proof
+    try:
+        proof = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return []
+    if not isinstance(proof, dict):
+        return []
+    lines = [str(proof.get("text", "")), ""]
+    for snap in proof.get("snapshots") or []:
+        if not isinstance(snap, dict):
+            continue
+        lines.append(f"request {snap.get('request')} at {snap.get('at')} s:")
+        ranks = snap.get("ranks") if isinstance(snap.get("ranks"), dict) else {}
+        for rank, state in sorted(ranks.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0):
+            lines.append(f"  rank {rank}: {state}")
+    lines.append(f"(answers in {path.parent.relative_to(run_dir)}/rank<R>.<request>.json)")
+    return [Panel(Text("\n".join(lines)), title="deadlock proof", title_align="left", border_style="red")]
+
+
+def _stacks(run_dir: Path, hung: bool) -> list:
+    """Where each rank was: for a hang, where it was stuck; otherwise only the last stacks seen
+    (a snapshot taken when the output went quiet, which need not be where the run failed)."""
     sig = analyze(run_dir)
     if sig is None:
         return []
     out = []
     for st in sig.ranks:
-        if st.frames:
-            title = f"rank {st.rank} stack ({', '.join(st.sources)})"
-            out.append(Panel(render_stack(st), title=title, title_align="left", border_style="magenta"))
+        if not st.frames:
+            continue
+        if hung:
+            title, body = f"rank {st.rank} stack ({', '.join(st.sources)})", render_stack(st)
+        else:
+            title = f"rank {st.rank}: last stack seen ({', '.join(st.sources)}), before the run ended"
+            body = "\n".join(render_stack(st).splitlines()[1:])  # no claim about a collective it failed in
+        out.append(Panel(body, title=title, title_align="left", border_style="magenta" if hung else "dim"))
     return out
 
 
@@ -64,6 +100,7 @@ def _tails(run_dir: Path, lines: int) -> list:
         text = tail_text(path, 256 << 10)
         if text is None:
             continue
-        text = "\n".join(text.splitlines()[-lines:])
-        out.append(Panel(Text(text), title=str(path.relative_to(run_dir)), title_align="left", border_style="dim"))
+        text = redact("\n".join(text.splitlines()[-lines:]))
+        # A rule and plain text, not a panel: long lines wrap instead of being cut at the edge.
+        out += [Rule(str(path.relative_to(run_dir)), align="left", style="dim"), Text(text, overflow="fold")]
     return out

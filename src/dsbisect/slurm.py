@@ -220,11 +220,12 @@ def _write_spec(folder: Path, runner: Runner, case: Case, point: Point, attempt:
 class _JobStore(Store):
     """The job's own store, which also notes the id of every run it starts (read by the submitter)."""
 
-    def start_run(self, *args, **kwargs) -> int:
-        run_id = super().start_run(*args, **kwargs)
-        with open(self.dir.parent / RUN_IDS, "a") as f:
-            f.write(f"{run_id}\n")
-        return run_id
+    def claim(self, *args, **kwargs):
+        claim = super().claim(*args, **kwargs)
+        if claim.run is not None:
+            with open(self.dir.parent / RUN_IDS, "a") as f:
+                f.write(f"{claim.run.id}\n")
+        return claim
 
 
 def run_job(spec_path: Path, progress: Progress) -> RunRecord:
@@ -264,7 +265,7 @@ def _import(runner: Runner, case: Case, point: Point, attempt: int, folder: Path
     store = runner.store
     if done is not None:
         slurm["started"] = round(done.started, 3)  # on the node (the main store's row starts now)
-        run_id = store.start_run(case.name, case.key, point, done.env_key, attempt, None)
+        run_id = store.start_run(case.name, case.key, point, done.env_key, attempt)
         store.finish_run(run_id, done.outcome, done.exit_code, done.seconds or 0.0, reason=done.reason,
                          signature=done.signature, evidence=done.evidence, facts=done.facts | {"slurm": slurm},
                          env_key=done.env_key, run_dir=Path(done.run_dir) if done.run_dir else folder)
@@ -274,7 +275,7 @@ def _import(runner: Runner, case: Case, point: Point, attempt: int, folder: Path
     if started is not None:  # a run the job began: keep its folder (the runner names it by its id)
         began = Path(started.run_dir) if started.run_dir else folder / "store" / "runs" / f"{started.id:06d}"
         run_dir = began if began.is_dir() else folder
-    run_id = store.start_run(case.name, case.key, point, started.env_key if started else None, attempt, None)
+    run_id = store.start_run(case.name, case.key, point, started.env_key if started else None, attempt)
     store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=_lost_reason(folder, job_id, state),
                      facts=(started.facts if started else {}) | {"slurm": slurm},
                      env_key=started.env_key if started else None, run_dir=run_dir)
@@ -285,7 +286,7 @@ def _job_runs(folder: Path) -> list[RunRecord]:
     ids_file = folder / RUN_IDS
     if not ids_file.exists() or not (folder / "store" / "dsbisect.sqlite3").exists():
         return []
-    job_store = Store(folder / "store")
+    job_store = Store(folder / "store", readonly=True)
     try:
         return [r for r in (job_store.run(int(i)) for i in ids_file.read_text().split()) if r is not None]
     finally:

@@ -1,0 +1,448 @@
+"""The early deadlock verdict: proof, from two snapshots of every rank taken a few seconds
+apart, that the ranks' pending collectives can never complete.  Pure: no I/O; frozen
+dataclasses in, ``Proof | None`` out (``rank_snapshot`` turns one answer of the start-up
+hook, already parsed from JSON, into a ``RankSnapshot``).
+
+A rank's snapshot is what the hook in the rank answered (``_hook/dsbisect_hook.py``: its
+main thread's Python stack and its flight recorder's entries), or that its process is gone.
+``prove`` declares a deadlock only when, in both snapshots:
+
+- every rank of the world is accounted for: it answered, or its process has been gone for
+  at least ``min_gone`` seconds in both (a rank that crashed is followed within a second or
+  so by the launcher ending the job, which is a failure, not a hang);
+- every rank that answered is *blocked*: the innermost frame of its main thread is inside a
+  torch.distributed collective (``distributed_c10d.py``, ``c10d_logger.py``,
+  ``_functional_collectives.py``) or a CUDA synchronize, it has at least one pending
+  collective, none of them point-to-point, and its completion data can be trusted (the
+  process group's ``last_completed_collective``, or entries that do reach ``completed``);
+- nothing moved between the two: same process, same stack, same pending collectives (state
+  included), same last completed sequence numbers;
+- no pending collective can complete.  A collective, sequence number N of process group G,
+  completes only when every member of G waits in G#N with the same op (and, for the ops
+  whose tensors must agree on every rank, the same sizes).  Every rank blocked, and none of
+  their waits completable, means that no rank will ever move again.
+
+Members of G: every rank for the default group (``default_pg``), else the ranks the
+recorder's ``pg_config`` lists for G, else the ranks that answered with a record of G (so a
+member that never touched G is left out, which only makes a wait look *more* completable).
+
+The proof names the first mismatch it finds, from the lowest rank's oldest wait: a member
+that exited (``exited``), waits at another sequence number of G (``sequence``), in another op
+at the same number (``op``), with other sizes (``size``), already passed G#N (``passed``), or
+waits in another group (``group``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .forensics import _op_name
+
+# Ops whose tensors have the same sizes on every rank; the others (gather, scatter,
+# all_to_all with splits, ...) are matched on the op alone.
+_SIZED = frozenset({
+    "ALLREDUCE", "BROADCAST", "REDUCE", "_ALLGATHER_BASE", "_REDUCE_SCATTER_BASE",
+    "ALL_GATHER_INTO_TENSOR", "REDUCE_SCATTER_TENSOR", "ALLREDUCE_COALESCED", "BARRIER",
+})
+_COLLECTIVE_FILES = (
+    "torch/distributed/distributed_c10d.py",
+    "torch/distributed/c10d_logger.py",
+    "torch/distributed/_functional_collectives.py",
+)
+_SYNC_CALLS = (  # (file, function): a CUDA wait behind an enqueued NCCL collective
+    ("torch/cuda/__init__.py", "synchronize"),
+    ("torch/cuda/streams.py", "synchronize"),
+    ("torch/cuda/streams.py", "wait_event"),
+    ("torch/cuda/streams.py", "wait_stream"),
+)
+DEFAULT_PG = "default_pg"
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective a rank recorded: process group, sequence number, op, tensor sizes."""
+
+    group: str  # "<backend>:<pg name>", e.g. "gloo:0", "nccl:1"
+    seq: int
+    op: str  # e.g. "ALLREDUCE", "_ALLGATHER_BASE", "BARRIER"
+    numel_in: tuple[int, ...] = ()  # element count of each input tensor
+    numel_out: tuple[int, ...] = ()
+    state: str = "scheduled"
+    p2p: bool = False
+    desc: str = ""  # the group's description, e.g. "default_pg"
+
+    @property
+    def label(self) -> str:
+        """'ALLREDUCE #3 (4)', with the group when it is not the default one."""
+        text = f"{self.op} #{self.seq}"
+        if self.numel_in:
+            text += f" ({'+'.join(str(n) for n in self.numel_in[:3])}{'+…' if len(self.numel_in) > 3 else ''})"
+        if self.desc != DEFAULT_PG:
+            text += f" on {self.desc or self.group}"
+        return text
+
+    def matches(self, other: Collective) -> bool:
+        """Whether the two can be one collective seen from two ranks."""
+        if (self.group, self.seq, self.op) != (other.group, other.seq, other.op):
+            return False
+        return self.op not in _SIZED or (self.numel_in, self.numel_out) == (other.numel_in, other.numel_out)
+
+
+@dataclass(frozen=True)
+class RankSnapshot:
+    """One rank at one moment: what its hook answered, or that its process is gone."""
+
+    rank: int
+    answered: bool = True
+    pid: int | None = None
+    gone_for: float | None = None  # seconds since its process was seen gone (None: running or unknown)
+    world_size: int | None = None
+    in_collective: bool = False  # the main thread's innermost frame is in a collective or a CUDA wait
+    stack: tuple[str, ...] = ()  # the main thread's frames, innermost first ("file:function:line")
+    pending: tuple[Collective, ...] = ()  # recorded, not completed; by group, then seq
+    completed: tuple[tuple[str, int], ...] = ()  # (group, last completed seq)
+    members: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (group, its ranks) where the recorder says
+    reliable: bool = True  # False: pending entries whose completion cannot be told
+    note: str = ""  # what the answer said went wrong
+
+    @property
+    def blocked(self) -> bool:
+        return self.answered and self.in_collective and self.reliable and bool(self.pending)
+
+    def heads(self) -> tuple[Collective, ...]:
+        """The oldest pending collective of each group: what the rank waits for."""
+        lowest: dict[str, Collective] = {}
+        for c in self.pending:
+            if c.group not in lowest or c.seq < lowest[c.group].seq:
+                lowest[c.group] = c
+        return tuple(sorted(lowest.values(), key=lambda c: (c.desc != DEFAULT_PG, c.group, c.seq)))
+
+    def last_completed(self, group: str) -> int | None:
+        return dict(self.completed).get(group)
+
+    def describe(self) -> str:
+        """One line for reports: where the rank waits, or why it counts as not blocked."""
+        if not self.answered:
+            return f"gone for {self.gone_for:.0f} s" if self.gone_for is not None else "no answer"
+        if self.note and not self.pending:
+            return self.note
+        waits = " and ".join(f"{c.label} [{c.state}]" for c in self.heads()) or "no pending collective"
+        where = "in a collective" if self.in_collective else "outside any collective"
+        return f"{waits}; main thread {where}" + ("" if self.reliable else "; completion unknown")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    at: float  # seconds since the launch
+    ranks: tuple[RankSnapshot, ...]
+
+
+@dataclass(frozen=True)
+class Proof:
+    rule: str  # exited, sequence, op, size, passed, group
+    at: float  # seconds since the launch, of the second snapshot
+    text: str  # "deadlock proven at 12.4 s: rank 0 waits in ... — different sequence numbers"
+    waits: tuple[tuple[int, tuple[Collective, ...]], ...]  # (rank, heads) of the blocked ranks
+    gone: tuple[int, ...] = ()
+
+
+def prove(first: Snapshot, second: Snapshot, min_gone: float = 5.0) -> Proof | None:
+    """A proof that the ranks deadlocked, or None when the snapshots do not prove it."""
+    world = _world(first, second)
+    if world is None:
+        return None
+    a, b = _by_rank(first, world), _by_rank(second, world)
+    if a is None or b is None:
+        return None
+    blocked: dict[int, RankSnapshot] = {}
+    gone: dict[int, float] = {}
+    for r in range(world):
+        x, y = a[r], b[r]
+        if not y.answered:
+            if x.answered or x.gone_for is None or y.gone_for is None or y.gone_for < min_gone:
+                return None  # unknown, or gone too recently to tell a crash from a finish
+            gone[r] = y.gone_for
+            continue
+        if not (x.answered and x.blocked and y.blocked) or not _same(x, y):
+            return None
+        if any(c.p2p for c in y.pending):
+            return None  # point-to-point pairs are not matched here
+        blocked[r] = y
+    if not blocked:
+        return None
+    heads = {r: s.heads() for r, s in blocked.items()}
+    members = _members(blocked.values(), world)
+    for hs in heads.values():
+        if any(_can_complete(h, members[h.group], heads) for h in hs):
+            return None
+    rule, why = _culprit(heads, blocked, gone, members)
+    text = f"deadlock proven at {second.at:.1f} s: {_waits_text(heads, gone)} — {why}"
+    return Proof(rule=rule, at=second.at, text=text, waits=tuple(sorted(heads.items())),
+                 gone=tuple(sorted(gone)))
+
+
+def _world(first: Snapshot, second: Snapshot) -> int | None:
+    sizes = {s.world_size for snap in (first, second) for s in snap.ranks if s.answered}
+    if len(sizes) != 1:
+        return None
+    (world,) = sizes
+    return world if isinstance(world, int) and world > 0 else None
+
+
+def _by_rank(snap: Snapshot, world: int) -> dict[int, RankSnapshot] | None:
+    out: dict[int, RankSnapshot] = {}
+    for s in snap.ranks:
+        if s.rank in out or not 0 <= s.rank < world:
+            return None
+        out[s.rank] = s
+    return out if len(out) == world else None
+
+
+def _same(x: RankSnapshot, y: RankSnapshot) -> bool:
+    return (x.pid, x.stack, x.pending, x.completed) == (y.pid, y.stack, y.pending, y.completed)
+
+
+def _members(ranks: Iterable[RankSnapshot], world: int) -> dict[str, frozenset[int]]:
+    ranks = list(ranks)
+    explicit: dict[str, frozenset[int]] = {}
+    seen: dict[str, set[int]] = {}
+    for s in ranks:
+        for group, listed in s.members:
+            explicit.setdefault(group, frozenset(listed))
+        for group in {c.group for c in s.pending} | {g for g, _ in s.completed}:
+            seen.setdefault(group, set()).add(s.rank)
+        for c in s.pending:
+            if c.desc == DEFAULT_PG:
+                explicit[c.group] = frozenset(range(world))
+    return {g: explicit.get(g, frozenset(rs)) for g, rs in seen.items()}
+
+
+def _can_complete(head: Collective, members: frozenset[int], heads: Mapping[int, tuple[Collective, ...]]) -> bool:
+    return all(m in heads and any(h.matches(head) for h in heads[m]) for m in members)
+
+
+def _culprit(heads: Mapping[int, tuple[Collective, ...]], blocked: Mapping[int, RankSnapshot],
+             gone: Mapping[int, float], members: Mapping[str, frozenset[int]]) -> tuple[str, str]:
+    """The first mismatch, from the lowest rank's oldest wait: (rule, words)."""
+    for r in sorted(heads):
+        for h in heads[r]:
+            for m in sorted(members[h.group] - {r}):
+                if m in gone:
+                    return "exited", f"rank {m} exited {gone[m]:.0f} s ago"
+                if m not in heads:
+                    continue
+                same_group = [x for x in heads[m] if x.group == h.group]
+                if not same_group:
+                    done = blocked[m].last_completed(h.group)
+                    if done is not None and done >= h.seq:
+                        return "passed", f"rank {m} already passed #{h.seq}"
+                    return "group", f"rank {m} waits in another process group"
+                (x,) = same_group
+                if x.seq != h.seq:
+                    return "sequence", "different sequence numbers"
+                if x.op != h.op:
+                    return "op", f"different ops at #{h.seq}"
+                if not x.matches(h):
+                    return "size", f"different sizes at #{h.seq}"
+    return "group", "no wait can complete"
+
+
+def _waits_text(heads: Mapping[int, tuple[Collective, ...]], gone: Mapping[int, float]) -> str:
+    labels = {r: " and ".join(c.label for c in hs) for r, hs in heads.items()}
+    groups: dict[str, list[int]] = {}
+    for r in sorted(labels):
+        groups.setdefault(labels[r], []).append(r)
+    parts = []
+    for n, (label, rs) in enumerate(sorted(groups.items(), key=lambda kv: kv[1][0])):
+        who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_span(rs)}"
+        verb = ("waits in " if len(rs) == 1 else "wait in ") if n == 0 else "in "
+        parts.append(f"{who} {verb}{label}")
+    if gone:
+        rs = sorted(gone)
+        parts.append(f"rank {rs[0]} exited" if len(rs) == 1 else f"ranks {_span(rs)} exited")
+    return ", ".join(parts)
+
+
+def _span(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ",".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in runs)
+
+
+# ------------------------------------------------------------------ from the hook's answers
+
+
+def stack_in_collective(frames: object) -> bool:
+    """Whether the innermost frame of a stack (``[[file, function, line], ...]``, innermost
+    first) is inside a torch.distributed collective or a CUDA synchronize."""
+    if not isinstance(frames, list) or not frames or not isinstance(frames[0], (list, tuple)) or len(frames[0]) < 2:
+        return False
+    file, function = str(frames[0][0]).replace("\\", "/"), str(frames[0][1])
+    return (file.endswith(_COLLECTIVE_FILES)
+            or any(file.endswith(f) and function == fn for f, fn in _SYNC_CALLS))
+
+
+def gone_snapshot(rank: int, gone_for: float) -> RankSnapshot:
+    return RankSnapshot(rank=rank, answered=False, gone_for=gone_for)
+
+
+def missing_snapshot(rank: int) -> RankSnapshot:
+    return RankSnapshot(rank=rank, answered=False, note="no answer")
+
+
+def rank_snapshot(answer: Mapping, rank: int | None = None) -> RankSnapshot:
+    """A rank's snapshot from the hook's answer (the JSON of ``fr/rank<R>.<n>.json``)."""
+    r = _int(answer.get("rank"))
+    r = rank if r is None else r
+    if r is None:
+        raise ValueError("the answer names no rank")
+    stack = answer.get("stack") if isinstance(answer.get("stack"), list) else []
+    pending: list[Collective] = []
+    completed: dict[str, int] = {}
+    members: dict[str, tuple[int, ...]] = {}
+    reliable = True
+    for dump in answer.get("dumps") or []:
+        if isinstance(dump, Mapping):
+            ok = _read_dump(dump, pending, completed, members)
+            reliable = reliable and ok
+    return RankSnapshot(
+        rank=r, answered=True, pid=_int(answer.get("pid")), world_size=_int(answer.get("world_size")),
+        in_collective=stack_in_collective(stack), stack=tuple(_frame_text(f) for f in stack),
+        pending=tuple(sorted(set(pending), key=lambda c: (c.group, c.p2p, c.seq, c.op))),
+        completed=tuple(sorted(completed.items())), members=tuple(sorted(members.items())),
+        reliable=reliable, note=str(answer.get("error") or ""),
+    )
+
+
+def _read_dump(dump: Mapping, pending: list[Collective], completed: dict[str, int],
+               members: dict[str, tuple[int, ...]]) -> bool:
+    """Add one recorder's pending collectives; False when their completion cannot be told.
+
+    An entry is finished when it is ``retired`` (torch retires each entry right after its work
+    ran: gloo's worker, NCCL's watchdog) or its ``state`` is ``completed``.  Only a dump whose
+    entries carry no ``retired`` falls back on ``pg_status``'s ``last_completed_collective``:
+    gloo's two worker threads write that number with a plain store after each work, so a
+    worker that finishes #3 late overwrites #4 (measured: #4 done, ``last_completed`` 3 for
+    seconds), and with async ops a higher number does not mean the lower ones are done."""
+    status = dump.get("pg_status") if isinstance(dump.get("pg_status"), Mapping) else {}
+    config = dump.get("pg_config") if isinstance(dump.get("pg_config"), Mapping) else {}
+    entries = [e for e in dump.get("entries") or [] if isinstance(e, Mapping)]
+    works = [(w, e) for e in entries for w in [_collective(e)] if w is not None]
+    with_retired = any("retired" in e for _, e in works)
+    backends = {w.group.split(":", 1)[0] for w, _ in works}
+    status_done: dict[str, int | None] = {}
+    for w, _ in works:
+        pg = w.group.split(":", 1)[1]
+        status_done[w.group] = _last_completed(status.get(pg))
+        ranks = _ranks(config.get(pg)) if pg else None
+        if ranks is not None:
+            members.setdefault(w.group, ranks)
+    if len(backends) == 1:  # groups the recorder knows without an entry in the buffer
+        (backend,) = backends
+        for pg, st in status.items():
+            status_done.setdefault(f"{backend}:{pg}", _last_completed(st))
+    finished = {id(e) for w, e in works if w.state == "completed" or e.get("retired") is True}
+    for group, done in status_done.items():  # the highest finished number, for "passed"
+        highest = max((w.seq for w, e in works if w.group == group and not w.p2p and id(e) in finished),
+                      default=None)
+        known = [v for v in (done, highest, completed.get(group)) if v is not None]
+        if known:
+            completed[group] = max(known)
+    ok = True
+    completes = {w.group for w, e in works if w.state == "completed"}
+    for w, e in works:
+        if id(e) in finished:
+            continue
+        if w.p2p or with_retired:
+            pending.append(w)
+            continue
+        done = status_done.get(w.group)
+        if done is not None and w.seq <= done:
+            continue
+        if done is None and w.group not in completes:
+            ok = False  # no way to tell: e.g. gloo entries stay "scheduled" forever
+        pending.append(w)
+    return ok
+
+
+def _collective(entry: Mapping) -> Collective | None:
+    p2p = entry.get("is_p2p") is True
+    seq = _int(entry.get("p2p_seq_id" if p2p else "collective_seq_id"))
+    name = entry.get("profiling_name")
+    if seq is None or not isinstance(name, str):
+        return None
+    backend = name.split(":", 1)[0] if ":" in name else "?"
+    pg, desc = _process_group(entry.get("process_group"), entry.get("pg_id"))
+    op = _op_name(name)
+    return Collective(group=f"{backend}:{pg}", seq=seq, op=op if op.isupper() else op.upper(),
+                      numel_in=_numels(entry.get("input_sizes")), numel_out=_numels(entry.get("output_sizes")),
+                      state=str(entry.get("state")), p2p=p2p, desc=desc)
+
+
+def _process_group(value: object, pg_id: object) -> tuple[str, str]:
+    if isinstance(value, (list, tuple)) and value:
+        return str(value[0]), str(value[1]) if len(value) > 1 and value[1] is not None else ""
+    return str(value if value is not None else pg_id), ""
+
+
+def _numels(sizes: object) -> tuple[int, ...]:
+    if not isinstance(sizes, list):
+        return ()
+    out = []
+    for dims in sizes:
+        if not isinstance(dims, (list, tuple)):
+            return ()
+        ints = [_int(d) for d in dims]
+        if any(d is None for d in ints):
+            return ()
+        out.append(math.prod(ints))
+    return tuple(out)
+
+
+def _last_completed(status: object) -> int | None:
+    if not isinstance(status, Mapping):
+        return None
+    return _int(status.get("last_completed_collective"))
+
+
+def _ranks(config: object) -> tuple[int, ...] | None:
+    """'[0, 1]' (the recorder's pg_config ranks) -> (0, 1)."""
+    if not isinstance(config, Mapping):
+        return None
+    value = config.get("ranks")
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    if not isinstance(value, list) or not value:
+        return None
+    ranks = [_int(v) for v in value]
+    return None if any(r is None for r in ranks) else tuple(sorted(ranks))
+
+
+def _frame_text(frame: object) -> str:
+    if isinstance(frame, (list, tuple)):
+        return ":".join(str(x) for x in frame)
+    return str(frame)
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None

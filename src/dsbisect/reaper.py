@@ -1,0 +1,55 @@
+"""Processes of a run found by their tag, wherever they went.
+
+Every process of a run carries ``DSBISECT_RUN_DIR=<run dir>`` in its environment (dsbisect
+sets it; children inherit it).  The process-tree teardown in ``launch`` stops what it saw
+descend from the launcher; what escaped it — a rank that double-forked into a daemon of its
+own session, or the processes of a run whose dsbisect was killed — is found here by that tag
+and stopped: SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from .launch import is_live
+
+TAG = "DSBISECT_RUN_DIR"
+
+
+@dataclass(frozen=True)
+class Reaped:
+    stopped: tuple[int, ...]  # found by the tag and stopped
+    survivors: tuple[int, ...]  # found and still alive after SIGKILL (unkillable)
+
+
+def tagged(run_dir: Path | str) -> list[psutil.Process]:
+    """The live processes of this machine that carry the run's tag (not this process)."""
+    want = str(run_dir)
+    found = []
+    for p in psutil.process_iter():
+        if p.pid == os.getpid():
+            continue
+        try:
+            if p.environ().get(TAG) == want and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:
+            continue  # gone, a zombie, or another user's
+    return found
+
+
+def stop_tagged(run_dir: Path | str, grace: float = 2.0) -> Reaped:
+    """Stop every process carrying the run's tag: SIGTERM, ``grace`` seconds, SIGKILL."""
+    procs = tagged(run_dir)
+    for send, wait in ((psutil.Process.terminate, grace), (psutil.Process.kill, 5.0)):
+        alive = [p for p in procs if is_live(p)]
+        for p in alive:
+            try:
+                send(p)
+            except psutil.Error:
+                pass
+        psutil.wait_procs(alive, timeout=wait)
+    return Reaped(tuple(sorted(p.pid for p in procs)), tuple(sorted(p.pid for p in procs if is_live(p))))
