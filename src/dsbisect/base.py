@@ -198,8 +198,26 @@ def hook_source() -> str:
     return resources.files("dsbisect").joinpath("_hook/dsbisect_hook.py").read_text()
 
 
+# Launchers a user's command line may name, and the module each runs.  In a layered venv torch
+# (and maybe accelerate) live in the base, whose own `torchrun` would run the base's python:
+# the venv gets a `bin/` entry of its own that runs the venv's.
+LAUNCHER_MODULES = {"torchrun": "torch.distributed.run", "deepspeed": "deepspeed.launcher.runner",
+                    "accelerate": "accelerate.commands.accelerate_cli"}
+
+
+def install_launchers(venv: Path) -> None:
+    """``bin/torchrun``, ``bin/deepspeed``, ``bin/accelerate`` running the venv's python, where the
+    venv has none of its own."""
+    for name, module in LAUNCHER_MODULES.items():
+        entry = venv / "bin" / name
+        if not entry.exists():
+            entry.write_text(f'#!/bin/sh\nexec "$(dirname "$0")/python" -m {module} "$@"\n')
+            entry.chmod(0o755)
+
+
 def install_hook(venv: Path) -> None:
     """(Re)write dsbisect's start-up hook into the venv; cheap, and keeps old envs current."""
+    install_launchers(venv)
     site_dir = site_packages(venv)
     src = hook_source()
     target = site_dir / "dsbisect_hook.py"

@@ -292,8 +292,12 @@ def emit(text: str, output: Path | None) -> None:
 @app.command()
 @bundled
 def run(
-    matrix: Annotated[Path, typer.Argument(help="The matrix file.")] = Path("matrix.yaml"),
+    args: Annotated[Optional[list[str]], typer.Argument(metavar="[MATRIX | -- COMMAND...]", help="The matrix file (default matrix.yaml), or, with --versions/--pin, after --, your own command line.")] = None,
     case: CasesOpt = None,
+    versions: Annotated[Optional[list[str]], typer.Option("--versions", metavar="PKG=V1,V2", help="With -- COMMAND: the versions of a package to run it at (repeatable: every combination).")] = None,
+    pin: Annotated[Optional[list[str]], typer.Option("--pin", metavar="REQ", help="With -- COMMAND: a requirement held in every point, e.g. deepspeed==0.12.4 (repeatable).")] = None,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks, for `-- python x.py` commands.")] = 2,
+    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="With -- COMMAND: where the ranks run.")] = Accelerator.AUTO,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run points again even if the store has them.")] = False,
     repeat: RepeatOpt = 1,
     store: StoreOpt = Path(".dsbisect"),
@@ -304,15 +308,24 @@ def run(
     nodes: NodeArgs = NodeArgs(),
     shown: OutputArgs = OutputArgs(),
 ) -> None:
-    """Run every case of MATRIX at every version point and print the pass/fail/hang/skip grid."""
+    """Run every case of MATRIX at every version point, or your own command at --versions/--pin,
+    and print the pass/fail/hang/skip grid."""
     from .versions import check_points
 
     with user_errors():
-        m = matrix_mod.load(matrix)
-        cases = [nodes.apply(limits.apply(c)) for c in m.select(case)]
+        if versions or pin:
+            the_case = matrix_mod.command_points(args or [], Path.cwd(), versions or [], pin or [], nproc,
+                                                 accelerator)
+            cases, env_defaults, title = [the_case], EnvOptions(), f"dsbisect run -- {shlex.join(args or [])}"
+        else:
+            if len(args or []) > 1:
+                raise InputError("a command line needs --versions or --pin (and -- before it)")
+            m = matrix_mod.load(Path(args[0]) if args else Path("matrix.yaml"))
+            cases, env_defaults, title = m.select(case), m.env, f"dsbisect run {m.path.name}"
+        cases = [nodes.apply(limits.apply(c)) for c in cases]
         executor = where.executor_for()
         idx = index.options()
-        env_options = envs.options(m.env)
+        env_options = envs.options(env_defaults)
         check_points(cases, idx)
         ui = ProgressUI(shown.quiet)
         runner = open_runner(store, envs.cache_dir, env_options, idx, ui, rerun=rerun, jobs=where.jobs,
@@ -323,7 +336,7 @@ def run(
                 _note_slots(runner, c, ui)
                 for rs in runner.run_many(c, list(c.points), want=repeat):
                     records += rs
-        _print_grid(records, f"dsbisect run {matrix.name}", shown, cases)
+        _print_grid(records, title, shown, cases)
 
 
 def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
@@ -451,6 +464,7 @@ def bisect(
     package: Annotated[str, typer.Argument(help="The package whose releases move (deepspeed, transformers, accelerate, ...).")],
     good: Annotated[str, typer.Argument(help="A release that works (with --find-fix: the old broken one).")],
     bad: Annotated[str, typer.Argument(help="A later release that is broken (with --find-fix: the fixed one).")],
+    command: Annotated[Optional[list[str]], typer.Argument(metavar="[-- COMMAND...]", help="Your own command line, after --: a deepspeed/torchrun/accelerate launch line, python x.py, or any executable (exit 0 good, 125 skip, else bad).")] = None,
     case: Annotated[Optional[str], typer.Option("--case", help="A case of the matrix file.")] = None,
     script: Annotated[Optional[Path], typer.Option("--script", help="Run this script instead of a case.")] = None,
     matrix: Annotated[Path, typer.Option("--matrix", help="Matrix file that defines --case.")] = Path("matrix.yaml"),
@@ -477,7 +491,7 @@ def bisect(
     from .bisection import Bisection, Request, dumps, plan
 
     with user_errors():
-        the_case, env_defaults = _bisect_case(case, script, matrix, nproc, accelerator)
+        the_case, env_defaults = _bisect_case(case, script, matrix, nproc, accelerator, command)
         the_case = nodes.apply(limits.apply(the_case))
         executor = where.executor_for()
         if signature is not None and not signature.strip():
@@ -532,9 +546,11 @@ def reproduce_args(argv: list[str]) -> list[str]:
 
 
 def _bisect_case(case: str | None, script: Path | None, matrix: Path, nproc: int,
-                 accelerator: Accelerator) -> tuple[Case, EnvOptions]:
-    if case and script:
-        raise InputError("give either --case or --script, not both")
+                 accelerator: Accelerator, command: list[str] | None) -> tuple[Case, EnvOptions]:
+    if sum(bool(x) for x in (case, script, command)) > 1:
+        raise InputError("give one of --case, --script or -- COMMAND")
+    if command:
+        return matrix_mod.command_case(command, Path.cwd(), nproc=nproc, accelerator=accelerator), EnvOptions()
     if script:
         return matrix_mod.script_case(script, nproc, accelerator), EnvOptions()
     m = matrix_mod.load(matrix)

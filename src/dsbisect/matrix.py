@@ -136,7 +136,8 @@ Axes = Annotated[dict[str, list[str]], AfterValidator(_check_axes)]
 
 
 class _Case(_Settings):
-    script: str
+    script: str | None = None
+    command: list[str] | None = None
     axes: Axes | None = None
     points: list[dict[str, str]] | None = None
     gpu: dict[str, _GpuOverride] = {}
@@ -257,21 +258,24 @@ def _to_matrix(path: Path, m: _Matrix) -> Matrix:
     return Matrix(path=path, cases=cases, env=env)
 
 
-def _first(case_value, default_value, fallback):
-    """The case's setting, else the defaults', else ``fallback``."""
-    if case_value is not None:
-        return case_value
-    if default_value is not None:
-        return default_value
-    return fallback
+def _first(*values):
+    """The first that is set: the case's setting, else the defaults', ..., else the last."""
+    return next((v for v in values[:-1] if v is not None), values[-1])
 
 
 def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -> Case:
     where = f"{path.name}: cases.{name}"
-    script = path.parent / c.script
-    if not _is_file(script):
-        raise MatrixError(f"{where}.script: {_short(c.script)} does not exist")
-    script = script.resolve()
+    if (c.script is None) == (c.command is None):
+        raise MatrixError(f"{where}: give either 'script' or 'command'")
+    if c.command is not None:
+        base = command_case(c.command, path.parent, where=f"{where}.command")
+        script = base.script
+    else:
+        base = None
+        script = path.parent / c.script
+        if not _is_file(script):
+            raise MatrixError(f"{where}.script: {_short(c.script)} does not exist")
+        script = script.resolve()
     if c.axes is not None and c.points is not None:
         raise MatrixError(f"{where}: give either 'axes' or 'points', not both")
     pins = tuple(d.pins or ()) + tuple(c.pins or ())
@@ -281,9 +285,9 @@ def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -
         name=name,
         script=script,
         script_digest=file_digest(script),
-        args=tuple(_first(c.args, d.args, [])),
+        args=base.args if base else tuple(_first(c.args, d.args, [])),
         env=tuple(sorted((dict(d.env or {}) | dict(c.env or {})).items())),
-        nproc=_first(c.nproc, d.nproc, 2),
+        nproc=_first(base.nproc if base and base.command else None, c.nproc, d.nproc, 2),
         accelerator=_first(c.accelerator, d.accelerator, Accelerator.AUTO),
         timeout=float(_first(c.timeout, d.timeout, 1800.0)),
         collective_timeout=float(_first(c.collective_timeout, d.collective_timeout, 60.0)),
@@ -296,6 +300,9 @@ def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -
         gpu_overrides=tuple(GpuOverride(match=k, args=tuple(o.args), env=tuple(sorted(o.env.items())))
                             for k, o in c.gpu.items()),
         slurm=_slurm(c.slurm, d.slurm),
+        command=base.command if base else (),
+        cwd=base.cwd if base else None,
+        inputs=base.inputs if base else (),
     )
     return with_nodes(case, where, hostfile=(path.parent / hostfile).resolve() if hostfile else None,
                       num_nodes=_first(c.num_nodes, d.num_nodes, None),
@@ -370,6 +377,64 @@ def _is_file(path: Path) -> bool:
 
 def _short(text: str, n: int = 120) -> str:
     return text if len(text) <= n else f"{text[:n]}… ({len(text)} characters)"
+
+
+def command_case(argv: list[str] | tuple[str, ...], cwd: Path, name: str | None = None, nproc: int | None = None,
+                 accelerator: Accelerator = Accelerator.AUTO, where: str = "command") -> Case:
+    """A case for the user's own command line (``-- COMMAND`` or a matrix ``command:``).
+
+    ``python x.py args`` (or ``x.py args``) becomes a script case, run under the case's launcher
+    with ``nproc`` ranks; a launcher line (deepspeed, torchrun, accelerate launch) or any other
+    executable is kept as it is, to run from ``cwd``.  The files the line names are recorded
+    with their digests: a changed config is a different case.
+    """
+    from .command import CommandKind, parse
+
+    try:
+        cmd = parse(list(argv), cwd)
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+    inputs = tuple((str(p), file_digest(p)) for p in cmd.files)
+    if cmd.kind is CommandKind.SCRIPT:
+        script = cmd.script.resolve()
+        return Case(name=name or script.stem, script=script, script_digest=file_digest(script),
+                    args=tuple(cmd.script_args), nproc=nproc or 2, accelerator=accelerator, cwd=cwd.resolve(),
+                    inputs=inputs)
+    target = cmd.script or cwd / cmd.target
+    script = target.resolve() if _is_file(target) else Path(cmd.target)
+    return Case(name=name or _command_name(cmd), script=script,
+                script_digest=file_digest(script) if _is_file(script) else "none",
+                nproc=cmd.nproc or nproc or 1, accelerator=accelerator, command=tuple(argv), cwd=cwd.resolve(),
+                inputs=inputs)
+
+
+def command_points(argv: list[str], cwd: Path, versions: list[str], pins: list[str], nproc: int,
+                   accelerator: Accelerator) -> Case:
+    """``dsbisect run --versions PKG=V1,V2 --pin REQ -- COMMAND``: the command's case, with a point
+    per combination of the versions (one point of the pins alone without --versions)."""
+    if not argv:
+        raise InputError("--versions and --pin run your own command: give it after --")
+    held = check_pins(pins)
+    axes: dict[str, list[str]] = {}
+    for spec in versions:
+        name, _, listed = spec.partition("=")
+        chosen = [v.strip() for v in listed.split(",") if v.strip()]
+        if not name or not chosen:
+            raise InputError(f"--versions {spec!r}: expected PACKAGE=V1,V2,...")
+        try:
+            _check_versions(name.strip(), chosen)
+        except ValueError as e:
+            raise InputError(f"--versions {spec!r}: {e}") from None
+        axes[name.strip()] = chosen
+    names = list(axes)
+    points = tuple(Point(versions=tuple(zip(names, combo)), pins=held)
+                   for combo in itertools.product(*(axes[n] for n in names))) or (Point(versions=(), pins=held),)
+    return replace(command_case(argv, cwd, nproc=nproc, accelerator=accelerator), pins=held, points=points)
+
+
+def _command_name(cmd) -> str:
+    """A case name for a command line: its script's or program's stem."""
+    return Path(cmd.script or cmd.module or cmd.target).stem or "command"
 
 
 def file_digest(path: Path) -> str:

@@ -263,6 +263,9 @@ class Case:
     gpu_overrides: tuple[GpuOverride, ...] = ()
     nodes: Nodes = Nodes()
     slurm: SlurmSettings = SlurmSettings()
+    command: tuple[str, ...] = ()  # a launcher line or executable run as the user gave it (not script + launcher)
+    cwd: Path | None = None  # where it runs, its relative paths being from there (None: the run folder)
+    inputs: tuple[tuple[str, str], ...] = ()  # (path, digest) of the files the command line names
     early_hang: bool = True  # prove a deadlock before the collective timeout (not part of the key)
 
     def for_gpu(self, gpu_name: str | None) -> Case:
@@ -295,6 +298,10 @@ class Case:
             "launcher_args": list(self.launcher_args),
             "compat": list(self.compat),
         }
+        if self.command:  # only for those, so that script cases keep the keys their runs were recorded under
+            fields["command"] = list(self.command)
+        if self.inputs:
+            fields["inputs"] = [list(i) for i in self.inputs]
         nodes = self.nodes.key_fields()
         if nodes:  # only then, so that single-node keys (and their recorded runs) stay as they were
             fields["multinode"] = nodes | {"hostfile": self.nodes.hostfile_digest if self.nodes.hostfile else None}
@@ -317,6 +324,8 @@ class Case:
                       "master_addr": n.master_addr, "include": n.include, "exclude": n.exclude},
             "slurm": {"partition": self.slurm.partition, "time": self.slurm.time, "gpus": self.slurm.gpus,
                       "args": list(self.slurm.args)},
+            "command": list(self.command), "cwd": str(self.cwd) if self.cwd else None,
+            "inputs": [list(i) for i in self.inputs],
             "early_hang": self.early_hang,
         }
 
@@ -336,6 +345,8 @@ class Case:
                         backend=LauncherBackend(n["backend"]) if n["backend"] else None,
                         master_addr=n["master_addr"], include=n["include"], exclude=n["exclude"]),
             slurm=SlurmSettings(**{**d["slurm"], "args": tuple(d["slurm"]["args"])}),
+            command=tuple(d.get("command", ())), cwd=Path(d["cwd"]) if d.get("cwd") else None,
+            inputs=_pairs(d.get("inputs", ())),
             early_hang=d.get("early_hang", True),
         )
 

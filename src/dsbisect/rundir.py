@@ -16,6 +16,7 @@
       fr/rounds.log                 what each round of two requests found
       .deepspeed_env                the run's variables for every node (multi-node)
       run.json                      the run's record (the store's index is rebuilt from these)
+      inputs/NN-<name>              copies of the (small) files the command line named
 
 Standard library only: ``forensics`` reads run folders with it on machines without torch.
 """
@@ -125,6 +126,11 @@ class RunDir:
     def fr_rounds(self) -> Path:
         """One line per round of the early deadlock verdict: proof, or each rank's state."""
         return self.fr_dir / "rounds.log"
+
+    @property
+    def inputs(self) -> Path:
+        """Copies of the files the command line named (configs, the script)."""
+        return self.path / "inputs"
 
     @property
     def deepspeed_env(self) -> Path:

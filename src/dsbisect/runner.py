@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -77,6 +78,8 @@ class Runner:
         case = self.effective(case)
         if case.nodes.multi:
             return [Slot()]  # the run holds the hosts and slots it names
+        if case.command and self.accelerator(case) is Accelerator.CUDA and self.executor is None:
+            return [Slot()]  # the user's line picks its GPUs itself: one run at a time
         if self.executor is not None:
             return self.executor.slots(case)
         if self.accelerator(case) is Accelerator.CUDA:
@@ -254,8 +257,8 @@ class Runner:
         cuda = accel is Accelerator.CUDA
         spec = LaunchSpec(
             argv=tuple(launcher_argv(case, env.python, run, port, slot.devices if cuda else None)),
-            env=self._base_env(case, accel) | run_env(case, run),
-            cwd=run.path,
+            env=self._base_env(case, accel, env) | run_env(case, run),
+            cwd=case.cwd or run.path,
             run=run,
             wall_timeout=case.timeout,
             idle_timeout=case.idle_timeout,
@@ -270,6 +273,7 @@ class Runner:
             multinode.write_env_file(case, run, spec.env)
             hooks = multinode.RemoteRanks.of(case, env.python, run, capture)
         remote_left: list[str] = []
+        given = record_inputs(case, run)
         self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {case.nproc} ranks, {accel.value})")
         t0 = time.monotonic()
         try:
@@ -292,15 +296,17 @@ class Runner:
         done = self.store.finish_run(
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
             signature=signature, evidence=evidence,
-            facts=check.facts | {"accelerator": accel.value, "shadowed": [list(x) for x in env.shadowed],
-                                 "host": facts.host()},
+            facts=check.facts | given | {"accelerator": accel.value, "shadowed": [list(x) for x in env.shadowed],
+                                         "host": facts.host()},
             env_key=env.key,
         )
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
         return done
 
-    def _base_env(self, case: Case, accel: Accelerator) -> dict[str, str]:
+    def _base_env(self, case: Case, accel: Accelerator, venv: Env | None = None) -> dict[str, str]:
         env = clean_env({"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
+        if venv is not None and case.command:  # python, deepspeed, torchrun, accelerate: the point's
+            env["PATH"] = f"{venv.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         if case.compat:
             env["DSBISECT_COMPAT"] = ",".join(case.compat)
         if accel is Accelerator.CPU:
@@ -345,8 +351,33 @@ def run_env(case: Case, run: RunDir) -> dict[str, str]:
     } | flight_recorder_env(run) | dict(case.env)
 
 
+INPUT_COPY_LIMIT = 1 << 20  # a file the command names is copied into the run folder up to this size
+
+
+def record_inputs(case: Case, run: RunDir) -> dict:
+    """The command and the files it names, for the run's record: each file's digest, and a copy
+    of it in the run folder (``inputs/``) when it is small, so the report shows what ran."""
+    out: dict = {"command": list(case.command)} if case.command else {}
+    items = []
+    for path, digest_ in case.inputs:
+        src = Path(path)
+        item = {"path": path, "sha256": digest_, "bytes": src.stat().st_size if src.is_file() else None,
+                "copy": None}
+        if item["bytes"] is not None and item["bytes"] <= INPUT_COPY_LIMIT:
+            dest = run.inputs / f"{len(items):02d}-{src.name}"
+            dest.parent.mkdir(exist_ok=True)
+            shutil.copyfile(src, dest)
+            item["copy"] = str(dest.relative_to(run.path))
+        items.append(item)
+    if items:
+        out["inputs"] = items
+    return out
+
+
 def launcher_argv(case: Case, python: Path, run: RunDir, port: int, devices: tuple[int, ...] | None) -> list[str]:
     run.ranks.mkdir(parents=True, exist_ok=True)
+    if case.command:
+        return command_argv(case, python, run, port)
     if case.launcher is Launcher.TORCHRUN:
         argv = [str(python), "-u", "-m", "torch.distributed.run", "--nproc_per_node", str(case.nproc),
                 "--master_port", str(port), "--log-dir", str(run.ranks), "--tee", "3"]
@@ -360,3 +391,25 @@ def launcher_argv(case: Case, python: Path, run: RunDir, port: int, devices: tup
             argv += ["--num_gpus", str(case.nproc)]  # per node, with a hostfile
         argv += ["--master_port", str(port), f"--enable_each_rank_log={run.ranks}"]
     return argv + list(case.launcher_args) + [str(case.script), *case.args]
+
+
+def command_argv(case: Case, python: Path, run: RunDir, port: int) -> list[str]:
+    """The user's own command line, run with the point venv's python: a launcher line keeps every
+    option the user gave and gets only what dsbisect needs that the user did not give (a free
+    master port, per-rank logs in the run folder); any other executable runs as it is (the
+    point venv's bin first on its PATH)."""
+    from .command import CommandKind, parse, with_options
+
+    cmd = parse(case.command, case.cwd or run.path)
+    py = str(python)
+    if cmd.kind is CommandKind.DEEPSPEED:
+        add = {"--master_port": str(port), "--enable_each_rank_log": str(run.ranks)}
+        return [py, "-u", "-m", "deepspeed.launcher.runner", *with_options(cmd, add), cmd.target, *cmd.script_args]
+    if cmd.kind is CommandKind.TORCHRUN:
+        module = "torch.distributed.launch" if "torch.distributed.launch" in cmd.prefix else "torch.distributed.run"
+        add = {"--master-port": str(port), "--log-dir": str(run.ranks), "--tee": "3"}
+        return [py, "-u", "-m", module, *with_options(cmd, add), cmd.target, *cmd.script_args]
+    if cmd.kind is CommandKind.ACCELERATE:
+        add = {"--main_process_port": str(port)}
+        return [py, "-u", "-m", "accelerate.commands.launch", *with_options(cmd, add), cmd.target, *cmd.script_args]
+    return list(cmd.argv)

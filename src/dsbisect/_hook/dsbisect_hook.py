@@ -7,6 +7,8 @@ variables are set, and it never raises.
 
 - ``DSBISECT_ENV_B64``: a multi-node run's variables whose values a remote shell would not
   pass through literally, as base64 JSON; set into ``os.environ`` before anything else.
+- ``DSBISECT_COLLECTIVE_TIMEOUT=<s>``: the default timeout of torch's process groups and of
+  ``deepspeed.init_distributed`` (a script that passes its own keeps it).
 - ``DSBISECT_COMPAT=name,name``: compatibility shims for old releases on a new torch,
   applied right after the module they mend is imported.
 - ``DSBISECT_RUN_DIR`` (any process of a run): asks the kernel to kill this process when
@@ -123,8 +125,28 @@ class _AfterImport:
         return spec
 
 
-def _install_shims(names):
-    patches = {}
+def _timeout_patches(seconds):
+    """The default timeouts of torch's process groups and of deepspeed.init_distributed, set to
+    the run's collective timeout, so a user's own script that never passes a timeout still hangs
+    for at most that long in a collective (an explicit timeout of the script is left alone)."""
+    import datetime
+
+    value = datetime.timedelta(seconds=seconds)
+
+    def torch_constants(mod):
+        for name in ("default_pg_timeout", "default_pg_nccl_timeout"):
+            if hasattr(mod, name):
+                setattr(mod, name, value)
+
+    def deepspeed_constants(mod):
+        if hasattr(mod, "default_pg_timeout"):
+            mod.default_pg_timeout = value
+
+    return {"torch.distributed.constants": torch_constants, "deepspeed.constants": deepspeed_constants}
+
+
+def _install_shims(names, extra=None):
+    patches = dict(extra or {})
     for n in names:
         if n in _SHIMS:
             module, fn = _SHIMS[n]
@@ -336,8 +358,9 @@ def _main():
     if "DSBISECT_ENV_B64" in os.environ:
         _decode_env()
     compat = [s for s in os.environ.get("DSBISECT_COMPAT", "").split(",") if s]
-    if compat:
-        _install_shims(compat)
+    timeout = os.environ.get("DSBISECT_COLLECTIVE_TIMEOUT")
+    if compat or timeout:
+        _install_shims(compat, _timeout_patches(float(timeout)) if timeout else None)
     run_dir = os.environ.get("DSBISECT_RUN_DIR")
     if run_dir and sys.platform.startswith("linux") and os.environ.get("DSBISECT_PDEATHSIG", "1") == "1":
         _die_with_parent()
