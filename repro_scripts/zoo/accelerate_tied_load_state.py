@@ -20,8 +20,10 @@ How established: ``git tag --contains e638b1e2`` -> v0.25.0 first; ``git tag --c
   ``safe_serialization: bool = True`` and ``load_file`` + ``load_state_dict``, v0.33.0 has
   ``load_model``; and the script: 0.24.1 and 0.33.0 pass, 0.25.0 and 0.32.1 fail.
 
-Environment: CPU, 1 process (torchrun --nproc_per_node 1), no GPU, < 1 GB, ~5 s per run.  The
-accelerate wheels are ~200-320 KB each; safetensors and huggingface-hub come from the index.
+Environment: CPU, 1 process (torchrun --nproc_per_node 1), no GPU, < 1 GB, 7-11 s per run (most
+of it the launcher).  The accelerate wheels are 250-320 KB each; safetensors and huggingface-hub
+come from the index; from 0.32.0 accelerate requires numpy < 2 (an 18 MB wheel), so a test-suite
+wheelhouse is best kept to 0.22.0 .. 0.28.0 (all pass/fail as above: 0.22.0 passes, 0.28.0 fails).
 This is the cheap case meant for dsbisect's own end-to-end test against real PyPI releases.
 
 Check: a tiny model whose output layer shares the embedding's weight, prepared with an SGD
