@@ -19,7 +19,7 @@ from .outcome import combine, verdict
 from .runner import Runner
 from .search import Search, Side, search
 from .store import RunRecord
-from .versions import candidates
+from .versions import AUTO, candidates, gaps
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class Request:
     pre: bool = False
     git_repo: Path | None = None
     verify_commit_ends: bool = True
+    include_yanked: bool = False
     width: int = 1
     confirm: int = 1  # runs of the final last-good / first-bad pair; 1 = the search's own
 
@@ -49,6 +50,7 @@ class Request:
             "package": canonicalize_name(self.package), "good": self.good, "bad": self.bad, "case": self.case.key,
             "pins": sorted(self.pins), "regress_on": self.regress_on.value, "find_fix": self.find_fix,
             "repeat": self.repeat, "signature": self.signature, "pre": self.pre,
+            **({"include_yanked": True} if self.include_yanked else {}),
             "git": str(self.git_repo) if self.git_repo else None,
         })
 
@@ -129,6 +131,8 @@ class Result:
     commit: CommitResult | None = None
     commit_message: str = ""
     confirm: Confirmation | None = None
+    good_end: str = ""  # how the good end was found, when it was not given (GOOD auto)
+    caveats: tuple[str, ...] = ()  # what lies between the answer's ends and was not tested
 
     @property
     def exit_code(self) -> int:
@@ -145,9 +149,11 @@ class Plan:
 
 def plan(req: Request, index: IndexOptions) -> Plan:
     """Check a request against the index and the clone (an InputError for a bad range, an
-    unknown package or version, a missing clone) without touching the store or the cache."""
+    unknown package or version, a missing clone) without touching the store or the cache.
+    BAD ``latest`` becomes the newest release; GOOD ``auto`` keeps every release before BAD."""
     repo = gitrepo.check_repo(req.git_repo) if req.git_repo else None
-    return Plan(tuple(str(v) for v in candidates(req.package, req.good, req.bad, index, req.pre)), repo)
+    found = candidates(req.package, req.good, req.bad, index, req.pre, req.include_yanked)
+    return Plan(tuple(str(v) for v in found), repo)
 
 
 class Bisection:
@@ -162,19 +168,56 @@ class Bisection:
         req = self.req
         planned = planned or plan(req, self.index)
         repo, versions = planned.repo, list(planned.versions)
+        good_end = ""
+        if req.good == AUTO:
+            start, good_end = self._walk_back(versions)
+            if start is None:
+                return self._finish(versions, Answer.GOOD_END_BAD if good_end.startswith("no ") else
+                                    Answer.NOT_REPRODUCED, good_end)
+            versions = versions[start:]
         points = [self._release_point(v) for v in versions]
         self._save("running", {"candidates": versions})
         problem = self._check_ends(versions, points, Stage.RELEASE)
         if problem:
             return self._finish(versions, *problem)
         found = search(len(points), lambda idx: self._test_many(points, idx, Stage.RELEASE), req.width)
-        result = self._release_result(versions, found)
+        result = _replace(self._release_result(versions, found), good_end=good_end)
+        result = _replace(result, caveats=self._caveats(result))
         if repo and result.verdict is Answer.FOUND:
             result = self._commits(result, repo)
         if req.confirm > 1:
             result = self._confirm(result)
         self._save("done", result_json(result))
         return result
+
+    def _walk_back(self, versions: list[str]) -> tuple[int | None, str]:
+        """GOOD auto: test BAD, then releases 1, 2, 4, 8... back from it until one behaves like the
+        old end (as cargo-bisect-rustc finds its start).  (index of that release, how it went)."""
+        new = len(versions) - 1
+        bad = self._side(self._test(self._release_point(versions[new]), Stage.RELEASE).verdict)
+        if bad is not Side.NEW:
+            word = "fixed" if self.req.find_fix else "bad"
+            return None, f"{versions[new]} (the {word} end) does not behave as the {word} end: nothing to walk back from"
+        step, i, tried = 1, new, [versions[new]]
+        while i > 0:
+            i = max(0, i - step)
+            side = self._side(self._test(self._release_point(versions[i]), Stage.RELEASE).verdict)
+            tried.append(versions[i])
+            if side is Side.OLD:
+                return i, (f"good end found by walking back from {versions[new]}: "
+                           f"{' → '.join(tried)} ({len(tried) - 1} step{'s' if len(tried) > 2 else ''})")
+            if side is Side.NEW:
+                step *= 2
+        return None, f"no release back to {versions[0]} behaves as the old end (tried {', '.join(tried)})"
+
+    def _caveats(self, result: Result) -> tuple[str, ...]:
+        """Releases between the answer's ends that were not candidates (yanked, pre-release, or
+        missing from an offline wheelhouse): the answer may be one of them."""
+        if not (result.last_good and result.first_bad):
+            return ()
+        old, new = (result.last_good, result.first_bad)
+        req = self.req
+        return tuple(gaps(req.package, old, new, self.index, req.pre, req.include_yanked))
 
     def _confirm(self, result: Result) -> Result:
         """Run the final pair (the last good and first bad point of the deepest stage searched)
@@ -258,7 +301,11 @@ class Bisection:
         return step
 
     def _verdict(self, r: RunRecord) -> Verdict:
-        return verdict(r.outcome, self.req.regress_on, r.signature or r.reason, self.req.signature)
+        marked = r.evidence.get("manual")  # a result obtained elsewhere (dsbisect mark): as the user said
+        if marked in ("good", "bad", "skip"):
+            return Verdict(marked)
+        text = " ".join(x for x in (r.signature, r.reason, r.evidence.get("error", "")) if x)
+        return verdict(r.outcome, self.req.regress_on, text, self.req.signature)
 
     def _test_many(self, points: list[Point], indices, stage: Stage) -> list[Side]:
         """Test the points at ``indices`` (at once, one per free slot, when there are several)."""
@@ -402,6 +449,8 @@ def result_json(r: Result) -> dict:
             "verdict": r.commit.verdict.value,
         },
         "commit_message": r.commit_message,
+        "good_end": r.good_end or None,
+        "caveats": list(r.caveats),
         "confirm": None if r.confirm is None else {
             "runs": r.confirm.runs,
             "confirmed": r.confirm.confirmed,

@@ -461,9 +461,9 @@ def envs_prune(
 @app.command()
 @bundled
 def bisect(
-    package: Annotated[str, typer.Argument(help="The package whose releases move (deepspeed, transformers, accelerate, ...).")],
-    good: Annotated[str, typer.Argument(help="A release that works (with --find-fix: the old broken one).")],
-    bad: Annotated[str, typer.Argument(help="A later release that is broken (with --find-fix: the fixed one).")],
+    package: Annotated[str, typer.Argument(metavar="PACKAGE", help="The package whose releases move (deepspeed, transformers, accelerate, ...).")],
+    good: Annotated[str, typer.Argument(metavar="GOOD", help="A release that works (with --find-fix: the old broken one), or 'auto': found by walking back from BAD.")],
+    bad: Annotated[str, typer.Argument(metavar="BAD", help="A later release that is broken (with --find-fix: the fixed one), or 'latest'.")],
     command: Annotated[Optional[list[str]], typer.Argument(metavar="[-- COMMAND...]", help="Your own command line, after --: a deepspeed/torchrun/accelerate launch line, python x.py, or any executable (exit 0 good, 125 skip, else bad).")] = None,
     case: Annotated[Optional[str], typer.Option("--case", help="A case of the matrix file.")] = None,
     script: Annotated[Optional[Path], typer.Option("--script", help="Run this script instead of a case.")] = None,
@@ -479,6 +479,7 @@ def bisect(
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
     pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases among the candidates.")] = False,
+    include_yanked: Annotated[bool, typer.Option("--include-yanked", help="Include yanked releases among the candidates.")] = False,
     store: StoreOpt = Path(".dsbisect"),
     limits: TimeoutArgs = TimeoutArgs(),
     index: IndexArgs = IndexArgs(),
@@ -487,7 +488,14 @@ def bisect(
     nodes: NodeArgs = NodeArgs(),
     shown: OutputArgs = OutputArgs(),
 ) -> None:
-    """Find the first release of PACKAGE between GOOD and BAD that breaks the case (then the commit)."""
+    """Find the first release of PACKAGE between GOOD and BAD that breaks the case (then the commit).
+
+    \b
+    Examples:
+      dsbisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training --regress-on any
+      dsbisect bisect deepspeed auto latest --regress-on fail -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
+      dsbisect bisect transformers 4.36.2 4.39.2 --pin deepspeed==0.9.5 -- ./repro.sh
+    """
     from .bisection import Bisection, Request, dumps, plan
 
     with user_errors():
@@ -499,10 +507,13 @@ def bisect(
         req = Request(package=package, good=good, bad=bad, case=the_case,
                       pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
                       repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
-                      verify_commit_ends=verify_commit_ends, confirm=confirm)
+                      verify_commit_ends=verify_commit_ends, confirm=confirm, include_yanked=include_yanked)
         idx = index.options()
         env_options = envs.options(env_defaults)
         planned = plan(req, idx)  # everything checked before the store or the cache is touched
+        if bad == "latest":
+            req = dataclasses.replace(req, bad=planned.versions[-1])
+            err.print(f"latest release of {package}: {req.bad}", highlight=False)
         ui = ProgressUI(shown.quiet)
         runner = open_runner(store, envs.cache_dir, env_options, idx, ui, jobs=where.jobs, executor=executor)
         req = dataclasses.replace(req, width=len(runner.slots(the_case)))
@@ -576,6 +587,10 @@ def versions(
         rels = listed(package, idx, pre) if good is None else candidates(package, good, bad, idx, pre)
         for v in rels:
             out.print(str(v), highlight=False)
+
+
+# ------------------------------------------------------- mark, log, replay
+# (commands that record results obtained elsewhere and replay a bisection's decisions)
 
 
 @app.command("run-one", hidden=True)

@@ -63,26 +63,83 @@ def listed(package: str, index: IndexOptions, pre: bool = False) -> list[Version
     return rels
 
 
-def candidates(package: str, good: str, bad: str, index: IndexOptions, pre: bool = False) -> list[Version]:
-    """The releases from ``good`` to ``bad`` inclusive (either order of age, see find-fix)."""
-    g, b = parse(good), parse(bad)
-    if g == b:
-        raise RangeError(f"good and bad are the same version ({good})")
-    if g > b:
-        raise RangeError(f"good {good} is newer than bad {bad}: the good end must be the older "
-                         "(to find the release that fixed a bug, use --find-fix)")
+LATEST = "latest"  # BAD: the newest release the index or wheelhouse offers
+AUTO = "auto"  # GOOD: found by walking back from BAD (see bisection)
+
+
+def candidates(package: str, good: str, bad: str, index: IndexOptions, pre: bool = False,
+               include_yanked: bool = False) -> list[Version]:
+    """The releases from ``good`` to ``bad`` inclusive (either order of age, see find-fix).
+
+    ``bad`` may be ``latest``; ``good`` may be ``auto``: then every release up to ``bad``.
+    Yanked releases are left out unless ``include_yanked``, pre-releases unless ``pre``; the ends
+    are always in.
+    """
     rels = releases(package, index)
     if not rels:
         raise InputError(f"{package}: no releases found on {_where(index)}")
+    usable = [r for r in rels if (include_yanked or not r.yanked) and (pre or not r.version.is_prerelease)]
+    b = _latest(package, usable, index) if bad == LATEST else parse(bad)
+    g = usable[0].version if good == AUTO and usable else parse(good)
+    if good != AUTO:
+        if g == b:
+            raise RangeError(f"good and bad are the same version ({good})")
+        if g > b:
+            raise RangeError(f"good {good} is newer than bad {b}: the good end must be the older "
+                             "(to find the release that fixed a bug, use --find-fix)")
     known = {r.version for r in rels}
     for v, what in ((g, "good"), (b, "bad")):
         if v not in known:
             raise RangeError(f"{package}=={v} ({what} end) is not on {_where(index)}")
-    picked = [r.version for r in rels if g <= r.version <= b and not r.yanked and (pre or not r.version.is_prerelease)]
-    for end in (g, b):
-        if end not in picked:
-            picked.append(end)
-    return sorted(set(picked))
+    picked = {r.version for r in usable if g <= r.version <= b} | {g, b}
+    if len(picked) < 2:
+        raise RangeError(f"{package}: no release before {b} to start from")
+    return sorted(picked)
+
+
+def _latest(package: str, usable: list[Release], index: IndexOptions) -> Version:
+    if not usable:
+        raise InputError(f"{package}: no usable release on {_where(index)}")
+    return usable[-1].version
+
+
+def gaps(package: str, old: str, new: str, index: IndexOptions, pre: bool, include_yanked: bool) -> list[str]:
+    """What lies between two adjacent candidates and was not tested: yanked releases (unless
+    included), pre-releases (unless --pre), and, offline, releases the index has that the
+    wheelhouses lack (when the index can be reached).  One sentence each."""
+    lo, hi = parse(old), parse(new)
+    between = [r for r in releases(package, index) if lo < r.version < hi]
+    notes = []
+    yanked = [str(r.version) for r in between if r.yanked and not include_yanked]
+    if yanked:
+        notes.append(f"{', '.join(yanked)} (yanked) {_lie(yanked)} between {old} and {new} and "
+                     f"{'was' if len(yanked) == 1 else 'were'} not tested; --include-yanked tests "
+                     f"{'it' if len(yanked) == 1 else 'them'}")
+    pres = [str(r.version) for r in between if r.version.is_prerelease and not r.yanked and not pre]
+    if pres:
+        notes.append(f"pre-release(s) {', '.join(pres)} {_lie(pres)} between {old} and {new} and were not tested; "
+                     "--pre tests them")
+    if index.offline:
+        missing = _missing_from_wheelhouse(package, lo, hi, {r.version for r in between}, pre)
+        if missing:
+            notes.append(f"the index has {', '.join(missing)} between {old} and {new}, which the wheelhouse "
+                         "lacks: those were not tested")
+    return notes
+
+
+def _lie(items: list[str]) -> str:
+    return "lies" if len(items) == 1 else "lie"
+
+
+def _missing_from_wheelhouse(package: str, lo: Version, hi: Version, have: set[Version], pre: bool) -> list[str]:
+    """Releases between lo and hi the default index has and the wheelhouse lacks; [] when the
+    index cannot be reached (an offline machine)."""
+    try:
+        online = _index_cached(default_index(IndexOptions()), canonicalize_name(package), 5.0)
+    except InputError:
+        return []
+    return [str(r.version) for r in sorted(online, key=lambda r: r.version)
+            if lo < r.version < hi and r.version not in have and not r.yanked and (pre or not r.version.is_prerelease)]
 
 
 def parse(v: str) -> Version:
@@ -153,13 +210,13 @@ def exact_version(req: Requirement) -> str | None:
 
 
 @lru_cache(maxsize=64)
-def _index_cached(url: str, name: str) -> tuple[Release, ...]:
+def _index_cached(url: str, name: str, timeout: float = 60.0) -> tuple[Release, ...]:
     import requests
     from pypi_simple import NoSuchProjectError, PyPISimple, UnsupportedContentTypeError
 
     try:
         with PyPISimple(endpoint=url) as client:
-            page = client.get_project_page(name, timeout=60)
+            page = client.get_project_page(name, timeout=timeout)
     except NoSuchProjectError:
         return ()
     except (requests.RequestException, UnsupportedContentTypeError, ValueError) as e:
