@@ -42,6 +42,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip_gpu)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def hermetic_indexes(tmp_path_factory):
+    """The machine's own pip/uv index settings (pip.conf, PIP_*, UV_*) out of the tests: dsbisect
+    honours them (indexes.resolve), and the tests must give the same answers anywhere."""
+    saved = dict(os.environ)
+    for name in list(os.environ):
+        if (name.startswith(("PIP_", "UV_")) and name != "UV_CACHE_DIR") or name == "VIRTUAL_ENV":
+            del os.environ[name]
+    os.environ["PIP_CONFIG_FILE"] = os.devnull
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory) -> Path:
     """One env cache (venvs, wheels, uv cache) for the whole session, as a user would have."""

@@ -50,3 +50,24 @@ def test_a_yanked_release_between_the_answers_ends_is_named_and_can_be_tested(tm
                               "--include-yanked tests it"]
     out, _ = _bisect(cli, tmp_path, cache_dir, simple_index, "dsb-yank", "7.0.0", "7.3.0", "--include-yanked")
     assert (out["last_good"], out["first_bad"], out["caveats"]) == ("7.1.0", "7.2.0", [])
+
+
+@pytest.mark.parametrize("source", ["UV_INDEX_URL", "PIP_INDEX_URL", "uv.toml"])
+def test_the_index_settings_reach_listing_and_installs_alike(tmp_path, cli, cache_dir, simple_index, monkeypatch,
+                                                            source):
+    """Set without --index-url, the same index lists the releases and installs them."""
+    _publish(simple_index, tmp_path, "dsb-where", {"8.0.0": "ok", "8.1.0": "ok"})
+    if source == "uv.toml":
+        (tmp_path / "uv.toml").write_text(f'index-url = "{simple_index.url}"\n')
+    else:
+        monkeypatch.setenv(source, simple_index.url)
+    res = cli("versions", "dsb-where", cwd=tmp_path)
+    assert res.exit_code == 0 and res.stdout.split() == ["8.0.0", "8.1.0"], res.output
+    (tmp_path / "check.sh").write_text("#!/bin/sh\npython -c 'import dsb_toy, sys; sys.exit(0 if dsb_toy.__version__ == \"8.1.0\" else 3)'\n")
+    (tmp_path / "check.sh").chmod(0o755)
+    res = cli("run", "--versions", "dsb-where=8.1.0", "--accelerator", "cpu", "--cache-dir", str(cache_dir),
+              "--format", "json", "--", "./check.sh", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    (run,) = json.loads(res.stdout)["runs"]
+    assert run["outcome"] == "pass", run["reason"]
+    assert simple_index.url in run["environment"]["index"] and source.split(".")[0] in run["environment"]["index"]

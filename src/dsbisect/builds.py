@@ -28,6 +28,7 @@ from . import proc
 from .cache import MARKER, CachePaths
 from .compat import SHIMS
 from .errors import EnvBuildError
+from .indexes import pip_child_env
 from .model import EnvOptions, GitSource, digest
 from .uv import Uv, reason
 from .versions import file_is
@@ -131,7 +132,8 @@ class Builds:
     def _pip_wheel(self, builder: Path, what: list[str], out: Path) -> None:
         cmd = [builder / "bin" / "python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                "--disable-pip-version-check", "--wheel-dir", out, *self.uv.index.pip_args(), *what]
-        done = proc.run(cmd, env=proc.clean_env({"DS_BUILD_OPS": "0", "DSBISECT_COMPAT": ",".join(SHIMS)}))
+        env = pip_child_env(proc.clean_env({"DS_BUILD_OPS": "0", "DSBISECT_COMPAT": ",".join(SHIMS)}))
+        done = proc.run(cmd, env=env)
         if not done.ok:
             raise EnvBuildError(f"building {' '.join(what)} failed: {build_error(done.output or done.error)}")
 

@@ -393,8 +393,10 @@ class IndexOptions:
 
     offline: bool = False
     find_links: tuple[str, ...] = ()
-    index_url: str | None = None
+    index_url: str | None = None  # None: PyPI
     extra_index_urls: tuple[str, ...] = ()
+    strategy: str | None = None  # uv's --index-strategy (None: first-index)
+    origin: str = ""  # where these settings came from, one line for reports (credentials hidden)
 
     def uv_args(self) -> list[str]:
         args: list[str] = []
@@ -405,6 +407,8 @@ class IndexOptions:
                 args += ["--index-url", self.index_url]
             for url in self.extra_index_urls:
                 args += ["--extra-index-url", url]
+            if self.strategy:
+                args += ["--index-strategy", self.strategy]
         for d in self.find_links:
             args += ["--find-links", d]
         return args
@@ -423,8 +427,9 @@ class IndexOptions:
 
     def to_json(self) -> dict:
         return {"offline": self.offline, "find_links": list(self.find_links), "index_url": self.index_url,
-                "extra_index_urls": list(self.extra_index_urls)}
+                "extra_index_urls": list(self.extra_index_urls), "strategy": self.strategy, "origin": self.origin}
 
     @classmethod
     def from_json(cls, d: dict) -> IndexOptions:
-        return cls(d["offline"], tuple(d["find_links"]), d["index_url"], tuple(d["extra_index_urls"]))
+        return cls(d["offline"], tuple(d["find_links"]), d["index_url"], tuple(d["extra_index_urls"]),
+                   d.get("strategy"), d.get("origin", ""))

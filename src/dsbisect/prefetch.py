@@ -31,6 +31,7 @@ from . import gitrepo, proc
 from .base import inspect_base, site_packages, write_stubs
 from .envs import EnvManager
 from .errors import EnvBuildError, InputError
+from .indexes import pip_child_env
 from .model import Case, GitSource, IndexOptions, Point
 from .versions import exact_version, file_is, releases
 
@@ -183,18 +184,18 @@ class Prefetcher:
         pip = self._pip()
         base = [*pip, "download", "--no-deps", "--disable-pip-version-check", "-d", str(self.dest),
                 *self.mgr.index.pip_args()]
-        done = proc.run([*base, *self.target.pip_args(), f"{name}=={version}"], env=proc.clean_env())
+        done = proc.run([*base, *self.target.pip_args(), f"{name}=={version}"], env=pip_child_env(proc.clean_env()))
         if done.ok:
             self._note_new(name, version)
             return
         # No wheel for the target: take the sdist and build it here (pure-Python packages).
         tmp = Path(self._tmp.name) / "sdists"
         done = proc.run([*pip, "download", "--no-deps", "--no-binary=:all:", "-d", str(tmp),
-                         *self.mgr.index.pip_args(), f"{name}=={version}"], env=proc.clean_env())
+                         *self.mgr.index.pip_args(), f"{name}=={version}"], env=pip_child_env(proc.clean_env()))
         sdists = [f for f in tmp.glob("*") if file_is(f.name, name, version)] if tmp.is_dir() else []
         if not done.ok or not sdists:
             raise EnvBuildError(f"cannot download {name}=={version}: {done.last_line()[:300]}")
-        done = proc.run([*pip, "wheel", "--no-deps", "-w", str(self.dest), str(sdists[0])], env=proc.clean_env())
+        done = proc.run([*pip, "wheel", "--no-deps", "-w", str(self.dest), str(sdists[0])], env=pip_child_env(proc.clean_env()))
         if not done.ok:
             raise EnvBuildError(f"cannot build a wheel of {name}=={version}: {done.last_line()[:300]}")
         self._note_new(name, version)

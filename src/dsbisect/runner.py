@@ -297,7 +297,7 @@ class Runner:
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
             signature=signature, evidence=evidence,
             facts=check.facts | given | {"accelerator": accel.value, "shadowed": [list(x) for x in env.shadowed],
-                                         "host": facts.host()},
+                                         "host": facts.host(), "index": self.envs.index.origin},
             env_key=env.key,
         )
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")

@@ -7,6 +7,7 @@ anything is created on disk.
 
 from __future__ import annotations
 
+import dataclasses
 import grp
 import os
 from collections.abc import Callable
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
-from . import facts, reaper
+from . import facts, indexes, reaper
 from .envs import EnvManager
 from .errors import InputError
 from .model import EnvOptions, IndexOptions
@@ -61,15 +62,28 @@ def cache_root(cache_dir: Path | None) -> Path:
 
 def index_options(offline: bool, find_links: list[Path] | None, index_url: str | None,
                   extra: list[str] | None) -> IndexOptions:
+    """Where packages come from, resolved once for listing releases, installing and building
+    alike: the command line, then uv's environment and files, then pip's (indexes.resolve)."""
     links = []
     for d in find_links or []:
         if not d.is_dir():
             raise InputError(f"--find-links {d}: no such folder")
         links.append(str(d.resolve()))
-    if offline and not links:
-        raise InputError("--offline needs at least one --find-links wheelhouse")
-    return IndexOptions(offline=offline, find_links=tuple(links), index_url=index_url,
-                        extra_index_urls=tuple(extra or ()))
+    given = IndexOptions(offline=offline, find_links=tuple(links), index_url=index_url,
+                         extra_index_urls=tuple(extra or ()))
+    resolved = indexes.resolve(given, os.environ, Path.cwd(), Path.home())
+    ix = resolved.index
+    if ix.offline and not ix.find_links:
+        src = resolved.source("offline")
+        raise InputError(f"{'--offline' if src == '--offline' else f'offline ({src})'} needs at least one "
+                         "--find-links wheelhouse")
+    strategy = resolved.index_strategy
+    from_pip = any(src.startswith(("PIP_", "pip.conf")) for _, src in resolved.sources)
+    if strategy is None and from_pip and (ix.index_url or ix.extra_index_urls):
+        strategy = "unsafe-best-match"  # pip's own way with several indexes: the best version of any
+    return dataclasses.replace(ix, strategy=strategy, origin=resolved.describe() + (
+        f"; index-strategy {strategy} (pip's settings, as pip would use them)" if strategy != resolved.index_strategy
+        else ""))
 
 
 def make_runner(store: Store, cache_dir: Path | None, env_options: EnvOptions, index: IndexOptions,

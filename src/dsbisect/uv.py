@@ -36,7 +36,7 @@ class Uv:
 
     def run(self, args: Sequence[str]) -> str:
         """uv ``args``; what it printed (it reports what it would do on stderr)."""
-        env = proc.clean_env({"UV_NO_PROGRESS": "1", "UV_CACHE_DIR": str(self.cache), "DS_BUILD_OPS": "0"})
+        env = uv_env(proc.clean_env({"UV_NO_PROGRESS": "1", "UV_CACHE_DIR": str(self.cache), "DS_BUILD_OPS": "0"}))
         done = proc.run([uv_bin(), *args], env=env)
         if not done.ok:
             raise EnvBuildError(reason(done.stderr or done.stdout or done.error))
@@ -69,6 +69,14 @@ class Uv:
             cfile.write_text("\n".join(hold) + "\n")
             args += ["--constraint", str(cfile)]
         return self.run(args + list(reqs))
+
+
+def uv_env(env: dict[str, str]) -> dict[str, str]:
+    """uv sees only the index options dsbisect passes (resolved once: indexes.resolve), not its
+    own index variables or configuration files again, so listing and installs agree."""
+    from .indexes import uv_child_env
+
+    return uv_child_env(env)
 
 
 def reason(text: str) -> str:

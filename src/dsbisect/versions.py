@@ -36,22 +36,28 @@ class Release:
 
 
 def default_index(index: IndexOptions) -> str:
-    return (index.index_url or os.environ.get("UV_DEFAULT_INDEX") or os.environ.get("UV_INDEX_URL")
-            or os.environ.get("PIP_INDEX_URL") or PYPI)
+    """The default index of these (already resolved: see indexes.resolve) options."""
+    return index.index_url or PYPI
 
 
 def releases(package: str, index: IndexOptions) -> list[Release]:
-    """Every release of ``package`` known to the index and wheelhouses, sorted, deduplicated."""
+    """Every release of ``package`` that uv could install with these options, sorted,
+    deduplicated: the wheelhouses' and, as uv's index strategy goes, the first index (extra
+    indexes before the default) that has the project, or every index (unsafe-* strategies)."""
     found: dict[Version, Release] = {}
     for d in index.find_links:
         for rel in _wheelhouse(Path(d), canonicalize_name(package)):
             found.setdefault(rel.version, rel)
     if not index.offline:
-        for url in (default_index(index), *index.extra_index_urls):
-            for rel in _index(url, canonicalize_name(package)):
+        every = (index.strategy or "first-index").startswith("unsafe")
+        for url in (*index.extra_index_urls, default_index(index)):
+            listed = _index(url, canonicalize_name(package))
+            for rel in listed:
                 prev = found.get(rel.version)
                 if prev is None or (prev.yanked and not rel.yanked):
                     found[rel.version] = rel
+            if listed and not every:
+                break
     return [found[v] for v in sorted(found)]
 
 
@@ -215,8 +221,11 @@ def _index_cached(url: str, name: str, timeout: float = 60.0) -> tuple[Release, 
     from pypi_simple import NoSuchProjectError, PyPISimple, UnsupportedContentTypeError
 
     try:
-        with PyPISimple(endpoint=url) as client:
-            page = client.get_project_page(name, timeout=timeout)
+        if url.startswith("file:"):
+            page = _local_page(url, name)
+        else:
+            with PyPISimple(endpoint=url) as client:
+                page = client.get_project_page(name, timeout=timeout)
     except NoSuchProjectError:
         return ()
     except (requests.RequestException, UnsupportedContentTypeError, ValueError) as e:
@@ -232,6 +241,19 @@ def _index_cached(url: str, name: str, timeout: float = 60.0) -> tuple[Release, 
             continue
         by_version.setdefault(v, []).append(bool(pkg.is_yanked))
     return tuple(Release(v, all(ys), url) for v, ys in by_version.items())
+
+
+def _local_page(url: str, name: str):
+    """A project page of a simple index on disk (``file:///mirror/simple``), as uv reads it."""
+    from urllib.parse import unquote, urlparse
+
+    from pypi_simple import NoSuchProjectError, ProjectPage
+
+    folder = Path(unquote(urlparse(url).path)) / name
+    page = folder / "index.html"
+    if not page.is_file():
+        raise NoSuchProjectError(name, url)
+    return ProjectPage.from_html(name, page.read_bytes(), base_url=folder.as_uri() + "/")
 
 
 def _index(url: str, name: str) -> list[Release]:
