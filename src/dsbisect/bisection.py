@@ -161,6 +161,7 @@ class Bisection:
         self.runner, self.index, self.req = runner, index, request
         self.steps: list[Step] = []
         self._points: dict[str, Point] = {}  # commit hash -> point, for the confirmation
+        self._known: dict[int, dict[int, Side]] = {}  # per list of points searched: index -> side
 
     # ------------------------------------------------------------------ run
 
@@ -310,8 +311,22 @@ class Bisection:
     def _test_many(self, points: list[Point], indices, stage: Stage) -> list[Side]:
         """Test the points at ``indices`` (at once, one per free slot, when there are several)."""
         chosen = [points[i] for i in indices]
+        self._announce(points, indices, stage)
         found = self.runner.run_many(self.req.case, chosen, want=self.req.repeat, enough=self._enough)
-        return [self._side(self._step(p, runs, stage).verdict) for p, runs in zip(chosen, found)]
+        sides = [self._side(self._step(p, runs, stage).verdict) for p, runs in zip(chosen, found)]
+        self._known.setdefault(id(points), {}).update(zip(indices, sides))
+        return sides
+
+    def _announce(self, points: list[Point], indices, stage: Stage) -> None:
+        """Where the search is: "7 candidates left (about 3 steps); testing 0.12.3"."""
+        known = self._known.setdefault(id(points), {0: Side.OLD, len(points) - 1: Side.NEW})
+        lo = max((i for i, s in known.items() if s is Side.OLD), default=0)
+        hi = min((i for i, s in known.items() if s is Side.NEW and i > lo), default=len(points) - 1)
+        left = sum(1 for i in range(lo + 1, hi) if i not in known)
+        what = "commits" if stage is Stage.COMMIT else "candidates"
+        self.runner.progress("note", f"{left} {what} left (about {max(1, left.bit_length())} step"
+                                     f"{'s' if left.bit_length() > 1 else ''}); testing "
+                                     f"{', '.join(self._label(points[i]) for i in indices)}")
 
     def _label(self, p: Point) -> str:
         return p.source.short if p.source else (p.version_of(self.req.package) or p.label)

@@ -18,6 +18,7 @@ import os
 import shlex
 import signal
 import sys
+import time
 import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,6 +48,7 @@ class OneLineErrors(TyperGroup):
     other input error, instead of Click's usage box."""
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
+        _plain_metavars(self)
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
@@ -65,8 +67,40 @@ class OneLineErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-app = typer.Typer(cls=OneLineErrors, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
-                  help="Find the release (and commit) of DeepSpeed, Transformers or Accelerate that broke a distributed job.")
+_METAVARS = {"store": "DIR", "cache_dir": "DIR", "find_links": "DIR", "matrix": "FILE", "script": "FILE",
+             "output": "FILE", "hostfile": "FILE", "base_snapshot": "FILE", "git_repo": "CLONE", "dest": "DIR",
+             "case": "NAME", "python": "PYTHON", "partition": "NAME", "slurm_arg": "ARG", "extra": "REQ",
+             "signature": "TEXT", "commits": "OLD..NEW", "package": "NAME", "platform_tag": "TAG",
+             "python_version": "X.Y", "master_addr": "HOST", "include": "SPEC", "exclude": "SPEC", "pin": "REQ",
+             "nproc": "N", "repeat": "N", "confirm": "N", "jobs": "N", "num_nodes": "N", "slurm_time": "MINUTES",
+             "gpus_per_job": "N", "lines": "N", "older_than": "DAYS", "index_url": "URL", "extra_index_url": "URL"}
+# Options shown apart in --help (they matter on clusters only).
+_PANELS = {"Slurm and multi-node": ("executor", "partition", "slurm_time", "gpus_per_job", "slurm_arg", "hostfile",
+                                    "num_nodes", "launcher_backend", "master_addr", "include", "exclude"),
+           "Where packages come from": ("offline", "find_links", "index_url", "extra_index_url", "cache_dir",
+                                        "python", "base", "pre", "include_yanked")}
+
+
+def _plain_metavars(command) -> None:
+    """--case NAME, --find-links DIR, --timeout SECONDS: what to give, not a Python type."""
+    for param in getattr(command, "params", []):
+        panel = next((p for p, names in _PANELS.items() if param.name in names), None)
+        if panel and param.param_type_name == "option":
+            param.rich_help_panel = panel
+        if param.param_type_name == "option" and not param.is_flag and not getattr(param, "metavar", None):
+            desc = param.type_descriptor
+            choices = [getattr(c, "value", c) for c in (desc.choices or ())] if desc.is_choice else []
+            param.metavar = _METAVARS.get(param.name) or ("|".join(map(str, choices)) if choices else
+                                                          "SECONDS" if "timeout" in param.name else
+                                                          param.name.upper().replace("_", "-"))
+    for sub in getattr(command, "commands", {}).values():
+        _plain_metavars(sub)
+
+
+app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True, rich_markup_mode="rich",
+                  help="Find the release (and commit) of DeepSpeed, Transformers or Accelerate that broke a distributed job.",
+                  epilog="Examples:  dsbisect run matrix.yaml  ·  dsbisect bisect deepspeed 0.12.2 0.12.4 --case NAME  ·  "
+                         "dsbisect bisect deepspeed auto latest -- deepspeed --num_gpus 2 train.py --deepspeed ds.json")
 envs_app = typer.Typer(no_args_is_help=True, help="List or prune the cached point venvs.")
 app.add_typer(envs_app, name="envs")
 
@@ -248,22 +282,28 @@ class OutputArgs:
 
 
 class ProgressUI:
-    """Progress on stderr: one line per finished step, a spinner for the current one."""
+    """Progress on stderr: one line per finished step ("point 4 of 18" when the count is known),
+    a spinner with the elapsed time for the current one."""
 
-    def __init__(self, quiet: bool = False):
-        self.quiet = quiet
+    def __init__(self, quiet: bool = False, total: int = 0):
+        self.quiet, self.total, self.finished = quiet, total, 0
         self.status = None
+        self.t0 = time.monotonic()
 
     def __call__(self, kind: str, text: str) -> None:
         if self.quiet:
             return
         text = redact(text)
+        if kind in ("done", "reused") and self.total:
+            self.finished += 1
+            text = f"[point {self.finished} of {self.total}] {text}"
         if kind in ("done", "reused", "note"):
             err.print(f"  {text}", highlight=False)
             if self.status:
                 self.status.update("")
         elif self.status is not None:
-            self.status.update(text)
+            elapsed = int(time.monotonic() - self.t0)
+            self.status.update(f"{text}  {elapsed // 60:02d}:{elapsed % 60:02d} elapsed")
         else:
             err.print(f"  {text}", highlight=False, style="dim")
 
@@ -327,7 +367,7 @@ def run(
         idx = index.options()
         env_options = envs.options(env_defaults)
         check_points(cases, idx)
-        ui = ProgressUI(shown.quiet)
+        ui = ProgressUI(shown.quiet, total=sum(len(c.points) for c in cases) * repeat)
         runner = open_runner(store, envs.cache_dir, env_options, idx, ui, rerun=rerun, jobs=where.jobs,
                              executor=executor)
         records = []

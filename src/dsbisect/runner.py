@@ -176,6 +176,13 @@ class Runner:
     def run_here(self, case: Case, point: Point, attempt: int = 1, slot: Slot = Slot()) -> RunRecord:
         """One run here: claimed in the store first (or, when another dsbisect is running this
         point, that one's run once it ends), then venv, import check, launch."""
+        if not self._enough_gpus(case):
+            reason = f"needs {case.nproc} CUDA GPUs; this machine has " + (
+                f"{len(self.gpus)} ({self.gpus[0]})" if self.gpus else "0")
+            same = self.store.same_skip(case.key, point.key, reason, facts.host()["name"])
+            if same is not None:  # the machine has not changed: no new record every time
+                self.progress("reused", f"{case.name} · {point.label}: skip ({reason}; run {same.id}, recorded)")
+                return same
         run = self._claim(case, point, attempt)
         if run.status is RunStatus.DONE:
             return run

@@ -334,6 +334,16 @@ class Store:
                          (case_key, point_key))
         return [_run(r) for r in rows]
 
+    def same_skip(self, case_key: str, point_key: str, reason: str, host: str) -> RunRecord | None:
+        """The last run of this point if it was skipped on this host for this very reason."""
+        rows = self._all("SELECT * FROM runs WHERE case_key=? AND point_key=? AND status='done' ORDER BY id DESC"
+                         " LIMIT 1", (case_key, point_key))
+        last = _run(rows[0]) if rows else None
+        if last and last.outcome is Outcome.SKIP and last.reason == reason and \
+                (last.facts.get("host") or {}).get("name") == host:
+            return last
+        return None
+
     def run(self, run_id: int) -> RunRecord | None:
         rows = self._all("SELECT * FROM runs WHERE id=?", (run_id,))
         return _run(rows[0]) if rows else None
