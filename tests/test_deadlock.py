@@ -92,6 +92,26 @@ def test_a_rank_that_passed_the_collective_and_waits_in_another_group():
     assert "rank 1 already passed #7" in proof.text and "rank 1 in ALLREDUCE #3 (4) on dp" in proof.text
 
 
+DESTROYING = [[C10D, "destroy_process_group", 2100], ["/job/train.py", "<module>", 30]]
+
+
+def test_a_rank_parked_in_torch_distributed_after_passing_the_collective():
+    """The FIELD-NOTES pair: rank 1's barrier #2 matched rank 0's all_reduce #2 and completed on
+    rank 1, which went on into destroy_process_group and stays there; rank 0 still waits in #2."""
+    a = rank(0, coll(2), done=1)
+    b = rank(1, stack=DESTROYING, done=2)
+    proof = prove(*snaps(a, b))
+    assert proof is not None and proof.rule == "passed", proof
+    assert proof.text.endswith("rank 0 waits in ALLREDUCE #2 (4), rank 1 in destroy_process_group() "
+                               "— rank 1 already passed #2")
+
+
+def test_a_parked_rank_that_has_not_reached_the_collective_may_still_come():
+    a = rank(0, coll(2), done=1)
+    b = rank(1, stack=[[C10D, "new_group", 4000], ["/job/train.py", "<module>", 12]], done=1)
+    assert prove(*snaps(a, b)) is None
+
+
 def test_many_ranks_are_grouped_in_the_text():
     ranks = [rank(r, coll(10), world=8) for r in range(7)] + [rank(7, coll(11), world=8)]
     proof = prove(*snaps(*ranks))

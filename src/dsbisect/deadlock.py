@@ -10,17 +10,21 @@ main thread's Python stack and its flight recorder's entries), or that its proce
 - every rank of the world is accounted for: it answered, or its process has been gone for
   at least ``min_gone`` seconds in both (a rank that crashed is followed within a second or
   so by the launcher ending the job, which is a failure, not a hang);
-- every rank that answered is *blocked*: the innermost frame of its main thread is inside a
-  torch.distributed collective (``distributed_c10d.py``, ``c10d_logger.py``,
-  ``_functional_collectives.py``) or a CUDA synchronize, it has at least one pending
-  collective, none of them point-to-point, and its completion data can be trusted (the
-  process group's ``last_completed_collective``, or entries that do reach ``completed``);
+- every rank that answered is inside torch.distributed per its stack: the innermost frame of
+  its main thread is in ``distributed_c10d.py``, ``c10d_logger.py``,
+  ``_functional_collectives.py`` or a CUDA synchronize, and its completion data can be
+  trusted (entries that say ``retired``, or else ``completed`` states or ``pg_status``);
+  none waits in a point-to-point op.  Such a rank is *blocked* when it has a pending
+  collective, *parked* when it has none (e.g. in ``destroy_process_group`` after a
+  mismatched pair completed on its side); at least one rank is blocked;
 - nothing moved between the two: same process, same stack, same pending collectives (state
   included), same last completed sequence numbers;
 - no pending collective can complete.  A collective, sequence number N of process group G,
   completes only when every member of G waits in G#N with the same op (and, for the ops
-  whose tensors must agree on every rank, the same sizes).  Every rank blocked, and none of
-  their waits completable, means that no rank will ever move again.
+  whose tensors must agree on every rank, the same sizes).  Every member that is blocked
+  elsewhere, exited, or parked *after having passed G#N* will never join it; a parked member
+  that has not passed G#N might still come (no proof).  Blocked ranks whose waits none can
+  complete, beside ranks that exited or parked past them, will never move again.
 
 Members of G: every rank for the default group (``default_pg``), else the ranks the
 recorder's ``pg_config`` lists for G, else the ranks that answered with a record of G (so a
@@ -29,7 +33,9 @@ member that never touched G is left out, which only makes a wait look *more* com
 The proof names the first mismatch it finds, from the lowest rank's oldest wait: a member
 that exited (``exited``), waits at another sequence number of G (``sequence``), in another op
 at the same number (``op``), with other sizes (``size``), already passed G#N (``passed``), or
-waits in another group (``group``).
+waits in another group (``group``).  Ranks doing anything else (computing, saving, loading,
+sleeping) are outside torch.distributed, so a run with such a rank is never proven hung: the
+collective timeout decides, as before.
 """
 
 from __future__ import annotations
@@ -81,7 +87,8 @@ class Collective:
         if self.numel_in:
             text += f" ({'+'.join(str(n) for n in self.numel_in[:3])}{'+…' if len(self.numel_in) > 3 else ''})"
         if self.desc != DEFAULT_PG:
-            text += f" on {self.desc or self.group}"
+            named = self.desc and self.desc != "undefined"  # new_group's description when none is given
+            text += f" on {self.desc}" if named else f" on pg {self.group.split(':', 1)[-1]}"
         return text
 
     def matches(self, other: Collective) -> bool:
@@ -110,7 +117,14 @@ class RankSnapshot:
 
     @property
     def blocked(self) -> bool:
+        """Waiting in a collective: in one per its stack, with a pending one."""
         return self.answered and self.in_collective and self.reliable and bool(self.pending)
+
+    @property
+    def parked(self) -> bool:
+        """Inside torch.distributed per its stack (e.g. ``destroy_process_group``) with no
+        collective pending: it will join nothing it has not already passed."""
+        return self.answered and self.in_collective and self.reliable and not self.pending
 
     def heads(self) -> tuple[Collective, ...]:
         """The oldest pending collective of each group: what the rank waits for."""
@@ -130,7 +144,8 @@ class RankSnapshot:
         if self.note and not self.pending:
             return self.note
         waits = " and ".join(f"{c.label} [{c.state}]" for c in self.heads()) or "no pending collective"
-        where = "in a collective" if self.in_collective else "outside any collective"
+        where = ("in a collective" if self.pending else "inside torch.distributed") if self.in_collective \
+            else "outside any collective"
         return f"{waits}; main thread {where}" + ("" if self.reliable else "; completion unknown")
 
 
@@ -158,6 +173,7 @@ def prove(first: Snapshot, second: Snapshot, min_gone: float = 5.0) -> Proof | N
     if a is None or b is None:
         return None
     blocked: dict[int, RankSnapshot] = {}
+    parked: dict[int, RankSnapshot] = {}
     gone: dict[int, float] = {}
     for r in range(world):
         x, y = a[r], b[r]
@@ -166,20 +182,26 @@ def prove(first: Snapshot, second: Snapshot, min_gone: float = 5.0) -> Proof | N
                 return None  # unknown, or gone too recently to tell a crash from a finish
             gone[r] = y.gone_for
             continue
-        if not (x.answered and x.blocked and y.blocked) or not _same(x, y):
-            return None
-        if any(c.p2p for c in y.pending):
-            return None  # point-to-point pairs are not matched here
-        blocked[r] = y
+        if not (x.answered and _same(x, y)) or any(c.p2p for c in y.pending):
+            return None  # it moved; or point-to-point pairs, which are not matched here
+        if y.blocked:
+            blocked[r] = y
+        elif y.parked:
+            parked[r] = y
+        else:
+            return None  # outside any collective, or its completion cannot be told
     if not blocked:
         return None
     heads = {r: s.heads() for r, s in blocked.items()}
-    members = _members(blocked.values(), world)
+    members = _members([*blocked.values(), *parked.values()], world)
     for hs in heads.values():
         if any(_can_complete(h, members[h.group], heads) for h in hs):
             return None
-    rule, why = _culprit(heads, blocked, gone, members)
-    text = f"deadlock proven at {second.at:.1f} s: {_waits_text(heads, gone)} — {why}"
+        for h in hs:  # a parked member must have passed the collective, else it may still come
+            if any(m in parked and (parked[m].last_completed(h.group) or -1) < h.seq for m in members[h.group]):
+                return None
+    rule, why = _culprit(heads, {**blocked, **parked}, gone, members)
+    text = f"deadlock proven at {second.at:.1f} s: {_waits_text(heads, gone, parked)} — {why}"
     return Proof(rule=rule, at=second.at, text=text, waits=tuple(sorted(heads.items())),
                  gone=tuple(sorted(gone)))
 
@@ -224,7 +246,7 @@ def _can_complete(head: Collective, members: frozenset[int], heads: Mapping[int,
     return all(m in heads and any(h.matches(head) for h in heads[m]) for m in members)
 
 
-def _culprit(heads: Mapping[int, tuple[Collective, ...]], blocked: Mapping[int, RankSnapshot],
+def _culprit(heads: Mapping[int, tuple[Collective, ...]], answered: Mapping[int, RankSnapshot],
              gone: Mapping[int, float], members: Mapping[str, frozenset[int]]) -> tuple[str, str]:
     """The first mismatch, from the lowest rank's oldest wait: (rule, words)."""
     for r in sorted(heads):
@@ -232,11 +254,11 @@ def _culprit(heads: Mapping[int, tuple[Collective, ...]], blocked: Mapping[int, 
             for m in sorted(members[h.group] - {r}):
                 if m in gone:
                     return "exited", f"rank {m} exited {gone[m]:.0f} s ago"
-                if m not in heads:
+                if m not in answered:
                     continue
-                same_group = [x for x in heads[m] if x.group == h.group]
+                same_group = [x for x in heads.get(m, ()) if x.group == h.group]
                 if not same_group:
-                    done = blocked[m].last_completed(h.group)
+                    done = answered[m].last_completed(h.group)
                     if done is not None and done >= h.seq:
                         return "passed", f"rank {m} already passed #{h.seq}"
                     return "group", f"rank {m} waits in another process group"
@@ -250,7 +272,8 @@ def _culprit(heads: Mapping[int, tuple[Collective, ...]], blocked: Mapping[int, 
     return "group", "no wait can complete"
 
 
-def _waits_text(heads: Mapping[int, tuple[Collective, ...]], gone: Mapping[int, float]) -> str:
+def _waits_text(heads: Mapping[int, tuple[Collective, ...]], gone: Mapping[int, float],
+                parked: Mapping[int, RankSnapshot]) -> str:
     labels = {r: " and ".join(c.label for c in hs) for r, hs in heads.items()}
     groups: dict[str, list[int]] = {}
     for r in sorted(labels):
@@ -260,6 +283,10 @@ def _waits_text(heads: Mapping[int, tuple[Collective, ...]], gone: Mapping[int, 
         who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_span(rs)}"
         verb = ("waits in " if len(rs) == 1 else "wait in ") if n == 0 else "in "
         parts.append(f"{who} {verb}{label}")
+    if parked:
+        rs = sorted(parked)
+        where = (parked[rs[0]].stack[0].split(":")[-2] if parked[rs[0]].stack else "torch.distributed")
+        parts.append(f"rank {rs[0]} in {where}()" if len(rs) == 1 else f"ranks {_span(rs)} in torch.distributed")
     if gone:
         rs = sorted(gone)
         parts.append(f"rank {rs[0]} exited" if len(rs) == 1 else f"ranks {_span(rs)} exited")
