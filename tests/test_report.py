@@ -1,10 +1,20 @@
-"""Records -> grid, Markdown and JSON: what a user pastes into an issue says what ran where."""
+"""Records -> grid, Markdown and JSON: what a user pastes into an issue says what ran where.
+
+The grid must read at 80 columns with long case names (one table per case, version order,
+run ids in the cells, one line for cases that skipped everywhere), piped output must keep
+signatures whole, the Markdown must carry what DeepSpeed's bug template asks, and nothing
+shown may carry a secret.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+from pathlib import Path
 
 from conftest import make_case
+from rich.console import Console
+
 from dsbisect import report as rep
 from dsbisect.bisection import Request, Result, Step
 from dsbisect.model import Answer, Outcome, Point, RegressOn, Stage, Verdict
@@ -14,28 +24,76 @@ HOST = {"name": "gpu-node-7", "platform": "Linux-6.1", "cpus": 64, "gpus": ["NVI
 FACTS = {"python": "3.12.3", "versions": {"torch": "2.11.0", "deepspeed": "0.12.4"}, "cuda": "13.0",
          "nccl": "2.28.9", "gpus": ["NVIDIA H200", "NVIDIA H200"], "host": HOST,
          "shadowed": [["numpy", "2.1.0", "1.26.4"]]}
+SIG = ("rank 0 in _ALLGATHER_BASE numel 2048 at SeqNum 122, rank 1 in _ALLGATHER_BASE numel 2048 at SeqNum 121; "
+       "first mismatch at SeqNum 121: rank 0 numel 32 (completed) vs rank 1 numel 2048 — "
+       "partition_parameters.py:_allgather_params_coalesced ← modeling_utils.py:_load_pretrained_model")
+LONG = "zero3_from_pretrained_bert_lm_head_model_hangs_in_allgather_under_zero3"
+NO_GPU = "needs 2 CUDA GPUs; this machine has 0"
+PINS = ("pydantic<2", "huggingface-hub==0.20.3", "tokenizers==0.15.2")
 
 
 def _record(st: Store, case: str, version: str, outcome: Outcome, **kw):
     point = Point(versions=(("deepspeed", version),))
     rid = st.start_run(case, f"key-{case}", point, "env", kw.pop("attempt", 1))
-    st.finish_run(rid, outcome, kw.pop("exit_code", None), kw.pop("seconds", 30.0), facts=FACTS, **kw)
+    st.finish_run(rid, outcome, kw.pop("exit_code", None), kw.pop("seconds", 30.0), facts=kw.pop("facts", FACTS), **kw)
     return st.run(rid)
+
+
+def _point_record(st: Store, case: str, versions: dict, outcome: Outcome, pins=(), seconds=30.0, **kw):
+    rid = st.start_run(case, f"key-{case}", Point(versions=tuple(versions.items()), pins=pins), "env", 1)
+    st.finish_run(rid, outcome, None, seconds, facts=kw.pop("facts", {}), **kw)
+    return st.run(rid)
+
+
+def _render(renderable, piped: bool) -> str:
+    """As the CLI prints it (a soft-wrapping console), 80 columns wide, on a terminal or a pipe."""
+    console = Console(width=80, record=True, soft_wrap=True, file=io.StringIO(), force_terminal=not piped,
+                      color_system=None)
+    assert console.is_terminal is not piped
+    console.print(renderable)
+    return console.export_text()
+
+
+def _matrix_runs(st: Store) -> list:
+    """Seed 2 on a machine with GPUs, recorded out of version order, plus a one-axis case and
+    three cases that skipped everywhere (two for one reason)."""
+    runs = []
+    for t in ("4.39.2", "4.36.2", "4.37.0"):
+        for d in ("0.10.0", "0.9.5"):
+            bad = d == "0.9.5" and t != "4.36.2"
+            runs.append(_point_record(st, LONG, {"deepspeed": d, "transformers": t},
+                                      Outcome.HANG if bad else Outcome.PASS, PINS, 62.4 if bad else 41.0,
+                                      signature=SIG if bad else ""))
+    for v in ("0.12.4", "0.12.10", "0.12.2"):
+        runs.append(_point_record(st, "checkpoint_after_training", {"deepspeed": v},
+                                  Outcome.FAIL if v != "0.12.2" else Outcome.PASS, ("pydantic<2",), 95.0,
+                                  reason="RuntimeError: boom" if v != "0.12.2" else ""))
+    for case in ("gpu_only_one", "gpu_only_two_with_a_long_name_too"):
+        for v in ("0.12.2", "0.12.3", "0.12.4"):
+            runs.append(_point_record(st, case, {"deepspeed": v}, Outcome.SKIP, seconds=0, reason=NO_GPU))
+    runs.append(_point_record(st, "x8", {"deepspeed": "0.12.2"}, Outcome.SKIP, seconds=0,
+                              reason="needs 8 CUDA GPUs; this machine has 0"))
+    return runs
+
+
+# ------------------------------------------------------------------------ grid
 
 
 def test_grid_rows_cells_and_the_runs_hosts(tmp_path):
     st = Store(tmp_path)
-    runs = [_record(st, "seed", "0.12.3", Outcome.PASS, exit_code=0),
-            _record(st, "seed", "0.12.4", Outcome.HANG, signature="rank 0 in REDUCE numel 2 at SeqNum 1"),
+    runs = [_record(st, "seed", "0.12.4", Outcome.HANG, signature="rank 0 in REDUCE numel 2 at SeqNum 1"),
+            _record(st, "seed", "0.12.3", Outcome.PASS, exit_code=0),
             _record(st, "smoke", "0.12.4", Outcome.SKIP, reason="needs 2 CUDA GPUs; this machine has 0", seconds=0)]
     g = rep.grid(runs)
     assert g.cases == ("seed", "smoke")
-    assert [label for label, _ in g.rows] == ["deepspeed 0.12.3", "deepspeed 0.12.4"]
-    assert dict(g.rows)["deepspeed 0.12.4"]["seed"].text == "HANG (30 s)"
+    assert [label for label, _ in g.rows] == ["deepspeed 0.12.3", "deepspeed 0.12.4"]  # version order
+    assert dict(g.rows)["deepspeed 0.12.4"]["seed"].text == "HANG 30 s #1"
 
     md = rep.grid_markdown(g, "dsbisect run", compat=("numpy-bufsize",))
-    assert "| deepspeed 0.12.4 | ⏳ HANG (30 s) | ⏭️ SKIP |" in md
-    assert "- HANG `seed` · deepspeed 0.12.4: rank 0 in REDUCE numel 2 at SeqNum 1 (run 2)" in md
+    assert "#### seed\n\n| deepspeed | outcome |\n|---|---|\n" in md
+    assert "| deepspeed 0.12.3 | ✅ PASS 30 s #2 |\n| deepspeed 0.12.4 | ⏳ HANG 30 s #1 |" in md
+    assert "- ⏳ HANG #1 (0.12.4): rank 0 in REDUCE numel 2 at SeqNum 1" in md
+    assert "- ⏭️ SKIP 1 point of smoke needs 2 CUDA GPUs; this machine has 0 — try `--case seed`" in md
     assert "host gpu-node-7: Linux-6.1, 64 CPUs, 2 GPUs (NVIDIA H200)" in md  # the runs' machine
     assert "python 3.12.3, torch 2.11.0, CUDA 13.0, NCCL 2.28.9, 2× NVIDIA H200" in md
     assert "point venvs shadow the base's numpy 2.1.0 with 1.26.4" in md
@@ -44,7 +102,70 @@ def test_grid_rows_cells_and_the_runs_hosts(tmp_path):
     data = rep.grid_json(g, ("numpy-bufsize",))
     assert data["hosts"] == [HOST] and data["compat"] == ["numpy-bufsize"]
     assert [r["outcome"] for r in data["runs"]] == ["pass", "hang", "skip"]
+    assert data["grid"][1]["cells"]["seed"] == {"outcome": "hang", "counts": {"hang": 1}, "seconds": 30.0, "run": 1}
     assert json.loads(json.dumps(data)) == data
+
+
+def test_the_grid_reads_at_80_columns_one_table_per_case_in_version_order(tmp_path):
+    st = Store(tmp_path)
+    g = rep.grid(_matrix_runs(st))
+    text = _render(rep.grid_renderable(g, "dsbisect run matrix.yaml", piped=False), piped=False)
+    lines = text.splitlines()
+    assert all(len(ln) <= 80 for ln in lines), text
+    assert "…" not in text  # no cell cut
+
+    # Seed 2: deepspeed rows, transformers columns, both in PEP 440 order; run ids in the cells.
+    assert LONG in lines
+    header = next(ln for ln in lines if "4.36.2" in ln)
+    assert header.index("4.36.2") < header.index("4.37.0") < header.index("4.39.2")
+    assert lines.index(header) - 1 == next(i for i, ln in enumerate(lines) if ln.count("transformers") == 3)
+    row_095 = next(ln for ln in lines if ln.startswith("│ 0.9.5 "))
+    row_010 = next(ln for ln in lines if ln.startswith("│ 0.10.0 "))
+    assert lines.index(row_095) < lines.index(row_010)
+    hang_ids = sorted(r.id for c in g.cells for r in c.runs if r.outcome is Outcome.HANG)
+    assert row_095.split("│")[2:5] == [" PASS 41 s #4 ", f" HANG 62 s #{hang_ids[1]} ", f" HANG 62 s #{hang_ids[0]} "]
+    assert "held fixed: pydantic<2, huggingface-hub==0.20.3, tokenizers==0.15.2" in text  # once, under it
+    assert text.count("pydantic<2, huggingface-hub") == 1
+
+    # A one-axis case: one column of outcomes, 0.12.2 < 0.12.4 < 0.12.10.
+    order = [ln.split("│")[1].strip() for ln in lines if ln.startswith("│ 0.12.")]
+    assert order == ["0.12.2", "0.12.4", "0.12.10"]
+    assert "FAIL #7 (0.12.4), #8 (0.12.10):" in text and "  RuntimeError: boom" in lines
+
+    # Cases that skipped everywhere for one reason: one line, naming a case that ran; no table.
+    assert text.count(NO_GPU.removeprefix("needs ")) == 1
+    assert "gpu_only_one\n" not in text and "│ 0.12.3 " not in text
+    piped = _render(rep.grid_renderable(g, "dsbisect run matrix.yaml"), piped=True)
+    assert ("SKIP 6 points of 2 cases (gpu_only_one, gpu_only_two_with_a_long_name_too) need 2 CUDA GPUs; "
+            f"this machine has 0 — try --case {LONG}") in piped.splitlines()
+    assert f"SKIP 1 point of x8 needs 8 CUDA GPUs; this machine has 0 — try --case {LONG}" in piped.splitlines()
+
+
+def test_piped_output_keeps_signatures_whole_on_their_own_lines(tmp_path):
+    st = Store(tmp_path)
+    g = rep.grid(_matrix_runs(st))
+    piped = _render(rep.grid_renderable(g), piped=True)  # decided by the console: not a terminal
+    assert "  " + SIG in piped.splitlines()
+    terminal = _render(rep.grid_renderable(g), piped=False)
+    assert SIG not in terminal and all(len(ln) <= 80 for ln in terminal.splitlines())
+    assert "modeling_utils.py:_load_pretrained_model" in terminal  # wrapped, not cut
+    # The CLI may also say so itself.
+    assert "  " + SIG in _render(rep.grid_renderable(g, piped=True), piped=False).splitlines()
+
+
+def test_a_case_whose_cells_do_not_fit_is_split_and_more_axes_go_into_the_row_label(tmp_path):
+    st = Store(tmp_path)
+    ts = ["4.36.2", "4.37.0", "4.38.1", "4.39.2", "4.40.0", "4.41.2", "4.42.0"]
+    runs = [_point_record(st, "wide", {"deepspeed": d, "transformers": t}, Outcome.PASS, seconds=33)
+            for d in ("0.9.5", "0.10.0", "0.11.1", "0.12.6", "0.13.0", "0.14.0", "0.15.0") for t in ts]
+    runs += [_point_record(st, "three", {"deepspeed": d, "transformers": t, "accelerate": a, "torch": "2.4.0"},
+                           Outcome.PASS) for d in ("0.10.0", "0.9.5") for t in ("4.36.2", "4.37.0")
+             for a in ("0.30.0", "0.29.0")]
+    text = _render(rep.grid_renderable(rep.grid(runs), piped=False), piped=False)
+    assert all(len(ln) <= 80 for ln in text.splitlines()) and "…" not in text
+    assert all(t in text for t in ts) and text.count("│ 0.15.0 ") == 2  # two tables of the same rows
+    assert "│ 0.9.5, accelerate 0.29.0  │" in text and "deepspeed, accelerate" in text
+    assert "held fixed: torch 2.4.0" in text
 
 
 def test_a_later_attempt_replaces_an_earlier_one_in_the_grid(tmp_path):
@@ -55,12 +176,83 @@ def test_a_later_attempt_replaces_an_earlier_one_in_the_grid(tmp_path):
     assert cell.outcome is Outcome.FAIL and cell.runs == (again,)
 
 
+def test_repeated_runs_show_the_bad_run_and_the_tally(tmp_path):
+    st = Store(tmp_path)
+    runs = [_record(st, "seed", "0.12.4", o, attempt=i, seconds=s, signature="sig" if o is Outcome.HANG else "")
+            for i, (o, s) in enumerate([(Outcome.PASS, 5.0), (Outcome.HANG, 61.0), (Outcome.PASS, 5.0)], start=1)]
+    cell = rep.grid(runs).cells[0]
+    assert cell.text == f"HANG 61 s #{runs[1].id} (hang 1, pass 2)"
+    text = _render(rep.grid_renderable(rep.grid(runs), piped=False), piped=False)
+    assert f"HANG 61 s #{runs[1].id}" in text and "hang 1, pass 2" in text
+
+
 def test_runs_before_hosts_were_recorded_say_so(tmp_path):
     st = Store(tmp_path)
     point = Point(versions=(("deepspeed", "0.12.4"),))
     rid = st.start_run("seed", "k", point, "env", 1)
     st.finish_run(rid, Outcome.PASS, 0, 1.0, facts={})
     assert rep.host_lines([st.run(rid)]) == ["host: not recorded (runs made by a dsbisect before 0.1.1)"]
+    md = rep.grid_markdown(rep.grid([st.run(rid)]), "old")  # an old record renders what it has
+    assert "| deepspeed 0.12.4 | ✅ PASS 1.0 s #1 |" in md and "**Command**" not in md and "topology" not in md
+
+
+# -------------------------------------------------------------------- markdown
+
+
+RICH_HOST = HOST | {"cpu_model": "AMD EPYC 9654 96-Core Processor", "ram_bytes": 2 * 1024**4,
+                    "shm_bytes": 1024**4, "driver": "570.86.15",
+                    "topology": "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-63\nGPU1\tNV18\t X \t0-63"}
+
+
+def _command_run(st: Store, version: str, outcome: Outcome, **kw):
+    """A run of a user's command line, with copies of the files it names kept in its folder."""
+    point = Point(versions=(("deepspeed", version),), pins=("pydantic<2",))
+    rid = st.start_run("train", "key-train", point, "env", 1)
+    inputs = Path(st.run(rid).run_dir) / "inputs"
+    inputs.mkdir()
+    (inputs / "00-ds_config.json").write_text('{"train_batch_size": 8, "hub": "https://me:hunter2@hub.example"}\n')
+    (inputs / "01-train.py").write_text("import deepspeed\n\n\n```\nprint('fenced')\n")
+    (inputs / "02-big.yaml").write_text("x: 1\n" * 20_000)
+    facts = FACTS | {"nvcc": "12.8.93", "host": RICH_HOST, "index": "--index-url https://me:hunter2@mirror/simple",
+                     "command": ["deepspeed", "--num_gpus", "2", "train.py", "--deepspeed", "ds_config.json",
+                                 "--hub", "https://me:hunter2@hub.example/x", "HF_TOKEN=hunter2"],
+                     "inputs": [{"path": "ds_config.json", "sha256": "ab" * 32, "bytes": 63,
+                                 "copy": "inputs/00-ds_config.json"},
+                                {"path": "train.py", "sha256": "cd" * 32, "bytes": 40, "copy": "inputs/01-train.py"},
+                                {"path": "big.yaml", "sha256": "ef" * 32, "bytes": 100_000, "copy": "inputs/02-big.yaml"},
+                                {"path": "data.bin", "sha256": "12" * 32, "bytes": 9_000_000, "copy": None},
+                                {"path": "evil.txt", "sha256": "34" * 32, "bytes": 10, "copy": "../../../etc/hostname"}]}
+    st.finish_run(rid, outcome, None, 30.0, facts=facts, **kw)
+    return st.run(rid)
+
+
+def _assert_issue_body(md: str) -> None:
+    # The command, as a block.
+    assert ("```sh\ndeepspeed --num_gpus 2 train.py --deepspeed ds_config.json --hub https://***@hub.example/x "
+            "HF_TOKEN=***\n```") in md
+    # The files it names, collapsed: content of small copies, name and hash of the rest.
+    assert ("<details><summary>ds_config.json (63 B, sha256 abababababababab)</summary>\n\n```json\n"
+            '{"train_batch_size": 8, "hub": "https://***@hub.example"}\n```\n\n</details>') in md
+    assert "````python\nimport deepspeed\n\n\n```\nprint('fenced')\n````" in md  # a fence longer than the content's
+    assert "- `big.yaml` (98 KiB, sha256 " + "ef" * 32 + "): over 64 KiB: not shown" in md
+    assert "- `data.bin` (8.6 MiB, sha256 " + "12" * 32 + "): no copy kept\n- `evil.txt`" in md
+    assert "- `evil.txt`" in md and "outside the run folder: not read" in md
+    # ds_report-style facts beside torch/CUDA/NCCL.
+    assert "python 3.12.3, torch 2.11.0, CUDA 13.0, NCCL 2.28.9, nvcc 12.8.93, 2× NVIDIA H200" in md
+    assert ("host gpu-node-7: Linux-6.1, 64 CPUs (AMD EPYC 9654 96-Core Processor), 2 GPUs (NVIDIA H200), "
+            "NVIDIA driver 570.86.15, RAM 2.0 TiB, /dev/shm 1.0 TiB") in md
+    assert ("<details><summary>GPU topology of gpu-node-7 (nvidia-smi topo -m)</summary>\n\n```\n"
+            "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-63") in md
+    assert "- package index: --index-url https://***@mirror/simple" in md
+    assert "hunter2" not in md and "\n\n\n" not in md.replace("import deepspeed\n\n\n", "")
+
+
+def test_grid_markdown_carries_the_command_its_files_and_the_machine(tmp_path):
+    st = Store(tmp_path)
+    runs = [_command_run(st, "0.12.3", Outcome.PASS), _command_run(st, "0.12.4", Outcome.FAIL, reason="boom")]
+    md = rep.grid_markdown(rep.grid(runs), "dsbisect run -- deepspeed train.py")
+    _assert_issue_body(md)
+    assert md.count("**Command**") == 1 and md.count("<summary>ds_config.json") == 1  # the same files, once
 
 
 def test_bisect_markdown_names_the_verdict_the_culprit_and_how_to_reproduce(tmp_path):
@@ -70,21 +262,53 @@ def test_bisect_markdown_names_the_verdict_the_culprit_and_how_to_reproduce(tmp_
                   regress_on=RegressOn.ANY)
     good = _record(st, "seed", "0.12.3", Outcome.PASS, exit_code=0)
     bad = _record(st, "seed", "0.12.4", Outcome.FAIL, reason="DistBackendError: unhandled cuda error", exit_code=1)
-    steps = (Step(Stage.RELEASE, "0.12.3", "0.12.3", None, "", Verdict.GOOD, (good,)),
-             Step(Stage.RELEASE, "0.12.4", "0.12.4", None, "", Verdict.BAD, (bad,)))
-    result = Result(req, ("0.12.2", "0.12.3", "0.12.4"), steps, Answer.FOUND, "0.12.3", "0.12.4")
+    result = _result(req, good, bad)
     md = rep.bisect_markdown(result, "dsbisect bisect deepspeed 0.12.2 0.12.4 --case seed")
     assert "### dsbisect: deepspeed 0.12.2 → 0.12.4 (regression, regress on any)" in md
-    assert "| release | 0.12.4 | ❌ FAIL | bad | 1 | 30.0 | DistBackendError: unhandled cuda error |" in md
+    assert "| release | 0.12.4 | ❌ FAIL | bad | #2 | 30.0 | DistBackendError: unhandled cuda error |" in md
     assert "- verdict: found" in md and "- first bad release: deepspeed 0.12.4" in md
     assert "- at the bad point: DistBackendError: unhandled cuda error" in md
     assert "- held pins: pydantic<2" in md
     assert "```\ndsbisect bisect deepspeed 0.12.2 0.12.4 --case seed\n```" in md
 
 
-def test_envs_table_lists_what_the_cache_holds(tmp_path):
-    from rich.console import Console
+def _result(req, good, bad) -> Result:
+    steps = (Step(Stage.RELEASE, "0.12.3", "0.12.3", None, "", Verdict.GOOD, (good,)),
+             Step(Stage.RELEASE, "0.12.4", "0.12.4", None, "", Verdict.BAD, (bad,)))
+    return Result(req, ("0.12.2", "0.12.3", "0.12.4"), steps, Answer.FOUND, "0.12.3", "0.12.4")
 
+
+def test_bisect_reports_carry_the_command_and_keep_details_whole_when_piped(tmp_path):
+    st = Store(tmp_path)
+    req = Request(package="deepspeed", good="0.12.2", bad="0.12.4", case=make_case(tmp_path, name="train"),
+                  regress_on=RegressOn.ANY)
+    reason = "torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:275, unhandled cuda error " * 3
+    result = _result(req, _command_run(st, "0.12.3", Outcome.PASS),
+                     _command_run(st, "0.12.4", Outcome.FAIL, reason=reason.strip()))
+    _assert_issue_body(rep.bisect_markdown(result, "dsbisect bisect deepspeed 0.12.2 0.12.4 -- deepspeed train.py"))
+
+    piped = _render(rep.bisect_renderable(result, "dsbisect bisect …"), piped=True)
+    assert "detail" not in piped and "  " + reason.strip() in piped.splitlines()
+    terminal = _render(rep.bisect_renderable(result, "dsbisect bisect …"), piped=False)
+    assert all(len(ln) <= 80 for ln in terminal.splitlines()) and "detail" not in terminal
+    wide = Console(width=160, record=True, file=io.StringIO(), force_terminal=True, color_system=None)
+    wide.print(rep.bisect_renderable(result, "dsbisect bisect …"))
+    assert "detail" in wide.export_text()  # a wide terminal keeps the column
+
+
+def test_nothing_shown_carries_a_secret(tmp_path):
+    st = Store(tmp_path)
+    runs = [_command_run(st, "0.12.4", Outcome.HANG, signature="rank 0 in all_reduce at https://u:hunter2@x.org",
+                         reason="WANDB_API_KEY=hunter2 was set")]
+    g = rep.grid(runs)
+    for shown in (_render(rep.grid_renderable(g, "t https://a:hunter2@b.c"), piped=True),
+                  _render(rep.grid_renderable(g), piped=False),
+                  rep.grid_markdown(g, "t"), json.dumps(rep.grid_json(g))):
+        assert "hunter2" not in shown
+    assert "tokenizers==0.15.2" in _render(rep.grid_renderable(rep.grid(_matrix_runs(st))), piped=True)
+
+
+def test_envs_table_lists_what_the_cache_holds(tmp_path):
     from dsbisect.envs import CachedEnv
 
     env = CachedEnv("abc", tmp_path, "layered", ("deepspeed==0.12.4",), None, (("numpy", "2.1", "1.26"),),

@@ -1,8 +1,12 @@
 """What the machine and a point venv are: GPUs, torch, CUDA, NCCL, package versions.
 
 ``import_check`` runs inside the point venv: it imports the point's packages (an import
-that fails makes the point untestable, a SKIP) and reports versions.  ``gpus`` asks
-``nvidia-smi`` what the machine has, before any venv is built.
+that fails makes the point untestable, a SKIP) and reports versions, and the nvcc of the
+toolkit torch would build extensions with.  ``gpus`` asks ``nvidia-smi`` what the machine
+has, before any venv is built; ``host`` adds what DeepSpeed's ``ds_report`` and bug template
+ask about the machine (driver, RAM, /dev/shm, GPU topology, CPU model), gathered once per
+process.  Every outside command goes through ``proc.run``, and a missing one (no GPU, no
+toolkit) leaves its fact out instead of failing.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import functools
 import json
 import os
 import platform
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -62,6 +67,12 @@ try:
             pass
 except BaseException as e:
     out["error"] = out["error"] or f"import torch failed: {type(e).__name__}: {e}"
+if out.get("cuda"):  # the toolkit torch builds extensions with (DeepSpeed's JIT ops): nvcc is read outside
+    try:
+        from torch.utils.cpp_extension import CUDA_HOME
+        out["cuda_home"] = CUDA_HOME or ""
+    except BaseException:
+        out["cuda_home"] = ""
 print("DSBISECT-CHECK " + json.dumps(out))
 """
 
@@ -76,20 +87,44 @@ def import_check(python: Path, packages: list[str], env: dict[str, str], timeout
         return ImportCheck(False, f"the venv's python failed at start: {done.last_line()[:300]}", {})
     facts = json.loads(line.removeprefix("DSBISECT-CHECK "))
     error = facts.pop("error", "")
+    if "cuda_home" in facts:  # a CUDA torch: which nvcc would build its extensions ("none" if no toolkit)
+        facts["nvcc"] = nvcc_version(facts.pop("cuda_home"))
     return ImportCheck(not error, error, facts)
 
 
-@functools.lru_cache(maxsize=None)
-def _smi_names() -> tuple[str, ...]:
-    """The machine's GPUs by physical index, asked of nvidia-smi once per process (it can take
-    a second or more per call where persistence mode is off)."""
+@functools.cache
+def nvcc_version(cuda_home: str) -> str:
+    """``nvcc --version`` of the toolkit at ``cuda_home`` as "13.0.88", or "none" (asked once per toolkit)."""
+    nvcc = Path(cuda_home) / "bin" / "nvcc" if cuda_home else None
+    if nvcc is None or not nvcc.is_file():
+        return "none"
+    out = proc.run([nvcc, "--version"], timeout=60)
+    if not out.ok:
+        return "none"
+    m = re.search(r"release [\d.]+, V([\w.]+)", out.stdout) or re.search(r"release ([\d.]+)", out.stdout)
+    return m[1] if m else (proc.last_line(out.stdout)[:80] or "none")
+
+
+@functools.cache
+def _smi_gpus() -> tuple[tuple[str, str], ...]:
+    """The machine's GPUs by physical index as (name, driver version), asked of nvidia-smi once
+    per process (it can take a second or more per call where persistence mode is off)."""
     smi = shutil.which("nvidia-smi")
     if not smi:
         return ()
-    out = proc.run([smi, "--query-gpu=name", "--format=csv,noheader"], timeout=30)
+    out = proc.run([smi, "--query-gpu=name,driver_version", "--format=csv,noheader"], timeout=30)
     if not out.ok:
         return ()
-    return tuple(ln.strip() for ln in out.stdout.splitlines() if ln.strip())
+    rows = []
+    for ln in out.stdout.splitlines():
+        if ln.strip():
+            name, _, driver = ln.rpartition(",") if "," in ln else (ln, "", "")
+            rows.append((name.strip(), driver.strip()))
+    return tuple(rows)
+
+
+def _smi_names() -> tuple[str, ...]:
+    return tuple(name for name, _ in _smi_gpus())
 
 
 def gpus() -> list[str]:
@@ -119,7 +154,8 @@ def gpu_indices() -> list[int]:
 
 
 def host() -> dict:
-    """The machine dsbisect runs on: stored with every run."""
+    """The machine dsbisect runs on: stored with every run.  The ``ds_report``-style facts
+    (``machine``) are gathered once per process; the GPUs follow CUDA_VISIBLE_DEVICES."""
     return {
         "name": platform.node(),
         "dsbisect": __version__,
@@ -127,14 +163,104 @@ def host() -> dict:
         "platform": platform.platform(terse=True),
         "cpus": os.cpu_count(),
         "gpus": gpus(),
-    }
+    } | machine()
+
+
+@functools.cache
+def machine() -> dict:
+    """What DeepSpeed's bug template asks of the machine: CPU model, RAM, /dev/shm, NVIDIA driver,
+    GPU topology.  A fact that cannot be read is left out."""
+    out: dict = {}
+    cpu = cpu_model()
+    if cpu:
+        out["cpu_model"] = cpu
+    ram = ram_bytes()
+    if ram:
+        out["ram_bytes"] = ram
+    try:
+        out["shm_bytes"] = shutil.disk_usage("/dev/shm").total
+    except OSError:
+        pass
+    smi = _smi_gpus()
+    drivers = list(dict.fromkeys(d for _, d in smi if d))
+    if drivers:
+        out["driver"] = ", ".join(drivers)
+    if len(smi) >= 2:
+        topo = topology()
+        if topo:
+            out["topology"] = topo
+    return out
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what ``platform`` knows; "" if nothing."""
+    try:
+        for ln in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, _, value = ln.partition(":")
+            if key.strip() in ("model name", "Model", "Hardware", "cpu model") and value.strip():
+                return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor() or ""
+
+
+def ram_bytes() -> int | None:
+    """Total memory: psutil, else /proc/meminfo."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+    except (ImportError, OSError, RuntimeError):
+        pass  # /proc/meminfo says it too
+    try:
+        m = re.search(r"^MemTotal:\s+(\d+) kB", Path("/proc/meminfo").read_text(), re.MULTILINE)
+        return int(m[1]) * 1024 if m else None
+    except OSError:
+        return None
+
+
+def topology() -> str:
+    """``nvidia-smi topo -m``'s matrix (without its legend); "" when it cannot be read."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return ""
+    out = proc.run([smi, "topo", "-m"], timeout=30)
+    if not out.ok:
+        return ""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout)
+    lines = []
+    for ln in text.splitlines():
+        if ln.strip().startswith("Legend"):
+            break
+        lines.append(ln.rstrip())
+    return "\n".join(lines).strip("\n")[:8000]
+
+
+def size(n: float | None) -> str:
+    """Bytes as "2.0 TiB", "503 GiB", "64 MiB"."""
+    if not n:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if n < 1024 or unit == "PiB":
+            return f"{n:.0f} {unit}" if n >= 10 or unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return "?"
 
 
 def describe_host(h: dict) -> str:
+    """One line: name, OS, CPUs, GPUs, and (when recorded) the driver, RAM and /dev/shm."""
     g = h.get("gpus") or []
     name = f"{h['name']}: " if h.get("name") else ""
-    return (f"host {name}{h.get('platform', '?')}, {h.get('cpus', '?')} CPUs, "
+    cpus = f"{h.get('cpus', '?')} CPUs" + (f" ({h['cpu_model']})" if h.get("cpu_model") else "")
+    line = (f"host {name}{h.get('platform', '?')}, {cpus}, "
             f"{len(g)} GPU{'s' if len(g) != 1 else ''}{' (' + g[0] + ')' if g else ''}")
+    if h.get("driver"):
+        line += f", NVIDIA driver {h['driver']}"
+    if h.get("ram_bytes"):
+        line += f", RAM {size(h['ram_bytes'])}"
+    if h.get("shm_bytes"):
+        line += f", /dev/shm {size(h['shm_bytes'])}"
+    return line
 
 
 def describe_env(facts: dict) -> str:
@@ -145,6 +271,8 @@ def describe_env(facts: dict) -> str:
         parts.append(f"CUDA {facts['cuda']}")
     if facts.get("nccl"):
         parts.append(f"NCCL {facts['nccl']}")
+    if facts.get("nvcc"):
+        parts.append(f"nvcc {facts['nvcc']}")
     g = facts.get("gpus") or []
     parts.append(f"{len(g)}× {g[0]}" if g else "no GPU")
     return ", ".join(parts)

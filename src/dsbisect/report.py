@@ -1,143 +1,80 @@
 """Records -> renderables: rich tables for the terminal, Markdown for GitHub, JSON.
 
-Nothing here prints; the CLI does.
+Nothing here prints; the CLI does.  The grid's layout is ``grid``'s; this module adds what
+a report says around it (the command, the repro's files, the environment) and renders
+bisections.  Everything shown passes through ``redact``: the only I/O is reading run
+folders (stacks, the copies of a command's files).
 """
 
 from __future__ import annotations
 
+import html
+import re
+import shlex
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
-from rich.console import Group
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
 from . import __version__
 from .compat import describe as describe_shims
-from .facts import describe_env, describe_host
+from .facts import describe_env, describe_host, size
+from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, cell, grid, line, redact
+from .grid import markdown as grid_tables_markdown
+from .grid import md as _md
 from .model import Answer, Outcome, Stage
 from .store import RunRecord
 
-STYLE = {Outcome.PASS: "bold green", Outcome.FAIL: "bold red", Outcome.HANG: "bold magenta", Outcome.SKIP: "yellow"}
-ICON = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.HANG: "⏳", Outcome.SKIP: "⏭️"}
-RANK = {Outcome.HANG: 0, Outcome.FAIL: 1, Outcome.PASS: 2, Outcome.SKIP: 3}
+__all__ = ["ICON", "RANK", "STYLE", "Cell", "Grid", "bisect_markdown", "bisect_renderable", "cell", "envs_table",
+           "grid", "grid_json", "grid_markdown", "grid_renderable"]
 
-
-@dataclass(frozen=True)
-class Cell:
-    outcome: Outcome
-    counts: tuple[tuple[Outcome, int], ...]
-    seconds: float
-    runs: tuple[RunRecord, ...]
-
-    @property
-    def text(self) -> str:
-        name = self.outcome.value.upper()
-        total = sum(n for _, n in self.counts)
-        if total > 1:
-            name += " " + " ".join(f"{o.value}:{n}" for o, n in self.counts)
-        if self.outcome is not Outcome.SKIP:
-            name += f" ({self.seconds:.0f} s)" if self.seconds >= 10 else f" ({self.seconds:.1f} s)"
-        return name
-
-    @property
-    def last(self) -> RunRecord:
-        return self.runs[-1]
-
-
-@dataclass(frozen=True)
-class Grid:
-    cases: tuple[str, ...]
-    rows: tuple[tuple[str, dict[str, Cell]], ...]  # point label -> case -> cell
-
-    @property
-    def cells(self) -> list[Cell]:
-        return [c for _, row in self.rows for c in row.values()]
-
-
-def cell(runs: list[RunRecord]) -> Cell:
-    counts = Counter(r.outcome for r in runs)
-    worst = min(counts, key=lambda o: RANK[o])
-    ordered = tuple(sorted(counts.items(), key=lambda kv: RANK[kv[0]]))
-    secs = sum(r.seconds or 0 for r in runs) / max(1, len(runs))
-    return Cell(worst, ordered, secs, tuple(runs))
-
-
-def grid(runs: list[RunRecord]) -> Grid:
-    """Rows are points in first-seen order, columns cases; the latest case version wins."""
-    latest_key: dict[str, str] = {}
-    for r in runs:
-        latest_key[r.case_name] = r.case_key
-    runs = [r for r in runs if latest_key[r.case_name] == r.case_key and r.outcome is not None]
-    cases = tuple(dict.fromkeys(r.case_name for r in runs))
-    table: dict[str, dict[str, list[RunRecord]]] = {}
-    for r in runs:
-        table.setdefault(r.point.label, {}).setdefault(r.case_name, []).append(r)
-    rows = tuple(
-        (label, {case: cell(_current(rs)) for case, rs in per_case.items()}) for label, per_case in table.items()
-    )
-    return Grid(cases, rows)
-
-
-def _current(runs: list[RunRecord]) -> list[RunRecord]:
-    """Runs of one (case, point): a later SKIP or re-run replaces earlier attempts of the same number."""
-    by_attempt: dict[int, RunRecord] = {}
-    for r in runs:
-        by_attempt[r.attempt] = r
-    return [by_attempt[a] for a in sorted(by_attempt)]
+SHOW_LIMIT = 64 * 1024  # a kept copy of a command's file is shown in the Markdown below this size
+LANG = {".py": "python", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".sh": "bash", ".toml": "toml",
+        ".cfg": "ini", ".ini": "ini"}
 
 
 # ------------------------------------------------------------------ terminal
 
 
-def grid_table(g: Grid, title: str = "") -> Table:
-    table = Table(title=title or None, show_lines=False, header_style="bold")
-    table.add_column("point", no_wrap=True)
-    for case in g.cases:
-        table.add_column(case)
-    for label, row in g.rows:
-        cells = []
-        for case in g.cases:
-            c = row.get(case)
-            cells.append(Text(c.text, style=STYLE[c.outcome]) if c else Text("—", style="dim"))
-        table.add_row(label, *cells)
-    return table
+def grid_renderable(g: Grid, title: str = "", piped: bool | None = None) -> Group:
+    """One table per case, the reasons, the all-skip lines, then the environment.  ``piped``
+    None: decided by the console it is printed on (not a terminal: signatures whole, one a line)."""
+    env = environment_lines(g) + [h for h in host_lines(_runs(g)) if not h.startswith("host: not recorded")]
+    return Group(GridView(g, title, piped), _Lines(manual_lines(_runs(g)), piped, "yellow"), _Lines(env, piped, "dim"))
 
 
-def reasons(g: Grid) -> list[tuple[str, str, Cell]]:
-    out = []
-    for label, row in g.rows:
-        for case, c in row.items():
-            if c.outcome is not Outcome.PASS:
-                out.append((label, case, c))
-    return out
+class _Lines:
+    """Plain lines that keep ``line``'s piped/terminal behaviour."""
 
+    def __init__(self, lines: list[str], piped: bool | None, style: str = ""):
+        self.lines, self.piped, self.style = lines, piped, style
 
-def grid_renderable(g: Grid, title: str = "") -> Group:
-    parts: list = [grid_table(g, title)]
-    for label, case, c in reasons(g):
-        r = c.last
-        why = r.signature or r.reason or ""
-        line = Text.assemble((f"{c.outcome.value.upper()} ", STYLE[c.outcome]), f"{case} · {label}: ", why)
-        if r.run_dir:
-            line.append(f"  [run {r.id}: {r.run_dir}]", style="dim")
-        parts.append(line)
-    env = environment_lines(g)
-    if env:
-        parts.append(Text("\n".join(env), style="dim"))
-    return Group(*parts)
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        piped = self.piped if self.piped is not None else not console.is_terminal
+        for ln in self.lines:
+            yield line(ln, piped, style=self.style)
 
 
 def environment_lines(g: Grid) -> list[str]:
     seen = []
-    for c in g.cells:
-        for r in c.runs:
-            if r.facts.get("versions"):
-                line = describe_env(r.facts)
-                if line not in seen:
-                    seen.append(line)
-    return seen[:4] + shadow_lines([r for c in g.cells for r in c.runs])
+    for r in _runs(g):
+        if r.facts.get("versions"):
+            text = describe_env(r.facts)
+            if text not in seen:
+                seen.append(text)
+    return seen[:4] + index_lines(_runs(g)) + shadow_lines(_runs(g))
+
+
+def index_lines(runs: list[RunRecord]) -> list[str]:
+    """Where the runs' packages came from (``facts["index"]``, one line each way)."""
+    found = dict.fromkeys(r.facts["index"] for r in runs if isinstance(r.facts.get("index"), str) and r.facts["index"])
+    return [f"package index: {i}" for i in found]
+
+
+def _runs(g: Grid) -> list[RunRecord]:
+    return [r for c in g.cells for r in c.runs]
 
 
 def run_hosts(runs: list[RunRecord]) -> list[dict]:
@@ -153,8 +90,9 @@ def run_hosts(runs: list[RunRecord]) -> list[dict]:
 def host_lines(runs: list[RunRecord]) -> list[str]:
     hs = run_hosts(runs)
     if not hs:
-        return ["host: not recorded (runs made by a dsbisect before 0.1.1)"] if runs else []
-    lines = [describe_host(h) for h in hs[:4]]
+        return ["host: not recorded (runs made by a dsbisect before 0.1.1)"] if any(
+            not r.evidence.get("manual") for r in runs) else []
+    lines = list(dict.fromkeys(describe_host(h) for h in hs[:4]))
     if len(hs) > 4:
         lines.append(f"… and {len(hs) - 4} more hosts")
     return lines
@@ -177,7 +115,7 @@ def envs_table(envs: list) -> Table:
     for e in envs:
         shadows = ", ".join(f"{n} {b}→{p}" for n, b, p in e.shadowed)
         reqs = "; ".join(e.requirements) + (f" @{e.source}" if e.source else "")
-        table.add_row(e.key, e.mode, reqs, shadows, f"{e.bytes / 1e6:.0f}", f"{e.seconds:.1f} s")
+        table.add_row(e.key, e.mode, redact(reqs), shadows, f"{e.bytes / 1e6:.0f}", f"{e.seconds:.1f} s")
     return table
 
 
@@ -185,41 +123,107 @@ def envs_table(envs: list) -> Table:
 
 
 def grid_markdown(g: Grid, title: str, compat: tuple[str, ...] = ()) -> str:
-    lines = [f"### {title}", ""]
-    lines.append("| point | " + " | ".join(g.cases) + " |")
-    lines.append("|---|" + "---|" * len(g.cases))
-    for label, row in g.rows:
-        cells = []
-        for case in g.cases:
-            c = row.get(case)
-            cells.append(f"{ICON[c.outcome]} {c.text}" if c else "—")
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines.append("")
-    rs = reasons(g)
-    if rs:
-        lines.append("**Details**")
-        lines.append("")
-        for label, case, c in rs:
-            r = c.last
-            lines.append(f"- {c.outcome.value.upper()} `{case}` · {label}: {_md(r.signature or r.reason)} (run {r.id})")
-        lines.append("")
-    lines += _md_environment(g, compat)
-    stacks = [_stack_details(c.last) for c in g.cells if c.outcome is Outcome.HANG]
-    lines += [s for s in stacks if s]
-    return "\n".join(lines).rstrip() + "\n"
-
-
-def _md_environment(g: Grid, compat: tuple[str, ...]) -> list[str]:
-    lines = ["**Environment**", ""]
-    for env in environment_lines(g):
-        lines.append(f"- {env}")
-    for h in host_lines([r for c in g.cells for r in c.runs]):
-        lines.append(f"- {h}")
+    """A GitHub issue body: the tables, the command and its files, the environment, the stacks."""
+    lines = [f"### {title}", ""] + grid_tables_markdown(g) + [""]
+    lines += [f"- {ln}" for ln in manual_lines(_runs(g))] + [""]
+    lines += inputs_markdown(_runs(g))
+    lines += ["**Environment**", ""] + [f"- {ln}" for ln in environment_lines(g) + host_lines(_runs(g))]
     lines.append(f"- dsbisect {__version__}")
-    for shim in describe_shims(compat):
-        lines.append(f"- compat shim in use (a possible confounder): {shim}")
-    lines.append("")
-    return lines
+    lines += [f"- compat shim in use (a possible confounder): {shim}" for shim in describe_shims(compat)]
+    lines += [""] + topology_markdown(_runs(g))
+    for c in g.cells:
+        if c.outcome is Outcome.HANG:
+            lines += [_stack_details(c.shown), ""]
+    return _join(lines)
+
+
+def _join(lines: list[str]) -> str:
+    """The Markdown, redacted, with no run of blank lines (blocks are single items: their
+    content is left as it is)."""
+    out: list[str] = []
+    for ln in lines:
+        ln = ln.rstrip("\n") if ln.strip() else ""
+        if ln or (out and out[-1]):
+            out.append(ln)
+    return redact("\n".join(out).rstrip() + "\n")
+
+
+def inputs_markdown(runs: list[RunRecord]) -> list[str]:
+    """The command the runs ran (``facts["command"]``) and the files it names (``facts["inputs"]``):
+    a kept copy under 64 KB in a collapsed block, else its name and hash."""
+    commands: dict[str, list[str]] = {}
+    inputs: dict[tuple, tuple[dict, RunRecord]] = {}
+    for r in runs:
+        cmd = r.facts.get("command")
+        if isinstance(cmd, list) and cmd:
+            commands.setdefault(shlex.join(str(a) for a in cmd), []).append(r.case_name)
+        for item in r.facts.get("inputs") or []:
+            if isinstance(item, dict) and item.get("path"):
+                inputs.setdefault((item["path"], item.get("sha256")), (item, r))
+    out: list[str] = []
+    if commands:
+        out += ["**Command**", ""]
+        for cmd, cases in commands.items():
+            if len(commands) > 1:
+                out += [", ".join(f"`{c}`" for c in dict.fromkeys(cases)) + ":", ""]
+            out += [_fence(cmd, "sh"), ""]
+    if inputs:
+        out += ["**Script and config files**", ""]
+        for item, r in inputs.values():
+            block = _input_markdown(item, r)
+            out += ["", block, ""] if block.startswith("<details>") else [block]
+        out.append("")
+    return out
+
+
+def _input_markdown(item: dict, run: RunRecord) -> str:
+    path = str(item["path"])
+    sha = str(item.get("sha256") or "?")
+    n = item.get("bytes")
+    about = f"{size(n) if n else '? bytes'}, sha256 {sha[:16]}"
+    text, why = _read_copy(item, run)
+    if text is None:
+        return f"- `{path}` ({size(n) if n else '? bytes'}, sha256 {sha}): {why}"
+    return (f"<details><summary>{html.escape(path)} ({about})</summary>\n\n"
+            f"{_fence(text, LANG.get(Path(path).suffix.lower(), ''))}\n\n</details>")
+
+
+def _read_copy(item: dict, run: RunRecord) -> tuple[str | None, str]:
+    """The kept copy's text, or None and why it is not shown."""
+    copy = item.get("copy")
+    if not copy:
+        return None, "no copy kept"
+    if not run.run_dir:
+        return None, "the run's folder is not recorded"
+    base = Path(run.run_dir).resolve()
+    path = (base / str(copy)).resolve()
+    if not path.is_relative_to(base):
+        return None, "its copy lies outside the run folder: not read"
+    try:
+        n = path.stat().st_size
+        if n >= SHOW_LIMIT:
+            return None, f"over {size(SHOW_LIMIT)}: not shown (a copy is in run {run.id}'s folder)"
+        return path.read_bytes().decode("utf-8"), ""
+    except UnicodeDecodeError:
+        return None, f"not text: not shown (a copy is in run {run.id}'s folder)"
+    except OSError:
+        return None, "its copy is gone from the run folder"
+
+
+def _fence(text: str, lang: str = "") -> str:
+    ticks = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", text)), default=0))
+    return f"{ticks}{lang}\n{text.rstrip()}\n{ticks}"
+
+
+def topology_markdown(runs: list[RunRecord]) -> list[str]:
+    """Each recorded host's ``nvidia-smi topo -m``, collapsed."""
+    out = []
+    for h in run_hosts(runs)[:4]:
+        if h.get("topology"):
+            name = html.escape(str(h.get("name") or "the host"))
+            out += [(f"<details><summary>GPU topology of {name} (nvidia-smi topo -m)</summary>\n\n"
+                     f"{_fence(str(h['topology']))}\n\n</details>"), ""]
+    return out
 
 
 def _stack_details(run: RunRecord) -> str:
@@ -237,12 +241,8 @@ def _stack_details(run: RunRecord) -> str:
     if not body:
         return ""
     text = "\n\n".join(body)
-    return (f"<details><summary>Stacks of hung run {run.id} ({run.point.label})</summary>\n\n"
-            f"```\n{text}\n```\n\n</details>\n")
-
-
-def _md(s: str) -> str:
-    return (s or "").replace("|", "\\|").replace("\n", " ")
+    return (f"<details><summary>Stacks of hung run {run.id} ({html.escape(run.point.label)})</summary>\n\n"
+            f"{_fence(text)}\n\n</details>")
 
 
 # ---------------------------------------------------------------------- json
@@ -265,26 +265,49 @@ def run_json(r: RunRecord) -> dict:
         "run_dir": r.run_dir,
         "evidence": r.evidence,
         "environment": r.facts,
+        "manual": r.evidence.get("manual"),  # good/bad/skip: marked by hand (dsbisect mark), not run by dsbisect
     }
 
 
 def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
-    return {
+    return _redacted({
         "dsbisect": __version__,
-        "hosts": run_hosts([r for c in g.cells for r in c.runs]),
+        "hosts": run_hosts(_runs(g)),
         "compat": list(compat),
         "cases": list(g.cases),
         "grid": [
             {"point": label, "cells": {case: {"outcome": c.outcome.value,
                                               "counts": {o.value: n for o, n in c.counts},
-                                              "seconds": round(c.seconds, 3)} for case, c in row.items()}}
+                                              "seconds": round(c.seconds, 3),
+                                              "run": c.shown.id} for case, c in row.items()}}
             for label, row in g.rows
         ],
-        "runs": [run_json(r) for c in g.cells for r in c.runs],
-    }
+        "runs": [run_json(r) for r in _runs(g)],
+    })
+
+
+def _redacted(obj):
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, dict):
+        return {k: _redacted(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_redacted(v) for v in obj]
+    return obj
 
 
 # ------------------------------------------------------------------ bisection
+
+
+def by_hand(runs) -> str:
+    """" (marked by hand)" when a result among ``runs`` came from ``dsbisect mark`` or ``bisect --manual``."""
+    return " (marked by hand)" if any(r.evidence.get("manual") for r in runs) else ""
+
+
+def manual_lines(runs: list[RunRecord]) -> list[str]:
+    """One line per run marked by hand: its result was given, not run by dsbisect."""
+    return [f"#{r.id} {r.case_name} · {r.point.label}: {r.outcome.value.upper()} (marked by hand"
+            + (f": {r.evidence['note']})" if r.evidence.get("note") else ")") for r in runs if r.evidence.get("manual")]
 
 
 def _step_cell(step) -> Text:
@@ -292,18 +315,56 @@ def _step_cell(step) -> Text:
     text = step.outcome.value.upper()
     if len(step.runs) > 1:
         text += f" ({counts})"
-    return Text(text, style=STYLE[step.outcome])
+    return Text(text + by_hand(step.runs), style=STYLE[step.outcome])
 
 
-def bisect_table(result) -> Table:
-    table = Table(header_style="bold", title=f"dsbisect bisect {result.request.package} {result.request.good} {result.request.bad}")
-    for col in ("stage", "point", "outcome", "verdict", "runs", "seconds", "detail"):
+def _run_ids(step) -> str:
+    ids = [r.id for r in step.runs]
+    if len(ids) > 3:
+        return f"#{ids[0]}…#{ids[-1]} ({len(ids)})"
+    return " ".join(f"#{i}" for i in ids)
+
+
+def _point(step, width: int) -> str:
+    return redact(step.label if step.stage is Stage.RELEASE else f"{step.label} {step.subject[:width]}")
+
+
+def bisect_table(result, detail: bool = True) -> Table:
+    """The steps; ``detail``: with each step's reason in a column (a wide terminal)."""
+    req = result.request
+    table = Table(header_style="bold", title=redact(f"dsbisect bisect {req.package} {req.good} {req.bad}"))
+    for col in ("stage", "point", "outcome", "verdict", "runs", "seconds") + (("detail",) if detail else ()):
         table.add_column(col, overflow="fold")
     for s in result.steps:
-        point = s.label if s.stage is Stage.RELEASE else f"{s.label} {s.subject[:50]}"
-        table.add_row(s.stage.value, point, _step_cell(s), s.verdict.value, str(len(s.runs)), f"{s.seconds:.1f}",
-                      (s.detail or "")[:160])
+        row = [s.stage.value, _point(s, 50), _step_cell(s), s.verdict.value, _run_ids(s), f"{s.seconds:.1f}"]
+        table.add_row(*row, *((redact(_cut(s.detail or "", 160)),) if detail else ()))
     return table
+
+
+class BisectView:
+    """The bisection for a terminal or a pipe: below 120 columns, or piped, each step's reason
+    goes under the table on lines of its own (whole when piped) instead of a narrow column."""
+
+    def __init__(self, result, command: str, piped: bool | None = None):
+        self.result, self.command, self.piped = result, command, piped
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        piped = self.piped if self.piped is not None else not console.is_terminal
+        wide = not piped and options.max_width >= 120
+        result = self.result
+        yield bisect_table(result, detail=wide)
+        if not wide:
+            for s in result.steps:
+                if s.detail and s.outcome is not Outcome.PASS:
+                    yield line(f"{s.label} {s.outcome.value.upper()} {_run_ids(s)}:", piped, style=STYLE[s.outcome])
+                    yield line(s.detail, piped, indent=2)
+        style = {Answer.FOUND: "bold green", Answer.AMBIGUOUS: "bold yellow"}.get(result.verdict, "bold red")
+        for i, text in enumerate(bisect_summary(result)):
+            yield line(text, piped, style=style if i == 0 else "")
+        for text in _bisect_env(result):
+            yield line(text, piped, style="dim")
+        yield Text("Reproduce with:")
+        yield line(self.command, piped, indent=2)
 
 
 def bisect_summary(result) -> list[str]:
@@ -333,7 +394,7 @@ def bisect_summary(result) -> list[str]:
     first = _first_bad_step(result)
     if first is not None:
         lines.append(f"at the {bad_word.split()[1]} point: {first.detail or first.outcome.value}")
-    return lines
+    return [redact(ln) for ln in lines]
 
 
 def _first_bad_step(result):
@@ -346,8 +407,12 @@ def _first_bad_step(result):
     return None
 
 
+def _bisect_runs(result) -> list[RunRecord]:
+    return [r for s in result.steps for r in s.runs]
+
+
 def _bisect_env(result) -> list[str]:
-    facts = next((r.facts for s in result.steps for r in s.runs if r.facts.get("versions")), {})
+    facts = next((r.facts for r in _bisect_runs(result) if r.facts.get("versions")), {})
     req = result.request
     lines = []
     if facts:
@@ -356,38 +421,36 @@ def _bisect_env(result) -> list[str]:
     if pins:
         lines.append("held pins: " + ", ".join(pins))
     lines += [f"compat shim (a possible confounder): {s}" for s in describe_shims(req.case.compat)]
-    lines += shadow_lines([r for s in result.steps for r in s.runs])
-    lines += host_lines([r for s in result.steps for r in s.runs])
+    lines += index_lines(_bisect_runs(result)) + shadow_lines(_bisect_runs(result))
+    lines += host_lines(_bisect_runs(result))
     lines.append(f"dsbisect {__version__}; case {req.case.name} ({req.case.nproc} ranks, "
                  f"collective timeout {req.case.collective_timeout:g} s)")
-    return lines
+    return [redact(ln) for ln in lines]
 
 
-def bisect_renderable(result, command: str) -> Group:
-    parts: list = [bisect_table(result)]
-    style = {Answer.FOUND: "bold green", Answer.AMBIGUOUS: "bold yellow"}.get(result.verdict, "bold red")
-    for i, line in enumerate(bisect_summary(result)):
-        parts.append(Text(line, style=style if i == 0 else ""))
-    parts.append(Text("\n".join(_bisect_env(result)), style="dim"))
-    parts.append(Text(f"Reproduce with:\n  {command}"))
-    return Group(*parts)
+def bisect_renderable(result, command: str, piped: bool | None = None) -> Group:
+    return Group(BisectView(result, command, piped))
 
 
 def bisect_markdown(result, command: str) -> str:
     req = result.request
     lines = [f"### dsbisect: {req.package} {req.good} → {req.bad} ({req.mode.value}, "
-             f"regress on {req.regress_on.value})", ""]
+             + f"regress on {req.regress_on.value})", ""]
     lines += ["| stage | point | outcome | verdict | runs | seconds | detail |", "|---|---|---|---|---|---|---|"]
     for s in result.steps:
         point = s.label if s.stage is Stage.RELEASE else f"`{s.label}` {_md(s.subject[:60])}"
-        lines.append(f"| {s.stage.value} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()} | {s.verdict.value} | "
-                     f"{len(s.runs)} | {s.seconds:.1f} | {_md((s.detail or '')[:200])} |")
+        lines.append(f"| {s.stage.value} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()}{by_hand(s.runs)} | {s.verdict.value} | "
+                     f"{_run_ids(s)} | {s.seconds:.1f} | {_md((s.detail or '')[:200])} |")
     lines += ["", "**Result**", ""] + [f"- {ln}" for ln in bisect_summary(result)]
-    lines += ["", "**Environment**", ""] + [f"- {ln}" for ln in _bisect_env(result)]
-    lines += ["", "Reproduce with:", "", "```", command, "```", ""]
+    lines += ["", "Reproduce with:", "", _fence(command), ""]
+    lines += inputs_markdown(_bisect_runs(result))
+    lines += ["**Environment**", ""] + [f"- {ln}" for ln in _bisect_env(result)] + [""]
+    lines += topology_markdown(_bisect_runs(result))
     first = _first_bad_step(result)
     if first is not None and first.runs and first.outcome is Outcome.HANG:
-        details = _stack_details(next(r for r in first.runs if r.outcome is Outcome.HANG))
-        if details:
-            lines.append(details)
-    return "\n".join(lines).rstrip() + "\n"
+        lines.append(_stack_details(next(r for r in first.runs if r.outcome is Outcome.HANG)))
+    return _join(lines)
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
