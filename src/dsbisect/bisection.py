@@ -39,6 +39,7 @@ class Request:
     include_yanked: bool = False
     width: int = 1
     confirm: int = 1  # runs of the final last-good / first-bad pair; 1 = the search's own
+    argv: tuple[str, ...] = ()  # the bisect command line (marks.invocation), kept for `dsbisect log`; not in the key
 
     @property
     def mode(self) -> Mode:
@@ -412,6 +413,8 @@ class Bisection:
         req = self.req
         params = {"case": req.case.name, "pins": list(req.pins), "regress_on": req.regress_on.value,
                   "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature}
+        if req.argv:  # for `dsbisect log`: the command, and where it ran (its relative paths are from there)
+            params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
         self.runner.store.save_bisection(req.key, req.package, req.good, req.bad, params, status, result)
 
 
@@ -434,6 +437,7 @@ def step_json(s: Step) -> dict:
         "run_ids": [r.id for r in s.runs],
         "seconds": round(s.seconds, 3),
         "detail": s.detail,
+        "manual": any(r.evidence.get("manual") for r in s.runs),  # a run of it was marked by hand
     }
 
 

@@ -36,6 +36,7 @@ from . import matrix as matrix_mod
 from . import report as rep
 from .errors import DsbisectError, InputError, Stopped, signal_of
 from .redact import redact
+from .marks import Mark
 from .model import Accelerator, BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend, RegressOn
 from .session import cache_root, index_options, open_runner
 
@@ -520,6 +521,7 @@ def bisect(
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
     pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases among the candidates.")] = False,
     include_yanked: Annotated[bool, typer.Option("--include-yanked", help="Include yanked releases among the candidates.")] = False,
+    manual: Annotated[bool, typer.Option("--manual", help="Run nothing: build each point's venv, say how to run the case in it, and ask good/bad/skip.")] = False,
     store: StoreOpt = Path(".dsbisect"),
     limits: TimeoutArgs = TimeoutArgs(),
     index: IndexArgs = IndexArgs(),
@@ -547,7 +549,8 @@ def bisect(
         req = Request(package=package, good=good, bad=bad, case=the_case,
                       pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
                       repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
-                      verify_commit_ends=verify_commit_ends, confirm=confirm, include_yanked=include_yanked)
+                      verify_commit_ends=verify_commit_ends, confirm=confirm, include_yanked=include_yanked,
+                      argv=tuple(_invocation()))
         idx = index.options()
         env_options = envs.options(env_defaults)
         planned = plan(req, idx)  # everything checked before the store or the cache is touched
@@ -555,7 +558,8 @@ def bisect(
             req = dataclasses.replace(req, bad=planned.versions[-1])
             err.print(f"latest release of {package}: {req.bad}", highlight=False)
         ui = ProgressUI(shown.quiet)
-        runner = open_runner(store, envs.cache_dir, env_options, idx, ui, jobs=where.jobs, executor=executor)
+        runner = open_runner(store, envs.cache_dir, env_options, idx, ui, jobs=where.jobs,
+                             executor=_manual_executor(where, ui) if manual else executor)
         req = dataclasses.replace(req, width=len(runner.slots(the_case)))
         with ui.running():
             result = Bisection(runner, idx, req).run(planned)
@@ -631,6 +635,172 @@ def versions(
 
 # ------------------------------------------------------- mark, log, replay
 # (commands that record results obtained elsewhere and replay a bisection's decisions)
+
+_MARK_PLANS: list | None = None  # set by `replay` while it reads its lines through `mark`'s own parser
+
+
+@app.command()
+@bundled
+def mark(
+    verdict: Annotated[Mark, typer.Argument(metavar="good|bad|skip", help="What the point did, as a bisection would take it (bad: the regression shows).")],
+    args: Annotated[list[str] | None, typer.Argument(metavar="POINT... [-- COMMAND...]", help="The point, as PACKAGE==VERSION words (several versions of one package: one mark each); then, after --, the command line of a case given as one (as bisect takes it).")] = None,
+    case: Annotated[str | None, typer.Option("--case", metavar="NAME", help="A case of the matrix file.")] = None,
+    script: Annotated[Path | None, typer.Option("--script", metavar="FILE", help="The case of this script (as bisect --script).")] = None,
+    matrix: Annotated[Path, typer.Option("--matrix", metavar="FILE", help="Matrix file that defines --case.")] = Path("matrix.yaml"),
+    pin: Annotated[list[str] | None, typer.Option("--pin", metavar="REQ", help="A requirement the bisection held, e.g. transformers==4.39.2 (repeatable).")] = None,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks, with --script (as bisect).")] = 2,
+    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="With --script or a command (as bisect).")] = Accelerator.AUTO,
+    commit: Annotated[str | None, typer.Option("--commit", metavar="HASH", help="The point is this commit of the package (a commit step's point); POINT names the release it leads to.")] = None,
+    git_repo: Annotated[Path | None, typer.Option("--git-repo", metavar="CLONE", help="Resolve a short --commit in this clone.")] = None,
+    note: Annotated[str | None, typer.Option("--note", metavar="TEXT", help="What you saw, e.g. 'hang at step 812 on 64 GPUs'.")] = None,
+    store: StoreOpt = Path(".dsbisect"),
+    limits: TimeoutArgs = TimeoutArgs(),
+    nodes: NodeArgs = NodeArgs(),
+) -> None:
+    """Record a result obtained elsewhere (your 64-GPU job) as a run of the case at POINT; a
+    bisection of that case uses it like any run, and every report shows it as marked by hand.
+
+    \b
+    Examples:
+      dsbisect mark bad deepspeed==0.12.4 --case checkpoint_after_training --note 'hang at step 812'
+      dsbisect mark good deepspeed==0.12.2 deepspeed==0.12.3 --pin transformers==4.39.2 -- deepspeed --num_gpus 8 train.py
+      dsbisect mark bad deepspeed==0.12.4 --commit 2afa1c7f --git-repo ~/src/DeepSpeed --case checkpoint_after_training
+    """
+    def planned():
+        return _mark_plan(verdict, args, case, script, matrix, pin, nproc, accelerator, commit, git_repo, note,
+                          limits, nodes)
+
+    if _MARK_PLANS is not None:  # a line of `dsbisect replay`: its errors are the replay's, with the line
+        _MARK_PLANS.append(planned())
+        return
+    from .marks import record
+
+    with user_errors():
+        plan = planned()
+        the_store = _marks_store(store)
+        for point in plan.points:
+            r = record(the_store, plan.case, point, plan.mark, plan.note)
+            err.print(f"run {r.id}: {plan.case.name} · {point.label} marked {plan.mark.value} by hand", highlight=False)
+
+
+def _mark_plan(verdict, args, case, script, matrix, pin, nproc, accelerator, commit, git_repo, note,
+               limits: TimeoutArgs, nodes: NodeArgs):
+    """What a mark's command line (or a replayed line) names: the case, as bisect makes it, and the points."""
+    from . import facts
+    from .marks import Planned, commit_source, parse_items, points_for, split_args
+
+    items, command = split_args(list(args or []))
+    versions = parse_items(items)
+    if git_repo and not commit:
+        raise InputError("--git-repo resolves a --commit: give --commit HASH too")
+    the_case, _ = _bisect_case(case, script, matrix, nproc, accelerator, command or None)
+    the_case = nodes.apply(limits.apply(the_case))
+    if the_case.gpu_overrides:  # keyed as this machine's runs of the case are
+        the_case = the_case.for_gpu(next(iter(facts.gpus()), None))
+    source = commit_source(versions[0][0], commit, git_repo) if commit else None
+    points = points_for(the_case, versions, matrix_mod.check_pins(pin or []), source)
+    return Planned(the_case, tuple(points), Mark(verdict), " ".join((note or "").split()))
+
+
+def _marks_store(store: Path):
+    from .session import make_shared
+    from .store import Store, check_store_path
+
+    folder = check_store_path(store)
+    make_shared(folder)
+    the_store = Store(folder)
+    for n in the_store.notes:
+        err.print(n, highlight=False)
+    return the_store
+
+
+@app.command()
+def log(
+    key: Annotated[str | None, typer.Argument(metavar="[KEY]", help="The bisection whose key starts with this (default: the last one).")] = None,
+    store: StoreOpt = Path(".dsbisect"),
+) -> None:
+    """Print a bisection's decisions, one `dsbisect mark` line per run it used, for `dsbisect replay`."""
+    from .marks import find_bisection, log_text
+
+    with user_errors():
+        the_store = _open_store(store)
+        emit(log_text(the_store, find_bisection(the_store.dir, key)), None)
+
+
+@app.command()
+def replay(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="A log written by `dsbisect log` (mark lines; # comments).")],
+    store: StoreOpt = Path(".dsbisect"),
+) -> None:
+    """Record every mark of a log into the store (marks it already holds are not doubled): the
+    bisection of the log's header then gives the same answer without running anything."""
+    global _MARK_PLANS
+    from .marks import already, parse_log, record
+
+    with user_errors():
+        try:
+            text = file.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"{file}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
+        lines = parse_log(text, str(file))
+        mark_command = typer.main.get_command(app).commands["mark"]
+        plans = []
+        for line in lines:  # every line checked before anything is recorded
+            _MARK_PLANS = []
+            try:
+                with mark_command.make_context("mark", list(line.args)) as ctx:
+                    mark_command.invoke(ctx)
+                plans.append((line, _MARK_PLANS[0]))
+            except _CLICK_ERROR as e:
+                raise InputError(f"{file}:{line.number}: {' '.join(e.format_message().split())}") from None
+            except DsbisectError as e:
+                raise InputError(f"{file}:{line.number}: {e}") from None
+            finally:
+                _MARK_PLANS = None
+        the_store = _marks_store(store)
+        there = already(the_store, [(line.number, p) for line, p in plans])
+        made = 0
+        for line, plan in plans:
+            for i, point in enumerate(plan.points):
+                if (line.number, i) not in there:
+                    record(the_store, plan.case, point, plan.mark, plan.note or line.comment,
+                           extra={"replayed": f"{file.name}:{line.number}"})
+                    made += 1
+        err.print(f"{made} mark(s) recorded in {the_store.dir}"
+                  + (f"; {len(there)} already there" if there else ""), highlight=False)
+
+
+def _invocation() -> list[str]:
+    """The running command's line, canonical (for `dsbisect log`); [] outside a command."""
+    from .marks import invocation
+
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:  # a typer that does not vendor click
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    return invocation(ctx) if ctx is not None else []
+
+
+def _manual_executor(where: ExecArgs, ui: ProgressUI):
+    """`bisect --manual`: each point's venv built here, the user runs it and answers."""
+    from .marks import ManualExecutor
+
+    if where.executor is not ExecutorKind.local:
+        raise InputError("--manual asks you about each point: it cannot go with --executor slurm")
+
+    def ask(text: str) -> str:
+        live = ui.status
+        if live is not None:
+            live.stop()
+        try:
+            return typer.prompt(text, err=True)
+        finally:
+            if live is not None:
+                live.start()
+
+    return ManualExecutor(ask=ask, say=lambda text: err.print(text, highlight=False, markup=False))
+
 
 
 @app.command("run-one", hidden=True)

@@ -141,13 +141,14 @@ class Runner:
              enough: Callable[[list[RunRecord]], bool] | None = None, slot: Slot = Slot()) -> list[RunRecord]:
         """Up to ``want`` runs of ``point``: recorded ones first, then new ones until ``enough``."""
         case = self.effective(case) if self.executor is None else case  # a remote node applies its own GPU's
-        recorded = [] if self.rerun else [
-            r for r in self.store.done_runs(case.key, point.key) if r.outcome is not Outcome.SKIP
+        recorded = [] if self.rerun else [  # a skip marked by hand (dsbisect mark) is kept, as the user said
+            r for r in self.store.done_runs(case.key, point.key)
+            if r.outcome is not Outcome.SKIP or r.evidence.get("manual") == "skip"
         ]
         runs = recorded[:want]
         for r in runs:
             self.progress("reused", f"{case.name} · {point.label}: {r.outcome.value} (run {r.id}, recorded)")
-        while len(runs) < want and not (enough and enough(runs)):
+        while len(runs) < want and not (enough and enough(runs)) and Outcome.SKIP not in {r.outcome for r in runs}:
             run = self.run_once(case, point, attempt=len(runs) + 1, slot=slot)
             runs.append(run)
             if run.outcome is Outcome.SKIP:

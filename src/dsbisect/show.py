@@ -24,6 +24,7 @@ def render_run(r: RunRecord, lines: int = 30) -> Group:
     head = Text.assemble(
         (f"run {r.id}  ", "bold"),
         (r.outcome.value.upper() if r.outcome else r.status.value, STYLE.get(r.outcome, "")),
+        (" (marked by hand)" if r.evidence.get("manual") else "", "yellow"),
         f"  {r.case_name} · {r.point.label}",
     )
     parts.append(head)
@@ -39,6 +40,8 @@ def render_run(r: RunRecord, lines: int = 30) -> Group:
     ]
     if r.point.source:
         rows.insert(4, ("commit", f"{r.point.source.commit} {r.point.source.subject}"))
+    if r.evidence.get("manual"):  # dsbisect mark, bisect --manual: a result given, not a run of dsbisect
+        rows.insert(0, ("marked", f"{r.evidence['manual']} by hand" + (f": {r.evidence['note']}" if r.evidence.get("note") else "")))
     for k, v in rows:
         parts.append(Text.assemble((f"  {k:<12}", "dim"), v))
     for note in r.evidence.get("notes", []):
