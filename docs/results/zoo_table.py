@@ -1,0 +1,368 @@
+#!/usr/bin/env python3
+"""The regression zoo's table: dsbisect's verdicts next to the independently established truths.
+
+    python docs/results/zoo_table.py                    # build zoo.json and zoo.md
+    python docs/results/zoo_table.py --run --accelerate-clone <clone> --deepspeed-clone <clone>
+                                                        # run every CPU case, one at a time, then build
+    python docs/results/zoo_table.py --run accelerate_tied_load_state   # one case (no clone needed)
+
+Inputs: the truths (``zoo-truth-hf.json``, ``zoo-truth-deepspeed.json``: one entry per case with
+``case``, ``package``, ``source``, ``kind``, ``where``, ``truth``, ``how``, ``command``, ``note``)
+and, per case that was run, dsbisect's own ``bisect --format json`` output in
+``zoo-runs/<case>.json`` with ``zoo-runs/<case>.meta.json`` beside it (the command as run, the
+wall time, the date, the machine, the dsbisect commit, the exit code).  ``--run`` writes both: it
+runs the truth entry's ``command`` as written (clones put in for ACCELERATE_CLONE and
+DEEPSPEED_CLONE), adding ``--format json -o ... --store ...``, and stops a bisection with Ctrl-C
+(SIGINT: dsbisect records what it ran, and a second ``--run`` resumes) after ``--limit-minutes``.
+Paths of the machine are written as ``<clone>``, ``<store>``, ``<cache>`` and ``~``.
+
+``match``: ``true`` when dsbisect's last_good and first_bad equal the truth's and, where the truth
+names a commit and the command asked for the commit step (``--git-repo``), its first bad commit
+is that commit; ``false`` otherwise; ``null`` when not run.  For ``--find-fix`` cases both the
+truth and dsbisect say last_good = the last release with the old behaviour, first_bad = the first
+with the new one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+RUNS = HERE / "zoo-runs"
+TRUTHS = [HERE / "zoo-truth-hf.json", HERE / "zoo-truth-deepspeed.json"]
+CLONE_WORDS = {"ACCELERATE_CLONE": "accelerate_clone", "DEEPSPEED_CLONE": "deepspeed_clone"}
+
+# What happened in each run, beyond what the outputs say (written after reading the run's log).
+RUN_NOTES: dict[str, str] = {
+    "accelerate_main_process_first":
+        "One commit probe, 38fd30e7 (#1079), failed for an unrelated reason (AttributeError: module "
+        "'torch._C' has no attribute '_cuda_setDevice') and, without --signature, counted as bad; it "
+        "lies after #1039, so the answer did not move (--signature main_process_first would have "
+        "stepped around it).",
+    "accelerate_datapipe_dispatch_hang":
+        "Every hang was called by gloo's 30 s collective timeout (42-49 s a run), with the signature "
+        "'rank 0 in new_group, rank 1 in broadcast_object_list'. The early deadlock verdict (in dsbisect "
+        "from 97e6990) looked five times and found no proof: rank 0 waits in new_group's store barrier, "
+        "which the flight recorder does not list as a pending collective, so only rank 1's BROADCAST #1 "
+        "was pending.",
+    "accelerate_tied_load_state":
+        "Three commit probes (0b0d9215, 8256a9c2, e638b1e2) are reported with the bare reason "
+        "'RuntimeError:': there accelerate raises the error with a message that begins with a "
+        "newline, and the reason is the first line of the exception.",
+}
+
+# For each miss: what went wrong and why (whose fault: the case, the truth, or dsbisect).
+MISSES: dict[str, str] = {
+}
+
+
+# ---------------------------------------------------------------- truths and results
+
+def load_truths() -> list[dict]:
+    cases: list[dict] = []
+    for path in TRUTHS:
+        if path.exists():
+            cases.extend(json.loads(path.read_text()))
+    return cases
+
+
+def _commit_step(entry: dict) -> bool:
+    return "--git-repo" in shlex.split(entry["command"])
+
+
+def _same_commit(a: str | None, b: str | None) -> bool:
+    if not a or not b:
+        return False
+    n = min(len(a), len(b))
+    return n >= 7 and a[:n] == b[:n]
+
+
+def result_of(entry: dict) -> dict | None:
+    out, meta = RUNS / f"{entry['case']}.json", RUNS / f"{entry['case']}.meta.json"
+    if not meta.exists():
+        return None
+    m = json.loads(meta.read_text())
+    r = json.loads(out.read_text()) if out.exists() else {}
+    run_ids = {i for s in r.get("steps", []) for i in s.get("run_ids", [])}
+    commit = r.get("commit")
+    return {
+        "verdict": r.get("verdict", "interrupted" if m.get("interrupted") else f"no output (exit {m.get('exit_code')})"),
+        "last_good": r.get("last_good"),
+        "first_bad": r.get("first_bad"),
+        "commit": None if commit is None else {k: commit.get(k) for k in
+                                               ("last_good", "first_bad", "subject", "commits_in_range", "verdict")},
+        "runs": len(run_ids),
+        "seconds": m["seconds"],
+        "date": m["date"],
+        "machine": m["machine"],
+    }
+
+
+def match_of(entry: dict, result: dict | None) -> bool | None:
+    if result is None:
+        return None
+    truth = entry.get("truth") or {}
+    if result["last_good"] != truth.get("last_good") or result["first_bad"] != truth.get("first_bad"):
+        return False
+    if truth.get("commit") and _commit_step(entry):
+        return _same_commit((result["commit"] or {}).get("first_bad"), truth["commit"])
+    return True
+
+
+def auto_note(entry: dict, result: dict | None) -> str:
+    if result is None:
+        if entry["where"] != "cpu":
+            return f"Not run: needs {entry['where'][-1]} GPUs; ready to run: `{entry['command']}`."
+        return "Not run yet."
+    meta = json.loads((RUNS / f"{entry['case']}.meta.json").read_text())
+    bits = [f"dsbisect {meta['dsbisect_commit'][:7]}: {result['verdict']}"]
+    if result["last_good"] or result["first_bad"]:
+        bits[0] += f" {result['last_good']} -> {result['first_bad']}"
+    c = result["commit"]
+    if c:
+        bits.append(f"commit step over {c.get('commits_in_range')} commits: {c.get('verdict')}, first "
+                    f"{'fixed' if '--find-fix' in entry['command'] else 'bad'} {(c.get('first_bad') or '-')[:9]}"
+                    f" {c.get('subject') or ''}".rstrip())
+    bits.append(f"{result['runs']} runs, {result['seconds']:.0f} s")
+    if meta.get("interrupted"):
+        bits.append(f"stopped with Ctrl-C after {meta['limit_minutes']} min")
+    return "; ".join(bits) + "."
+
+
+def rows() -> list[dict]:
+    out = []
+    for e in load_truths():
+        res = result_of(e)
+        match = match_of(e, res)
+        note = "Truth: " + e["how"]
+        note += " Run: " + auto_note(e, res)
+        if e["case"] in RUN_NOTES:
+            note += " " + RUN_NOTES[e["case"]]
+        out.append({
+            "case": e["case"], "package": e["package"], "source": e["source"], "kind": e["kind"],
+            "where": e["where"], "truth": e.get("truth"), "result": res, "match": match, "note": note,
+        })
+    return out
+
+
+# ---------------------------------------------------------------- the table
+
+def _fmt_truth(t: dict | None, ff: bool) -> str:
+    if not t:
+        return "?"
+    s = f"{t['last_good']} → {t['first_bad']}"
+    if t.get("commit"):
+        s += f" `{t['commit'][:9]}`"
+    return s
+
+
+def _fmt_result(r: dict | None) -> str:
+    if r is None:
+        return "not run"
+    if r["last_good"] is None and r["first_bad"] is None:
+        return r["verdict"]
+    s = f"{r['verdict']}: {r['last_good']} → {r['first_bad']}"
+    c = r.get("commit")
+    if c and c.get("first_bad"):
+        s += f" `{c['first_bad'][:9]}`"
+    return s
+
+
+def _fmt_time(r: dict | None) -> str:
+    if r is None:
+        return ""
+    return f"{r['seconds'] / 60:.1f} min"
+
+
+def summary(table: list[dict]) -> str:
+    run = [t for t in table if t["result"] is not None]
+    matched = [t for t in run if t["match"]]
+    misses = [t for t in run if t["match"] is False]
+    explained = [t for t in misses if t["case"] in MISSES]
+    return (f"{len(run)} of {len(table)} run; {len(matched)} match; "
+            f"{len(explained)} {'miss' if len(explained) == 1 else 'misses'} explained"
+            + (f" ({len(misses) - len(explained)} not yet)" if len(misses) > len(explained) else ""))
+
+
+def markdown(table: list[dict]) -> str:
+    entries = {e["case"]: e for e in load_truths()}
+    lines = [
+        "# The regression zoo: dsbisect against documented regressions",
+        "",
+        "Each case is a real regression (or fix) of DeepSpeed, Transformers or Accelerate whose last",
+        "good / first bad release — and, where the history could be fetched, the commit — was",
+        "established from the trackers and the release tags, independently of dsbisect",
+        "([zoo-truth-hf.json](zoo-truth-hf.json), [zoo-truth-deepspeed.json](zoo-truth-deepspeed.json);",
+        "scripts and matrix in [`repro_scripts/zoo/`](../../repro_scripts/zoo/matrix.yaml)). dsbisect's",
+        "own `bisect --format json` outputs are in [`zoo-runs/`](zoo-runs/); this page and",
+        "[zoo.json](zoo.json) are built from them by [`zoo_table.py`](zoo_table.py).",
+        "For find-fix cases (`fix`, or a `--find-fix` command) \"last good → first bad\" reads",
+        "\"last broken → first fixed\" and the commit is the fix.",
+        "",
+        f"**{summary(table)}**",
+        "",
+        "Run the CPU cases (one at a time; clones only for the commit-level cases):",
+        "",
+        "```bash",
+        "python docs/results/zoo_table.py --run --accelerate-clone <clone> --deepspeed-clone <clone>",
+        "```",
+        "",
+        "| case | package | kind | where | truth | dsbisect | match | runs | time |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for t in table:
+        e = entries[t["case"]]
+        ff = "--find-fix" in e["command"]
+        r = t["result"]
+        m = {True: "yes", False: "**no**", None: "–"}[t["match"]]
+        kind = t["kind"] + (" (find-fix)" if ff and t["kind"] != "fix" else "")
+        lines.append(
+            f"| [{t['case']}]({t['source']}) | {t['package']} | {kind} | {t['where']} | "
+            f"{_fmt_truth(t['truth'], ff)} | {_fmt_result(r)} | {m} | "
+            f"{'' if r is None else r['runs']} | {_fmt_time(r)} |")
+    misses = [t for t in table if t["match"] is False]
+    lines += ["", "## Misses", ""]
+    if not misses:
+        lines.append("None.")
+    for t in misses:
+        lines += [f"### {t['case']}", "", MISSES.get(t["case"], "Not yet explained."), ""]
+    lines += ["## Cases", ""]
+    for t in table:
+        e = entries[t["case"]]
+        meta_p = RUNS / f"{t['case']}.meta.json"
+        lines += [f"### {t['case']}", "", f"Source: {t['source']} (PR: {e.get('pr')}).", "",
+                  t["note"], ""]
+        if meta_p.exists():
+            meta = json.loads(meta_p.read_text())
+            lines += ["Ran:", "", "```bash", meta["command"], "```", ""]
+        else:
+            lines += ["Command:", "", "```bash", e["command"], "```", ""]
+        if t["result"] is None and e["where"] != "cpu":
+            lines += [f"Not run here: {e['where']} case, for a GPU machine. {e.get('note', '')}".rstrip(), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def build() -> list[dict]:
+    table = rows()
+    (HERE / "zoo.json").write_text(json.dumps(table, indent=2) + "\n")
+    (HERE / "zoo.md").write_text(markdown(table))
+    print(summary(table))
+    return table
+
+
+# ---------------------------------------------------------------- running the cases
+
+def _redact(text: str, subs: dict[str, str]) -> str:
+    for path, word in sorted(subs.items(), key=lambda kv: -len(kv[0])):
+        if path:
+            text = text.replace(path, word)
+    return text
+
+
+def _machine() -> str:
+    gpus = 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True)
+        gpus = sum(1 for ln in out.stdout.splitlines() if ln.startswith("GPU ")) if out.returncode == 0 else 0
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs, {'no GPU' if not gpus else f'{gpus} GPUs'}"
+
+
+def run_case(entry: dict, args) -> None:
+    words = shlex.split(entry["command"])
+    assert words[0] == "dsbisect", entry["command"]
+    subs = {}
+    for i, w in enumerate(words):
+        if w in CLONE_WORDS:
+            clone = getattr(args, CLONE_WORDS[w])
+            if not clone:
+                print(f"{entry['case']}: needs --{CLONE_WORDS[w].replace('_', '-')}; not run", file=sys.stderr)
+                return
+            words[i] = str(Path(clone).resolve())
+            subs[words[i]] = "<clone>"
+    store = Path(args.store).resolve()
+    store.mkdir(parents=True, exist_ok=True)
+    out_tmp = store / f"zoo-{entry['case']}.json"
+    log = store / f"zoo-{entry['case']}.log"
+    out_tmp.unlink(missing_ok=True)
+    cmd = shlex.split(args.dsbisect) + words[1:] + ["--format", "json", "-o", str(out_tmp), "--store", str(store)]
+    shown = "dsbisect " + " ".join(["<clone>" if w in subs else shlex.quote(w) for w in words[1:]]
+                                   + ["--format", "json", "-o", f"zoo-runs/{entry['case']}.json", "--store", "<store>"])
+    subs.update({str(store): "<store>", str(Path.home() / ".cache" / "dsbisect"): "<cache>",
+                 str(Path(args.workdir).resolve()): ".", str(Path.home()): "~"})
+    date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")
+    print(f"== {entry['case']}: {shown}", flush=True)
+    t0 = time.monotonic()
+    interrupted = False
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, cwd=args.workdir, stdout=fh, stderr=subprocess.STDOUT,
+                                start_new_session=False)
+        try:
+            proc.wait(timeout=args.limit_minutes * 60)
+        except subprocess.TimeoutExpired:
+            interrupted = True
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                proc.terminate()
+                proc.wait()
+        except KeyboardInterrupt:
+            interrupted = True
+            proc.send_signal(signal.SIGINT)
+            proc.wait()
+    seconds = round(time.monotonic() - t0, 1)
+    RUNS.mkdir(exist_ok=True)
+    if out_tmp.exists():
+        (RUNS / f"{entry['case']}.json").write_text(_redact(out_tmp.read_text(), subs))
+    else:
+        (RUNS / f"{entry['case']}.json").unlink(missing_ok=True)
+    meta = {
+        "case": entry["case"], "command": shown, "dsbisect_commit": args.dsbisect_commit,
+        "exit_code": proc.returncode, "interrupted": interrupted, "limit_minutes": args.limit_minutes,
+        "seconds": seconds, "date": date, "machine": args.machine or _machine(),
+    }
+    (RUNS / f"{entry['case']}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    print(f"   exit {proc.returncode} after {seconds:.0f} s{' (interrupted)' if interrupted else ''}; log: {log}",
+          flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", nargs="*", metavar="CASE",
+                    help="run these cases (none named: every CPU case), then build the table")
+    ap.add_argument("--accelerate-clone", help="a clone of huggingface/accelerate (commit-level cases)")
+    ap.add_argument("--deepspeed-clone", help="a clone of deepspeedai/DeepSpeed (commit-level cases)")
+    ap.add_argument("--store", default=".dsbisect-zoo", help="dsbisect's store for the runs")
+    ap.add_argument("--dsbisect", default="dsbisect", help="how to call dsbisect (default: dsbisect)")
+    ap.add_argument("--dsbisect-commit", help="the dsbisect commit that runs (default: this checkout's HEAD)")
+    ap.add_argument("--workdir", default=str(ROOT), help="where the commands run (a checkout's root)")
+    ap.add_argument("--limit-minutes", type=float, default=25, help="Ctrl-C a bisection after this long")
+    ap.add_argument("--machine", help="the machine, in words (default: CPU and GPU counts)")
+    args = ap.parse_args()
+    if args.run is not None:
+        if not args.dsbisect_commit:
+            args.dsbisect_commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+                                                  capture_output=True, text=True).stdout.strip()
+        entries = {e["case"]: e for e in load_truths()}
+        names = args.run or [c for c, e in entries.items() if e["where"] == "cpu"]
+        for name in names:
+            if name not in entries:
+                sys.exit(f"unknown case {name}")
+            run_case(entries[name], args)
+    build()
+
+
+if __name__ == "__main__":
+    main()
