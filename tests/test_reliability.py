@@ -437,6 +437,8 @@ def test_credentials_never_reach_a_report(tmp_path):
     line = redact(f"uv: Failed to fetch https://__token__:{secret}@h/simple/x; HF_TOKEN={secret} WANDB_API_KEY='{secret}'")
     assert secret not in line and "https://***@h/simple/x" in line
     assert redact_env({"HF_TOKEN": secret, "OMP_NUM_THREADS": "1"}) == {"HF_TOKEN": "***", "OMP_NUM_THREADS": "1"}
+    pins = "held pins: tokenizers==0.15.2, huggingface-hub>=0.20, accelerate!=1.0"
+    assert redact(pins) == pins  # a requirement is no NAME=value
 
 
 def test_the_reproduce_line_hides_credentials(tmp_path, monkeypatch):

@@ -225,13 +225,15 @@ class TimeoutArgs:
     timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall timeout per run, seconds (overrides the matrix).")] = None
     collective_timeout: Annotated[Optional[float], typer.Option("--collective-timeout", help="Collective timeout passed to the scripts, seconds.")] = None
     idle_timeout: Annotated[Optional[float], typer.Option("--idle-timeout", help="Hang if no output (and no stack moved) for this long, seconds.")] = None
+    no_early_hang: Annotated[bool, typer.Option("--no-early-hang", help="Wait for the collective timeout even when the ranks' state proves a deadlock.")] = False
 
     def apply(self, case: Case) -> Case:
         for flag, value in (("--timeout", self.timeout), ("--collective-timeout", self.collective_timeout),
                             ("--idle-timeout", self.idle_timeout)):
             if value is not None and not (math.isfinite(value) and value > 0):
                 raise InputError(f"{flag} {value:g}: expected a number of seconds greater than 0")
-        return case.with_timeouts(self.timeout, self.collective_timeout, self.idle_timeout)
+        case = case.with_timeouts(self.timeout, self.collective_timeout, self.idle_timeout)
+        return dataclasses.replace(case, early_hang=False) if self.no_early_hang else case
 
 
 @dataclass(frozen=True)

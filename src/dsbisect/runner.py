@@ -130,6 +130,9 @@ class Runner:
     def _prepare(self, case: Case, point: Point) -> None:
         if self.executor is not None or not self._enough_gpus(case):
             return  # the run is not here, or cannot run here
+        recorded = [] if self.rerun else self.store.done_runs(self.effective(case).key, point.key)
+        if any(r.outcome is not Outcome.SKIP for r in recorded):
+            return  # recorded: it will not run again
         try:
             self.envs.ensure(point)
         except EnvBuildError:
@@ -315,6 +318,8 @@ class Runner:
         env = clean_env({"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
         if venv is not None and case.command:  # python, deepspeed, torchrun, accelerate: the point's
             env["PATH"] = f"{venv.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+        if venv is not None:  # ops compiled just in time (DeepSpeed's) are built once per venv, then loaded
+            env.setdefault("TORCH_EXTENSIONS_DIR", str(venv.path / "torch_extensions"))
         if case.compat:
             env["DSBISECT_COMPAT"] = ",".join(case.compat)
         if accel is Accelerator.CPU:
