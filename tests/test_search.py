@@ -80,3 +80,16 @@ def test_next_probes_spreads_across_slices():
     assert next_probes(0, 8, {}, width=3) == [2, 4, 6]
     assert next_probes(0, 3, {}, width=5) == [1, 2]
     assert next_probes(0, 4, {2: S}, width=1) in ([1], [3])
+
+
+def test_lookahead_names_both_possible_next_probes():
+    from dsbisect.search import lookahead
+
+    known = {0: Side.OLD, 9: Side.NEW}
+    # Probing 4: if OLD the next is 6 or 7 (between 4 and 9), if NEW it is 2 (between 0 and 4).
+    assert sorted(lookahead(0, 9, known, [4])) == sorted(next_probes(4, 9, known | {4: Side.OLD})
+                                                           + next_probes(0, 4, known | {4: Side.NEW}))
+    assert lookahead(0, 2, known, [1]) == []  # the last probe: nothing comes next
+    # k-ary: every monotone answer of the picks.
+    ahead = lookahead(0, 20, {0: Side.OLD, 20: Side.NEW}, [7, 14], width=2)
+    assert {i for i in ahead} >= set(next_probes(0, 7, {0: Side.OLD, 7: Side.NEW, 14: Side.NEW, 20: Side.NEW}, 2))

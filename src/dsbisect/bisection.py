@@ -17,7 +17,7 @@ from . import gitrepo
 from .model import Answer, Case, GitSource, IndexOptions, Mode, Outcome, Point, RegressOn, Stage, Verdict, digest
 from .outcome import combine, verdict
 from .runner import Runner
-from .search import Search, Side, search
+from .search import Search, Side, lookahead, search
 from .store import RunRecord
 from .versions import AUTO, candidates, gaps
 
@@ -167,6 +167,12 @@ class Bisection:
     # ------------------------------------------------------------------ run
 
     def run(self, planned: Plan | None = None) -> Result:
+        try:
+            return self._run(planned)
+        finally:
+            self.runner.stop_ahead()
+
+    def _run(self, planned: Plan | None) -> Result:
         req = self.req
         planned = planned or plan(req, self.index)
         repo, versions = planned.repo, list(planned.versions)
@@ -313,6 +319,11 @@ class Bisection:
         """Test the points at ``indices`` (at once, one per free slot, when there are several)."""
         chosen = [points[i] for i in indices]
         self._announce(points, indices, stage)
+        known = self._known.setdefault(id(points), {0: Side.OLD, len(points) - 1: Side.NEW})
+        lo = max((i for i, s in known.items() if s is Side.OLD), default=0)
+        hi = min((i for i, s in known.items() if s is Side.NEW and i > lo), default=len(points) - 1)
+        ahead = lookahead(lo, hi, known, indices, self.req.width)
+        self.runner.prepare_ahead(self.req.case, [points[i] for i in ahead])  # both possible next points
         found = self.runner.run_many(self.req.case, chosen, want=self.req.repeat, enough=self._enough)
         sides = [self._side(self._step(p, runs, stage).verdict) for p, runs in zip(chosen, found)]
         self._known.setdefault(id(points), {}).update(zip(indices, sides))

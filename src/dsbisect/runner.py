@@ -70,6 +70,8 @@ class Runner:
     cancel: threading.Event = field(default_factory=threading.Event)  # set: every running launch stops
     _ports: set[int] = field(default_factory=set)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _ahead: ThreadPoolExecutor | None = None  # builds the venvs a bisection may need next
+    _ahead_jobs: list = field(default_factory=list)
 
     # ---------------------------------------------------------- concurrency
 
@@ -126,6 +128,23 @@ class Runner:
                     bg.submit(self._prepare, case, points[i + 1])
                 out.append(self.runs(case, point, want, enough))
         return out
+
+    def prepare_ahead(self, case: Case, points: list[Point]) -> None:
+        """Build these points' venvs in the background while others run (what was asked ahead
+        before and has not started is dropped: only the latest look-ahead matters)."""
+        if os.environ.get("DSBISECT_LOOKAHEAD") == "0":  # for measuring what it saves
+            return
+        if self._ahead is None:
+            self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsbisect-ahead")
+        for job in self._ahead_jobs:
+            job.cancel()
+        self._ahead_jobs = [self._ahead.submit(self._prepare, case, p) for p in points]
+
+    def stop_ahead(self) -> None:
+        """Drop the look-ahead builds not started; wait for the one under way (it ends cleanly)."""
+        if self._ahead is not None:
+            self._ahead.shutdown(wait=True, cancel_futures=True)
+            self._ahead, self._ahead_jobs = None, []
 
     def _prepare(self, case: Case, point: Point) -> None:
         if self.executor is not None or not self._enough_gpus(case):

@@ -91,3 +91,16 @@ def linear(sides: Sequence[Side]) -> int:
 def max_probes(n: int) -> int:
     """Probes a binary search needs between two known ends, without skips: ceil(log2(n - 1))."""
     return max(0, n - 2).bit_length()
+
+
+def lookahead(lo: int, hi: int, known: dict[int, Side], picks: Sequence[int], width: int = 1) -> list[int]:
+    """The indices the search may probe next, whatever ``picks`` answer: for each monotone answer
+    (the first NEW among the sorted picks at each place), the next probes of the narrowed range.
+    Their venvs can be built while ``picks`` run, as mozregression fetches the next builds."""
+    picks = sorted(picks)
+    ahead: list[int] = []
+    for j in range(len(picks) + 1):
+        answer = dict(known) | {p: (Side.OLD if k < j else Side.NEW) for k, p in enumerate(picks)}
+        new_lo, new_hi = _narrow(lo, hi, answer)
+        ahead += [i for i in next_probes(new_lo, new_hi, answer, width) if i not in ahead]
+    return ahead
