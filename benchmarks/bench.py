@@ -198,7 +198,8 @@ def _where() -> str:
 
 def bench_launch(work: Path) -> None:
     say("== launch overhead")
-    proj, house = _toy_project(work, {"1.0.0": "ok"}, "dsb-bench-launch", 30)
+    ranks = GPU.get("ranks", 2)
+    proj, house = _toy_project(work, {"1.0.0": "ok"}, "dsb-bench-launch", 30, nproc=ranks)
     cache = work / "cache-launch"
     _dsb(proj, house, cache, "run", "matrix.yaml")  # builds the venv, caches the import check
     ours, bare = [], []
@@ -211,13 +212,13 @@ def bench_launch(work: Path) -> None:
         if res.returncode != 0:
             raise SystemExit(f"launch benchmark: the toy run did not pass: {res.stdout[-500:]}")
         ours.append(t)
-        t, res = timed(sh, [str(env_dir / "bin" / "python"), "-m", "deepspeed.launcher.runner", "--num_gpus", "2",
+        t, res = timed(sh, [str(env_dir / "bin" / "python"), "-m", "deepspeed.launcher.runner", "--num_gpus", str(ranks),
                             "--master_port", "29641", "toy_repro.py"], cwd=proj, env=env)
         if res.returncode != 0:
             raise SystemExit(f"launch benchmark: the bare launcher failed: {res.stderr[-500:]}")
         bare.append(t)
     o, b = statistics.median(ours), statistics.median(bare)
-    rows.append(("launch", f"one passing toy run, {_where()} (median of 3)", f"{o:.1f} s",
+    rows.append(("launch", f"one passing toy run, {ranks} rank(s), {_where()} (median of 3)", f"{o:.1f} s",
                  f"bare launcher {b:.1f} s: +{o - b:.1f} s ({(o - b) / b * 100:.0f}%); goal <= 5% or <= 2 s"))
 
 
@@ -294,12 +295,15 @@ def main() -> None:
     ap.add_argument("--gpu-compat", default="torch-elastic-socket,numpy-bufsize")
     args = ap.parse_args()
     if args.gpu:
-        if len(facts.gpus()) < 2:
-            raise SystemExit("--gpu: this machine has fewer than 2 GPUs")
+        gpus = len(facts.gpus())
+        if gpus < 1:
+            raise SystemExit("--gpu: this machine has no GPU")
         GPU.update(pins=args.gpu_pins.split(","), links=[str(Path(d).resolve()) for d in args.find_links],
-                   compat=[c for c in args.gpu_compat.split(",") if c])
+                   compat=[c for c in args.gpu_compat.split(",") if c], ranks=min(2, gpus))
         if args.only == ",".join(BENCHES):
-            args.only = "launch,hang,concurrency"
+            args.only = "launch,hang,concurrency" if gpus >= 2 else "launch"
+        if gpus < 2 and set(args.only.split(",")) - {"launch"}:
+            raise SystemExit("--gpu: hang and concurrency need 2 GPUs (NCCL between two ranks); this machine has 1")
     with tempfile.TemporaryDirectory(prefix="dsbisect-bench-") as tmp:
         for name in args.only.split(","):
             BENCHES[name](Path(tmp))

@@ -60,3 +60,12 @@ def test_a_snapshot_that_is_not_one_is_bad_input(tmp_path):
         load_snapshot(bad)
     with pytest.raises(InputError, match="cannot read it"):
         load_snapshot(tmp_path / "missing.json")
+
+
+def test_a_manylinux_target_also_takes_older_wheels():
+    from dsbisect.prefetch import compatible_platforms
+
+    tags = compatible_platforms(("manylinux_2_28_x86_64",))
+    assert tags[0] == "manylinux_2_28_x86_64" and tags[-1] == "manylinux1_x86_64"
+    assert {"manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_5_x86_64"} <= set(tags)
+    assert compatible_platforms(("win_amd64",)) == ["win_amd64"]

@@ -89,8 +89,10 @@ def _plain_metavars(command) -> None:
         if panel and param.param_type_name == "option":
             param.rich_help_panel = panel
         if param.param_type_name == "option" and not param.is_flag and not getattr(param, "metavar", None):
-            desc = param.type_descriptor
-            choices = [getattr(c, "value", c) for c in (desc.choices or ())] if desc.is_choice else []
+            desc = getattr(param, "type_descriptor", None)  # typer >= 0.2x; older ones keep click's param.type
+            listed = (desc.choices or ()) if desc is not None and desc.is_choice else \
+                getattr(getattr(param, "type", None), "choices", ())
+            choices = [getattr(c, "value", c) for c in listed]
             param.metavar = _METAVARS.get(param.name) or ("|".join(map(str, choices)) if choices else
                                                           "SECONDS" if "timeout" in param.name else
                                                           param.name.upper().replace("_", "-"))

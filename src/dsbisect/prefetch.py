@@ -87,9 +87,30 @@ class Target:
         args = ["--only-binary=:all:", "--implementation", "cp"]
         if self.python_version:
             args += ["--python-version", self.python_version]
-        for p in self.platforms:
+        for p in compatible_platforms(self.platforms):
             args += ["--platform", p]
         return args
+
+
+_LEGACY = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+
+
+def compatible_platforms(tags: tuple[str, ...]) -> list[str]:
+    """Every platform tag a machine of ``tags`` also runs, as pip wants them listed: a
+    manylinux_2_28 machine runs manylinux_2_27 ... manylinux_2_5 wheels, and the legacy names
+    (manylinux2014 = 2_17, manylinux2010 = 2_12, manylinux1 = 2_5) too."""
+    out: list[str] = []
+    for tag in tags:
+        m = re.match(r"manylinux_2_(\d+)_(\w+)$", tag)
+        if not m:
+            out.append(tag)
+            continue
+        glibc, arch = int(m.group(1)), m.group(2)
+        for minor in range(glibc, 4, -1):
+            out.append(f"manylinux_2_{minor}_{arch}")
+            if minor in _LEGACY:
+                out.append(f"{_LEGACY[minor]}_{arch}")
+    return list(dict.fromkeys(out))
 
 
 def _uv_platform(tag: str) -> str:
