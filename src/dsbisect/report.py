@@ -391,6 +391,9 @@ def bisect_summary(result) -> list[str]:
         lines.append(result.commit_message)
     if result.confirm is not None and result.confirm.confirmed:
         lines.append(f"confirmed: {result.confirm.describe()}")
+    if result.good_end:
+        lines.append(result.good_end)
+    lines += [f"not tested: {c}" for c in result.caveats]  # the answer may lie there
     first = _first_bad_step(result)
     if first is not None:
         lines.append(f"at the {bad_word.split()[1]} point: {first.detail or first.outcome.value}")
