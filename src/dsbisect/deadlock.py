@@ -45,7 +45,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .forensics import _op_name
+from .forensics import op_name
 
 # Ops whose tensors have the same sizes on every rank; the others (gather, scatter,
 # all_to_all with splits, ...) are matched on the op alone.
@@ -408,7 +408,7 @@ def _collective(entry: Mapping) -> Collective | None:
         return None
     backend = name.split(":", 1)[0] if ":" in name else "?"
     pg, desc = _process_group(entry.get("process_group"), entry.get("pg_id"))
-    op = _op_name(name)
+    op = op_name(name)
     return Collective(group=f"{backend}:{pg}", seq=seq, op=op if op.isupper() else op.upper(),
                       numel_in=_numels(entry.get("input_sizes")), numel_out=_numels(entry.get("output_sizes")),
                       state=str(entry.get("state")), p2p=p2p, desc=desc)

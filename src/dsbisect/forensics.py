@@ -217,7 +217,7 @@ def _work(entry: object) -> _Work | None:
     if seq is None or not isinstance(name, str):
         return None
     pg, group = _process_group(entry.get("process_group"), entry.get("pg_id"))
-    return _Work(pg=pg, group=group, seq=seq, op=_op_name(name),
+    return _Work(pg=pg, group=group, seq=seq, op=op_name(name),
                  numel_in=_numel(entry.get("input_sizes")),
                  numel_out=_numel(entry.get("output_sizes")),
                  state=str(entry.get("state")), p2p=p2p, frames=_fr_frames(entry.get("frames")))
@@ -232,7 +232,7 @@ def _process_group(value: object, pg_id: object) -> tuple[str, str]:
     return name, name
 
 
-def _op_name(profiling_name: str) -> str:
+def op_name(profiling_name: str) -> str:
     """'nccl:_all_gather_base' -> '_ALLGATHER_BASE'; names without an obvious OpType stay."""
     bare = re.sub(r"^\w+:", "", profiling_name)
     return _OPS.get(bare, bare)
