@@ -56,7 +56,7 @@ def test_finds_the_first_hanging_release_in_log2_runs(tmp_path, cli, cache_dir, 
     assert sum(s["runs"] for s in out["steps"]) == len(runs)
     bad = next(s for s in out["steps"] if s["version"] == "1.3.0")
     assert bad["outcome"] == "hang" and "all_reduce" in bad["detail"]
-    for _, _, outcome, evidence in runs:  # no process of any run is left
+    for _, _, _, evidence in runs:  # no process of any run is left
         assert not live_pids(json.loads(evidence).get("pids", []))
     with sqlite3.connect(tmp_path / ".dsbisect" / "dsbisect.sqlite3") as con:
         status, result = con.execute("SELECT status, result FROM bisections").fetchone()

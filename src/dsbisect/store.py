@@ -419,9 +419,9 @@ class Store:
             sql = f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})"
             with self._tx() as db:
                 try:
-                    cur = db.execute(sql, tuple(values[c] for c in _RUN_COLUMNS))
+                    db.execute(sql, tuple(values[c] for c in _RUN_COLUMNS))
                 except sqlite3.IntegrityError:  # two folders claim one id (a copied runs/): a new id
-                    cur = db.execute(sql, tuple(None if c == "id" else values[c] for c in _RUN_COLUMNS))
+                    db.execute(sql, tuple(None if c == "id" else values[c] for c in _RUN_COLUMNS))
             count += 1
         for path in sorted((self.dir / "bisections").glob("*.json")):
             try:

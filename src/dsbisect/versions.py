@@ -7,7 +7,6 @@ wheelhouses.  Yanked releases are left out, and so are pre-releases unless asked
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
