@@ -59,6 +59,17 @@ RUN_NOTES: dict[str, str] = {
         "Three commit probes (0b0d9215, 8256a9c2, e638b1e2) are reported with the bare reason "
         "'RuntimeError:': there accelerate raises the error with a message that begins with a "
         "newline, and the reason is the first line of the exception.",
+    "transformers_checkpoint_rename":
+        "No release lies between the ends, so the two end runs are the bisection; the bad end's "
+        "reason is the truth's: 'RuntimeError: Parent directory .../tmp-checkpoint-1 does not exist.'",
+    "transformers_zero3_missing_init":
+        "The ZeRO-3 runs take 80-145 s each here (deepspeed launcher, 2 CPU ranks). The broken releases' "
+        "reasons differ as the truth says: 4.35.2 'std 0.1089' (torch's default init), 4.36.2 "
+        "'std 1.099e+37' (uninitialised memory; the researcher saw 2.8e-06, as garbage goes).",
+    "transformers_tokens_seen_gather":
+        "The broken releases' reason is 'rank 0 killed by SIGABRT (Fatal Python error: Aborted)' -- the "
+        "rank gloo aborted in the unequal all-gather -- not rank 1's 'Connection reset by peer' that "
+        "the case's researcher saw with an older dsbisect.",
 }
 
 # For each miss: what went wrong and why (whose fault: the case, the truth, or dsbisect).
