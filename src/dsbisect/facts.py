@@ -2,7 +2,8 @@
 
 ``import_check`` runs inside the point venv: it imports the point's packages (an import
 that fails makes the point untestable, a SKIP) and reports versions, and the nvcc of the
-toolkit torch would build extensions with.  ``gpus`` asks ``nvidia-smi`` what the machine
+toolkit torch would build extensions with.  ``hook_check`` reads the same facts when the
+start-up hook made the check inside the run itself (no interpreter of its own).  ``gpus`` asks ``nvidia-smi`` what the machine
 has, before any venv is built; ``host`` adds what DeepSpeed's ``ds_report`` and bug template
 ask about the machine (driver, RAM, /dev/shm, GPU topology, CPU model), gathered once per
 process.  Every outside command goes through ``proc.run``, and a missing one (no GPU, no
@@ -90,6 +91,23 @@ def import_check(python: Path, packages: list[str], env: dict[str, str], timeout
     if "cuda_home" in facts:  # a CUDA torch: which nvcc would build its extensions ("none" if no toolkit)
         facts["nvcc"] = nvcc_version(facts.pop("cuda_home"))
     return ImportCheck(not error, error, facts)
+
+
+def hook_check(path: Path) -> ImportCheck | None:
+    """The import check the start-up hook made inside a run (``DSBISECT_CHECK_IMPORTS``), as
+    ``import_check`` gives it; None when the run left none (it never reached an interpreter
+    of the point venv, or the file is damaged)."""
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, dict) or not isinstance(found.get("versions"), dict):
+        return None
+    error = str(found.pop("error", "") or "")
+    found.pop("pid", None)
+    if "cuda_home" in found:
+        found["nvcc"] = nvcc_version(str(found.pop("cuda_home") or ""))
+    return ImportCheck(not error, error, found)
 
 
 @functools.cache

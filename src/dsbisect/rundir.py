@@ -4,7 +4,10 @@
 
     <store>/runs/<id>/
       launcher.log                  the launcher's stdout and stderr
-      ranks/**/*.log                each rank's output (the launcher's per-rank logs)
+      ranks/**/*.log                each rank's output (the launcher's per-rank logs; a 1-rank
+                                    run without a launcher writes ranks/rank0.log itself)
+      import_check.json             the point's import check made in the run by the start-up hook
+                                    (versions, CUDA, NCCL; "error" when an import failed)
       stacks/pyspy.rank<R>.<tag>.txt       py-spy dumps (tag: quiet, idle, watchdog, deadline)
       stacks/rank<R>.pid<P>.txt            the faulthandler hook's dumps (also written by the
                                            hook in the point venv, which cannot import this)
@@ -50,6 +53,15 @@ class RunDir:
     @property
     def ranks(self) -> Path:
         return self.path / "ranks"
+
+    def rank_log(self, rank: int) -> Path:
+        """The log of a rank that dsbisect starts itself (a 1-rank run without a launcher)."""
+        return self.ranks / f"rank{rank}.log"
+
+    @property
+    def import_facts(self) -> Path:
+        """What the start-up hook's import check found (also named in the hook, which cannot import this)."""
+        return self.path / "import_check.json"
 
     def rank_logs(self) -> list[Path]:
         return sorted(self.ranks.rglob("*.log")) if self.ranks.is_dir() else []

@@ -18,6 +18,16 @@ variables are set, and it never raises.
   ``DSBISECT_STACK_SIGNAL`` (default SIGUSR1) writing to
   ``<run dir>/stacks/rank<R>.pid<P>.txt``, so dsbisect can ask every rank for its Python
   stack without ptrace.  The file's existence tells dsbisect the handler is in place.
+- ``DSBISECT_CHECK_IMPORTS=dist,dist`` with ``DSBISECT_RUN_DIR`` (the first interpreter of a
+  run: the launcher, or the rank of a 1-rank run without one): the point's import check, made
+  in the run instead of in an interpreter of its own.  The variable is taken out of
+  ``os.environ`` at once, so no child checks again.  After the shims are in place, each
+  distribution's top-level modules are imported (as ``facts.CHECK_CODE`` does), and
+  ``<run dir>/import_check.json`` gets the versions, torch's CUDA and NCCL versions and the
+  CUDA_HOME its extensions would build with (nothing here initializes CUDA: the rank's script
+  may still fork or pick its devices), how long the check took, and ``"error"``.  When an
+  import failed, the reason goes to stderr too and the process exits 125 (dsbisect records
+  the point as a skip, "import check: ...").
 - ``DSBISECT_RUN_DIR`` (in a rank; off with ``DSBISECT_FR_PROBE=0``): a daemon thread that
   answers dsbisect's flight-recorder requests for the early deadlock verdict.  Every 0.2 s
   it looks for ``<run dir>/fr/request.<n>`` (dsbisect numbers them 1, 2, ... and never
@@ -115,7 +125,7 @@ class _AfterImport:
                 loader.exec_module(module)
                 try:
                     patch(module)
-                except Exception as e:  # a shim must never take the process down
+                except Exception as e:  # noqa: BLE001 - a shim must never take the process down
                     sys.stderr.write(f"dsbisect compat: {name}: {e}\n")
 
             def __getattr__(self, attr):
@@ -346,6 +356,80 @@ def _plain(value):
     return value
 
 
+def _top_modules(dist):
+    """The importable top-level modules of a distribution (top_level.txt, else its RECORD)."""
+    names = (dist.read_text("top_level.txt") or "").split()
+    if not names:
+        names = sorted({f.parts[0].removesuffix(".py") for f in (dist.files or [])
+                        if f.parts and not f.parts[0].endswith((".dist-info", ".data", ".pth"))
+                        and f.parts[0] not in ("..", "bin")})
+    return [n for n in names if n.isidentifier() and not n.startswith("_") and n not in ("tests", "test")]
+
+
+def _import_error(wanted):
+    """Import every top-level module of each distribution in ``wanted``; the first failure, or ""."""
+    import importlib
+    import importlib.metadata as md
+
+    for name in wanted:
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            return f"{name} is not installed"
+        for mod in _top_modules(dist):
+            try:
+                importlib.import_module(mod)
+            except BaseException as e:  # noqa: BLE001 - SystemExit of a package counts as a failure too
+                last = f"{type(e).__name__}: {e}".splitlines()[0][:400] if str(e) else type(e).__name__
+                return f"import {mod} ({name}) failed: {last}"
+    return ""
+
+
+def _check_imports(run_dir, wanted):
+    """The point's import check, in this process (see the module's docstring)."""
+    import importlib.metadata as md
+    import json
+    import time
+
+    t0 = time.monotonic()
+    out = {"python": sys.version.split()[0], "versions": {}, "error": _import_error(wanted), "where": "run",
+           "pid": os.getpid()}
+    for name in ["torch", "deepspeed", "transformers", "accelerate", "numpy", "pydantic", *wanted]:
+        try:
+            out["versions"][name] = md.version(name)
+        except md.PackageNotFoundError:
+            pass
+    torch = sys.modules.get("torch")
+    if torch is None and not out["error"]:
+        try:
+            import torch
+        except BaseException as e:  # noqa: BLE001 - reported
+            out["error"] = f"import torch failed: {type(e).__name__}: {e}"
+    if torch is not None:
+        out["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+    if out.get("cuda"):  # without initializing CUDA: ncclGetVersion, and where nvcc would be looked for
+        try:
+            out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+        except Exception:  # noqa: BLE001, S110 - a fact left out
+            pass
+        try:
+            from torch.utils.cpp_extension import CUDA_HOME
+
+            out["cuda_home"] = CUDA_HOME or ""
+        except BaseException:  # noqa: BLE001
+            out["cuda_home"] = ""
+    out["seconds"] = round(time.monotonic() - t0, 3)
+    path = os.path.join(run_dir, "import_check.json")
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(out, f, default=str)
+    os.replace(tmp, path)
+    if out["error"]:
+        sys.stderr.write(f"dsbisect: import check: {out['error']}\n")
+        sys.stderr.flush()
+        os._exit(125)
+
+
 def _decode_env():
     """Variables that reached this node base64-encoded (see multinode.write_env_file)."""
     import base64
@@ -357,6 +441,7 @@ def _decode_env():
 def _main():
     if "DSBISECT_ENV_B64" in os.environ:
         _decode_env()
+    check = os.environ.pop("DSBISECT_CHECK_IMPORTS", None)  # the first interpreter checks, no child again
     compat = [s for s in os.environ.get("DSBISECT_COMPAT", "").split(",") if s]
     timeout = os.environ.get("DSBISECT_COLLECTIVE_TIMEOUT")
     if compat or timeout:
@@ -369,9 +454,11 @@ def _main():
         _register_stack_dump(run_dir, rank)
         if os.environ.get("DSBISECT_FR_PROBE", "1") != "0":
             _start_fr_probe(run_dir)
+    if check is not None and run_dir and os.path.isdir(run_dir):
+        _check_imports(run_dir, [w for w in check.split(",") if w])
 
 
 try:
     _main()
-except Exception as e:  # never break an interpreter start
+except Exception as e:  # noqa: BLE001 - never break an interpreter start
     sys.stderr.write(f"dsbisect hook: {e}\n")
