@@ -58,6 +58,7 @@ def main() -> int:
         "bf16": {"enabled": True},
         "data_types": {"grad_accum_dtype": "fp32"},
         "zero_optimization": {"stage": 1},
+        "zero_allow_untested_optimizer": True,  # torch SGD
         "gradient_clipping": 0.0,
         "steps_per_print": 1000,
     }
