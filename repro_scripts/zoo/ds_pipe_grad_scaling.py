@@ -14,6 +14,8 @@ ds_pipe_backward_zero0  (--gas 1; kind: fail, regression, commit level)
     3d896d7e06aa3359282fbe2300a85f9520b6b594 (#7787).
     How established: PR #7787's text names #7665; 53e91a098 is first contained in tag v0.18.3
     (first-parent range v0.18.2..v0.18.3, 22 commits) and 3d896d7e0 first in v0.18.5.
+    Checked by building 53e91a098 and its first parent 51dc88842 outside dsbisect: the parent
+    passes, 53e91a098 fails.
 
 ds_pipe_ga_scaling  (--gas 4; kind: fix, find the release that fixed it)
     https://github.com/deepspeedai/DeepSpeed/issues/8152 ("Gradient accumulation scaling is applied

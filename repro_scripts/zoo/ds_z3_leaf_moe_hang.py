@@ -15,7 +15,8 @@ How established: 19e0dc39b (#5008) is first contained in tag v0.13.2, 96c5a873e 
 Kind: hang, fixed (find the release that fixed it).
 Environment: 2 CUDA GPUs (NCCL), a few MB of GPU memory, ~30 s per run plus the collective
     timeout when it hangs.  deepspeed 0.13.x on a current torch needs the compat shims
-    torch-elastic-socket and numpy-bufsize and pydantic<2 (see the matrix entry).  Written without
+    torch-elastic-socket and numpy-bufsize (see the matrix entry); it reaches pydantic through
+    pydantic.v1, which pydantic 2 ships (if that import fails, pin "pydantic<2").  Written without
     a GPU to try it on: not run here.  (DeepSpeed < 0.14.1 does not run on CPU ranks.)
 
 Rank 0 routes every token to expert 0, rank 1 to expert 1, whose weights are 8 times larger, so

@@ -14,7 +14,8 @@ How established:
     that CPU training always takes that path (the CPU accelerator reports itself available with
     system RAM as its memory).  In the DeepSpeed history, 84af82212 (#7828) is first contained in
     tag v0.18.7 and 37e232faf (#7948) first in v0.19.0; v0.18.6 is an ancestor of v0.18.7
-    (first-parent range v0.18.6..v0.18.7).
+    (first-parent range v0.18.6..v0.18.7).  Checked by building 84af82212 and its first parent
+    b74df164f outside dsbisect: the parent passes, 84af82212 fails.
 Kind: fail (regression), commit level.
 Environment: CPU only (DS_ACCELERATOR=cpu, gloo), 2 ranks, < 1 GB RAM; deepspeed >= 0.14.1.
     PR #7948: "This especially affects CPU training"; the case is not meant for CUDA.
