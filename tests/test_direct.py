@@ -131,3 +131,21 @@ def test_launcher_makes_the_check_for_its_ranks(tmp_path, cli, house, cache_dir)
     assert ok["outcome"] == "pass"
     assert json.loads((Path(ok["run_dir"]) / "import_check.json").read_text())["versions"]["dsb-direct"] == "1.0.0"
     assert ok["environment"]["versions"]["dsb-direct"] == "1.0.0"
+
+
+def test_a_one_rank_case_can_keep_the_launcher_and_the_separate_check(tmp_path, cli, house, cache_dir):
+    """DSBISECT_DIRECT=0 and DSBISECT_CHECK_IMPORTS=0 in the case's env: the launcher chain and an
+    import check in an interpreter of its own, as before (what benchmarks/ compares against)."""
+    _matrix(tmp_path, ["1.0.0", "1.2.0"],
+            extra='    env: {DSBISECT_DIRECT: "0", DSBISECT_CHECK_IMPORTS: "0", OMP_NUM_THREADS: "1"}\n')
+    runs = _run(cli, tmp_path, house, cache_dir)
+    ok, skip = runs["dsb-direct 1.0.0"], runs["dsb-direct 1.2.0"]
+    assert ok["outcome"] == "pass", ok
+    folder = Path(ok["run_dir"])
+    assert "deepspeed.launcher.launch" in (folder / "launcher.log").read_text()
+    assert len(ok["evidence"]["pids"]) >= 3  # runner, launch.py, the rank
+    assert not (folder / "import_check.json").exists()
+    assert ok["environment"]["versions"]["dsb-direct"] == "1.0.0"
+    assert skip["outcome"] == "skip"
+    assert skip["reason"].startswith("import check: import dsb_toy (dsb-direct) failed: ImportError"), skip["reason"]
+    assert not Path(skip["run_dir"], "launcher.log").exists()  # skipped before any launch

@@ -380,7 +380,8 @@ def test_rank_0_saving_a_checkpoint_while_the_others_wait_in_a_barrier_is_no_han
 def test_ranks_loading_a_model_at_different_speeds_is_no_hang(tmp_path, hook_path, backend):
     res, run, _, _ = _launch(tmp_path, hook_path, "loading", backend=backend)
     rounds = _assert_passed(res, run)
-    assert any("rank 0: BROADCAST" in r and "outside any collective" in r for r in rounds), rounds
+    if backend == "gloo":  # NCCL's broadcast is asynchronous: the rank need not be seen waiting in it
+        assert any("rank 0: BROADCAST" in r and "outside any collective" in r for r in rounds), rounds
 
 
 @pytest.mark.parametrize("backend", ["gloo", pytest.param("nccl", marks=pytest.mark.gpu)])

@@ -20,7 +20,12 @@ OUT=${OUT:-/tmp/dsbisect-proof}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/$stage.log") 2>&1
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/tool/*.whl || exit 1
+# dsbisect's own wheels: .gpu/tool (all of them) or .gpu/toolmin (what the machine's base lacks,
+# from `dsbisect prefetch --no-cases --tool --base-snapshot`, plus typer); kept while the machine is warm
+[ -x /tmp/site/bin/uv ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site \
+  $(ls -d .gpu/toolmin 2>/dev/null || echo .gpu/tool)/*.whl || exit 1
+# the seed-2 wheelhouse, copied out of the tree so that a warm machine keeps it for the next stage
+[ -d .gpu/seed2 ] && { rm -rf /tmp/wh-seed2; cp -r .gpu/seed2 /tmp/wh-seed2; }
 export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH
 nvidia-smi -L
 case $stage in
@@ -35,19 +40,20 @@ case $stage in
     rm -rf /tmp/x1-cache /tmp/x1-store
     t0=$SECONDS
     python3 -m dsbisect bisect transformers 4.36.2 4.39.2 --case zero3_from_pretrained --pin deepspeed==0.9.5 \
-      --offline --find-links .gpu/seed2 --cache-dir /tmp/x1-cache --store /tmp/x1-store \
+      --offline --find-links /tmp/wh-seed2 --cache-dir /tmp/x1-cache --store /tmp/x1-store \
       --format json -o "$OUT/seed2-bisect.json" > /dev/null
     echo "== seed-2 bisection: exit $?, $(( SECONDS - t0 )) s wall from a fresh cache and store"
     python3 -m dsbisect report --store /tmp/x1-store --format json -o "$OUT/seed2-runs.json" > /dev/null
     python3 -m dsbisect bisect transformers 4.36.2 4.39.2 --case zero3_from_pretrained --pin deepspeed==0.9.5 \
-      --offline --find-links .gpu/seed2 --cache-dir /tmp/x1-cache --store /tmp/x1-store --format markdown -q \
+      --offline --find-links /tmp/wh-seed2 --cache-dir /tmp/x1-cache --store /tmp/x1-store --format markdown -q \
       -o "$OUT/seed2-bisect.md" > /dev/null
-    timeout $(( 560 - SECONDS )) python3 benchmarks/bench.py --gpu --only launch,concurrency --find-links .gpu/ds \
-      --find-links .gpu/tool --gpu-pins deepspeed==0.19.8 --gpu-compat "" --out "$OUT/bench-gpu.md"
+    timeout $(( 560 - SECONDS )) python3 benchmarks/bench.py --gpu --only launch,concurrency \
+      --find-links /tmp/wh-seed2 --gpu-pins "deepspeed==0.10.0,pydantic<2" \
+      --gpu-compat torch-elastic-socket,numpy-bufsize --out "$OUT/bench-gpu.md"
     ;;
   X2)
-    DSBISECT_TEST_DEEPSPEED=0.10.0 DSBISECT_TEST_FIND_LINKS=$PWD/.gpu/seed2 timeout 560 \
-      python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_early_hang.py -rs -x 2>&1 | tail -30
+    DSBISECT_TEST_DEEPSPEED=0.10.0 DSBISECT_TEST_FIND_LINKS=/tmp/wh-seed2 timeout 560 \
+      python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_early_hang.py -rs 2>&1 | tail -30
     ;;
 esac
 echo "== stage $stage done after ${SECONDS}s"

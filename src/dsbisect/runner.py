@@ -410,10 +410,23 @@ def _evidence(outcome: Outcome, run: RunDir, capture: Capture, result: LaunchRes
     if outcome is not Outcome.HANG:
         return "", evidence
     sig = analyze(run.path)
+    proof = proven(result.why)
     if sig is None:
-        return "", evidence
+        return proof, evidence
     evidence["notes"] = evidence["notes"] + list(sig.notes)
+    if proof:  # the ranks' own state said where each waits; the stacks say from where
+        where = sig.text.split(" — ", 1)[1] if " — " in sig.text else ""
+        return f"{proof} — {where}" if where else proof, evidence
     return sig.text, evidence
+
+
+def proven(why: str) -> str:
+    """The collectives of an early deadlock proof ("rank 0 waits in _ALLGATHER_BASE #119 (2048),
+    rank 1 in _ALLGATHER_BASE #120 (32)"), or "" when the run did not end on one."""
+    if not why.startswith("deadlock proven at "):
+        return ""
+    core = why.split(": ", 1)[1] if ": " in why else why
+    return core.split(" — ", 1)[0]
 
 
 PRECOMPILE = r"""

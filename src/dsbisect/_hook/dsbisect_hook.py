@@ -454,7 +454,7 @@ def _main():
         _register_stack_dump(run_dir, rank)
         if os.environ.get("DSBISECT_FR_PROBE", "1") != "0":
             _start_fr_probe(run_dir)
-    if check is not None and run_dir and os.path.isdir(run_dir):
+    if check not in (None, "", "0") and run_dir and os.path.isdir(run_dir):  # "0": checked apart
         _check_imports(run_dir, [w for w in check.split(",") if w])
 
 
