@@ -149,3 +149,59 @@ def test_a_one_rank_case_can_keep_the_launcher_and_the_separate_check(tmp_path, 
     assert skip["outcome"] == "skip"
     assert skip["reason"].startswith("import check: import dsb_toy (dsb-direct) failed: ImportError"), skip["reason"]
     assert not Path(skip["run_dir"], "launcher.log").exists()  # skipped before any launch
+
+
+BATON = """\
+import os, sys
+from torch.utils.file_baton import FileBaton
+import dsb_toy
+
+# what torch.utils.cpp_extension does around a just-in-time build (DeepSpeed's CPU shm op)
+folder = os.path.join(os.environ["TORCH_EXTENSIONS_DIR"], "dsb_op")
+os.makedirs(folder, exist_ok=True)
+baton = FileBaton(os.path.join(folder, "lock"))
+if baton.try_acquire():
+    print("built", flush=True)
+    baton.release()
+else:
+    baton.wait()  # another process builds it: wait for its lock to go
+    print("waited", flush=True)
+"""
+
+
+def test_a_build_lock_left_by_a_killed_run_is_no_hang(tmp_path, cli, house, cache_dir):
+    """A run stopped while torch compiled an op leaves ``lock`` in the venv's extensions folder;
+    torch's next build there waits for it forever.  dsbisect removes it before the next run
+    (nobody runs from the venv), so that run passes instead of timing out as a HANG."""
+    (tmp_path / "one.py").write_text(BATON)
+    (tmp_path / "matrix.yaml").write_text("""\
+defaults: {accelerator: cpu, nproc: 1, timeout: 60, idle_timeout: 20, env: {OMP_NUM_THREADS: "1"}}
+cases:
+  baton: {script: one.py, axes: {dsb-direct: ["1.0.0"]}}
+""")
+    first = _run(cli, tmp_path, house, cache_dir)["dsb-direct 1.0.0"]
+    assert first["outcome"] == "pass", first
+    op = next(cache_dir.rglob("torch_extensions/dsb_op"), None)
+    assert op is not None, "the run's TORCH_EXTENSIONS_DIR is not the venv's"
+    (op / "lock").write_text("")  # as a killed build leaves it
+    again = _run(cli, tmp_path, house, cache_dir, "--rerun")["dsb-direct 1.0.0"]
+    assert again["outcome"] == "pass", again
+    assert "built" in (Path(again["run_dir"]) / "ranks" / "rank0.log").read_text()
+    assert "left by a just-in-time build that was stopped" in (Path(again["run_dir"]) / "launcher.log").read_text()
+    assert not (op / "lock").exists()
+
+    # while a process runs from the venv (its build may be under way), its lock is left alone
+    import subprocess
+
+    from dsbisect.envs import clear_stale_build_locks
+
+    venv = op.parent.parent
+    (op / "lock").write_text("")
+    busy = subprocess.Popen([str(venv / "bin" / "python"), "-c", "import time; time.sleep(30)"])
+    try:
+        assert clear_stale_build_locks(venv) == []
+        assert (op / "lock").exists()
+    finally:
+        busy.kill()
+        busy.wait()
+    assert clear_stale_build_locks(venv) == [op / "lock"]

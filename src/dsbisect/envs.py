@@ -272,6 +272,23 @@ class EnvManager:
         return any(file_is(w.name, name, version) for d in self.index.find_links for w in Path(d).glob("*.whl"))
 
 
+EXTENSIONS = "torch_extensions"  # TORCH_EXTENSIONS_DIR of a point's runs: JIT ops built once per venv
+
+
+def clear_stale_build_locks(venv: Path) -> list[Path]:
+    """Remove the ``lock`` files that a killed just-in-time build (torch.utils.cpp_extension, e.g.
+    DeepSpeed's CPU shm op) left in the venv's extensions folder, when no live process runs from
+    the venv.  torch waits for such a file forever: the next run in this venv would wait in its
+    ranks' import until the wall timeout and read as a HANG it did not produce.
+    Returns the files removed."""
+    locks = sorted((venv / EXTENSIONS).glob("*/lock"))
+    if not locks or venv.name in _venvs_in_use(venv.parent):
+        return []
+    for lock in locks:
+        lock.unlink(missing_ok=True)
+    return locks
+
+
 def _venvs_in_use(envs: Path) -> set[str]:
     """Names of the venvs under ``envs`` that a live process runs from (its executable there)."""
     names = set()

@@ -34,7 +34,7 @@ from typing import Protocol
 from packaging.utils import canonicalize_name
 
 from . import facts, multinode, proc, reaper
-from .envs import Env, EnvManager
+from .envs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from .errors import EnvBuildError, Interrupted, signal_of
 from .evidence import Capture, flight_recorder_env
 from .forensics import analyze
@@ -319,6 +319,9 @@ class Runner:
         cuda = accel is Accelerator.CUDA
         devices = slot.devices if cuda else None
         variables = self._base_env(case, accel, env) | run_env(case, run)
+        for lock in clear_stale_build_locks(env.path):  # a killed build's; it would read as a hang
+            with open(run.launcher_log, "a") as note:
+                note.write(f"dsbisect: removed {lock}, left by a just-in-time build that was stopped\n")
         if check is None:  # the run's first interpreter makes the import check
             variables["DSBISECT_CHECK_IMPORTS"] = ",".join(check_wanted(point))
         direct = direct_run(case)
@@ -388,7 +391,7 @@ class Runner:
         if venv is not None and case.command:  # python, deepspeed, torchrun, accelerate: the point's
             env["PATH"] = f"{venv.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         if venv is not None:  # ops compiled just in time (DeepSpeed's) are built once per venv, then loaded
-            env.setdefault("TORCH_EXTENSIONS_DIR", str(venv.path / "torch_extensions"))
+            env.setdefault("TORCH_EXTENSIONS_DIR", str(venv.path / EXTENSIONS))
         if case.compat:
             env["DSBISECT_COMPAT"] = ",".join(case.compat)
         if accel is Accelerator.CPU:
