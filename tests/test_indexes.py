@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -380,7 +381,7 @@ def two_indexes(tmp_path):
 @pytest.mark.slow  # about 1.5 s a case: a real uv venv and dry runs, pypi-simple's first import
 @pytest.mark.parametrize("setting", ["UV_INDEX_URL", "PIP_INDEX_URL", "uv.toml"])
 def test_the_release_list_and_uv_see_the_same_index(tmp_path, two_indexes, monkeypatch, setting):
-    from dsbisect.uv import Uv
+    from dsbisect.uv import Uv, uv_bin
     from dsbisect.versions import releases
 
     a, b = two_indexes["A"].url, two_indexes["B"].url
@@ -421,5 +422,9 @@ def test_the_release_list_and_uv_see_the_same_index(tmp_path, two_indexes, monke
         for k, v in env.items():
             if k.startswith("UV_"):
                 monkeypatch.setenv(k, v)
-        own = Uv(tmp_path / "uvcache", IndexOptions()).dry_run(tmp_path / "venv", ["dsb-idx"])
-        assert re.search(r"dsb-idx==(\S+)", own)[1] == listed[-1]
+        # uv itself, as a user runs it (dsbisect's Uv takes these settings away from it on purpose)
+        own = subprocess.run([uv_bin(), "pip", "install", "--dry-run", "--python", str(tmp_path / "venv" / "bin" / "python"),
+                              "dsb-idx"], capture_output=True, text=True, cwd=proj,
+                             env=dict(os.environ, UV_CACHE_DIR=str(tmp_path / "uvcache")))
+        assert own.returncode == 0, own.stderr
+        assert re.search(r"dsb-idx==(\S+)", own.stderr + own.stdout)[1] == listed[-1]
