@@ -10,6 +10,20 @@
                 timeouts of 30 and 60 s, against NCCL's 30-minute default watchdog
 4. bisect       a toy bisection over 16 releases: runs used against ceil(log2 16) + 2, wall time
 5. concurrency  a matrix of 4 toy points, --jobs 1 against --jobs 2
+6. accelerate   the per-point cost against the peers (issue 16): accelerate's removal of
+                accelerate.utils.is_tpu_available (good 0.20.3, bad 1.0.0, 27 releases, 1 rank,
+                --regress-on fail, answer 0.28.0): dsbisect --jobs 2 / --jobs 1 / as before (the
+                launcher chain and a separate import check), a uv loop and a pip loop driven by
+                a plain bisection, pypi-version-bisect where it is importable; fresh caches each
+                (the uv loop's cache holds torch beforehand); needs the package index
+7. early        the early deadlock verdict against the collective timeout: the toy deadlock at a
+                300 s collective timeout, and with --no-early-hang at 30 s
+8. battery      the false-hang battery of tests/test_early_hang.py at 45 s (40 s for the checkpoint)
+9. lookahead    the 16-release toy bisection with DSBISECT_LOOKAHEAD=0 and on, fresh caches each
+10. readme      README command 1 on a fresh clone (pip part, `dsbisect run` part; a fresh env
+                cache), then a warm cpu_smoke point (`--case cpu_smoke --rerun`)
+
+    Every row says the load average (1 min) when it was measured: the machine may be shared.
 
     --gpu: launch, hang and concurrency on the GPUs of this machine (NCCL between the ranks;
     concurrency with one GPU per point).  The toy venvs then take the deepspeed launcher from a
@@ -26,6 +40,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import signal
 import sqlite3
@@ -56,6 +71,10 @@ GPU: dict = {}  # set by --gpu: {"pins": [...], "links": [...], "compat": [...]}
 
 def say(*args) -> None:
     print(time.strftime("%H:%M:%S"), *args, file=sys.stderr, flush=True)
+
+
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.1f}"
 
 
 def timed(fn, *a, **kw) -> tuple[float, object]:
@@ -159,11 +178,13 @@ def _toy_project(work: Path, releases: dict[str, str], dist: str, collective: fl
     return proj, house
 
 
-def _dsb(proj: Path, house: Path, cache: Path, *args: str, limit: float = 400) -> subprocess.CompletedProcess:
+def _dsb(proj: Path, house: Path, cache: Path, *args: str, limit: float = 400,
+         env: dict | None = None) -> subprocess.CompletedProcess:
     """One dsbisect command; past ``limit`` it gets Ctrl-C, so that it stops its runs itself."""
     links = [a for d in GPU.get("links", ()) for a in ("--find-links", d)]
     cmd = [*DSBISECT, *args, "--offline", "--find-links", str(house), *links, "--cache-dir", str(_cache(cache)), "-q"]
-    proc = subprocess.Popen(cmd, cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=proj, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, **(env or {})))
     try:
         out, err = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
@@ -206,7 +227,8 @@ def bench_launch(work: Path) -> None:
     env_dir = _env_of(cache, "dsb-bench-launch")
     env = dict(os.environ, DS_ACCELERATOR="cpu", OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
     if GPU:  # as a user would by hand: the same shims, the GPUs visible
-        env = dict(os.environ, OMP_NUM_THREADS="1", DSBISECT_COMPAT=",".join(GPU["compat"]))
+        env = dict({k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, OMP_NUM_THREADS="1",
+                   DSBISECT_COMPAT=",".join(GPU["compat"]))
     for _ in range(3):
         t, res = timed(_dsb, proj, house, cache, "run", "matrix.yaml", "--rerun")
         if res.returncode != 0:
@@ -278,11 +300,236 @@ def bench_concurrency(work: Path) -> None:
                  f"--jobs 1: {t1:.0f} s ({t1 / t2:.2f}x)"))
 
 
+# ------------------------------------------------- 6. accelerate: against the peers
+
+
+TASK_GOOD, TASK_BAD, TASK_ANSWER = "0.20.3", "1.0.0", "0.28.0"
+TASK_PINS = ("setuptools<81",)  # accelerate < 0.28 imports pkg_resources, gone from setuptools 81
+TASK_LINE = "from accelerate.utils import is_tpu_available"  # removed in accelerate 0.28.0
+
+
+def bench_accelerate(work: Path) -> None:
+    say("== accelerate: per-point cost against the peers")
+    proj = work / "proj-accelerate"
+    proj.mkdir(exist_ok=True)
+    (proj / "tpu.py").write_text(TASK_LINE + "\n")
+    pins = json.dumps(list(TASK_PINS))
+    (proj / "matrix.yaml").write_text(
+        f"defaults: {{nproc: 1, accelerator: cpu, timeout: 300, pins: {pins}}}\n"
+        f"axes: {{accelerate: [\"{TASK_GOOD}\", \"{TASK_BAD}\"]}}\ncases:\n"
+        "  tpu: {script: tpu.py}\n"
+        # as before: the deepspeed launcher's processes, and the import check in a process of its own
+        "  tpu_before: {script: tpu.py, env: {DSBISECT_DIRECT: \"0\", DSBISECT_CHECK_IMPORTS: \"0\"}}\n")
+    versions = sh([*DSBISECT, "versions", "accelerate", TASK_GOOD, TASK_BAD], check=True).stdout.split()
+    say(f"{len(versions)} releases: {' '.join(versions)}")
+    for label, case, jobs in (("--jobs 2", "tpu", "2"), ("--jobs 1", "tpu", "1"),
+                              ("as before (launcher chain + import check subprocess), --jobs 1", "tpu_before", "1")):
+        fresh = Path(tempfile.mkdtemp(prefix="acc-", dir=work))
+        before = load()
+        t, res = timed(sh, [*DSBISECT, "bisect", "accelerate", TASK_GOOD, TASK_BAD, "--case", case, "--regress-on",
+                            "fail", "--jobs", jobs, "--cache-dir", str(fresh / "cache"), "--store", str(fresh / "store"),
+                            "--format", "json", "-q"], cwd=proj)
+        try:
+            out = json.loads(res.stdout)
+        except ValueError:
+            say(res.stdout[-2000:], res.stderr[-2000:])
+            raise SystemExit(f"accelerate benchmark: dsbisect {label} gave no report") from None
+        runs = sum(s["runs"] for s in out["steps"])
+        right = "right" if out["first_bad"] == TASK_ANSWER else f"WRONG ({out['first_bad']})"
+        ran = [s["seconds"] for s in out["steps"] if s.get("seconds")]
+        rows.append(("accelerate", f"dsbisect {label}, fresh caches", f"{t:.1f} s ({runs} points, {right})",
+                     f"run {min(ran):.1f}-{max(ran):.1f} s per point; {before} -> {load()}; goal <= 20 s, >= 2x the best peer"))
+        TASK_TIMES[f"dsbisect {label}"] = t
+    peers = {}
+    uv = shutil.which("uv") or str(Path(PY).parent / "uv")
+    torch_req, links = _torch_requirement()
+    uv_cache = work / "uv-peer-cache"
+    warm = work / "uv-warm"  # the uv loop's cache holds torch already, as a uv user's would
+    sh([uv, "venv", "-q", str(warm), "--python", PY], check=True)
+    sh([uv, "pip", "install", "-q", "--python", str(warm / "bin" / "python"), torch_req, *links],
+       env=dict(os.environ, UV_CACHE_DIR=str(uv_cache)), check=True)
+
+    def uv_step(version: str) -> bool:
+        d = work / f"uv-{version}"
+        env = dict(os.environ, UV_CACHE_DIR=str(uv_cache))
+        sh([uv, "venv", "-q", str(d), "--python", PY], env=env, check=True)
+        sh([uv, "pip", "install", "-q", "--python", str(d / "bin" / "python"), f"accelerate=={version}", *TASK_PINS,
+            torch_req, *links], env=env, check=True)
+        return sh([str(d / "bin" / "python"), "-c", TASK_LINE]).returncode != 0
+
+    def pip_step(version: str) -> bool:
+        d = work / f"pip-{version}"
+        sh([PY, "-m", "venv", str(d)], check=True)
+        sh([str(d / "bin" / "pip"), "install", "-q", f"accelerate=={version}", *TASK_PINS, torch_req, *links],
+           check=True)
+        return sh([str(d / "bin" / "python"), "-c", TASK_LINE]).returncode != 0
+
+    for name, step in (("uv loop (uv venv + uv pip install + python -c)", uv_step),
+                       ("pip loop (python -m venv + pip install + python -c)", pip_step)):
+        before = load()
+        t, (first_bad, probes) = timed(_plain_bisect, versions, step)
+        right = "right" if first_bad == TASK_ANSWER else f"WRONG ({first_bad})"
+        rows.append(("accelerate", f"{name}, plain bisection", f"{t:.1f} s ({probes} points, {right})",
+                     f"{t / probes:.1f} s per point; the ends are taken as given; {before} -> {load()}"))
+        peers[name] = t
+    peers |= _pypi_version_bisect(uv_step)
+    best_name, best = min(peers.items(), key=lambda kv: kv[1])
+    for label in ("dsbisect --jobs 2", "dsbisect --jobs 1"):
+        t = TASK_TIMES[label]
+        met = "met" if t <= 20 and best / t >= 2 else "not met"
+        rows.append(("accelerate", f"goal: {label} <= 20 s and >= 2x the best peer",
+                     f"{best / t:.2f}x the {best_name.split(' (')[0]}", f"{met} ({t:.1f} s against {best:.1f} s)"))
+
+
+TASK_TIMES: dict[str, float] = {}
+
+
+def _torch_requirement() -> tuple[str, list[str]]:
+    """The base environment's torch, and the wheelhouses pip is told to look in (where it lies)."""
+    from importlib.metadata import version
+
+    links = [a for d in os.environ.get("PIP_FIND_LINKS", "").split() for a in ("--find-links", d)]
+    return f"torch=={version('torch')}", links
+
+
+def _plain_bisect(versions: list[str], is_bad) -> tuple[str, int]:
+    """git bisect's way: the first is good and the last bad, as the user says; halve until they meet."""
+    lo, hi, probes = 0, len(versions) - 1, 0
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        probes += 1
+        if is_bad(versions[mid]):
+            hi = mid
+        else:
+            lo = mid
+    return versions[hi], probes
+
+
+def _pypi_version_bisect(step) -> dict[str, float]:
+    """pypi-version-bisect (a library: find_affected_range(package, check_fn)), where importable."""
+    try:
+        from pypi_version_bisect import find_affected_range
+    except ImportError:
+        rows.append(("accelerate", "pypi-version-bisect", "not installed here: row skipped", "—"))
+        return {}
+    before = load()
+    t, out = timed(find_affected_range, "accelerate", step)
+    first = out.get("first_affected") if isinstance(out, dict) else None
+    rows.append(("accelerate", "pypi-version-bisect (the uv step as its check_fn)",
+                 f"{t:.1f} s ({out.get('checked_count', '?')} points, first affected {first})",
+                 f"its own search of the whole history; {before} -> {load()}"))
+    return {"pypi-version-bisect": t}
+
+
+# ------------------------------------------------------------- 7. early hang
+
+
+def bench_early(work: Path) -> None:
+    say("== early deadlock verdict against the collective timeout")
+    for label, collective, extra in (("early verdict", 300, ()), ("--no-early-hang", 30, ("--no-early-hang",))):
+        proj, house = _toy_project(work, {"1.0.0": "skip"}, f"dsb-bench-early{collective}", collective)
+        cache = work / "cache-early"
+        before = load()
+        _dsb(proj, house, cache, "run", "matrix.yaml", *extra)
+        db = sqlite3.connect(proj / ".dsbisect" / "dsbisect.sqlite3")
+        run_dir, finished, reason = db.execute("SELECT run_dir, finished, reason FROM runs").fetchone()
+        latency = finished - toypkg.deadlock_time(Path(run_dir))
+        rows.append(("early", f"toy deadlock, gloo, CPU, collective timeout {collective} s, {label}",
+                     f"{latency:.1f} s from DEADLOCK-AT to the stored HANG",
+                     f"{reason[:70]}; goal <= 20 s at 300 s; {before}"))
+
+
+# -------------------------------------------------------------- 8. battery
+
+
+def bench_battery(work: Path) -> None:
+    say("== false-hang battery (tests/test_early_hang.py)")
+    import psutil
+
+    runs = false = 0
+    notes = []
+    # the big all_reduce needs 12 bytes per element of free memory (two ranks' fp16 tensors, thrice)
+    cap = os.environ.get("DSBISECT_TEST_BIG_CAP") or str(min(1 << 30, psutil.virtual_memory().available // 16))
+    for secs, select in (("45", "computing or loading or large"), ("40", "checkpoint")):
+        before = load()
+        res = sh([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_early_hang.py"),
+                  "-k", f"({select}) and not nccl", "-m", "slow and not gpu", "-rA"], cwd=ROOT,
+                 env=dict(os.environ, DSBISECT_TEST_BATTERY_S=secs, DSBISECT_TEST_BIG_CAP=cap))
+        passed = len(re.findall(r"^PASSED ", res.stdout, re.MULTILINE))
+        skipped = len(re.findall(r"^SKIPPED ", res.stdout, re.MULTILINE))
+        failed = re.findall(r"^FAILED (\S+)", res.stdout, re.MULTILINE)
+        runs += passed + len(failed)
+        false += len(failed) if "deadlock proven" in res.stdout else 0  # a failure that is not a proof: a note
+        notes.append(f"{secs} s: {passed} passed, {len(failed)} failed, {skipped} skipped ({before})")
+        notes += [f"big all_reduce: {m}" for m in re.findall(r"one all_reduce of \d+ fp16 elements took \S+ s",
+                                                              res.stdout)]
+        if failed and "deadlock proven" not in res.stdout:
+            say(res.stdout[-3000:])
+    rows.append(("battery", "slow but progressing runs (compute, loading, one big all_reduce at 45 s; checkpoint at 40 s)",
+                 f"{runs} runs, {false} false hangs", "; ".join(notes) + "; goal 0 false hangs"))
+
+
+# ------------------------------------------------------------- 9. look-ahead
+
+
+def bench_lookahead(work: Path) -> None:
+    say("== look-ahead: the 16-release bisection with and without")
+    releases = {f"1.{i}.0": ("ok" if i < 9 else "skip") for i in range(16)}
+    times = {}
+    for mode in ("0", "1"):
+        proj, house = _toy_project(work, releases, f"dsb-bench-ahead{mode}", 10)
+        cache = work / f"cache-ahead{mode}"
+        before = load()
+        t, res = timed(_dsb, proj, house, cache, "bisect", f"dsb-bench-ahead{mode}", "1.0.0", "1.15.0", "--case", "toy",
+                       "--format", "json", env={"DSBISECT_LOOKAHEAD": mode})
+        out = json.loads(res.stdout)
+        times[mode] = (t, out["first_bad"], sum(s["runs"] for s in out["steps"]), before)
+    (off, _, r0, l0), (on, fb1, r1, l1) = times["0"], times["1"]
+    rows.append(("lookahead", f"16 toy releases (first bad {fb1}), fresh env cache each",
+                 f"on: {on:.0f} s ({r1} runs; {l1})", f"off: {off:.0f} s ({r0} runs; {l0}): saves {off - on:.0f} s"))
+
+
+# --------------------------------------------------------------- 10. readme
+
+
+def bench_readme(work: Path) -> None:
+    say("== README command 1 on a fresh clone")
+    clone = work / "clone"
+    sh(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    env = dict(os.environ, XDG_CACHE_HOME=str(work / "xdg-cache"))  # a fresh env cache, as a new user has
+    env.pop("VIRTUAL_ENV", None)
+    pip_part = ("python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e '.[test]' && DS_BUILD_OPS=0 "
+                ".venv/bin/pip install --no-build-isolation deepspeed==0.19.8")
+    before = load()
+    t_pip, res = timed(sh, ["bash", "-c", pip_part], cwd=clone, env=env)
+    if res.returncode != 0:
+        raise SystemExit(f"readme benchmark: the install failed: {res.stderr[-2000:]}")
+    mid = load()
+    t_run, res = timed(sh, [str(clone / ".venv" / "bin" / "dsbisect"), "run", "matrix.yaml", "--format", "json"],
+                       cwd=clone, env=env)
+    runs = json.loads(res.stdout)["runs"] if res.stdout.strip().startswith("{") else []
+    smoke = ", ".join(f"{r['point'].split()[-1]} {r['outcome']} {r['seconds']:.0f} s" for r in runs
+                      if r["case"] == "cpu_smoke")
+    total = t_pip + t_run
+    rows.append(("readme", "command 1 on a fresh clone (fresh env cache; pip's own cache as found)",
+                 f"{total:.0f} s: pip {t_pip:.0f} s + dsbisect run {t_run:.0f} s",
+                 f"goal <= 120 s: {'met' if total <= 120 else 'not met'}; cpu_smoke {smoke}; {before} / {mid}"))
+    before = load()
+    t, res = timed(sh, [str(clone / ".venv" / "bin" / "dsbisect"), "run", "matrix.yaml", "--case", "cpu_smoke",
+                        "--rerun", "--format", "json"], cwd=clone, env=env)
+    runs = json.loads(res.stdout)["runs"]
+    per = [r["seconds"] for r in runs if r["outcome"] != "skip"]
+    rows.append(("readme", "warm cpu_smoke, --rerun (3 points)",
+                 f"{t:.0f} s; per point {', '.join(f'{s:.1f}' for s in per)} s",
+                 f"goal <= 15 s per point: {'met' if per and max(per) <= 15 else 'not met'}; {before}"))
+
+
 # ---------------------------------------------------------------------- main
 
 
 BENCHES = {"env": bench_env, "launch": bench_launch, "hang": bench_hang, "bisect": bench_bisect,
-           "concurrency": bench_concurrency}
+           "concurrency": bench_concurrency, "accelerate": bench_accelerate, "early": bench_early,
+           "battery": bench_battery, "lookahead": bench_lookahead, "readme": bench_readme}
 
 
 def main() -> None:
@@ -320,7 +567,7 @@ def render() -> str:
     g = facts.gpus()
     gpus = f"{len(g)}x {g[0]}" if g else "no GPU"
     head = (f"Measured {time.strftime('%Y-%m-%d')}: {os.cpu_count()} cores, "
-            f"{platform.machine()}, Python {platform.python_version()}, {gpus}.\n\n")
+            f"{platform.machine()}, Python {platform.python_version()}, {gpus}; {load()} at the end.\n\n")
     lines = ["| benchmark | measure | dsbisect | baseline / goal |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
     return head + "\n".join(lines) + "\n"

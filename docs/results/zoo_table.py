@@ -155,8 +155,12 @@ def auto_note(entry: dict, result: dict | None) -> str:
                     f"{'fixed' if '--find-fix' in entry['command'] else 'bad'} {(c.get('first_bad') or '-')[:9]}"
                     f" {c.get('subject') or ''}".rstrip())
     bits.append(f"{result['runs']} runs, {result['seconds']:.0f} s")
+    for i, a in enumerate(meta.get("attempts", [])[:-1]):
+        if a["interrupted"]:
+            bits.append(f"stopped with Ctrl-C after {a['seconds'] / 60:.0f} min (dsbisect {a['dsbisect_commit'][:7]}) "
+                        f"and resumed{' with dsbisect ' + meta['attempts'][i + 1]['dsbisect_commit'][:7]}")
     if meta.get("interrupted"):
-        bits.append(f"stopped with Ctrl-C after {meta['limit_minutes']} min")
+        bits.append(f"stopped with Ctrl-C after {meta['limit_minutes']:.0f} min")
     return "; ".join(bits) + "."
 
 
@@ -356,6 +360,17 @@ def run_case(entry: dict, args) -> None:
         "exit_code": proc.returncode, "interrupted": interrupted, "limit_minutes": args.limit_minutes,
         "seconds": seconds, "date": date, "machine": args.machine or _machine(),
     }
+    prev_p = RUNS / f"{name}.meta.json"
+    prev = json.loads(prev_p.read_text()) if prev_p.exists() else None
+    if prev and prev.get("interrupted"):
+        # A resumed bisection (dsbisect reuses what the stopped one recorded): the wall time is the sum.
+        attempts = prev.get("attempts") or [{k: prev[k] for k in ("dsbisect_commit", "exit_code", "interrupted",
+                                                                  "seconds", "date")}]
+        attempts.append({k: meta[k] for k in ("dsbisect_commit", "exit_code", "interrupted", "seconds", "date")})
+        meta["attempts"] = attempts
+        meta["seconds"] = round(sum(a["seconds"] for a in attempts), 1)
+        meta["date"] = attempts[0]["date"]
+        meta["dsbisect_commit"] = args.dsbisect_commit
     (RUNS / f"{name}.meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     print(f"   exit {proc.returncode} after {seconds:.0f} s{' (interrupted)' if interrupted else ''}; log: {log}",
           flush=True)
