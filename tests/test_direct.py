@@ -205,3 +205,37 @@ cases:
         busy.kill()
         busy.wait()
     assert clear_stale_build_locks(venv) == [op / "lock"]
+
+
+SHM_SCRIPT = """\
+import os
+import dsb_toy
+
+# what DeepSpeed's CPU communication op leaves (csrc/cpu/comm/shm.cpp: shm_open, never shm_unlink)
+name = "deepspeed_allreduce_buffer_{}_{}_{}".format(os.getuid(), os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])
+with open(f"/dev/shm/{name}_{os.environ['RANK']}", "wb") as f:
+    f.write(b"x" * 4096)
+with open(f"/dev/shm/{name}9_0", "wb") as f:  # another run's (port with one more digit): kept
+    f.write(b"y")
+print("left", name, flush=True)
+"""
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm")
+def test_the_shared_memory_deepspeeds_cpu_op_leaves_is_removed(tmp_path, cli, house, cache_dir):
+    (tmp_path / "one.py").write_text(SHM_SCRIPT)
+    (tmp_path / "matrix.yaml").write_text("""\
+defaults: {accelerator: cpu, nproc: 1, timeout: 60, env: {OMP_NUM_THREADS: "1"}}
+cases:
+  shm: {script: one.py, axes: {dsb-direct: ["1.0.0"]}}
+""")
+    run = _run(cli, tmp_path, house, cache_dir)["dsb-direct 1.0.0"]
+    assert run["outcome"] == "pass", run
+    name = (Path(run["run_dir"]) / "ranks" / "rank0.log").read_text().split("left ", 1)[1].split()[0]
+    other = Path(f"/dev/shm/{name}9_0")
+    try:
+        assert not Path(f"/dev/shm/{name}_0").exists()
+        assert run["evidence"]["shm_removed"] == [f"{name}_0"]
+        assert other.exists()
+    finally:
+        other.unlink(missing_ok=True)

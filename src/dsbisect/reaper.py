@@ -53,3 +53,30 @@ def stop_tagged(run_dir: Path | str, grace: float = 2.0) -> Reaped:
                 pass
         psutil.wait_procs(alive, timeout=wait)
     return Reaped(tuple(sorted(p.pid for p in procs)), tuple(sorted(p.pid for p in procs if is_live(p))))
+
+
+SHM = Path("/dev/shm")
+# DeepSpeed's CPU communication op (csrc/cpu/comm/shm.cpp) names its shared-memory workspace
+# deepspeed_allreduce_buffer_<uid>_<MASTER_ADDR>_<MASTER_PORT>_<rank> and never unlinks it:
+# 66 MB per rank and run, kept in RAM (/dev/shm is tmpfs) after every process is gone.
+SHM_PREFIX = "deepspeed_allreduce_buffer_"
+
+
+def remove_run_shm(port: int, folder: Path = SHM) -> list[str]:
+    """Unlink the shared-memory segments DeepSpeed's CPU ops made for the run on ``port`` (this
+    user's, on this machine); the run's processes are gone by now.  Returns their names."""
+    mine = f"{SHM_PREFIX}{os.getuid()}_"
+    gone = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return gone
+    for e in entries:
+        head, _, rank = e.name.rpartition("_")
+        if e.name.startswith(mine) and rank.isdigit() and head.endswith(f"_{port}"):
+            try:
+                os.unlink(e.path)
+                gone.append(e.name)
+            except OSError:
+                continue
+    return gone

@@ -363,6 +363,7 @@ class Runner:
             if hooks is not capture:
                 remote_left = hooks.stop()
             escaped = reaper.stop_tagged(run.path)  # daemons that left the process tree
+            shm = reaper.remove_run_shm(port) if case.nodes.hostfile is None else []
         if check is None:
             check = self._check_of_run(run, env, case, point, accel)
             if not check.ok:
@@ -373,6 +374,8 @@ class Runner:
         evidence["survivors"] += remote_left + list(escaped.survivors)
         if escaped.stopped:
             evidence["escaped"] = list(escaped.stopped)
+        if shm:  # DeepSpeed's CPU op never unlinks its workspace: RAM a run must not keep
+            evidence["shm_removed"] = shm
             evidence["notes"].append(f"process(es) {', '.join(map(str, escaped.stopped))} left the run's process "
                                      "tree (a daemon of their own session) and were stopped by their "
                                      "DSBISECT_RUN_DIR tag")
