@@ -444,12 +444,12 @@ def bench_early(work: Path) -> None:
 
 def bench_battery(work: Path) -> None:
     say("== false-hang battery (tests/test_early_hang.py)")
-    import psutil
 
     runs = false = 0
     notes = []
-    # the big all_reduce needs 12 bytes per element of free memory (two ranks' fp16 tensors, thrice)
-    cap = os.environ.get("DSBISECT_TEST_BIG_CAP") or str(min(1 << 30, psutil.virtual_memory().available // 16))
+    # the big all_reduce needs 12 bytes per element of free memory (two ranks' fp16 tensors, thrice);
+    # a smaller one ends before the first look, and the test (rightly) says it proved nothing
+    cap = os.environ.get("DSBISECT_TEST_BIG_CAP") or str(1 << 30)
     for secs, select in (("45", "computing or loading or large"), ("40", "checkpoint")):
         before = load()
         res = sh([PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(ROOT / "tests" / "test_early_hang.py"),
@@ -461,7 +461,7 @@ def bench_battery(work: Path) -> None:
         runs += passed + len(failed)
         false += len(failed) if "deadlock proven" in res.stdout else 0  # a failure that is not a proof: a note
         notes.append(f"{secs} s: {passed} passed, {len(failed)} failed, {skipped} skipped ({before})")
-        notes += [f"big all_reduce: {m}" for m in re.findall(r"one all_reduce of \d+ fp16 elements took \S+ s",
+        notes += [f"big all_reduce: {m}" for m in re.findall(r"all_reduces of \d+ fp16 elements took \S+ s",
                                                               res.stdout)]
         if failed and "deadlock proven" not in res.stdout:
             say(res.stdout[-3000:])
