@@ -44,6 +44,12 @@ CLONE_WORDS = {"ACCELERATE_CLONE": "accelerate_clone", "DEEPSPEED_CLONE": "deeps
 
 # What happened in each run, beyond what the outputs say (written after reading the run's log).
 RUN_NOTES: dict[str, str] = {
+    "ds_bf16_zero0_grad_scale":
+        "A first attempt (dsbisect bdd6853) was stopped after 25 min: a Ctrl-C during DeepSpeed's CPU "
+        "shm-op build at commit 2c362837b had left torch's build lock in that venv, and the next run there "
+        "waited 600 s for it and was recorded as a HANG (a skip under --regress-on fail; a wrong 'bad' under "
+        "--regress-on hang). dsbisect now removes such locks before a run (tests/test_direct.py). The run "
+        "above is from a fresh store; it reused the first attempt's venvs and commit wheels, hence 323 s.",
     "accelerate_main_process_first":
         "One commit probe, 38fd30e7 (#1079), failed for an unrelated reason (AttributeError: module "
         "'torch._C' has no attribute '_cuda_setDevice') and, without --signature, counted as bad; it "
