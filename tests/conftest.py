@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and gpus < 2:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sigint_as_from_a_terminal():
+    """Started in the background by a non-interactive shell (`bash -c '... &'`, nohup), pytest and
+    every process it starts would ignore SIGINT, and the Ctrl-C tests would test nothing: give
+    SIGINT its default Python handler back, so that the processes the tests start get it too."""
+    before = signal.getsignal(signal.SIGINT)
+    if before is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -374,11 +374,11 @@ class Runner:
         evidence["survivors"] += remote_left + list(escaped.survivors)
         if escaped.stopped:
             evidence["escaped"] = list(escaped.stopped)
-        if shm:  # DeepSpeed's CPU op never unlinks its workspace: RAM a run must not keep
-            evidence["shm_removed"] = shm
             evidence["notes"].append(f"process(es) {', '.join(map(str, escaped.stopped))} left the run's process "
                                      "tree (a daemon of their own session) and were stopped by their "
                                      "DSBISECT_RUN_DIR tag")
+        if shm:  # DeepSpeed's CPU op never unlinks its workspace: RAM a run must not keep
+            evidence["shm_removed"] = shm
         done = self.store.finish_run(
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
             signature=signature, evidence=evidence,
