@@ -86,6 +86,7 @@ def test_untestable_release_is_stepped_around(tmp_path_factory, tmp_path, cli, c
     assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "1.3.0", "1.4.0")
 
 
+@pytest.mark.soak
 def test_adjacent_untestable_releases_give_a_range(tmp_path_factory, tmp_path, cli, cache_dir):
     house = _house(tmp_path_factory, "dsb-range", {"1.0.0": "ok", "1.1.0": "import", "1.2.0": "broken",
                                                    "1.3.0": "skip"})
@@ -109,6 +110,7 @@ def test_find_fix_and_regress_on_fail(tmp_path_factory, tmp_path, cli, cache_dir
     assert (out["mode"], out["verdict"], out["last_good"], out["first_bad"]) == ("find-fix", "found", "2.1.0", "2.2.0")
 
 
+@pytest.mark.soak
 def test_repeat_catches_an_intermittent_hang(tmp_path_factory, tmp_path, cli, cache_dir):
     house = _house(tmp_path_factory, "dsb-flaky", {"1.0.0": "ok", "1.1.0": "flaky", "1.2.0": "flaky"})
     _counted_matrix(tmp_path, "dsb-flaky")
@@ -150,6 +152,9 @@ def test_confirm_reruns_the_boundary_and_catches_a_flaky_one(tmp_path_factory, t
     assert confirm_steps["1.1.0"]["counts"] == {"pass": 1, "hang": 1}
     assert confirm_steps["1.2.0"]["counts"] == {"fail": 2}
 
+
+@pytest.mark.soak
+def test_confirm_confirms_a_steady_boundary(tmp_path_factory, tmp_path, cli, cache_dir):
     # A steady boundary is confirmed: the recorded runs plus the ones it still needs.
     steady = _house(tmp_path_factory, "dsb-steady", {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "raise"})
     write_matrix(tmp_path, ["1.0.0"], package="dsb-steady", collective_timeout=3)
@@ -167,6 +172,7 @@ def test_confirm_reruns_the_boundary_and_catches_a_flaky_one(tmp_path_factory, t
     assert "confirmed: last good 1.1.0 good in 2 of 2 runs; first bad 1.2.0 bad in 2 of 2 runs" in table.stdout
 
 
+@pytest.mark.soak
 def test_killed_bisect_resumes_from_the_store(tmp_path, cache_dir, wheelhouse):
     write_matrix(tmp_path, ["1.0.0"], collective_timeout=3)
     cmd = [sys.executable, "-m", "dsbisect", "bisect", "dsb-toy", "1.1.0", "1.4.0", "--case", "toy", "--offline",

@@ -101,14 +101,13 @@ def _cells(report: dict) -> dict[str, str]:
 
 @_real
 def test_slurm_grid_is_the_local_grid(tmp_path, cli, house, cache_dir, time_limited):
+    # the cells the local executor gives for such toy releases (tests/test_run_cli.py): the same here
     write_matrix(tmp_path, list(GRID), package="dsb-slurm", collective_timeout=5)
-    local = _run(cli, tmp_path, house, cache_dir, "local")
     slurm = _run(cli, tmp_path, house, cache_dir, "slurm", "--executor", "slurm", "--slurm-time", "5")
-    assert _cells(slurm) == _cells(local) == {
+    assert _cells(slurm) == {
         "dsb-slurm 7.0.0": "pass", "dsb-slurm 7.1.0": "hang", "dsb-slurm 7.2.0": "fail",
         "dsb-slurm 7.3.0": "skip", "dsb-slurm 7.4.0": "skip"}
 
-    here = {r["point"]: r for r in local["runs"]}
     there = {r["point"]: r for r in slurm["runs"]}
     for run in there.values():
         job = run["environment"]["slurm"]
@@ -116,7 +115,8 @@ def test_slurm_grid_is_the_local_grid(tmp_path, cli, house, cache_dir, time_limi
         assert (Path(job["folder"]) / f"slurm-{job['job']}.out").is_file()
         assert Path(run["run_dir"]).is_relative_to(tmp_path / "slurm" / "slurm")
     assert "ValueError: dsb_toy: the loss went NaN" in there["dsb-slurm 7.2.0"]["reason"]
-    assert there["dsb-slurm 7.3.0"]["reason"] == here["dsb-slurm 7.3.0"]["reason"]
+    assert there["dsb-slurm 7.3.0"]["reason"].startswith("import check: import dsb_toy (dsb-slurm) failed"), \
+        there["dsb-slurm 7.3.0"]["reason"]
     assert "dsb-nonexistent-dependency" in there["dsb-slurm 7.4.0"]["reason"]
     hang = there["dsb-slurm 7.1.0"]
     assert "all_reduce" in hang["signature"] and "rank 0" in hang["signature"]
