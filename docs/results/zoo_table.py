@@ -44,6 +44,10 @@ CLONE_WORDS = {"ACCELERATE_CLONE": "accelerate_clone", "DEEPSPEED_CLONE": "deeps
 
 # What happened in each run, beyond what the outputs say (written after reading the run's log).
 RUN_NOTES: dict[str, str] = {
+    "ds_bf16_zero0_grad_scale_side_zero2":
+        "The tempting answer steered around: 0.18.7 and 0.18.8 fail too, with the unrelated ZeRO-2 in-place "
+        "RuntimeError of #7828; without --signature they would count as 'not fixed' and a plain bisection "
+        "would answer 0.19.0. With --signature GradScaleError they were skips, and 0.18.6 (pass) was found.",
     "ds_bf16_zero0_grad_scale":
         "A first attempt (dsbisect bdd6853) was stopped after 25 min: a Ctrl-C during DeepSpeed's CPU "
         "shm-op build at commit 2c362837b had left torch's build lock in that venv, and the next run there "
