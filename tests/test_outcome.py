@@ -81,3 +81,53 @@ def test_an_early_deadlock_proof_gives_the_signature_its_collectives():
            "#120 (32) — different sequence numbers")
     assert proven(why) == "rank 0 waits in _ALLGATHER_BASE #119 (2048), rank 1 in _ALLGATHER_BASE #120 (32)"
     assert proven("no exit within the 60 s wall timeout") == ""
+
+
+# What the deepspeed launcher printed when rank 1 segfaulted and rank 0 ended on the closed
+# connection within the same second (CI, 2026-12-01): the code is rank 0's, the command line
+# its last rank's, whichever rank ended first.
+_DS_LINE = ("[ERROR] [launch.py:259:sigkill_handler] ['python', '-u', 'toy.py', '--local_rank=1'] "
+            "exits with return code = {code}")
+_PEER = ("[rank0]: Traceback (most recent call last):\n[rank0]:   File \"toy.py\", line 3\n"
+         "[rank0]: RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:51429.")
+_SEGV = "rank 1 of 2: dsb_toy 1.2.0\nFatal Python error: Segmentation fault\n\nCurrent thread 0x1 (most recent call first):"
+
+
+@pytest.mark.parametrize("code", [1, -11])
+def test_a_rank_killed_by_a_signal_is_named_whichever_rank_the_launcher_saw_end_first(code):
+    ranks = {0: _PEER, 1: _SEGV}
+    tail = "\n".join([_PEER, _SEGV, _DS_LINE.format(code=code)])
+    c = classify(1, False, "", "", tail, ranks)
+    assert c.outcome is Outcome.FAIL
+    assert c.reason == "rank 1 killed by SIGSEGV (Fatal Python error: Segmentation fault)"
+
+
+def test_the_deepspeed_launchers_command_line_does_not_name_the_rank():
+    # rank 0 was OOM-killed (no faulthandler line); the launcher's line names --local_rank=1
+    c = classify(1, False, "", "", _DS_LINE.format(code=-9), {0: "", 1: ""})
+    assert c.reason == "a rank killed by SIGKILL"
+
+
+def test_torchruns_root_cause_names_the_rank():
+    tail = "Root Cause (first observed failure):\n[0]:\n  time : x\n  rank : 3 (local_rank: 3)\n  exitcode : -9 (pid: 1)"
+    assert classify(1, False, "", "", tail).reason == "rank 3 killed by SIGKILL"
+
+
+def test_two_ranks_killed_by_the_same_signal_are_both_named():
+    abort = "Fatal Python error: Aborted\n"
+    c = classify(1, False, "", "", "", {0: abort, 1: "fine", 2: abort})
+    assert c.reason == "ranks 0, 2 killed by SIGABRT (Fatal Python error: Aborted)"
+
+
+def test_rank_tails_reads_each_launchers_rank_log_names(tmp_path):
+    from dsbisect.rundir import RunDir
+
+    run = RunDir(tmp_path)
+    files = {"rank0.log": "direct 0", "20261201054811_rank1.log": "deepspeed 1",
+             "abc_x/attempt_0/2/stdout.log": "torchrun out 2", "abc_x/attempt_0/2/stderr.log": "torchrun err 2",
+             "other.log": "no rank"}
+    for name, text in files.items():
+        (run.ranks / name).parent.mkdir(parents=True, exist_ok=True)
+        (run.ranks / name).write_text(text + "\n")
+    tails = run.rank_tails()
+    assert tails == {0: "direct 0", 1: "deepspeed 1", 2: "torchrun err 2\ntorchrun out 2"}

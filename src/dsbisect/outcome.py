@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .model import Outcome, RegressOn, Verdict
@@ -27,8 +28,10 @@ _ERROR_LINE = re.compile(
 _RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
 
 
-def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, tail: str) -> Classified:
-    """The outcome of one run from what the launcher gave back."""
+def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, tail: str,
+             ranks: Mapping[int, str] | None = None) -> Classified:
+    """The outcome of one run from what the launcher gave back; ``ranks`` holds each rank's
+    own log (its tail), where a rank's fatal signal is named by faulthandler."""
     if hang_line:
         return Classified(Outcome.HANG, _clip(hang_line))
     if timed_out:
@@ -39,26 +42,45 @@ def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, t
         return Classified(Outcome.SKIP, first_error(tail) or "the script exited 125 (untestable)")
     first = first_rank_exit(tail)
     if first is not None and first[1] == SKIP_EXIT:  # a launcher that reports 125 as its own 1
-        return Classified(Outcome.SKIP, first_error(tail) or f"rank {first[0]} exited 125 (untestable)")
-    if first is not None and first[1] < 0:  # a rank died of a signal: its peers' errors follow from it
-        return Classified(Outcome.FAIL, f"rank {first[0]} killed by {_signal_name(-first[1])}"
-                                        + (f" ({fatal})" if (fatal := fatal_error(tail)) else ""))
+        return Classified(Outcome.SKIP, first_error(tail) or _rank_text(first[0], "exited 125 (untestable)"))
+    # A rank that died of a signal comes first: its peers' errors ("Connection closed by peer")
+    # follow from it, whichever of them the launcher happened to see end first.
+    deaths = signal_deaths(ranks or {})
+    if deaths:
+        (sig, fatal), who = next(iter(deaths.items()))
+        return Classified(Outcome.FAIL, f"{_ranks_text(who)} killed by {sig} ({fatal})")
+    if first is not None and first[1] < 0:
+        return Classified(Outcome.FAIL, _rank_text(first[0], f"killed by {_signal_name(-first[1])}")
+                          + (f" ({fatal})" if (fatal := fatal_error(tail)) else ""))
     return Classified(Outcome.FAIL, first_error(tail) or fatal_error(tail) or _exit_text(exit_code))
 
 
-_DS_EXIT = re.compile(r"--local_rank=(\d+)'?\]? exits with return code = (-?\d+)")
+def _rank_text(rank: int | None, what: str) -> str:
+    return f"rank {rank} {what}" if rank is not None else f"a rank {what}"
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+_DS_EXIT = re.compile(r"exits with return code = (-?\d+)")
 _TR_ROOT = re.compile(r"Root Cause \(first observed failure\)")
 _TR_RANK = re.compile(r"^\s*(?:\[rank\d+\]:)?\s*rank\s*:\s*(\d+)")
 _TR_EXIT = re.compile(r"^\s*(?:\[rank\d+\]:)?\s*exitcode\s*:\s*(-?\d+)")
 _FATAL = re.compile(r"Fatal Python error: ([A-Z][\w ]+)")
+# faulthandler's names for the signals it catches
+_FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
+                  "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
 
 
-def first_rank_exit(text: str) -> tuple[int, int] | None:
-    """(rank, exit code) of the first rank to fail, as the launcher reported it: the deepspeed
-    launcher's first "exits with return code" line, or torchrun's "Root Cause" entry."""
+def first_rank_exit(text: str) -> tuple[int | None, int] | None:
+    """(rank, exit code) of the first rank to fail, as the launcher reported it: torchrun's
+    "Root Cause" entry, or the deepspeed launcher's "exits with return code" line.  The
+    deepspeed launcher's line gives the code of the first process it found ended but the
+    command line of its last rank, whichever rank that was: its rank is None."""
     m = _DS_EXIT.search(text)
     if m:
-        return int(m[1]), int(m[2])
+        return None, int(m[1])
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if _TR_ROOT.search(ln)), 0)
     rank = None
@@ -68,6 +90,17 @@ def first_rank_exit(text: str) -> tuple[int, int] | None:
         elif (e := _TR_EXIT.match(ln)) is not None and rank is not None:
             return rank, int(e[1])
     return None
+
+
+def signal_deaths(ranks: Mapping[int, str]) -> dict[tuple[str, str], list[int]]:
+    """The ranks whose own log says faulthandler caught a fatal signal, by (signal, faulthandler's
+    line), in rank order: {("SIGSEGV", "Fatal Python error: Segmentation fault"): [1]}."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for rank in sorted(ranks):
+        m = _FATAL.search(ranks[rank])
+        if m and (sig := _FATAL_SIGNALS.get(m[1].strip())):
+            out.setdefault((sig, f"Fatal Python error: {m[1].strip()}"), []).append(rank)
+    return out
 
 
 def fatal_error(text: str) -> str:

@@ -66,6 +66,18 @@ class RunDir:
     def rank_logs(self) -> list[Path]:
         return sorted(self.ranks.rglob("*.log")) if self.ranks.is_dir() else []
 
+    def rank_tails(self, lines: int = 200, max_bytes: int = 256 << 10) -> dict[int, str]:
+        """Each rank's own log (its last ``lines``), by rank, where the file's name says the rank:
+        ``rank{N}.log`` (dsbisect's own), ``{time}_rank{N}.log`` (the deepspeed launcher's) or
+        ``.../attempt_{k}/{N}/std{out,err}.log`` (torchrun's, by local rank)."""
+        out: dict[int, list[str]] = {}
+        for path in self.rank_logs():
+            m = _RANK_LOG.search(path.as_posix())
+            text = tail_text(path, max_bytes) if m else None
+            if text is not None:
+                out.setdefault(int(m[1] or m[2]), []).append("\n".join(text.splitlines()[-lines:]))
+        return {rank: "\n".join(parts) for rank, parts in out.items()}
+
     def logs(self) -> list[Path]:
         """Every log of the run: the launcher's first, then the ranks'."""
         return [self.launcher_log, *self.rank_logs()]
@@ -166,6 +178,9 @@ class RunDir:
             if text is not None:
                 parts.append("\n".join(text.splitlines()[-lines:]))
         return "\n".join(parts)
+
+
+_RANK_LOG = re.compile(r"(?:^|[/_])rank(\d+)\.log$|/attempt_\d+/(\d+)/std(?:out|err)\.log$")
 
 
 LOG_KEEP = (4 << 20, 12 << 20)  # bytes kept of a large log: its head and its tail
