@@ -103,7 +103,11 @@ def _cells(report: dict) -> dict[str, str]:
 def test_slurm_grid_is_the_local_grid(tmp_path, cli, house, cache_dir, time_limited):
     # the cells the local executor gives for such toy releases (tests/test_run_cli.py): the same here
     write_matrix(tmp_path, list(GRID), package="dsb-slurm", collective_timeout=5)
-    slurm = _run(cli, tmp_path, house, cache_dir, "slurm", "--executor", "slurm", "--slurm-time", "5")
+    # One CPU per job (--slurm-arg comes after dsbisect's own --cpus-per-task=2, and the last
+    # one wins): the node declares this machine's 2 cores and the time-limited sleeper holds
+    # one of them for 60-90 s; with 2 per job the grid waited for it (136 s, was ~40 s).
+    slurm = _run(cli, tmp_path, house, cache_dir, "slurm", "--executor", "slurm", "--slurm-time", "5",
+                 "--slurm-arg=--cpus-per-task=1")
     assert _cells(slurm) == {
         "dsb-slurm 7.0.0": "pass", "dsb-slurm 7.1.0": "hang", "dsb-slurm 7.2.0": "fail",
         "dsb-slurm 7.3.0": "skip", "dsb-slurm 7.4.0": "skip"}
@@ -112,6 +116,8 @@ def test_slurm_grid_is_the_local_grid(tmp_path, cli, house, cache_dir, time_limi
     for run in there.values():
         job = run["environment"]["slurm"]
         assert job["job"].isdigit() and job["state"] in ("RUNNING", "COMPLETING", "COMPLETED"), job
+        shown = subprocess.run(["scontrol", "show", "job", job["job"]], capture_output=True, text=True).stdout
+        assert not shown or "NumCPUs=1 " in shown, shown  # --slurm-arg reached sbatch (gone after MinJobAge)
         assert (Path(job["folder"]) / f"slurm-{job['job']}.out").is_file()
         assert Path(run["run_dir"]).is_relative_to(tmp_path / "slurm" / "slurm")
     assert "ValueError: dsb_toy: the loss went NaN" in there["dsb-slurm 7.2.0"]["reason"]
@@ -124,7 +130,8 @@ def test_slurm_grid_is_the_local_grid(tmp_path, cli, house, cache_dir, time_limi
     assert any("all_reduce" in p.read_text() for p in (Path(hang["run_dir"]) / "stacks").glob("*.txt"))
 
     # Recorded in the main store: a second run submits nothing for PASS/FAIL/HANG.
-    again = _run(cli, tmp_path, house, cache_dir, "slurm", "--executor", "slurm", "--case", "toy")
+    again = _run(cli, tmp_path, house, cache_dir, "slurm", "--executor", "slurm", "--case", "toy",
+                 "--slurm-arg=--cpus-per-task=1")  # the SKIPs are tried again
     ids = {r["point"]: r["id"] for r in again["runs"]}
     for point in ("dsb-slurm 7.0.0", "dsb-slurm 7.1.0", "dsb-slurm 7.2.0"):
         assert ids[point] == there[point]["id"]
