@@ -120,15 +120,18 @@ def make_case(folder: Path, name: str = "c", script: str = "pass\n", **settings)
 
 
 def write_matrix(folder: Path, versions: list[str], *, name: str = "toy", extra: str = "",
-                 package: str = "dsb-toy", collective_timeout: float = 6, timeout: float = 90) -> Path:
-    """A matrix with one toy case over ``versions`` of the toy package, on 2 CPU ranks."""
+                 package: str = "dsb-toy", collective_timeout: float = 6, timeout: float = 90,
+                 nproc: int = 2) -> Path:
+    """A matrix with one toy case over ``versions`` of the toy package, on 2 CPU ranks (or
+    ``nproc``: 1 runs the rank without a launcher, 2-4 s less a run, for tests of the search
+    that need no second rank: "ok", "raise", "import" and "broken" toys)."""
     toypkg.write_repro(folder)
     text = f"""\
 defaults:
   collective_timeout: {collective_timeout}
   timeout: {timeout}
   accelerator: cpu
-  nproc: 2
+  nproc: {nproc}
   env: {{OMP_NUM_THREADS: "1"}}
 cases:
   {name}:

@@ -24,8 +24,8 @@ def _house(tmp_path_factory, name: str, releases: dict[str, str]) -> Path:
     return toypkg.build_wheelhouse(tmp_path_factory.mktemp(name), releases, dist=name)
 
 
-def _bisect(cli, tmp_path, cache_dir, house, package, good, bad, *extra, fmt="json"):
-    write_matrix(tmp_path, [good], package=package, collective_timeout=3)
+def _bisect(cli, tmp_path, cache_dir, house, package, good, bad, *extra, fmt="json", nproc=2):
+    write_matrix(tmp_path, [good], package=package, collective_timeout=3, nproc=nproc)
     args = ["bisect", package, good, bad, "--case", "toy", "--offline", "--find-links", str(house),
             "--cache-dir", str(cache_dir), "-q", "--format", fmt, *extra]
     return cli(*args, cwd=tmp_path)
@@ -80,9 +80,11 @@ def test_finds_the_first_hanging_release_in_log2_runs(tmp_path, cli, cache_dir, 
 
 
 def test_untestable_release_is_stepped_around(tmp_path_factory, tmp_path, cli, cache_dir):
+    # failures on one rank, not hangs on two: what is tested is the stepping around (2-4 s a run less)
     house = _house(tmp_path_factory, "dsb-skips", {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "import",
-                                                   "1.3.0": "ok", "1.4.0": "skip", "1.5.0": "skip"})
-    out = json.loads(_bisect(cli, tmp_path, cache_dir, house, "dsb-skips", "1.0.0", "1.5.0").stdout)
+                                                   "1.3.0": "ok", "1.4.0": "raise", "1.5.0": "raise"})
+    out = json.loads(_bisect(cli, tmp_path, cache_dir, house, "dsb-skips", "1.0.0", "1.5.0",
+                             "--regress-on", "fail", nproc=1).stdout)
     assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "1.3.0", "1.4.0")
 
 
@@ -100,11 +102,12 @@ def test_adjacent_untestable_releases_give_a_range(tmp_path_factory, tmp_path, c
 def test_find_fix_and_regress_on_fail(tmp_path_factory, tmp_path, cli, cache_dir):
     house = _house(tmp_path_factory, "dsb-fix", {"2.0.0": "raise", "2.1.0": "raise", "2.2.0": "ok", "2.3.0": "ok"})
     # By default only hangs are bad: a failing release is no regression of that kind.
-    res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix")
+    res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix", nproc=1)
     assert res.exit_code == 1
     assert "untestable: 2.0.0 (the broken end) could not be tested: ValueError: dsb_toy: the loss went NaN" \
         in " ".join(res.stderr.split())
-    res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix", "--regress-on", "fail")
+    res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix", "--regress-on", "fail",
+                  nproc=1)  # "ok"/"raise" need no second rank
     out = json.loads(res.stdout)
     assert res.exit_code == 0, res.output
     assert (out["mode"], out["verdict"], out["last_good"], out["first_bad"]) == ("find-fix", "found", "2.1.0", "2.2.0")
@@ -157,7 +160,7 @@ def test_confirm_reruns_the_boundary_and_catches_a_flaky_one(tmp_path_factory, t
 def test_confirm_confirms_a_steady_boundary(tmp_path_factory, tmp_path, cli, cache_dir):
     # A steady boundary is confirmed: the recorded runs plus the ones it still needs.
     steady = _house(tmp_path_factory, "dsb-steady", {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "raise"})
-    write_matrix(tmp_path, ["1.0.0"], package="dsb-steady", collective_timeout=3)
+    write_matrix(tmp_path, ["1.0.0"], package="dsb-steady", collective_timeout=3, nproc=1)
     res = cli("bisect", "dsb-steady", "1.0.0", "1.2.0", "--confirm", "2", "--case", "toy", "--regress-on", "fail",
               "--offline", "--find-links", str(steady), "--cache-dir", str(cache_dir), "-q", "--format", "json",
               cwd=tmp_path)
@@ -227,23 +230,25 @@ def test_commit_level_names_the_commit(tmp_path_factory, tmp_path, cli, cache_di
     _commit_code(repo, "1.0.0", "ok", "release 1.0.0")
     git(repo, "tag", "v1.0.0")
     hashes = {}
+    # A failure on one rank (hangs are the release-level tests' job): commits differ only in code.
     for i in range(1, 7):
-        behaviour = "skip" if i >= 4 else "ok"
-        subject = "Rank 1 skips the all_reduce (the bug)" if i == 4 else f"Harmless change {i}"
+        behaviour = "raise" if i >= 4 else "ok"
+        subject = "Rank 0 raises in step (the bug)" if i == 4 else f"Harmless change {i}"
         hashes[i] = _commit_code(repo, "1.1.0", behaviour, subject)
     git(repo, "tag", "v1.1.0")
-    house = _house(tmp_path_factory, "dsb-gittoy", {"1.0.0": "ok", "1.1.0": "skip"})
-    write_matrix(tmp_path, ["1.0.0"], package="dsb-gittoy", collective_timeout=3)
+    house = _house(tmp_path_factory, "dsb-gittoy", {"1.0.0": "ok", "1.1.0": "raise"})
+    write_matrix(tmp_path, ["1.0.0"], package="dsb-gittoy", collective_timeout=3, nproc=1)
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(matrix.read_text().replace("defaults:\n", "defaults:\n  build_pins: []\n"))
     res = cli("bisect", "dsb-gittoy", "1.0.0", "1.1.0", "--case", "toy", "--git-repo", str(repo), "--offline",
-              "--find-links", str(house), "--cache-dir", str(cache_dir), "-q", "--format", "json", cwd=tmp_path)
+              "--regress-on", "fail", "--find-links", str(house), "--cache-dir", str(cache_dir), "-q",
+              "--format", "json", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert out["first_bad"] == "1.1.0"
     assert out["commit"]["first_bad"] == hashes[4]
     assert out["commit"]["last_good"] == hashes[3]
-    assert out["commit"]["subject"] == "Rank 1 skips the all_reduce (the bug)"
+    assert out["commit"]["subject"] == "Rank 0 raises in step (the bug)"
     assert out["commit"]["commits_in_range"] == 6
     commit_runs = [s for s in out["steps"] if s["stage"] == "commit"]
     assert len(commit_runs) <= math.ceil(math.log2(7)) + 2  # the two tags, built from source, are verified too
