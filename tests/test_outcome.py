@@ -131,3 +131,14 @@ def test_rank_tails_reads_each_launchers_rank_log_names(tmp_path):
         (run.ranks / name).write_text(text + "\n")
     tails = run.rank_tails()
     assert tails == {0: "direct 0", 1: "deepspeed 1", 2: "torchrun err 2\ntorchrun out 2"}
+
+
+def test_the_error_that_caused_a_failure_is_named_not_a_peers_reaction():
+    value = ("[rank1]: Traceback (most recent call last):\n[rank1]:   File \"toy.py\", line 3\n"
+             "[rank1]: ValueError: the loss went NaN")
+    ranks = {0: _PEER, 1: value}
+    assert classify(1, False, "", "", "\n".join([_PEER, value]), ranks).reason == "ValueError: the loss went NaN"
+    # one combined log (a launcher without per-rank logs): the same
+    assert classify(1, False, "", "", "\n".join([_PEER, value]), {}).reason == "ValueError: the loss went NaN"
+    # only reactions: the first one is still named
+    assert classify(1, False, "", "", _PEER, {0: _PEER}).reason.startswith("RuntimeError: [gloo/transport/tcp/pair.cc:553]")

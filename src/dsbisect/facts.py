@@ -12,6 +12,7 @@ toolkit) leaves its fact out instead of failing.
 
 from __future__ import annotations
 
+import ast
 import functools
 import json
 import os
@@ -19,39 +20,30 @@ import platform
 import re
 import shutil
 import sys
+from importlib import resources
 from pathlib import Path
 
 from . import __version__, proc
 from .model import ImportCheck
 
-CHECK_CODE = r"""
-import importlib, importlib.metadata as md, json, os, sys, traceback
+
+def _hook_functions(*names: str) -> str:
+    """The source of functions of the start-up hook, for code run in a point venv: the separate
+    import check and the hook's check inside the run are the same code (the hook must stay one
+    self-contained file, and importing it starts it, so its text is taken, not imported)."""
+    src = resources.files("dsbisect").joinpath("_hook/dsbisect_hook.py").read_text()
+    found = {n.name: ast.get_source_segment(src, n) for n in ast.parse(src).body
+             if isinstance(n, ast.FunctionDef) and n.name in names}
+    missing = set(names) - set(found)
+    if missing:  # a renamed hook function: fail at import, in every test, not in a user's run
+        raise ImportError(f"dsbisect_hook.py has no {', '.join(sorted(missing))}")
+    return "\n\n".join(found[n] for n in names) + "\n\n"
+
+
+CHECK_CODE = _hook_functions("_top_modules", "_import_error") + r"""
+import importlib.metadata as md, json, sys
 want = json.loads(sys.argv[1])
-out = {"python": sys.version.split()[0], "versions": {}, "error": ""}
-
-def tops(dist):
-    names = (dist.read_text("top_level.txt") or "").split()
-    if not names:
-        names = sorted({f.parts[0].removesuffix(".py") for f in (dist.files or [])
-                        if f.parts and not f.parts[0].endswith((".dist-info", ".data", ".pth"))
-                        and f.parts[0] not in ("..", "bin")})
-    return [n for n in names if n.isidentifier() and not n.startswith("_") and n not in ("tests", "test")]
-
-for name in want:
-    try:
-        dist = md.distribution(name)
-    except md.PackageNotFoundError:
-        out["error"] = f"{name} is not installed"
-        break
-    for mod in tops(dist):
-        try:
-            importlib.import_module(mod)
-        except BaseException as e:
-            last = f"{type(e).__name__}: {e}".splitlines()[0][:400]
-            out["error"] = f"import {mod} ({name}) failed: {last}"
-            break
-    if out["error"]:
-        break
+out = {"python": sys.version.split()[0], "versions": {}, "error": _import_error(want)}
 for name in ["torch", "deepspeed", "transformers", "accelerate", "numpy", "pydantic", *want]:
     try:
         out["versions"][name] = md.version(name)

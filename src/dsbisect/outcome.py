@@ -52,7 +52,7 @@ def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, t
     if first is not None and first[1] < 0:
         return Classified(Outcome.FAIL, _rank_text(first[0], f"killed by {_signal_name(-first[1])}")
                           + (f" ({fatal})" if (fatal := fatal_error(tail)) else ""))
-    return Classified(Outcome.FAIL, first_error(tail) or fatal_error(tail) or _exit_text(exit_code))
+    return Classified(Outcome.FAIL, cause_error(tail, ranks or {}) or fatal_error(tail) or _exit_text(exit_code))
 
 
 def _rank_text(rank: int | None, what: str) -> str:
@@ -118,19 +118,45 @@ def _signal_name(num: int) -> str:
 
 def first_error(text: str) -> str:
     """The first exception line of a traceback in ``text`` (e.g. 'RuntimeError: ...')."""
+    errors = traceback_errors(text)
+    if errors:
+        return errors[0]
+    for ln in text.splitlines():
+        m = _ERROR_LINE.match(_RANK_PREFIX.sub("", ln))
+        if m and "Warning" not in m.group(1):
+            return _clip(m.group(1))
+    return ""
+
+
+def traceback_errors(text: str) -> list[str]:
+    """The exception line of each traceback in ``text``, in order."""
     lines = [_RANK_PREFIX.sub("", ln) for ln in text.splitlines()]
+    out = []
     for i, ln in enumerate(lines):
         if ln.startswith("Traceback (most recent call last)"):
             for after in lines[i + 1 :]:
                 if after and not after.startswith((" ", "\t", "Traceback")):
                     m = _ERROR_LINE.match(after)
                     if m:
-                        return _clip(m.group(1))
-    for ln in lines:
-        m = _ERROR_LINE.match(ln)
-        if m and "Warning" not in m.group(1):
-            return _clip(m.group(1))
-    return ""
+                        out.append(_clip(m.group(1)))
+                        break
+    return out
+
+
+# What a rank raises because a peer went away: the peer's own error is the cause.
+_CONSEQUENCE = re.compile(
+    r"Connection closed by peer|Connection reset by peer|remote worker crash|Broken pipe"
+    r"|NCCL communicator was aborted|ProcessGroupNCCL is aborted|Socket closed|peer has closed",
+    re.IGNORECASE)
+
+
+def cause_error(tail: str, ranks: Mapping[int, str]) -> str:
+    """The error that explains a failed run: the first one, by rank, that is not a rank's
+    reaction to a peer that went away ("Connection closed by peer"); else the first error.
+    Without the ranks' own logs, the same over every traceback in ``tail``."""
+    errors = [e for rank in sorted(ranks) for e in traceback_errors(ranks[rank])[:1]] or traceback_errors(tail)
+    cause = next((e for e in errors if not _CONSEQUENCE.search(e)), "")
+    return cause or first_error(tail)
 
 
 def _exit_text(code: int | None) -> str:
