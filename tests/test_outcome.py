@@ -119,7 +119,7 @@ def test_two_ranks_killed_by_the_same_signal_are_both_named():
     assert c.reason == "ranks 0, 2 killed by SIGABRT (Fatal Python error: Aborted)"
 
 
-def test_rank_tails_reads_each_launchers_rank_log_names(tmp_path):
+def test_tails_reads_each_launchers_rank_log_names(tmp_path):
     from dsbisect.rundir import RunDir
 
     run = RunDir(tmp_path)
@@ -129,7 +129,7 @@ def test_rank_tails_reads_each_launchers_rank_log_names(tmp_path):
     for name, text in files.items():
         (run.ranks / name).parent.mkdir(parents=True, exist_ok=True)
         (run.ranks / name).write_text(text + "\n")
-    tails = run.rank_tails()
+    _, tails = run.tails()
     assert tails == {0: "direct 0", 1: "deepspeed 1", 2: "torchrun err 2\ntorchrun out 2"}
 
 

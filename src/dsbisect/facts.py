@@ -35,12 +35,19 @@ def _hook_functions(*names: str) -> str:
     found = {n.name: ast.get_source_segment(src, n) for n in ast.parse(src).body
              if isinstance(n, ast.FunctionDef) and n.name in names}
     missing = set(names) - set(found)
-    if missing:  # a renamed hook function: fail at import, in every test, not in a user's run
-        raise ImportError(f"dsbisect_hook.py has no {', '.join(sorted(missing))}")
+    if missing:  # a renamed hook function: fails the first import check of any test run
+        raise RuntimeError(f"dsbisect_hook.py has no {', '.join(sorted(missing))}")
     return "\n\n".join(found[n] for n in names) + "\n\n"
 
 
-CHECK_CODE = _hook_functions("_top_modules", "_import_error") + r"""
+@functools.cache
+def check_code() -> str:
+    """The separate import check's script (built once, when first needed: `report` and `show`
+    import this module and never run it)."""
+    return _hook_functions("_top_modules", "_import_error") + _CHECK_MAIN
+
+
+_CHECK_MAIN = r"""
 import importlib.metadata as md, json, sys
 want = json.loads(sys.argv[1])
 out = {"python": sys.version.split()[0], "versions": {}, "error": _import_error(want)}
@@ -72,7 +79,7 @@ print("DSBISECT-CHECK " + json.dumps(out))
 
 def import_check(python: Path, packages: list[str], env: dict[str, str], timeout: float = 600) -> ImportCheck:
     """Import ``packages`` (distribution names) in the venv of ``python`` and read its versions."""
-    done = proc.run([python, "-c", CHECK_CODE, json.dumps(packages)], env=env, timeout=timeout)
+    done = proc.run([python, "-c", check_code(), json.dumps(packages)], env=env, timeout=timeout)
     if done.returncode is None and done.error.startswith("no answer"):
         return ImportCheck(False, f"importing {', '.join(packages)} took over {timeout:g} s", {})
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("DSBISECT-CHECK ")), None)

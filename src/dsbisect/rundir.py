@@ -66,18 +66,6 @@ class RunDir:
     def rank_logs(self) -> list[Path]:
         return sorted(self.ranks.rglob("*.log")) if self.ranks.is_dir() else []
 
-    def rank_tails(self, lines: int = 200, max_bytes: int = 256 << 10) -> dict[int, str]:
-        """Each rank's own log (its last ``lines``), by rank, where the file's name says the rank:
-        ``rank{N}.log`` (dsbisect's own), ``{time}_rank{N}.log`` (the deepspeed launcher's) or
-        ``.../attempt_{k}/{N}/std{out,err}.log`` (torchrun's, by local rank)."""
-        out: dict[int, list[str]] = {}
-        for path in self.rank_logs():
-            m = _RANK_LOG.search(path.as_posix())
-            text = tail_text(path, max_bytes) if m else None
-            if text is not None:
-                out.setdefault(int(m[1] or m[2]), []).append("\n".join(text.splitlines()[-lines:]))
-        return {rank: "\n".join(parts) for rank, parts in out.items()}
-
     def logs(self) -> list[Path]:
         """Every log of the run: the launcher's first, then the ranks'."""
         return [self.launcher_log, *self.rank_logs()]
@@ -170,14 +158,25 @@ class RunDir:
                              f"(first {LOG_KEEP[0] >> 20} and last {LOG_KEEP[1] >> 20} MB kept)")
         return notes
 
-    def log_tail(self, lines: int = 200, max_bytes: int = 256 << 10) -> str:
-        """The last ``lines`` of every log, rank logs first (at most ``max_bytes`` read of each)."""
-        parts = []
+    def tails(self, lines: int = 200, max_bytes: int = 256 << 10) -> tuple[str, dict[int, str]]:
+        """Each log read once (at most ``max_bytes`` of its end, its last ``lines``): all of them
+        in one text, rank logs first, and each rank's own by rank where the file's name says the
+        rank: ``rank{N}.log`` (dsbisect's own), ``{time}_rank{N}.log`` (the deepspeed launcher's)
+        or ``.../attempt_{k}/{N}/std{out,err}.log`` (torchrun's, by local rank)."""
+        every: list[str] = []
+        by_rank: dict[int, list[str]] = {}
         for path in [*self.rank_logs(), self.launcher_log]:
             text = tail_text(path, max_bytes)
-            if text is not None:
-                parts.append("\n".join(text.splitlines()[-lines:]))
-        return "\n".join(parts)
+            if text is None:
+                continue
+            every.append("\n".join(text.splitlines()[-lines:]))
+            if m := _RANK_LOG.search(path.as_posix()):
+                by_rank.setdefault(int(m[1] or m[2]), []).append(every[-1])
+        return "\n".join(every), {rank: "\n".join(parts) for rank, parts in by_rank.items()}
+
+    def log_tail(self, lines: int = 200, max_bytes: int = 256 << 10) -> str:
+        """The last ``lines`` of every log, rank logs first (at most ``max_bytes`` read of each)."""
+        return self.tails(lines, max_bytes)[0]
 
 
 _RANK_LOG = re.compile(r"(?:^|[/_])rank(\d+)\.log$|/attempt_\d+/(\d+)/std(?:out|err)\.log$")

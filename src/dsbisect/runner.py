@@ -368,7 +368,7 @@ class Runner:
             check = self._check_of_run(run, env, case, point, accel)
             if not check.ok:
                 return self._skip(record, check.reason, env_key=env.key, found=check.facts)
-        c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, run.log_tail(), run.rank_tails())
+        c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, *run.tails())
         signature, evidence = _evidence(c.outcome, run, capture, result)
         evidence["notes"] += run.cap_logs()  # after the evidence was read from them
         evidence["survivors"] += remote_left + list(escaped.survivors)

@@ -22,7 +22,7 @@ variables are set, and it never raises.
   run: the launcher, or the rank of a 1-rank run without one): the point's import check, made
   in the run instead of in an interpreter of its own.  The variable is taken out of
   ``os.environ`` at once, so no child checks again.  After the shims are in place, each
-  distribution's top-level modules are imported (as ``facts.CHECK_CODE`` does), and
+  distribution's top-level modules are imported (the code ``facts.check_code()`` runs), and
   ``<run dir>/import_check.json`` gets the versions, torch's CUDA and NCCL versions and the
   CUDA_HOME its extensions would build with (nothing here initializes CUDA: the rank's script
   may still fork or pick its devices), how long the check took, and ``"error"``.  When an
