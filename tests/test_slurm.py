@@ -70,7 +70,7 @@ def time_limited(tmp_path_factory, house, cache_dir):
     """A run of a sleeping script with a one-minute Slurm time limit, started before the other tests.
 
     Slurm kills it 60-90 s after it starts (the smallest limit is a minute, and slurmctld looks
-    every 30 s); the local grid runs meanwhile, since the job's rank only sleeps.
+    every 30 s); the grid test's one-CPU jobs run meanwhile on the node's other CPU.
     """
     folder = tmp_path_factory.mktemp("time-limited")
     (folder / "sleeper.py").write_text(SLEEPER)
