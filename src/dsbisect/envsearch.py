@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from .search import Side, search
+from .search import Side, next_probes
 
 Test = Callable[[Sequence[frozenset[int]]], Sequence[Side]]
 
@@ -79,7 +79,7 @@ def find_culprits(n: int, test: Test, *, width: int = 1, units: Sequence[frozens
     items = _items(n, units)
     target = frozenset(range(n))
     while True:
-        answer = _reduce(oracle, [i & target for i in items if i & target])
+        answer = _reduce(oracle, frozenset(), [i & target for i in items if i & target])
         smaller, untestable = _verify(oracle, answer)
         if smaller is None:
             break
@@ -137,22 +137,61 @@ def _union(items: Iterable[frozenset[int]]) -> frozenset[int]:
     return frozenset().union(*items)
 
 
-def _reduce(oracle: _Oracle, items: list[frozenset[int]]) -> frozenset[int]:
-    """A failure-inducing subset of the union of ``items`` (known NEW), held item by item."""
+def _reduce(oracle: _Oracle, base: frozenset[int], items: list[frozenset[int]]) -> frozenset[int]:
+    """A part R of the union of ``items`` with ``base | R`` seen NEW, held item by item.
+
+    ``base`` is seen OLD (or untestable) and ``base`` with every item seen NEW; that stays so for
+    ``base | held | cand`` after each step, so the answer is always a subset seen NEW."""
     held: frozenset[int] = frozenset()
     cand = items
     while cand:
-        base, here = held, cand
-
-        def probe(lengths: Sequence[int]) -> list[Side]:
-            return oracle.ask([base | _union(here[:k]) for k in lengths])
-
-        found = search(len(cand) + 1, probe, oracle.width)
-        held |= _union(cand[found.last_old:found.first_new])  # one item, or the untestable run kept whole
-        cand = cand[:found.last_old]
-        if cand and oracle.ask([held])[0] is Side.NEW:
+        fixed, here = base | held, cand
+        lo, hi, skipped = _prefix_search(lambda ks: oracle.ask([fixed | _union(here[:k]) for k in ks]),
+                                         len(cand), oracle.width)
+        run = cand[lo:hi]
+        if skipped and len(run) > 2:
+            # adding run[0] made the prefixes untestable and adding run[-1] made them testable again:
+            # most likely run[0] needs run[-1].  Apply the two together, and search the run again.
+            held |= _reduce(oracle, fixed | _union(cand[:lo]), [run[0] | run[-1], *run[1:-1]])
+        else:
+            held |= _union(run)  # one item, or two that cannot be told apart
+        cand = cand[:lo]
+        if cand and oracle.ask([base | held])[0] is Side.NEW:
             break
     return held
+
+
+def _prefix_search(ask: Callable[[Sequence[int]], Sequence[Side]], m: int, width: int) -> tuple[int, int, bool]:
+    """Prefix lengths ``lo`` (seen OLD) < ``hi`` (seen NEW) with only untestable or untested lengths
+    between, and whether any between is untestable.  Length 0 is OLD and ``m`` NEW (known).
+
+    A k-ary search; where a length is untestable, the search goes on at both sides of the
+    untestable run to find its two ends (binary), not through it one length at a time."""
+    known = {0: Side.OLD, m: Side.NEW}
+    while True:
+        hi = min(k for k, s in known.items() if s is Side.NEW)
+        lo = max(k for k, s in known.items() if s is Side.OLD and k < hi)
+        skips = sorted(k for k, s in known.items() if s is Side.SKIP and lo < k < hi)
+        gaps = [(lo, skips[0]), (skips[-1], hi)] if skips else [(lo, hi)]
+        picks = _spread(gaps, known, width)
+        if not picks:
+            return lo, hi, bool(skips)
+        known.update(zip(picks, ask(picks)))
+
+
+def _spread(gaps: list[tuple[int, int]], known: dict[int, Side], width: int) -> list[int]:
+    """Up to ``width`` untested points inside the gaps: each slot to the gap whose parts stay
+    longest, then ``next_probes`` spreads each gap's share evenly."""
+    share = [0] * len(gaps)
+    room = [b - a - 1 for a, b in gaps]
+    for _ in range(width):
+        open_ = [i for i in range(len(gaps)) if share[i] < room[i]]
+        if not open_:
+            break
+        best = max(open_, key=lambda i: ((gaps[i][1] - gaps[i][0]) / (share[i] + 1), -i))
+        share[best] += 1
+    picks = [k for (a, b), j in zip(gaps, share) if j for k in next_probes(a, b, known, j)]
+    return sorted(set(picks))
 
 
 def _verify(oracle: _Oracle, answer: frozenset[int]) -> tuple[frozenset[int] | None, tuple[int, ...]]:
