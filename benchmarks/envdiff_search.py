@@ -143,7 +143,9 @@ def rows_of(n: int, k: int, got: dict[str, dict[int, list]], seconds: float, tie
         r4 = [r for _, r, _ in by_width[4]]
         right = [ok for w in (1, 4) for _, _, ok in by_width[w]]
         met = "—"
-        if k == 1:
+        if k == 1 and tie:
+            met = f"n/a: untestable trials (max {max(t1)})"
+        elif k == 1:
             met = f"met (max {max(t1)} <= {goal})" if max(t1) <= goal else f"not met (max {max(t1)} > {goal})"
         out.append((
             f"{n}", f"{k}{' + tie' if tie else ''}", name,

@@ -145,9 +145,10 @@ def _reduce(oracle: _Oracle, base: frozenset[int], items: list[frozenset[int]]) 
     held: frozenset[int] = frozenset()
     cand = items
     while cand:
-        fixed, here = base | held, cand
-        lo, hi, skipped = _prefix_search(lambda ks: oracle.ask([fixed | _union(here[:k]) for k in ks]),
-                                         len(cand), oracle.width)
+        fixed = base | held
+        lo, hi, skipped, alone = _prefix_search(oracle, fixed, cand)
+        if alone is not None:  # fixed with this item alone is NEW: nothing more is needed
+            return held | cand[alone]
         run = cand[lo:hi]
         if skipped and len(run) > 2:
             # adding run[0] made the prefixes untestable and adding run[-1] made them testable again:
@@ -161,22 +162,33 @@ def _reduce(oracle: _Oracle, base: frozenset[int], items: list[frozenset[int]]) 
     return held
 
 
-def _prefix_search(ask: Callable[[Sequence[int]], Sequence[Side]], m: int, width: int) -> tuple[int, int, bool]:
-    """Prefix lengths ``lo`` (seen OLD) < ``hi`` (seen NEW) with only untestable or untested lengths
-    between, and whether any between is untestable.  Length 0 is OLD and ``m`` NEW (known).
+def _prefix_search(oracle: _Oracle, fixed: frozenset[int], cand: list[frozenset[int]]) -> tuple[int, int, bool, int | None]:
+    """Prefix lengths ``lo`` (seen OLD) < ``hi`` (seen NEW) of ``cand`` applied on ``fixed``, with
+    only untestable or untested lengths between; whether any between is untestable; and the item
+    that ``fixed`` with it alone turned NEW, if one was tried and did.  Length 0 is OLD and the
+    whole list NEW (known).
 
-    A k-ary search; where a length is untestable, the search goes on at both sides of the
-    untestable run to find its two ends (binary), not through it one length at a time."""
-    known = {0: Side.OLD, m: Side.NEW}
+    A k-ary search.  Where a length is untestable, it goes on at both sides of the untestable run
+    to find its two ends (binary), not through it one length at a time.  At width > 1, once the
+    culprit is one of at most ``width`` items, each of them is tried alone with ``fixed`` in the
+    same round as the last prefixes: the test of the culprit alone that would follow is saved."""
+    known = {0: Side.OLD, len(cand): Side.NEW}
     while True:
         hi = min(k for k, s in known.items() if s is Side.NEW)
         lo = max(k for k, s in known.items() if s is Side.OLD and k < hi)
         skips = sorted(k for k, s in known.items() if s is Side.SKIP and lo < k < hi)
         gaps = [(lo, skips[0]), (skips[-1], hi)] if skips else [(lo, hi)]
-        picks = _spread(gaps, known, width)
-        if not picks:
-            return lo, hi, bool(skips)
-        known.update(zip(picks, ask(picks)))
+        if not _spread(gaps, known, 1):
+            return lo, hi, bool(skips), None
+        alones = []
+        if oracle.width > 1 and not skips and hi - lo <= oracle.width:
+            alones = [j for j in range(lo, hi) if fixed | cand[j] not in oracle.known]
+        picks = _spread(gaps, known, oracle.width - len(alones))
+        sides = oracle.ask([fixed | cand[j] for j in alones] + [fixed | _union(cand[:k]) for k in picks])
+        hit = [j for j, side in zip(alones, sides) if side is Side.NEW]
+        if hit:
+            return lo, hi, False, hit[0]
+        known.update(zip(picks, sides[len(alones):]))
 
 
 def _spread(gaps: list[tuple[int, int]], known: dict[int, Side], width: int) -> list[int]:
