@@ -5,29 +5,36 @@ subset of them on top of the good environment.  The empty set (the good environm
 the full set (the bad one) is NEW; the caller has tested both, so they are never asked.
 
 The answer is a 1-minimal failure-inducing set: applying it gives NEW, and leaving out any one
-of its changes gives OLD.  The search, in one pass:
+of its changes gives OLD.  The search:
 
-1. Order the changes (a *unit* -- changes tied by dependency metadata -- is one item).  Binary
-   search (``search.search``, k-ary when ``width`` > 1) the shortest prefix of the items that,
+1. Order the changes (a *unit* -- changes that dependency metadata ties together -- is one
+   item).  Binary search (k-ary when ``width`` > 1) the shortest prefix of the items that,
    applied with the culprits found so far (*held*), is NEW.  Its last item is a culprit.
 2. Test the held culprits alone.  NEW: they are the answer.  OLD: the prefix before the culprit
    still holds the rest (an interaction); search it again with the culprit held.
 3. Verify: each one-smaller subset of the answer is tested.  One that is NEW is a smaller
    failure-inducing set (a change that masks the bug, or a unit that need not be whole): the
-   search starts again inside it.  One that is untestable leaves the answer not exact.
+   search starts again inside it (a new *pass*).  Where leaving out one change alone is
+   untestable, leaving it out together with each other culprit is tried; what stays untestable
+   leaves the answer not exact, with the changes it concerns in ``unverified``.
 
-One culprit costs at most ``ceil(log2 n) + 1`` trials (the prefix search, then the culprit
-alone); two culprits that only fail together about twice that.  An untestable (SKIP) prefix is
-stepped around as ``git bisect skip`` does: the untested prefix lengths nearest the middle are
-tried; if only untestable ones are left between the last OLD and the first NEW prefix, the items
-between them are kept together as one candidate and the verification tries to split them.
+Costs without untestable trials: one culprit at most ``ceil(log2 n) + 1`` trials at width 1;
+an interaction pair about twice that plus one (the pair, and each of its halves, are tested).
+At width w the rounds are about ``log_(w+1) n`` per culprit: once the culprit is one of at most
+w items, each is tried alone in the round of the last prefixes.
+
+Untestable (SKIP) prefixes are stepped around as ``git bisect skip`` does, but the untestable run
+is bounded from both sides by binary search rather than walked one length at a time.  The change
+that opened the run and the one that closed it most likely need each other: they are applied
+together and the run is searched again.  Two changes that cannot be applied apart (with no
+testable subset between them) stay together as one candidate.
 
 ``exact`` is True only when the answer itself was seen NEW (tested, or it is the full set) and
 every one-smaller subset was *tested* OLD (or is the empty set, the good end): no claim rests on
-monotonicity.  Each subset is asked at most once (memoised), every pass shrinks the set it
-searches, and every search step removes at least one item, so the search always ends: at most
-``n * (n + 3) / 2`` trials per pass and at most ``n`` passes (in practice one pass of the counts
-above).
+monotonicity.  Each subset is asked at most once (memoised); each search step removes at least
+one item from the candidates and each pass searches a smaller set than the one before, so it
+always ends: at most ``2 n**2`` trials to search and ``n (n + 1) / 2`` to verify per pass, at most
+``n`` passes -- under ``3 n**3`` trials in all (and under ``2**n - 1``), whatever ``test`` answers.
 """
 
 from __future__ import annotations
@@ -68,8 +75,8 @@ def find_culprits(n: int, test: Test, *, width: int = 1, units: Sequence[frozens
     changes that dependency metadata ties together (try them together first; overlapping groups
     are merged).  Raises ValueError on n < 1, width < 1 or a unit naming a change not in range.
 
-    Bounded: each subset at most once, at most n passes of at most n * (n + 3) / 2 trials each;
-    without untestable trials one culprit takes at most ceil(log2 n) + 1 trials at width 1.
+    Bounded: each subset at most once, under 3 * n**3 trials whatever `test` answers; without
+    untestable trials one culprit takes at most ceil(log2 n) + 1 trials at width 1.
     """
     if n < 1:
         raise ValueError("need at least one change")
