@@ -197,6 +197,13 @@ def test_a_far_tie_without_units_costs_a_few_binary_searches():
     assert sum(t.side is S for t in result.trials) <= 2 * math.ceil(math.log2(100))
 
 
+def test_the_same_answers_ask_the_same_trials():
+    # a resumed bisection answers from its store: the search must ask again exactly what it asked
+    side_of = hidden_oracle({7, 20}, ties(3, 30))
+    first, again = (run(40, side_of, width=3, units=[frozenset({1, 2})]) for _ in range(2))
+    assert first == again
+
+
 @pytest.mark.parametrize("n, width, units, message", [
     (0, 1, (), "at least one change"),
     (4, 0, (), "width"),

@@ -77,6 +77,8 @@ def find_culprits(n: int, test: Test, *, width: int = 1, units: Sequence[frozens
 
     Bounded: each subset at most once, under 3 * n**3 trials whatever `test` answers; without
     untestable trials one culprit takes at most ceil(log2 n) + 1 trials at width 1.
+    Deterministic: the same answers ask the same subsets in the same order (a resumed search that
+    answers from what it stored replays its trials).
     """
     if n < 1:
         raise ValueError("need at least one change")
@@ -243,6 +245,7 @@ def _result(answer: frozenset[int], untestable: tuple[int, ...], oracle: _Oracle
     if untestable:
         names = ", ".join(str(x) for x in untestable)
         many = len(untestable) > 1
-        note = (f"leaving out change{'s' if many else ''} {names} alone could not be tested (untestable),"
-                f" so {'they' if many else 'it'} may be innocent")
+        note = (f"the smallest set seen to fail: leaving out change{'s' if many else ''} {names}"
+                f"{' (one at a time)' if many else ''} was untestable, so {'each' if many else 'it'}"
+                " may be innocent")
     return EnvSearch(tuple(sorted(answer)), not untestable, tuple(oracle.trials), note, untestable)
