@@ -114,13 +114,13 @@ def theirs(n: int, side_of: Oracle, width: int, units: Sequence[frozenset[int]])
     return ask.trials, ask.rounds, answer
 
 
-SEARCHES = (("dsbisect", ours, True), ("dsbisect, the tie not given as a unit", ours, False),
-            ("plain ddmin", theirs, False))
+UNIT_NOT_GIVEN = "dsbisect, the tie not given as a unit"
+SEARCHES = (("dsbisect", ours, True), (UNIT_NOT_GIVEN, ours, False), ("plain ddmin", theirs, False))
 
 
 def cell(n: int, k: int, samples: int, rng: random.Random, with_tie: bool) -> dict[str, dict[int, list]]:
     """{search: {width: [(trials, rounds, right), ...]}} over ``samples`` hidden sets."""
-    got = {name: {1: [], 4: []} for name, _, units in SEARCHES if with_tie or units}
+    got = {name: {1: [], 4: []} for name, _, _ in SEARCHES if with_tie or name != UNIT_NOT_GIVEN}
     for _ in range(samples):
         hidden = frozenset(rng.sample(range(n), k))
         tie = tuple(rng.sample(sorted(set(range(n)) - hidden), 2)) if with_tie else None

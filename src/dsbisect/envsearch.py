@@ -171,7 +171,8 @@ def _reduce(oracle: _Oracle, base: frozenset[int], items: list[frozenset[int]]) 
     return held
 
 
-def _prefix_search(oracle: _Oracle, fixed: frozenset[int], cand: list[frozenset[int]]) -> tuple[int, int, bool, int | None]:
+def _prefix_search(oracle: _Oracle, fixed: frozenset[int],
+                   cand: list[frozenset[int]]) -> tuple[int, int, bool, int | None]:
     """Prefix lengths ``lo`` (seen OLD) < ``hi`` (seen NEW) of ``cand`` applied on ``fixed``, with
     only untestable or untested lengths between; whether any between is untestable; and the item
     that ``fixed`` with it alone turned NEW, if one was tried and did.  Length 0 is OLD and the
