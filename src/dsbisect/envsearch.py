@@ -27,7 +27,9 @@ Untestable (SKIP) prefixes are stepped around as ``git bisect skip`` does, but t
 is bounded from both sides by binary search rather than walked one length at a time.  The change
 that opened the run and the one that closed it most likely need each other: they are applied
 together and the run is searched again.  Two changes that cannot be applied apart (with no
-testable subset between them) stay together as one candidate.
+testable subset between them) stay together as one candidate.  Past a limit of untestable
+trials (``untestable_budget``: 64 for 100 changes) the search stops and answers with the
+smallest set seen NEW, not exact.
 
 ``exact`` is True only when the answer itself was seen NEW (tested, or it is the full set) and
 every one-smaller subset was *tested* OLD (or is the empty set, the good end): no claim rests on
@@ -60,7 +62,7 @@ class EnvSearch:
     exact: bool  # True: applying culprits -> NEW, and removing any one -> OLD, all tested
     trials: tuple[Trial, ...]  # every trial asked, in order (the ends are not trials)
     note: str = ""  # why not exact, in words
-    unverified: tuple[int, ...] = ()  # culprits whose removal could not be tested (untestable)
+    unverified: tuple[int, ...] = ()  # culprits whose removal was not seen OLD (untestable, or not tried)
 
     @property
     def rounds(self) -> int:
@@ -68,14 +70,19 @@ class EnvSearch:
         return max((t.round for t in self.trials), default=0)
 
 
-def find_culprits(n: int, test: Test, *, width: int = 1, units: Sequence[frozenset[int]] = ()) -> EnvSearch:
+def find_culprits(n: int, test: Test, *, width: int = 1, units: Sequence[frozenset[int]] = (),
+                  max_untestable: int | None = None) -> EnvSearch:
     """n changes; frozenset() (the good env) is OLD and frozenset(range(n)) (the bad env) is NEW,
     both already tested by the caller and never asked. `test` gets up to `width` subsets at once
     (run in parallel) and answers one Side each; no subset is asked twice. `units`: groups of
     changes that dependency metadata ties together (try them together first; overlapping groups
-    are merged).  Raises ValueError on n < 1, width < 1 or a unit naming a change not in range.
+    are merged).  Raises ValueError on n < 1, width < 1, max_untestable < 0 or a unit naming a
+    change not in range.
 
-    Bounded: each subset at most once, under 3 * n**3 trials whatever `test` answers; without
+    `max_untestable` (default ``untestable_budget(n)``): once more trials than that were
+    untestable, no more are asked, and the answer is the smallest set seen NEW, not exact (say,
+    when uv can resolve hardly any subset).  Bounded: each subset at most once, under 3 * n**3
+    trials whatever `test` answers, at most max_untestable + width of them untestable; without
     untestable trials one culprit takes at most ceil(log2 n) + 1 trials at width 1.
     Deterministic: the same answers ask the same subsets in the same order (a resumed search that
     answers from what it stored replays its trials).
@@ -84,39 +91,66 @@ def find_culprits(n: int, test: Test, *, width: int = 1, units: Sequence[frozens
         raise ValueError("need at least one change")
     if width < 1:
         raise ValueError("width must be at least 1")
-    oracle = _Oracle(n, test, width)
+    budget = untestable_budget(n) if max_untestable is None else max_untestable
+    if budget < 0:
+        raise ValueError("max_untestable must be at least 0")
+    oracle = _Oracle(n, test, width, budget)
     items = _items(n, units)
+    try:
+        return _result(_search(oracle, items, n), oracle, gave_up=False)
+    except _OutOfUntestable:
+        return _result(oracle.smallest_new(), oracle, gave_up=True)
+
+
+def untestable_budget(n: int) -> int:
+    """The default limit on untestable trials: 8 ceil(log2 n) + 8 (64 for 100 changes), about
+    the most that three tied pairs among 100 changes, none given as a unit, took (53)."""
+    return 8 * max(1, (n - 1).bit_length()) + 8
+
+
+def _search(oracle: _Oracle, items: list[frozenset[int]], n: int) -> frozenset[int]:
+    """Passes of search and verification until the answer's one-smaller subsets are not NEW."""
     target = frozenset(range(n))
     while True:
         answer = _reduce(oracle, frozenset(), [i & target for i in items if i & target])
-        smaller, untestable = _verify(oracle, answer)
+        smaller = _verify(oracle, answer)
         if smaller is None:
-            break
+            return answer
         target = smaller  # a one-smaller subset is NEW too: search inside it
-    return _result(answer, untestable, oracle)
+
+
+class _OutOfUntestable(Exception):
+    """Raised by the oracle when the limit on untestable trials is passed (never escapes)."""
 
 
 class _Oracle:
     """The memo in front of ``test``: answers known subsets, asks the rest in batches of ``width``."""
 
-    def __init__(self, n: int, test: Test, width: int) -> None:
-        self.test, self.width = test, width
+    def __init__(self, n: int, test: Test, width: int, budget: int) -> None:
+        self.test, self.width, self.budget = test, width, budget
         self.known: dict[frozenset[int], Side] = {frozenset(): Side.OLD, frozenset(range(n)): Side.NEW}
         self.trials: list[Trial] = []
-        self.rounds = 0
+        self.rounds = self.untestable = 0
 
     def ask(self, subsets: Sequence[frozenset[int]]) -> list[Side]:
         todo = list(dict.fromkeys(s for s in subsets if s not in self.known))
         for start in range(0, len(todo), self.width):
+            if self.untestable > self.budget:
+                raise _OutOfUntestable
             batch = todo[start:start + self.width]
-            sides = list(self.test(batch))
+            sides = [Side(side) for side in self.test(batch)]
             if len(sides) != len(batch):
                 raise ValueError(f"test answered {len(sides)} sides for {len(batch)} subsets")
             self.rounds += 1
             for subset, side in zip(batch, sides):
-                self.known[subset] = Side(side)
-                self.trials.append(Trial(subset, Side(side), self.rounds))
+                self.known[subset] = side
+                self.trials.append(Trial(subset, side, self.rounds))
+                self.untestable += side is Side.SKIP
         return [self.known[s] for s in subsets]
+
+    def smallest_new(self) -> frozenset[int]:
+        """The smallest subset seen NEW (the first in sorted order among the smallest)."""
+        return min((s for s, side in self.known.items() if side is Side.NEW), key=lambda s: (len(s), sorted(s)))
 
 
 def _items(n: int, units: Sequence[frozenset[int]]) -> list[frozenset[int]]:
@@ -216,17 +250,17 @@ def _spread(gaps: list[tuple[int, int]], known: dict[int, Side], width: int) -> 
     return sorted(set(picks))
 
 
-def _verify(oracle: _Oracle, answer: frozenset[int]) -> tuple[frozenset[int] | None, tuple[int, ...]]:
+def _verify(oracle: _Oracle, answer: frozenset[int]) -> frozenset[int] | None:
     """Test each one-smaller subset of ``answer``, ``width`` at a time: the first NEW one (to
-    search inside), else the changes whose removal was untestable.  Where leaving out x alone is
-    untestable, x may be tied to another change y of the answer: leaving out both is tried too."""
+    search inside), or None.  Where leaving out x alone is untestable, x may be tied to another
+    change y of the answer: leaving out both is tried too."""
     order = sorted(answer)
     smaller = _first_new(oracle, [answer - {x} for x in order])
     if smaller is not None:
-        return smaller, ()
-    untestable = tuple(x for x in order if oracle.known[answer - {x}] is Side.SKIP)
+        return smaller
+    untestable = [x for x in order if oracle.known[answer - {x}] is Side.SKIP]
     pairs = [answer - {x, y} for x in untestable for y in order if y != x]
-    return _first_new(oracle, list(dict.fromkeys(pairs))), untestable
+    return _first_new(oracle, list(dict.fromkeys(pairs)))
 
 
 def _first_new(oracle: _Oracle, subsets: list[frozenset[int]]) -> frozenset[int] | None:
@@ -239,14 +273,18 @@ def _first_new(oracle: _Oracle, subsets: list[frozenset[int]]) -> frozenset[int]
     return None
 
 
-def _result(answer: frozenset[int], untestable: tuple[int, ...], oracle: _Oracle) -> EnvSearch:
-    """The answer is always a subset seen NEW (``_reduce`` keeps held + candidates NEW), so it is
-    exact exactly when no one-smaller subset was untestable."""
-    note = ""
-    if untestable:
-        names = ", ".join(str(x) for x in untestable)
-        many = len(untestable) > 1
-        note = (f"the smallest set seen to fail: leaving out change{'s' if many else ''} {names}"
-                f"{' (one at a time)' if many else ''} was untestable, so {'each' if many else 'it'}"
-                " may be innocent")
-    return EnvSearch(tuple(sorted(answer)), not untestable, tuple(oracle.trials), note, untestable)
+def _result(answer: frozenset[int], oracle: _Oracle, gave_up: bool) -> EnvSearch:
+    """The answer is always a subset seen NEW (``_reduce`` keeps held + candidates NEW, and the
+    smallest seen NEW when it gave up), so it is exact exactly when each one-smaller subset was
+    seen OLD."""
+    unverified = tuple(x for x in sorted(answer) if oracle.known.get(answer - {x}) is not Side.OLD)
+    notes = []
+    if gave_up:
+        notes.append(f"stopped after {oracle.untestable} untestable trials (the limit)")
+    if unverified:
+        names = ", ".join(str(x) for x in unverified)
+        many = len(unverified) > 1
+        how = "was untestable or not tried" if gave_up else "was untestable"
+        notes.append(f"the smallest set seen to fail: leaving out change{'s' if many else ''} {names}"
+                     f"{' (one at a time)' if many else ''} {how}, so {'each' if many else 'it'} may be innocent")
+    return EnvSearch(tuple(sorted(answer)), not unverified, tuple(oracle.trials), "; ".join(notes), unverified)
