@@ -291,7 +291,7 @@ def any_oracle(draw):
 
 
 @given(any_oracle())
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 def test_any_oracle_ends_and_never_claims_too_much(case):
     n, table, width, limit = case
     result = run(n, table.__getitem__, width, max_untestable=limit)
