@@ -70,28 +70,29 @@ def check_exact_claim(result: EnvSearch, side_of, n):
 
 
 @pytest.mark.parametrize(
-    "n, hidden, width, most",
+    "n, hidden, width, trials, rounds",
     [
-        (8, {5}, 1, 5),
-        (8, {0}, 1, 5),
-        (8, {7}, 1, 5),
-        (1, {0}, 1, 0),  # one change: the ends say it all
-        (2, {1}, 1, 3),
-        (100, {63}, 1, 9),
-        (8, {2, 6}, 1, 12),
-        (8, {0, 7}, 1, 12),
-        (8, {6, 7}, 1, 12),
-        (8, {1, 4, 6}, 1, 20),
-        (8, {5}, 3, 9),
-        (8, {2, 6}, 4, 20),
+        (8, {5}, 1, 4, 4),  # ceil(log2 8) + 1
+        (8, {0}, 1, 3, 3),
+        (8, {7}, 1, 4, 4),
+        (1, {0}, 1, 0, 0),  # one change: the ends say it all
+        (2, {1}, 1, 2, 2),
+        (100, {63}, 1, 8, 8),  # ceil(log2 100) + 1
+        (8, {2, 6}, 1, 9, 9),  # 2 ceil(log2 8) + 3
+        (8, {0, 7}, 1, 7, 7),
+        (8, {6, 7}, 1, 9, 9),
+        (8, {1, 4, 6}, 1, 13, 13),
+        (8, {5}, 3, 6, 2),
+        (8, {2, 6}, 4, 15, 5),
+        (100, {63}, 4, 12, 3),
     ],
 )
-def test_table(n, hidden, width, most):
+def test_table(n, hidden, width, trials, rounds):
     side_of = hidden_oracle(hidden)
     result = run(n, side_of, width)
     assert result.culprits == tuple(sorted(hidden))
     assert result.exact and result.note == ""
-    assert len(result.trials) <= most
+    assert len(result.trials) <= trials and result.rounds <= rounds
     check_exact_claim(result, side_of, n)
 
 
