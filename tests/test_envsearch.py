@@ -297,3 +297,25 @@ def test_any_oracle_ends_and_never_claims_too_much(case):
     n, table, width, limit = case
     result = run(n, table.__getitem__, width, max_untestable=limit)
     check_exact_claim(result, table.__getitem__, n)
+
+
+@given(st.integers(2, 40).flatmap(lambda n: st.tuples(
+    st.just(n), st.sets(st.integers(0, n - 1), min_size=1, max_size=min(2, n)), st.integers(1, 4))))
+@settings(max_examples=60, deadline=None)
+def test_ahead_names_the_next_round_before_it_is_asked(case):
+    # the venvs of the next round can be built while a round runs: whatever a hidden culprit set
+    # answers, the next batch is among the subsets offered before the batch that precedes it
+    n, hidden, width = case
+    side_of = hidden_oracle(hidden)
+    offered, batches = [], []
+
+    def test(subsets):
+        batches.append(list(subsets))
+        return [side_of(s) for s in subsets]
+
+    result = find_culprits(n, test, width=width, ahead=lambda subsets: offered.append(list(subsets)))
+    assert len(offered) == len(batches)
+    for before, batch, ahead in zip(batches, batches[1:], offered):
+        assert set(batch) <= set(ahead)
+        assert not set(before) & set(ahead)
+    assert result == run(n, side_of, width)  # looking ahead changes nothing the search asks
