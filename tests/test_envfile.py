@@ -317,3 +317,282 @@ def _pythonpath() -> dict[str, str]:
     import os
 
     return {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+
+
+# ------------------------------------------------------------------ uv.lock, pylock
+
+LINUX_311 = {"implementation_name": "cpython", "implementation_version": "3.11.7", "os_name": "posix",
+             "platform_machine": "x86_64", "platform_release": "6.1.0", "platform_system": "Linux",
+             "platform_version": "#1 SMP", "python_full_version": "3.11.7", "platform_python_implementation": "CPython",
+             "python_version": "3.11", "sys_platform": "linux"}
+WINDOWS_312 = {**LINUX_311, "os_name": "nt", "platform_system": "Windows", "sys_platform": "win32",
+               "python_full_version": "3.12.1", "python_version": "3.12"}
+
+# A universal uv.lock of a two-member workspace, in the shape uv 0.5+ writes: a fork on the
+# python version (numpy), a windows-only edge (colorama), an extra asked by an edge
+# (transformers[torch]), a git source, a URL wheel, a local wheel, a dev group and an optional
+# extra of the root, and a package nothing needs here.
+UV_LOCK = """\
+version = 1
+revision = 2
+requires-python = ">=3.10"
+resolution-markers = [
+    "python_full_version >= '3.12'",
+    "python_full_version < '3.12'",
+]
+
+[manifest]
+members = [
+    "trainer",
+    "trainer-utils",
+]
+
+[[package]]
+name = "accelerate"
+version = "0.25.0"
+source = { registry = "https://pypi.org/simple" }
+dependencies = [
+    { name = "numpy", version = "1.26.4", source = { registry = "https://pypi.org/simple" }, marker = "python_full_version < '3.12'" },
+    { name = "numpy", version = "2.1.3", source = { registry = "https://pypi.org/simple" }, marker = "python_full_version >= '3.12'" },
+    { name = "torch" },
+]
+sdist = { url = "https://files.pythonhosted.org/packages/aa/accelerate-0.25.0.tar.gz", hash = "sha256:ecf55b0ab278a1dac8539dde0d276977aff04683f07ede73eaf02478538576a1", size = 277014 }
+wheels = [
+    { url = "https://files.pythonhosted.org/packages/bb/accelerate-0.25.0-py3-none-any.whl", hash = "sha256:c7bb817eb974bba0ff3ea1ba0f24d55afb86d50e3d4fe98d6922dc69cf2ccff1", size = 265699 },
+]
+
+[[package]]
+name = "colorama"
+version = "0.4.6"
+source = { registry = "https://pypi.org/simple" }
+
+[[package]]
+name = "flash-attn"
+version = "2.5.6"
+source = { url = "https://github.com/Dao-AILab/flash-attention/releases/download/v2.5.6/flash_attn-2.5.6+cu122torch2.2cxx11abiFALSE-cp311-cp311-linux_x86_64.whl" }
+
+[[package]]
+name = "mylocal"
+version = "1.0"
+source = { path = "wheels/mylocal-1.0-py3-none-any.whl" }
+
+[[package]]
+name = "numpy"
+version = "1.26.4"
+source = { registry = "https://pypi.org/simple" }
+resolution-markers = [
+    "python_full_version < '3.12'",
+]
+
+[[package]]
+name = "numpy"
+version = "2.1.3"
+source = { registry = "https://pypi.org/simple" }
+resolution-markers = [
+    "python_full_version >= '3.12'",
+]
+
+[[package]]
+name = "pytest"
+version = "8.3.4"
+source = { registry = "https://pypi.org/simple" }
+
+[[package]]
+name = "tqdm"
+version = "4.66.1"
+source = { registry = "https://pypi.org/simple" }
+dependencies = [
+    { name = "colorama", marker = "sys_platform == 'win32'" },
+]
+
+[[package]]
+name = "torch"
+version = "2.2.0+cu121"
+source = { registry = "https://download.pytorch.org/whl/cu121" }
+
+[[package]]
+name = "trainer"
+version = "0.1.0"
+source = { editable = "." }
+dependencies = [
+    { name = "accelerate" },
+    { name = "flash-attn", marker = "sys_platform == 'linux'" },
+    { name = "mylocal" },
+    { name = "tqdm" },
+    { name = "trainer-utils" },
+    { name = "transformers", extra = ["torch"] },
+]
+
+[package.optional-dependencies]
+tracking = [
+    { name = "wandb" },
+]
+
+[package.dev-dependencies]
+dev = [
+    { name = "pytest" },
+]
+
+[[package]]
+name = "trainer-utils"
+version = "0.1.0"
+source = { editable = "packages/utils" }
+
+[[package]]
+name = "transformers"
+version = "4.39.2"
+source = { git = "https://github.com/huggingface/transformers?rev=v4.39.2#a0857740c0e6127485c11476650314df3accc2b6" }
+
+[package.optional-dependencies]
+torch = [
+    { name = "torch" },
+]
+
+[[package]]
+name = "unused-thing"
+version = "1.0"
+source = { registry = "https://pypi.org/simple" }
+
+[[package]]
+name = "wandb"
+version = "0.16.2"
+source = { registry = "https://pypi.org/simple" }
+"""
+
+
+def test_uv_lock_gives_what_the_root_reaches_here(tmp_path):
+    env = read_environment(write(tmp_path, UV_LOCK, "uv.lock"), markers=LINUX_311)
+    assert env.format is EnvFormat.UV_LOCK and env.requires_python == ">=3.10" and env.python is None
+    assert {p.name: p.requirement for p in env.pins} == {
+        "accelerate": "accelerate==0.25.0",
+        "flash-attn": "flash-attn @ https://github.com/Dao-AILab/flash-attention/releases/download/v2.5.6/"
+                      "flash_attn-2.5.6+cu122torch2.2cxx11abiFALSE-cp311-cp311-linux_x86_64.whl",
+        "mylocal": f"mylocal @ {(tmp_path / 'wheels/mylocal-1.0-py3-none-any.whl').as_uri()}",
+        "numpy": "numpy==1.26.4",
+        "pytest": "pytest==8.3.4",
+        "torch": "torch==2.2.0+cu121",
+        "tqdm": "tqdm==4.66.1",
+        "transformers": "transformers @ git+https://github.com/huggingface/transformers"
+                        "@a0857740c0e6127485c11476650314df3accc2b6",
+        "wandb": "wandb==0.16.2",
+    }
+    assert any("trainer: the project's own root" in n for n in env.notes)
+    assert any("trainer-utils: the project's own root" in n for n in env.notes)
+
+
+def test_uv_lock_for_another_interpreter_takes_the_other_fork(tmp_path):
+    env = read_environment(write(tmp_path, UV_LOCK, "uv.lock"), markers=WINDOWS_312)
+    assert env.get("numpy").version == "2.1.3"
+    assert env.get("colorama").version == "0.4.6" and env.get("flash-attn") is None
+
+
+def test_a_lock_is_known_by_its_content_and_a_freeze_by_its_own(tmp_path):
+    lock = read_environment(write(tmp_path, UV_LOCK, "last-month.txt"), markers=LINUX_311)
+    assert lock.format is EnvFormat.UV_LOCK and lock.get("torch")
+    freeze = read_environment(write(tmp_path, PIP_FREEZE, "requirements.lock"))  # rye's name for a freeze
+    assert freeze.format is EnvFormat.REQUIREMENTS and freeze.get("torch")
+
+
+def test_two_uv_locks_diff_into_a_git_change_and_version_changes(tmp_path):
+    old = UV_LOCK.replace('version = "0.25.0"', 'version = "0.24.1"').replace("rev=v4.39.2#a0857740c0e6127485c11476650314df3accc2b6", "rev=v4.36.2#a7cab3c283312b8d4de5df3bbe719971e24f4281")
+    good = read_environment(write(tmp_path, old, "uv.lock"), markers=LINUX_311)
+    (tmp_path / "new").mkdir()
+    bad = read_environment(write(tmp_path / "new", UV_LOCK, "uv.lock"), markers=LINUX_311)
+    changes = {c.name: c for c in diff(good, bad)}
+    assert changes["accelerate"].bisectable and changes["accelerate"].describe() == "accelerate 0.24.1 -> 0.25.0"
+    assert changes["transformers"].whole and not changes["transformers"].bisectable
+    assert "mylocal" in changes  # a local path in another folder is another file
+
+
+PYLOCK = """\
+# This file was autogenerated by uv via the following command:
+#    uv export --format pylock.toml
+lock-version = "1.0"
+created-by = "uv"
+requires-python = ">=3.10"
+environments = ["sys_platform == 'linux'", "sys_platform == 'darwin'"]
+
+[[packages]]
+name = "colorama"
+version = "0.4.6"
+marker = "sys_platform == 'win32'"
+index = "https://pypi.org/simple"
+wheels = [{ url = "https://files.pythonhosted.org/packages/colorama-0.4.6-py2.py3-none-any.whl", hashes = { sha256 = "4f1d9991f5acc0ca119f9d443620b77f9d6b33703e51011c16baf57afb285fc6" } }]
+
+[[packages]]
+name = "deepspeed"
+version = "0.12.4"
+index = "https://pypi.org/simple"
+sdist = { url = "https://files.pythonhosted.org/packages/deepspeed-0.12.4.tar.gz", upload-time = 2023-11-30T18:00:00Z, size = 1177419, hashes = { sha256 = "0fd7cdb3e8b2a0e8fb0ae4e3c3c0e1a5d8e9f2b1a4d5c6e7f8091a2b3c4d5e6f" } }
+
+[[packages]]
+name = "my-fork"
+vcs = { type = "git", url = "https://user:tok@github.com/me/my-fork.git", requested-revision = "main", commit-id = "4f2e1b0c9d8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c", subdirectory = "python" }
+
+[[packages]]
+name = "myproj"
+directory = { path = ".", editable = true }
+
+[[packages]]
+name = "sibling"
+directory = { path = "../sibling", editable = true }
+
+[[packages]]
+name = "vendored"
+version = "1.1"
+archive = { url = "https://files.example/vendored-1.1.tar.gz", hashes = { sha256 = "abc" } }
+"""
+
+
+def test_pylock_reads_every_source_kind(tmp_path):
+    env = read_environment(write(tmp_path, PYLOCK, "pylock.toml"), markers=LINUX_311)
+    assert env.format is EnvFormat.PYLOCK and env.requires_python == ">=3.10"
+    assert {p.name: p.requirement for p in env.pins} == {
+        "deepspeed": "deepspeed==0.12.4",
+        "my-fork": "my-fork @ git+https://***@github.com/me/my-fork.git@4f2e1b0c9d8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c"
+                   "#subdirectory=python",
+        "sibling": f"-e {(tmp_path.parent / 'sibling').as_uri()}",
+        "vendored": "vendored @ https://files.example/vendored-1.1.tar.gz",
+    }
+    assert any("pylock.toml:8: colorama left out: its marker is false here" in n for n in env.notes)
+    assert any("myproj: the project's own root" in n for n in env.notes)
+    assert any("sys_platform == 'linux'" in n for n in env.notes)  # what it was locked for
+    named = read_environment(write(tmp_path, PYLOCK, "pylock.train.toml"), markers=WINDOWS_312)
+    assert named.get("colorama").version == "0.4.6"
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("uv.lock", 'version = 1\n[[package]\nname = "x"\n', "uv.lock:2: not valid TOML"),
+    ("uv.lock", 'version = 1\n\n[[package]]\nname = "a"\nversion = "1"\nsource = { registry = "r" }\n\n'
+                '[[package]]\nversion = "2"\n', "uv.lock:8: a [[package]] without a name"),
+    ("uv.lock", 'version = 1\n[[package]]\nname = "a"\nversion = "1"\n', "uv.lock:2: a has no source"),
+    ("uv.lock", 'version = 1\n[[package]]\nname = "a"\nsource = { registry = "r" }\n',
+     "uv.lock:2: a from a registry has no version"),
+    ("uv.lock", 'version = 1\n[[package]]\nname = "p"\nversion = "1"\nsource = { virtual = "." }\n'
+                'dependencies = [{ name = "gone" }]\n', "uv.lock:2: p depends on gone, which is not in the lock"),
+    ("uv.lock", 'version = 1\n[[package]]\nname = "a"\nversion = "1"\nsource = { svn = "x" }\n',
+     "uv.lock:2: a has a source uv.lock does not define: svn"),
+    ("pylock.toml", 'lock-version = "1.0"\n[[packages]]\nname = "a"\n',
+     "pylock.toml:2: a has no version, vcs, directory or archive"),
+    ("pylock.toml", 'lock-version = "1.0"\n[[packages]]\nname = "a"\nversion = "1"\n[[packages]]\nname = "a"\n'
+                    'version = "2"\n', "pylock.toml:5: a is locked twice"),
+    ("pyproject.toml", '[project]\nname = "x"\n', "a pyproject.toml pins nothing"),
+    ("poetry.lock", '[[package]]\nname = "x"\nversion = "1"\n[metadata]\nlock-version = "2.0"\n',
+     "poetry.lock is not read"),
+    ("other.toml", 'title = "x"\n', "TOML, but neither a uv.lock"),
+])
+def test_bad_locks_name_file_and_line(tmp_path, name, text, message):
+    with pytest.raises(InputError) as e:
+        read_environment(write(tmp_path, text, name), markers=LINUX_311)
+    assert message in str(e.value)
+
+
+def test_snapshot_base_json_is_an_environment(tmp_path):
+    data = {"format": 1, "python": "/usr/bin/python3", "python_version": "3.11.7", "platform": "linux-x86_64",
+            "libc": "glibc-2.35", "dists": [{"name": "torch", "version": "2.1.0+cu121", "metadata": "..."},
+                                            {"name": "pip", "version": "24.0", "metadata": "..."}]}
+    env = read_environment(write(tmp_path, json.dumps(data), "base.json"))
+    assert env.format is EnvFormat.SNAPSHOT and env.python == "3.11.7"
+    assert env.pins == (Pin("torch", "2.1.0+cu121"),)
+    with pytest.raises(InputError, match="JSON, but not a `dsbisect snapshot-base` file"):
+        read_environment(write(tmp_path, '{"a": 1}', "x.json"))

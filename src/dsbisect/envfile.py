@@ -25,10 +25,16 @@ from packaging.markers import default_environment
 
 from .errors import InputError
 from .freeze import parse_requirements
+from .lockfiles import NotALock, parse_toml, read_lock
 from .pins import EnvFormat, Environment, Pin, make_pin, parse_version
 
 __all__ = ["Change", "EnvFormat", "Environment", "Kind", "Pin", "apply", "diff", "read_environment"]
 
+_LOCK_NAME = re.compile(r"^(uv\.lock|pylock(\.[^.]+)?\.toml)$")
+_TOML_KEY = re.compile(r"^[A-Za-z0-9_.-]+\s*=\s*[^=\s]")  # key = value; never name==1.0
+_NOT_A_LOCK = {"pyproject.toml": "a pyproject.toml pins nothing: give its uv.lock, or a pip freeze",
+               "poetry.lock": "poetry.lock is not read: give `poetry export --without-hashes` output or a pip freeze",
+               "pdm.lock": "pdm.lock is not read: give `pdm export` output or a pip freeze"}
 _EXPECTED = "a pip freeze, a requirements file of == pins, uv.lock, pylock.toml, a venv or a python"
 
 
@@ -156,10 +162,26 @@ def _read_text(path: Path, text: str, markers: dict[str, str]) -> Environment:
     first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
     if first.startswith("{"):
         return _read_snapshot(path, text)
+    if _LOCK_NAME.match(path.name) or path.suffix == ".toml" or first.startswith("[") \
+            or _TOML_KEY.match(first):
+        return _read_lock(path, text, markers)
     parsed = parse_requirements(text, str(path), path.resolve().parent, markers=markers,
                                 include=lambda p: p.read_text(errors="replace"), project_name=_project_name)
     return _environment(str(path), parsed.pins, format=EnvFormat.REQUIREMENTS, options=parsed.options,
                         notes=parsed.notes)
+
+
+def _read_lock(path: Path, text: str, markers: dict[str, str]) -> Environment:
+    data = parse_toml(text, str(path))
+    try:
+        locked = read_lock(data, text, str(path), path.resolve().parent, markers)
+    except NotALock:
+        what = _NOT_A_LOCK.get(path.name, "TOML, but neither a uv.lock ([[package]] and version) nor a pylock.toml "
+                                          "([[packages]] and lock-version)")
+        raise InputError(f"{path}: {what}") from None
+    fmt = EnvFormat.UV_LOCK if locked.kind == "uv.lock" else EnvFormat.PYLOCK
+    return _environment(str(path), locked.pins, format=fmt, requires_python=locked.requires_python,
+                        notes=locked.notes)
 
 
 def _environment(source: str, pins: Iterable[Pin], *, notes: Iterable[str] = (), **fields) -> Environment:
