@@ -596,3 +596,40 @@ def test_snapshot_base_json_is_an_environment(tmp_path):
     assert env.pins == (Pin("torch", "2.1.0+cu121"),)
     with pytest.raises(InputError, match="JSON, but not a `dsbisect snapshot-base` file"):
         read_environment(write(tmp_path, '{"a": 1}', "x.json"))
+
+
+# ------------------------------------------------------------------- live environments
+
+
+@pytest.mark.slow
+def test_a_real_venv_and_its_python_read_as_their_uv_pip_freeze(tmp_path, wheelhouse, cache_dir, cli):
+    """A uv venv with a toy release from a wheelhouse and a toy wheel installed from its path
+    (a direct reference, PEP 610 direct_url.json): the venv folder, its python and its own
+    `uv pip freeze` are one environment."""
+    import platform
+
+    import toypkg
+    from dsbisect.uv import uv_bin
+
+    uv = uv_bin()
+    other = toypkg.build_wheel(tmp_path / "local", "2.0.0", "ok", dist="dsb-other", module="dsb_other")
+    venv = tmp_path / "v"
+    for args in (["venv", str(venv), "--python", sys.executable],
+                 ["pip", "install", "--python", str(venv / "bin/python"), "--offline", "--no-index", "--find-links",
+                  str(wheelhouse), "dsb-toy==1.1.0", str(other)]):
+        subprocess.run([uv, *args], check=True, capture_output=True)
+    freeze = subprocess.run([uv, "pip", "freeze", "--python", str(venv / "bin/python")], check=True,
+                            capture_output=True, text=True).stdout
+    from_venv = read_environment(venv)
+    from_python = read_environment(venv / "bin" / "python")
+    from_freeze = read_environment(write(tmp_path, freeze, "freeze.txt"))
+    assert from_venv.format is EnvFormat.VENV and from_python.format is EnvFormat.PYTHON
+    assert from_venv.python == from_python.python == platform.python_version()
+    assert from_venv.get("dsb-toy") == Pin("dsb-toy", "1.1.0")
+    assert from_venv.get("dsb-other") == Pin("dsb-other", None, other.as_uri())
+    assert from_venv.pins == from_python.pins
+    assert diff(from_freeze, from_venv) == ()
+    write(tmp_path, freeze.replace("dsb-toy==1.1.0", "dsb-toy==1.0.0"), "older.txt")
+    r = cli("diff", str(tmp_path / "older.txt"), str(venv), "--python", sys.executable)
+    assert r.exit_code == 0, r.output
+    assert "1 change: 1 changed" in r.output and "1.0.0" in r.output and "1.1.0" in r.output

@@ -134,7 +134,9 @@ def read_environment(path: Path, *, markers: Mapping[str, str] | None = None) ->
     if path.is_dir():
         return _read_folder(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            head = f.read(8192)  # enough to tell an interpreter (tens of MB) from a text file
+            data = head + f.read() if _text(head, partial=True) is not None else head
     except FileNotFoundError:
         raise InputError(f"{path}: no such file or folder") from None
     except OSError as e:
@@ -149,13 +151,14 @@ def read_environment(path: Path, *, markers: Mapping[str, str] | None = None) ->
     return _read_text(path, text, marks)
 
 
-def _text(data: bytes) -> str | None:
+def _text(data: bytes, partial: bool = False) -> str | None:
+    """The text of ``data``, or None for a binary file (``partial``: a head cut anywhere)."""
     if b"\0" in data:
         return None
     try:
         return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return None
+    except UnicodeDecodeError as e:
+        return data[:e.start].decode("utf-8-sig") if partial and e.start > len(data) - 4 else None
 
 
 def _read_text(path: Path, text: str, markers: dict[str, str]) -> Environment:
