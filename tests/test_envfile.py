@@ -633,3 +633,15 @@ def test_a_real_venv_and_its_python_read_as_their_uv_pip_freeze(tmp_path, wheelh
     r = cli("diff", str(tmp_path / "older.txt"), str(venv), "--python", sys.executable)
     assert r.exit_code == 0, r.output
     assert "1 change: 1 changed" in r.output and "1.0.0" in r.output and "1.1.0" in r.output
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("run.sh", "#!/bin/sh\necho hi\n", "run.sh: a program (only one named python* or pypy* is run"),
+    ("python3", "#!/bin/sh\necho not json\n", "python3: not a python that dsbisect can read"),
+    ("python", "#!/bin/sh\necho oops >&2\nexit 3\n", "cannot inspect"),
+])
+def test_a_program_that_is_not_a_python_is_not_read(tmp_path, name, content, message):
+    path = write(tmp_path, content, name)
+    path.chmod(0o755)
+    with pytest.raises(InputError, match=message.replace("*", r"\*").replace("(", r"\(")):
+        read_environment(path)

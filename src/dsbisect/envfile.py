@@ -35,6 +35,7 @@ _TOML_KEY = re.compile(r"^[A-Za-z0-9_.-]+\s*=\s*[^=\s]")  # key = value; never n
 _NOT_A_LOCK = {"pyproject.toml": "a pyproject.toml pins nothing: give its uv.lock, or a pip freeze",
                "poetry.lock": "poetry.lock is not read: give `poetry export --without-hashes` output or a pip freeze",
                "pdm.lock": "pdm.lock is not read: give `pdm export` output or a pip freeze"}
+_PYTHON_NAME = re.compile(r"^(python|pypy)[\d.]*(\.exe)?$")
 _EXPECTED = "a pip freeze, a requirements file of == pins, uv.lock, pylock.toml, a venv or a python"
 
 
@@ -145,9 +146,11 @@ def read_environment(path: Path, *, markers: Mapping[str, str] | None = None) ->
         raise InputError(f"{path}: empty file: expected {_EXPECTED}")
     text = _text(data)
     if text is None or text.startswith("#!"):
-        if os.access(path, os.X_OK):
+        if _PYTHON_NAME.match(path.name) and os.access(path, os.X_OK):
             return _read_python(path, EnvFormat.PYTHON)
-        raise InputError(f"{path}: a binary file, not {_EXPECTED}")
+        what = "a program (only one named python* or pypy* is run, to read what it has installed)" \
+            if os.access(path, os.X_OK) else "a binary file"
+        raise InputError(f"{path}: {what}, not {_EXPECTED}")
     return _read_text(path, text, marks)
 
 
@@ -227,7 +230,10 @@ def _read_python(python: Path, fmt: EnvFormat, source: str | None = None) -> Env
     """The distributions a python sees, read by running it once (as ``snapshot-base`` does)."""
     from .base import inspect_base
 
-    base = inspect_base(str(python))
+    try:
+        base = inspect_base(str(python))
+    except (ValueError, KeyError, TypeError):  # it ran, but printed no inventory: not a python
+        raise InputError(f"{python}: not a python that dsbisect can read (it did not answer as one)") from None
     pins = [_installed_pin(name, version, Path(info)) for name, version, info in base.dists]
     return _environment(source or str(python), pins, python=base.version, format=fmt)
 
