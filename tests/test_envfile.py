@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from packaging.requirements import Requirement
+
 from dsbisect.envfile import Change, Kind, apply, diff, read_environment
 from dsbisect.errors import InputError
 from dsbisect.pins import EnvFormat, Pin
@@ -79,9 +81,9 @@ def test_pip_freeze_and_uv_pip_freeze_of_one_env_are_the_same_environment(tmp_pa
     ("Foo.Bar[Extra_One]==1.0\nbaz===2.0.post1\n", {"foo-bar": "foo-bar[extra-one]==1.0", "baz": "baz==2.0.post1"}),
     # a git editable from pip freeze, an editable git install with #egg
     ("-e git+https://github.com/org/repo.git@0123abcd#egg=my_pkg\n",
-     {"my-pkg": "-e git+https://github.com/org/repo.git@0123abcd#egg=my_pkg"}),
+     {"my-pkg": "my-pkg @ git+https://github.com/org/repo.git@0123abcd#egg=my_pkg"}),
     # "# Editable install with no version control" names the -e line after it
-    ("# Editable install with no version control (proj==0.3.0)\n-e /home/u/proj\n", {"proj": "-e file:///home/u/proj"}),
+    ("# Editable install with no version control (proj==0.3.0)\n-e /home/u/proj\n", {"proj": "proj @ file:///home/u/proj"}),
     # name @ file:// (pip freeze of a wheel installed from a path), bare wheel paths and URLs
     ("toy @ file:///tmp/w/toy-1.0-py3-none-any.whl\n", {"toy": "toy @ file:///tmp/w/toy-1.0-py3-none-any.whl"}),
     ("/tmp/w/dsb_toy-1.2.0-py3-none-any.whl\n", {"dsb-toy": "dsb-toy @ file:///tmp/w/dsb_toy-1.2.0-py3-none-any.whl"}),
@@ -178,6 +180,9 @@ def test_missing_file_and_a_folder_that_is_no_environment(tmp_path):
         read_environment(tmp_path / "nope.txt")
     with pytest.raises(InputError, match="a folder, but not a virtual environment"):
         read_environment(tmp_path)
+    write(tmp_path, UV_LOCK, "uv.lock")
+    with pytest.raises(InputError, match=r"no bin/python\); did you mean .*uv.lock\?"):
+        read_environment(tmp_path)
 
 
 # ----------------------------------------------------------------------------- diff
@@ -240,15 +245,23 @@ def test_apply_gives_the_good_environment_with_the_changes_applied(two):
     by = {c.name: c for c in diff(good, bad)}
     assert apply(good, []) == tuple(p.requirement for p in good.pins)  # sorted by name
     applied = apply(good, [by["transformers"], by["safetensors"], by["tokenizers"], by["mylib"]])
-    assert applied == ("accelerate==0.24.1", "-e git+https://github.com/me/mylib@abc123#egg=mylib",
+    assert applied == ("accelerate==0.24.1", "mylib @ git+https://github.com/me/mylib@abc123#egg=mylib",
                        "numpy==1.26.4", "pyyaml==6.0.1", "safetensors==0.4.1", "torch==2.1.0+cu121",
                        "transformers==4.39.2", "vendored @ https://files.example/vendored-1.0-py3-none-any.whl")
     assert set(apply(good, diff(good, bad))) == {p.requirement for p in bad.pins}
+    for requirement in applied:  # each one PEP 508 string, one argv word for uv
+        assert Requirement(requirement).name
+    assert bad.get("mylib").install_args == ("-e", "git+https://github.com/me/mylib@abc123#egg=mylib")
+    assert bad.get("numpy").install_args == ("numpy==1.26.4",)
 
 
 def test_a_change_on_its_own():
     c = Change("x", Pin("x", "1.0"), Pin("x", None, "file:///w/x-2.0-py3-none-any.whl"))
     assert c.kind is Kind.CHANGED and not c.bisectable and c.whole
+    assert c.notes == ("direct URL: applied whole, not bisected below",)
+    odd = Change("y", Pin("y", "1.0"), Pin("y", "nightly-7"))  # pinned with ===
+    assert not odd.bisectable and odd.notes == ("nightly-7 is not a PEP 440 version: applied whole, not bisected below",)
+    assert Change("z", Pin("z", "2.1.0rc1"), Pin("z", "2.1.0")).bisectable  # a pre-release is a release
     assert Change("x", None, Pin("x", "1")).kind is Kind.ADDED
     assert Change("x", Pin("x", "1"), None).kind is Kind.REMOVED
 
@@ -551,7 +564,7 @@ def test_pylock_reads_every_source_kind(tmp_path):
         "deepspeed": "deepspeed==0.12.4",
         "my-fork": "my-fork @ git+https://***@github.com/me/my-fork.git@4f2e1b0c9d8a7b6c5d4e3f2a1b0c9d8e7f6a5b4c"
                    "#subdirectory=python",
-        "sibling": f"-e {(tmp_path.parent / 'sibling').as_uri()}",
+        "sibling": f"sibling @ {(tmp_path.parent / 'sibling').as_uri()}",
         "vendored": "vendored @ https://files.example/vendored-1.1.tar.gz",
     }
     assert any("pylock.toml:8: colorama left out: its marker is false here" in n for n in env.notes)

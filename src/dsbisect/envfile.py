@@ -23,10 +23,12 @@ from pathlib import Path
 
 from packaging.markers import default_environment
 
+from .base import inspect_base
 from .errors import InputError
 from .freeze import parse_requirements
 from .lockfiles import NotALock, parse_toml, read_lock
 from .pins import EnvFormat, Environment, Pin, make_pin, parse_version
+from .redact import redact
 
 __all__ = ["Change", "EnvFormat", "Environment", "Kind", "Pin", "apply", "diff", "read_environment"]
 
@@ -72,14 +74,11 @@ class Change:
     def notes(self) -> tuple[str, ...]:
         """What a reader should know of this change, in words."""
         notes = []
-        for pin in (self.good, self.bad):
-            if pin is not None and pin.editable:
-                notes.append("editable: applied whole, not bisected below")
-                break
-            if pin is not None and not pin.plain:
-                notes.append(("direct URL" if "://" in (pin.direct or "") else "direct reference")
-                             + ": applied whole, not bisected below")
-                break
+        odd = next((p for p in (self.good, self.bad) if p is not None and not p.plain), None)
+        if odd is not None:
+            what = "editable" if odd.editable else "direct URL" if odd.direct else \
+                f"{odd.version} is not a PEP 440 version"
+            notes.append(f"{what}: applied whole, not bisected below")
         if self.kind is Kind.CHANGED and self.bisectable:
             old, new = parse_version(self.good.version), parse_version(self.bad.version)
             if new < old:
@@ -219,8 +218,10 @@ def _project_name(path: Path) -> str | None:
 def _read_folder(path: Path) -> Environment:
     python = path / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
     if not (path / "pyvenv.cfg").is_file() and not python.exists():
-        raise InputError(f"{path}: a folder, but not a virtual environment (no pyvenv.cfg, no bin/python): "
-                         f"expected {_EXPECTED}")
+        inside = [str(path / n) for n in (".venv", "venv", "uv.lock", "pylock.toml", "requirements.txt")
+                  if (path / n).exists()]
+        hint = f"; did you mean {' or '.join(inside)}?" if inside else f": expected {_EXPECTED}"
+        raise InputError(f"{path}: a folder, but not a virtual environment (no pyvenv.cfg, no bin/python){hint}")
     if not python.exists():
         raise InputError(f"{path}: a virtual environment without its python ({python} is missing)")
     return _read_python(python, EnvFormat.VENV, str(path))
@@ -228,8 +229,6 @@ def _read_folder(path: Path) -> Environment:
 
 def _read_python(python: Path, fmt: EnvFormat, source: str | None = None) -> Environment:
     """The distributions a python sees, read by running it once (as ``snapshot-base`` does)."""
-    from .base import inspect_base
-
     try:
         base = inspect_base(str(python))
     except (ValueError, KeyError, TypeError):  # it ran, but printed no inventory: not a python
@@ -246,8 +245,6 @@ def _installed_pin(name: str, version: str, info: Path) -> Pin:
         return make_pin(name, version)
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):
         return make_pin(name, version)
-    from .redact import redact
-
     url = redact(data["url"])
     vcs = data.get("vcs_info") if isinstance(data.get("vcs_info"), dict) else None
     if vcs:

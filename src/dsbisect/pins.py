@@ -37,14 +37,18 @@ class Pin:
 
     @property
     def requirement(self) -> str:
-        """What uv gets: ``name==version``, ``name @ url`` or, editable, the requirements-file line
-        ``-e url`` (give it to ``uv pip install`` in a requirements file, not as one argv word)."""
-        if self.editable:
-            return f"-e {self.direct}"
+        """What uv gets, as one PEP 508 string (one argv word): ``name==version`` or ``name @ url``.
+        An editable pin is ``name @ file:///its/checkout`` too: a trial venv gets a copy of the
+        checkout as it is, which runs the same code (``install_args`` keeps it editable)."""
         extras = f"[{','.join(self.extras)}]" if self.extras else ""
         if self.direct:
             return f"{self.name}{extras} @ {self.direct}"
         return f"{self.name}{extras}=={self.version}"
+
+    @property
+    def install_args(self) -> tuple[str, ...]:
+        """The words of ``uv pip install`` for it: ``("-e", url)`` when editable, else the requirement."""
+        return ("-e", self.direct or "") if self.editable else (self.requirement,)
 
     @property
     def plain(self) -> bool:
