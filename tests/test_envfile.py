@@ -101,6 +101,26 @@ def test_requirements_lines(tmp_path, text, expected):
     assert pins_of(tmp_path, text) == expected
 
 
+def test_a_utf16_freeze_from_windows_powershell(tmp_path):
+    path = tmp_path / "good.txt"
+    path.write_bytes("numpy==1.26.4\r\ntorch==2.1.0+cu121\r\n".encode("utf-16"))  # with its BOM
+    assert {p.requirement for p in read_environment(path).pins} == {"numpy==1.26.4", "torch==2.1.0+cu121"}
+
+
+def test_a_conda_envs_freeze_names_its_build_folders(tmp_path):
+    env = read_environment(write(tmp_path, "certifi @ file:///croot/certifi_1700501669400/work/certifi\n"
+                                           "numpy==1.26.4\nmkl-service @ file:///croot/mkl-service_1698/work\n"))
+    (note,) = env.notes
+    assert note.startswith("2 direct references to paths not on this machine (certifi, mkl-service)")
+    assert "pip list --format=freeze" in note
+
+
+def test_a_conda_export_line_says_what_to_give_instead(tmp_path):
+    with pytest.raises(InputError, match=r"env.txt:2: not a requirement: numpy=1.26.4=py311h64a7726_0 "
+                                         r"\(a `conda list --export` line: give `pip list --format=freeze`"):
+        read_environment(write(tmp_path, "# platform: linux-64\nnumpy=1.26.4=py311h64a7726_0\n"))
+
+
 def test_relative_paths_and_includes_start_at_the_file(tmp_path):
     (tmp_path / "sub").mkdir()
     write(tmp_path / "sub", "-r ../base.txt\n./wheels/a-1.0-py3-none-any.whl\n", "top.txt")
@@ -166,7 +186,7 @@ def test_bad_requirements_name_file_and_line(tmp_path, text, message):
     (b"", "empty file: expected a pip freeze"),
     (b"\n  \n\t\n", "empty file"),
     (b"\x7fELF\x02\x01\x01\x00\x00\x00", "a binary file, not a pip freeze"),
-    (b"\xff\xfe\x00f\x00o", "a binary file"),
+    (b"PK\x03\x04\x14\x00\x00\x00\x08\x00", "a binary file"),  # a wheel given by mistake
 ])
 def test_empty_and_binary_files(tmp_path, content, message):
     path = tmp_path / "f"
@@ -578,12 +598,14 @@ def test_pylock_reads_every_source_kind(tmp_path):
     ("uv.lock", 'version = 1\n[[package]\nname = "x"\n', "uv.lock:2: not valid TOML"),
     ("uv.lock", 'version = 1\n\n[[package]]\nname = "a"\nversion = "1"\nsource = { registry = "r" }\n\n'
                 '[[package]]\nversion = "2"\n', "uv.lock:8: a [[package]] without a name"),
-    ("uv.lock", 'version = 1\n[[package]]\nname = "a"\nversion = "1"\n', "uv.lock:2: a has no source"),
+    ("uv.lock", 'version = 1\n[[package]]\nname = "a"\nversion = "1"\n', "uv.lock:2: a has no source uv.lock defines"),
     ("uv.lock", 'version = 1\n[[package]]\nname = "a"\nsource = { registry = "r" }\n',
      "uv.lock:2: a from a registry has no version"),
     ("uv.lock", 'version = 1\n[[package]]\nname = "p"\nversion = "1"\nsource = { virtual = "." }\n'
                 'dependencies = [{ name = "gone" }]\n', "uv.lock:2: p depends on gone, which is not in the lock"),
-    ("uv.lock", 'version = 1\n[[package]]\nname = "a"\nversion = "1"\nsource = { svn = "x" }\n',
+    ("uv.lock", 'version = 1\n[[package]]\nname = "a"\nversion = "1"\nsource = { svn = "https://u:hunter2@x" }\n',
+     "uv.lock:2: a has no source uv.lock defines (registry, git, url"),
+    ("uv.lock", 'version = 1\n[[package]]\nname = "a"\nversion = "1"\nsource = "svn+https://x"\n',
      "uv.lock:2: a has a source uv.lock does not define: svn"),
     ("pylock.toml", 'lock-version = "1.0"\n[[packages]]\nname = "a"\n',
      "pylock.toml:2: a has no version, vcs, directory or archive"),
@@ -597,7 +619,47 @@ def test_pylock_reads_every_source_kind(tmp_path):
 def test_bad_locks_name_file_and_line(tmp_path, name, text, message):
     with pytest.raises(InputError) as e:
         read_environment(write(tmp_path, text, name), markers=LINUX_311)
-    assert message in str(e.value)
+    assert message in str(e.value) and "hunter2" not in str(e.value)
+
+
+def test_uv_lock_source_forms_and_extras_that_conflict(tmp_path):
+    text = """\
+version = 1
+requires-python = ">=3.10"
+
+[[package]]
+name = "app"
+version = "0.1.0"
+source = "editable+."
+dependencies = [{ name = "old-style" }, { name = "sub-pkg" }]
+
+[[package]]
+name = "old-style"
+version = "1.2"
+source = "registry+https://pypi.org/simple"
+
+[[package]]
+name = "sub-pkg"
+version = "0.3"
+source = { url = "https://h.example/mono.tar.gz", subdirectory = "python/sub" }
+"""
+    env = read_environment(write(tmp_path, text, "uv.lock"), markers=LINUX_311)
+    assert {p.requirement for p in env.pins} == {"old-style==1.2",
+                                                 "sub-pkg @ https://h.example/mono.tar.gz#subdirectory=python/sub"}
+    # torch for cpu and for cuda, each by an extra of the project: no one environment
+    conflict = UV_LOCK.replace('tracking = [\n    { name = "wandb" },\n]',
+                               'tracking = [\n    { name = "wandb" },\n]\ncpu = [\n    { name = "torch", version = "2.2.0", '
+                               'source = { registry = "https://download.pytorch.org/whl/cpu" } },\n]').replace(
+        '{ name = "torch" }', '{ name = "torch", version = "2.2.0+cu121", source = { registry = '
+                              '"https://download.pytorch.org/whl/cu121" } }') + """
+[[package]]
+name = "torch"
+version = "2.2.0"
+source = { registry = "https://download.pytorch.org/whl/cpu" }
+"""
+    with pytest.raises(InputError, match="torch is locked at two versions for this interpreter .* for different "
+                                         "extras or groups of the project: give a freeze"):
+        read_environment(write(tmp_path, conflict, "uv.lock"), markers=LINUX_311)
 
 
 def test_snapshot_base_json_is_an_environment(tmp_path):

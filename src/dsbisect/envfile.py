@@ -12,6 +12,7 @@ the requirement strings of the good environment with some of them applied.
 
 from __future__ import annotations
 
+import codecs
 import enum
 import json
 import os
@@ -20,13 +21,14 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from packaging.markers import default_environment
 
 from .base import inspect_base
 from .errors import InputError
 from .freeze import parse_requirements
-from .lockfiles import NotALock, parse_toml, read_lock
+from .lockfiles import NotALock, is_toml, parse_toml, read_lock
 from .pins import EnvFormat, Environment, Pin, make_pin, parse_version
 from .redact import redact
 
@@ -155,6 +157,13 @@ def read_environment(path: Path, *, markers: Mapping[str, str] | None = None) ->
 
 def _text(data: bytes, partial: bool = False) -> str | None:
     """The text of ``data``, or None for a binary file (``partial``: a head cut anywhere)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # `pip freeze > f` in Windows PowerShell 5
+        if partial:
+            return ""
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            return None
     if b"\0" in data:
         return None
     try:
@@ -167,8 +176,8 @@ def _read_text(path: Path, text: str, markers: dict[str, str]) -> Environment:
     first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
     if first.startswith("{"):
         return _read_snapshot(path, text)
-    if _LOCK_NAME.match(path.name) or path.suffix == ".toml" or first.startswith("[") \
-            or _TOML_KEY.match(first):
+    if _LOCK_NAME.match(path.name) or path.suffix == ".toml" or \
+            ((first.startswith("[") or _TOML_KEY.match(first)) and is_toml(text)):
         return _read_lock(path, text, markers)
     parsed = parse_requirements(text, str(path), path.resolve().parent, markers=markers,
                                 include=lambda p: p.read_text(errors="replace"), project_name=_project_name)
@@ -199,7 +208,22 @@ def _environment(source: str, pins: Iterable[Pin], *, notes: Iterable[str] = (),
             notes.append(f"pip {pin.label} left out (the installer, which pip freeze leaves out too)")
         else:
             kept.append(pin)
+    notes += _elsewhere(kept)
     return Environment(source, tuple(sorted(kept, key=lambda p: p.name)), notes=tuple(notes), **fields)
+
+
+def _elsewhere(pins: Iterable[Pin]) -> list[str]:
+    """A note on file:// references that are not on this machine: no trial can install them here."""
+    missing = [p for p in pins if (p.direct or "").startswith("file://")
+               and not Path(unquote(urlsplit(p.direct.split("#", 1)[0]).path)).exists()]
+    if not missing:
+        return []
+    names = ", ".join(p.name for p in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    conda = any(re.search(r"/(croot|conda-bld|feedstock_root|opt/conda)/", p.direct or "") for p in missing)
+    return [f"{len(missing)} direct reference{'s' if len(missing) != 1 else ''} to paths not on this machine "
+            f"({names}): trials cannot install them here"
+            + ("; a conda env's pip freeze names its build folders: `pip list --format=freeze` writes versions"
+               if conda else "")]
 
 
 def _project_name(path: Path) -> str | None:

@@ -30,7 +30,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
 from .errors import InputError
-from .pins import Pin, make_pin
+from .pins import Pin, make_pin, marker_holds
 from .redact import redact
 
 # pip's own rule: a comment starts at a '#' at the start of a line or after whitespace, so
@@ -45,6 +45,7 @@ _KEPT_VALUED = {"-i": "--index-url", "--index-url": "--index-url", "--extra-inde
 _KEPT_FLAGS = ("--no-index", "--pre", "--prefer-binary", "--require-hashes")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _VCS = re.compile(r"^(git|hg|svn|bzr)\+")
+_CONDA_EXPORT = re.compile(r"^[A-Za-z0-9_.-]+=[^=\s]+=[^=\s]+$")  # numpy=1.26.4=py311h64a7726_0
 _ARCHIVES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tar.xz", ".tgz")
 
 
@@ -158,9 +159,14 @@ class _Reader:
         try:
             req = Requirement(req_text)
         except InvalidRequirement as e:
-            raise InputError(f"{where}: not a requirement: {redact(req_text)} ({e})") from None
+            hint = " (a `conda list --export` line: give `pip list --format=freeze` output instead)" \
+                if _CONDA_EXPORT.match(req_text) else f" ({e})"
+            raise InputError(f"{where}: not a requirement: {redact(req_text)}{hint}") from None
         marker = str(req.marker) if req.marker else None
-        if req.marker and not req.marker.evaluate(dict(self.markers)):
+        holds = marker_holds(marker, self.markers) if marker else True
+        if holds is None:
+            raise InputError(f"{where}: cannot evaluate the marker of {redact(req_text)}")
+        if not holds:
             return [f"{where}: {redact(req_text)} left out: its marker is false here"]
         if req.url:
             return [make_pin(req.name, None, self.url(req.url), marker=marker, extras=tuple(req.extras))]

@@ -21,17 +21,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from packaging.markers import InvalidMarker, Marker
 from packaging.utils import canonicalize_name
 
 from .errors import InputError
-from .pins import Pin, make_pin
+from .pins import Pin, make_pin, marker_holds
 from .redact import redact
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - python 3.10
     import tomli as tomllib
+
+
+_SOURCES = ("registry", "git", "url", "path", "directory", "editable", "virtual")
+_ONE_ENV = "give a freeze of the environment that ran (uv pip freeze > env.txt)"
 
 
 class NotALock(Exception):
@@ -55,6 +58,14 @@ def parse_toml(text: str, source: str) -> dict:
         raise InputError(f"{where}: not valid TOML ({str(e).split(' (at ')[0]})") from None
 
 
+def is_toml(text: str) -> bool:
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        return False
+    return True
+
+
 def read_lock(data: dict, text: str, source: str, folder: Path, markers: Mapping[str, str]) -> Locked:
     """The pins of a parsed uv.lock or pylock.toml; NotALock when it is neither."""
     if isinstance(data.get("package"), list) and "version" in data:
@@ -69,14 +80,14 @@ def _header_lines(text: str, header: str) -> list[int]:
     return [n for n, ln in enumerate(text.splitlines(), 1) if ln.strip() == f"[[{header}]]"]
 
 
-def _true(marker: str | None, markers: Mapping[str, str], where: str, notes: list[str]) -> bool:
+def _true(marker: str | None, markers: Mapping[str, object], where: str, notes: list[str]) -> bool:
     if not marker:
         return True
-    try:
-        return Marker(marker).evaluate({"extra": "", **markers})
-    except InvalidMarker:
+    holds = marker_holds(marker, {"extra": "", **markers}, lock=True)
+    if holds is None:
         notes.append(f"{where}: marker {marker!r} not understood: counted as true")
         return True
+    return holds
 
 
 def _file_url(folder: Path, path: str) -> str:
@@ -91,31 +102,44 @@ class _UvLock:
         self.data, self.source, self.folder, self.markers = data, source, folder, markers
         self.lines = _header_lines(text, "package")
         self.notes: list[str] = []
-        self.entries = []
+        self.entries, self.sources = [], []
         for i, entry in enumerate(data["package"]):
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 raise InputError(f"{self.where(i)}: a [[package]] without a name")
-            if not isinstance(entry.get("source"), dict) or len(entry["source"]) != 1:
-                raise InputError(f"{self.where(i)}: {entry['name']} has no source (registry, git, path, ...)")
             self.entries.append(entry)
+            self.sources.append(self.source_of(i))
+
+    def source_of(self, i: int) -> tuple[str, str, dict]:
+        """(kind, value, the source table) of a package: ``{ registry = "..." }``, ``{ url = "...",
+        subdirectory = "..." }``; the ``"registry+https://..."`` string of early locks too."""
+        source, name = self.entries[i].get("source"), self.entries[i]["name"]
+        if isinstance(source, str) and "+" in source:
+            kind, value = source.split("+", 1)
+            return kind, value, {}
+        kind = next((k for k in _SOURCES if isinstance(source, dict) and k in source), None)
+        if kind is None:
+            raise InputError(f"{self.where(i)}: {name} has no source uv.lock defines ({', '.join(_SOURCES)}): "
+                             f"{redact(repr(source))}")
+        return kind, str(source[kind]), source
 
     def where(self, i: int) -> str:
         return f"{self.source}:{self.lines[i]}" if i < len(self.lines) else self.source
 
     def read(self) -> Locked:
-        roots = [i for i, e in enumerate(self.entries) if self.is_root(e)]
+        roots = [i for i in range(len(self.entries)) if self.is_root(i)]
         reached = self.walk(roots) if roots else list(range(len(self.entries)))
         pins: dict[str, tuple[Pin, int]] = {}
         for i in reached:
             if i in roots:
                 self.notes.append(f"{self.entries[i]['name']}: the project's own root "
-                                  f"({next(iter(self.entries[i]['source']))}), not a change to apply: left out")
+                                  f"({self.sources[i][0]}), not a change to apply: left out")
                 continue
             pin = self.pin(i)
             before = pins.get(pin.name)
             if before and before[0] != pin:
-                raise InputError(f"{self.where(i)}: {pin.name} is locked at two versions here "
-                                 f"({before[0].label}, {pin.label}): pass the markers of one interpreter")
+                raise InputError(f"{self.where(i)}: {pin.name} is locked at two versions for this interpreter "
+                                 f"({before[0].label}, {pin.label}), for different extras or groups of the "
+                                 f"project: {_ONE_ENV}")
             pins[pin.name] = (pin, i)
         if roots:
             left = len(self.entries) - len(reached)
@@ -124,8 +148,9 @@ class _UvLock:
         return Locked(tuple(p for p, _ in pins.values()), self.data.get("requires-python"), tuple(self.notes),
                       "uv.lock")
 
-    def is_root(self, entry: dict) -> bool:
-        kind, value = next(iter(entry["source"].items()))
+    def is_root(self, i: int) -> bool:
+        entry = self.entries[i]
+        kind, value, _ = self.sources[i]
         members = self.data.get("manifest", {}).get("members", [])
         return kind in ("editable", "virtual") and (value == "." or canonicalize_name(entry["name"]) in
                                                     {canonicalize_name(m) for m in members})
@@ -173,7 +198,7 @@ class _UvLock:
 
     def pin(self, i: int) -> Pin:
         entry = self.entries[i]
-        kind, value = next(iter(entry["source"].items()))
+        kind, value, table = self.sources[i]
         name, version = entry["name"], entry.get("version")
         if kind == "registry":
             if not version:
@@ -182,10 +207,11 @@ class _UvLock:
         if kind == "git":
             return make_pin(name, version, _git_url(value))
         if kind == "url":
-            return make_pin(name, version, redact(value))
+            sub = table.get("subdirectory")
+            return make_pin(name, version, redact(value) + (f"#subdirectory={sub}" if sub else ""))
         if kind in ("path", "directory", "editable"):
             return make_pin(name, version, _file_url(self.folder, value), editable=kind == "editable")
-        raise InputError(f"{self.where(i)}: {name} has a source uv.lock does not define: {kind}")
+        raise InputError(f"{self.where(i)}: {name} has a source uv.lock does not define: {kind}")  # a string form
 
 
 def _git_url(value: str) -> str:
@@ -205,6 +231,9 @@ def _read_pylock(data: dict, text: str, source: str, folder: Path, markers: Mapp
     lines = _header_lines(text, "packages")
     notes: list[str] = []
     pins: dict[str, Pin] = {}
+    # every extra and group the lock offers counted, as for a uv.lock (PEP 751 markers name them)
+    markers = {**markers, "extras": frozenset(data.get("extras", [])),
+               "dependency_groups": frozenset(data.get("dependency-groups", []))}
     if data.get("environments"):
         notes.append(f"locked for the environments {', '.join(map(str, data['environments']))}")
     for i, entry in enumerate(data["packages"]):
@@ -220,7 +249,7 @@ def _read_pylock(data: dict, text: str, source: str, folder: Path, markers: Mapp
             continue
         if pin.name in pins and pins[pin.name] != pin:
             raise InputError(f"{where}: {pin.name} is locked twice for this interpreter "
-                             f"({pins[pin.name].label}, {pin.label})")
+                             f"({pins[pin.name].label}, {pin.label}): {_ONE_ENV}")
         pins[pin.name] = pin
     return Locked(tuple(pins.values()), data.get("requires-python"), tuple(notes), "pylock.toml")
 

@@ -7,8 +7,11 @@ diff, the level-1 search and the reports read them.
 from __future__ import annotations
 
 import enum
+import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -100,3 +103,19 @@ def make_pin(name: str, version: str | None, direct: str | None = None, *, edita
              marker: str | None = None, extras: tuple[str, ...] = ()) -> Pin:
     return Pin(canonicalize_name(name), None if direct else version, direct, editable, marker,
                tuple(sorted(canonicalize_name(e) for e in extras)))
+
+
+# packaging >= 25 evaluates the lock-file markers of PEP 751 ('dev' in dependency_groups) in a context of their own.
+_HAS_CONTEXT = "context" in inspect.signature(Marker.evaluate).parameters
+
+
+def marker_holds(marker: str, values: Mapping[str, object], *, lock: bool = False) -> bool | None:
+    """Whether an environment marker holds for these marker values (the missing ones are this
+    interpreter's); None when that cannot be told (not a marker, or it names a value not given)."""
+    try:
+        parsed = Marker(marker)
+        if lock and _HAS_CONTEXT:
+            return parsed.evaluate(dict(values), context="lock_file")
+        return parsed.evaluate(dict(values))
+    except (InvalidMarker, UndefinedEnvironmentName, UndefinedComparison):
+        return None
