@@ -336,6 +336,20 @@ def test_diff_cli_bad_input_is_one_line_and_creates_nothing(cli, tmp_path, good,
     assert sorted(tmp_path.iterdir()) == before
 
 
+def test_diff_cli_reads_one_side_from_stdin(tmp_path):
+    write(tmp_path, "a==1.0\nb==1.0\n", "g.txt")
+    run = lambda text: subprocess.run([sys.executable, "-m", "dsbisect", "diff", "g.txt", "-", "--format", "json"],  # noqa: E731
+                                      cwd=tmp_path, input=text, capture_output=True, text=True)
+    done = run("a==1.0\nb==2.0\n")
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["bad"]["source"] == "<stdin>" and [c["name"] for c in data["changes"]] == ["b"]
+    done = run("a==1.0\nb>=2\n")
+    assert done.returncode == 2 and done.stderr.strip().endswith("<stdin>:2: not an exact pin: b>=2 (each line must "
+                                                                  "pin one version with ==, as pip freeze writes)")
+    assert run("").returncode == 2
+
+
 def test_diff_cli_as_a_subprocess(tmp_path):
     write(tmp_path, "a==1.0\nb==1.0\n", "g.txt")
     write(tmp_path, "a==1.1\n", "b.txt")

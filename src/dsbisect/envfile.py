@@ -40,6 +40,7 @@ _NOT_A_LOCK = {"pyproject.toml": "a pyproject.toml pins nothing: give its uv.loc
                "poetry.lock": "poetry.lock is not read: give `poetry export --without-hashes` output or a pip freeze",
                "pdm.lock": "pdm.lock is not read: give `pdm export` output or a pip freeze"}
 _PYTHON_NAME = re.compile(r"^(python|pypy)[\d.]*(\.exe)?$")
+STDIN = "<stdin>"  # what `-` reads, as errors name it
 _EXPECTED = "a pip freeze, a requirements file of == pins, uv.lock, pylock.toml, a venv or a python"
 
 
@@ -133,6 +134,11 @@ def read_environment(path: Path, *, markers: Mapping[str, str] | None = None) ->
     ``file:line`` on bad input."""
     path = Path(path)
     marks = dict(markers) if markers is not None else default_environment()
+    if str(path) == "-":  # `pip freeze | dsbisect diff good.txt -`
+        text = _text(sys.stdin.buffer.read())
+        if text is None:
+            raise InputError(f"{STDIN}: binary data, not {_EXPECTED}")
+        return _read_text(Path(STDIN), text, marks)
     if path.is_dir():
         return _read_folder(path)
     try:
@@ -150,7 +156,7 @@ def read_environment(path: Path, *, markers: Mapping[str, str] | None = None) ->
         if _PYTHON_NAME.match(path.name) and os.access(path, os.X_OK):
             return _read_python(path, EnvFormat.PYTHON)
         what = "a program (only one named python* or pypy* is run, to read what it has installed)" \
-            if os.access(path, os.X_OK) else "a binary file"
+            if os.access(path, os.X_OK) else "a script" if text else "a binary file"
         raise InputError(f"{path}: {what}, not {_EXPECTED}")
     return _read_text(path, text, marks)
 
@@ -173,13 +179,16 @@ def _text(data: bytes, partial: bool = False) -> str | None:
 
 
 def _read_text(path: Path, text: str, markers: dict[str, str]) -> Environment:
+    if not text.strip():
+        raise InputError(f"{path}: empty: expected {_EXPECTED}")
     first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
     if first.startswith("{"):
         return _read_snapshot(path, text)
     if _LOCK_NAME.match(path.name) or path.suffix == ".toml" or \
             ((first.startswith("[") or _TOML_KEY.match(first)) and is_toml(text)):
         return _read_lock(path, text, markers)
-    parsed = parse_requirements(text, str(path), path.resolve().parent, markers=markers,
+    folder = Path.cwd() if str(path) == STDIN else path.resolve().parent
+    parsed = parse_requirements(text, str(path), folder, markers=markers,
                                 include=lambda p: p.read_text(errors="replace"), project_name=_project_name)
     return _environment(str(path), parsed.pins, format=EnvFormat.REQUIREMENTS, options=parsed.options,
                         notes=parsed.notes)
