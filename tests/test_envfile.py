@@ -94,8 +94,9 @@ def test_pip_freeze_and_uv_pip_freeze_of_one_env_are_the_same_environment(tmp_pa
     ('colorama==0.4.6 ; sys_platform == "win32-never"\n', {}),
     # a UTF-8 BOM and CRLF line ends (a freeze written on Windows)
     ("\ufefffoo==1.0\r\nbar==2.0\r\n", {"foo": "foo==1.0", "bar": "bar==2.0"}),
-    # the same pin twice is harmless
+    # the same pin twice is harmless (pip-compile lists a package once per extra asked)
     ("foo==1.0\nFoo==1.0\n", {"foo": "foo==1.0"}),
+    ("foo[a]==1.0\nfoo==1.0.0\n-c constraints.txt\n", {"foo": "foo[a]==1.0"}),
 ])
 def test_requirements_lines(tmp_path, text, expected):
     assert pins_of(tmp_path, text) == expected
