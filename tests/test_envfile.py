@@ -8,12 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from packaging.requirements import Requirement
 
 from dsbisect.envfile import Change, Kind, apply, diff, read_environment
 from dsbisect.errors import InputError
-from dsbisect.pins import EnvFormat, Pin
+from dsbisect.pins import EnvFormat, Environment, Pin
 
 # The shape of a real `pip freeze` (pip 23, python 3.11): a git editable with no remote gets a
 # comment naming it, names keep their case (Jinja2, MarkupSafe), versions their local part.
@@ -291,7 +292,7 @@ def test_a_change_on_its_own():
 
 
 def test_diff_cli_table(cli, tmp_path):
-    write(tmp_path, GOOD, "good.txt")
+    write(tmp_path, "--extra-index-url https://__token__:s3cret@pypi.corp.example/simple\n" + GOOD, "good.txt")
     write(tmp_path, BAD, "bad.txt")
     r = cli("diff", str(tmp_path / "good.txt"), str(tmp_path / "bad.txt"), "--python", sys.executable)
     assert r.exit_code == 0, r.output
@@ -299,6 +300,8 @@ def test_diff_cli_table(cli, tmp_path):
     row = next(ln for ln in r.output.splitlines() if "transformers" in ln)
     assert "4.36.2" in row and "4.39.2" in row and "changed" in row
     assert "direct URL: applied whole, not bisected below" in r.output
+    assert "index options not used (give them on the command line): --extra-index-url " \
+           "https://***@pypi.corp.example/simple" in r.output and "s3cret" not in r.output
 
 
 def test_diff_cli_json_and_markdown_to_a_file(cli, tmp_path):
@@ -337,34 +340,28 @@ def test_diff_cli_bad_input_is_one_line_and_creates_nothing(cli, tmp_path, good,
     assert sorted(tmp_path.iterdir()) == before
 
 
-def test_diff_cli_reads_one_side_from_stdin(tmp_path):
-    write(tmp_path, "a==1.0\nb==1.0\n", "g.txt")
-    run = lambda text: subprocess.run([sys.executable, "-m", "dsbisect", "diff", "g.txt", "-", "--format", "json"],  # noqa: E731
-                                      cwd=tmp_path, input=text, capture_output=True, text=True)
-    done = run("a==1.0\nb==2.0\n")
+def test_diff_cli_as_a_subprocess_reading_one_side_from_stdin(tmp_path):
+    write(tmp_path, "a==1.0\nb==1.0\nc==1.0\n", "g.txt")
+    done = subprocess.run([sys.executable, "-m", "dsbisect", "diff", "g.txt", "-", "--format", "json"], cwd=tmp_path,
+                          input="a==1.0\nb==2.0\n", capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
-    assert data["bad"]["source"] == "<stdin>" and [c["name"] for c in data["changes"]] == ["b"]
-    done = run("a==1.0\nb>=2\n")
-    assert done.returncode == 2 and done.stderr.strip().endswith("<stdin>:2: not an exact pin: b>=2 (each line must "
-                                                                  "pin one version with ==, as pip freeze writes)")
-    assert run("").returncode == 2
+    assert data["summary"] == "2 changes: 1 changed, 1 removed" and data["bad"]["source"] == "<stdin>"
+    assert [c["name"] for c in data["changes"]] == ["b", "c"]
 
 
-def test_diff_cli_as_a_subprocess(tmp_path):
-    write(tmp_path, "a==1.0\nb==1.0\n", "g.txt")
-    write(tmp_path, "a==1.1\n", "b.txt")
-    done = subprocess.run([sys.executable, "-m", "dsbisect", "diff", "g.txt", "b.txt"], cwd=tmp_path,
-                          capture_output=True, text=True, env={"COLUMNS": "200", "NO_COLOR": "1", "PATH": "/usr/bin:/bin",
-                                                               **_pythonpath()})
-    assert done.returncode == 0, done.stderr
-    assert "2 changes: 1 changed, 1 removed" in done.stdout
+@pytest.mark.parametrize("text, message", [
+    ("a==1.0\nb>=2\n", "<stdin>:2: not an exact pin: b>=2 (each line must pin one version with ==, as pip freeze writes)"),
+    ("", "<stdin>: empty"),
+])
+def test_bad_input_on_stdin(tmp_path, text, message):
+    from typer.testing import CliRunner
 
+    from dsbisect.cli import app
 
-def _pythonpath() -> dict[str, str]:
-    import os
-
-    return {"PYTHONPATH": os.environ["PYTHONPATH"]} if "PYTHONPATH" in os.environ else {}
+    write(tmp_path, "a==1.0\n", "g.txt")
+    r = CliRunner().invoke(app, ["diff", str(tmp_path / "g.txt"), "-"], input=text, env={"COLUMNS": "220"})
+    assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1
 
 
 # ------------------------------------------------------------------ uv.lock, pylock
@@ -735,3 +732,37 @@ def test_a_program_that_is_not_a_python_is_not_read(tmp_path, name, content, mes
     path.chmod(0o755)
     with pytest.raises(InputError, match=message.replace("*", r"\*").replace("(", r"\(")):
         read_environment(path)
+
+
+# ------------------------------------------------------------------ diff/apply properties
+
+_PINS = st.one_of(
+    st.builds(lambda v: Pin("", v), st.sampled_from(["1.0", "1.0.0", "2.0", "2.1.0+cu121", "3.0rc1"])),
+    st.builds(lambda u: Pin("", None, u), st.sampled_from(["https://h/x-1.whl", "git+https://h/r@abc"])),
+    st.builds(lambda u: Pin("", None, u, editable=True), st.sampled_from(["file:///src/x", "file:///src/y"])))
+_ENVS = st.dictionaries(st.sampled_from(["a", "b", "c", "d", "e", "f"]), _PINS, max_size=6).map(
+    lambda d: Environment("x", tuple(Pin(n, p.version, p.direct, p.editable) for n, p in sorted(d.items()))))
+
+
+def _by_hand(good: Environment, subset) -> Environment:
+    """The oracle: good's pins, with each change's bad pin in its place (removed: gone)."""
+    pins = {p.name: p for p in good.pins}
+    for c in subset:
+        if c.bad is None:
+            del pins[c.name]
+        else:
+            pins[c.name] = c.bad
+    return Environment("by hand", tuple(pins[n] for n in sorted(pins)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(_ENVS, _ENVS, st.data())
+def test_applying_changes_moves_the_good_environment_toward_the_bad(good, bad, data):
+    changes = diff(good, bad)
+    assert diff(good, good) == () and [c.name for c in changes] == sorted({c.name for c in changes})
+    assert apply(good, ()) == tuple(p.requirement for p in good.pins)
+    assert diff(_by_hand(good, changes), bad) == ()
+    subset = [c for c in changes if data.draw(st.booleans())]
+    middle = _by_hand(good, subset)
+    assert apply(good, subset) == tuple(p.requirement for p in middle.pins)
+    assert [c.name for c in diff(middle, bad)] == [c.name for c in changes if c not in subset]
