@@ -313,7 +313,8 @@ def test_diff_cli_json_and_markdown_to_a_file(cli, tmp_path):
     data = json.loads(r.output)
     assert data == json.loads((tmp_path / "d.json").read_text())
     assert set(data) == {"summary", "good", "bad", "changes"}
-    assert set(data["good"]) == {"source", "format", "python", "requires_python", "packages", "options", "notes"}
+    assert set(data["good"]) == {"source", "format", "python", "requires_python", "packages", "options", "notes",
+                                 "roots"}
     assert set(data["changes"][0]) == {"name", "kind", "good", "bad", "bisectable", "whole", "describe", "notes"}
     first = data["changes"][0]
     assert first["name"] == "accelerate" and first["good"]["version"] == "0.24.1" and first["bisectable"]
@@ -521,8 +522,8 @@ def test_uv_lock_gives_what_the_root_reaches_here(tmp_path):
                         "@a0857740c0e6127485c11476650314df3accc2b6",
         "wandb": "wandb==0.16.2",
     }
-    assert any("trainer: the project's own root" in n for n in env.notes)
-    assert any("trainer-utils: the project's own root" in n for n in env.notes)
+    assert env.roots == ("trainer", "trainer-utils")  # the workspace's members: not changes, left out quietly
+    assert not any("trainer" in n for n in env.notes)
 
 
 def test_uv_lock_for_another_interpreter_takes_the_other_fork(tmp_path):
@@ -600,7 +601,7 @@ def test_pylock_reads_every_source_kind(tmp_path):
         "vendored": "vendored @ https://files.example/vendored-1.1.tar.gz",
     }
     assert any("pylock.toml:8: colorama left out: its marker is false here" in n for n in env.notes)
-    assert any("myproj: the project's own root" in n for n in env.notes)
+    assert env.roots == ("myproj",)
     assert any("sys_platform == 'linux'" in n for n in env.notes)  # what it was locked for
     named = read_environment(write(tmp_path, PYLOCK, "pylock.train.toml"), markers=WINDOWS_312)
     assert named.get("colorama").version == "0.4.6"
@@ -766,3 +767,17 @@ def test_applying_changes_moves_the_good_environment_toward_the_bad(good, bad, d
     middle = _by_hand(good, subset)
     assert apply(good, subset) == tuple(p.requirement for p in middle.pins)
     assert [c.name for c in diff(middle, bad)] == [c.name for c in changes if c not in subset]
+
+
+def test_what_the_base_provides_is_said_once_and_torch_on_its_row(two):
+    from dsbisect.envreport import EnvDiff, context_lines, markdown
+
+    good, bad = two
+    d = EnvDiff(good, bad, diff(good, bad), {"torch": "2.1.0+cu121", "accelerate": "0.24.1", "tokenizers": "0.15.0"})
+    by = {c.name: c for c in d.changes}
+    assert d.notes(by["torch"])[-1] == "provided by the base (2.1.0+cu121): trials must install torch unless --hold torch"
+    assert not any("provided by the base" in n for n in d.notes(by["accelerate"]))
+    assert context_lines(d)[-1] == ("the base provides 2 of the changed packages (accelerate, tokenizers): a trial "
+                                    "installs its own version over the base's, unless --hold NAME keeps the base's")
+    assert "| torch | 2.1.0+cu121 | 2.2.0+cu121 | changed |" in markdown(d)
+    assert not any("the base provides" in ln for ln in context_lines(EnvDiff(good, bad, d.changes, {})))

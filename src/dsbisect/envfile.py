@@ -204,7 +204,7 @@ def _read_lock(path: Path, text: str, markers: dict[str, str]) -> Environment:
         raise InputError(f"{path}: {what}") from None
     fmt = EnvFormat.UV_LOCK if locked.kind == "uv.lock" else EnvFormat.PYLOCK
     return _environment(str(path), locked.pins, format=fmt, requires_python=locked.requires_python,
-                        notes=locked.notes)
+                        notes=locked.notes, roots=locked.roots)
 
 
 def _environment(source: str, pins: Iterable[Pin], *, notes: Iterable[str] = (), **fields) -> Environment:

@@ -47,6 +47,7 @@ class Locked:
     requires_python: str | None
     notes: tuple[str, ...]
     kind: str                      # "uv.lock" or "pylock.toml"
+    roots: tuple[str, ...] = ()    # the project's own root packages, left out
 
 
 def parse_toml(text: str, source: str) -> dict:
@@ -131,8 +132,6 @@ class _UvLock:
         pins: dict[str, tuple[Pin, int]] = {}
         for i in reached:
             if i in roots:
-                self.notes.append(f"{self.entries[i]['name']}: the project's own root "
-                                  f"({self.sources[i][0]}), not a change to apply: left out")
                 continue
             pin = self.pin(i)
             before = pins.get(pin.name)
@@ -146,7 +145,7 @@ class _UvLock:
             self.notes.append("every extra and dependency group of the project counted (a lock does not say which "
                               "were installed)" + (f"; {left} locked package{'s' if left != 1 else ''} not needed here left out" if left else ""))
         return Locked(tuple(p for p, _ in pins.values()), self.data.get("requires-python"), tuple(self.notes),
-                      "uv.lock")
+                      "uv.lock", tuple(canonicalize_name(self.entries[i]["name"]) for i in roots))
 
     def is_root(self, i: int) -> bool:
         entry = self.entries[i]
@@ -231,6 +230,7 @@ def _read_pylock(data: dict, text: str, source: str, folder: Path, markers: Mapp
     lines = _header_lines(text, "packages")
     notes: list[str] = []
     pins: dict[str, Pin] = {}
+    roots: list[str] = []
     # every extra and group the lock offers counted, as for a uv.lock (PEP 751 markers name them)
     markers = {**markers, "extras": frozenset(data.get("extras", [])),
                "dependency_groups": frozenset(data.get("dependency-groups", []))}
@@ -245,13 +245,13 @@ def _read_pylock(data: dict, text: str, source: str, folder: Path, markers: Mapp
             continue
         pin = _pylock_pin(entry, folder, where)
         if pin is None:
-            notes.append(f"{entry['name']}: the project's own root (a directory at .), not a change to apply: left out")
+            roots.append(canonicalize_name(entry["name"]))
             continue
         if pin.name in pins and pins[pin.name] != pin:
             raise InputError(f"{where}: {pin.name} is locked twice for this interpreter "
                              f"({pins[pin.name].label}, {pin.label}): {_ONE_ENV}")
         pins[pin.name] = pin
-    return Locked(tuple(pins.values()), data.get("requires-python"), tuple(notes), "pylock.toml")
+    return Locked(tuple(pins.values()), data.get("requires-python"), tuple(notes), "pylock.toml", tuple(roots))
 
 
 def _pylock_pin(entry: dict, folder: Path, where: str) -> Pin | None:
