@@ -328,6 +328,7 @@ def test_diff_cli_json_and_markdown_to_a_file(cli, tmp_path):
     ("good.txt", "missing.txt", 2, "missing.txt: no such file or folder"),
     ("good.txt", "loose.txt", 2, "loose.txt:2: not an exact pin: numpy>=1.2"),
     ("empty.txt", "good.txt", 2, "empty.txt: empty file"),
+    ("-", "-", 2, "GOOD and BAD are both - : only one of them can be read from stdin"),
 ])
 def test_diff_cli_bad_input_is_one_line_and_creates_nothing(cli, tmp_path, good, bad, code, message):
     write(tmp_path, GOOD, "good.txt")
@@ -339,6 +340,14 @@ def test_diff_cli_bad_input_is_one_line_and_creates_nothing(cli, tmp_path, good,
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.output
     assert sorted(tmp_path.iterdir()) == before
+
+
+def test_diff_cli_output_into_a_missing_folder(cli, tmp_path):
+    write(tmp_path, "a==1\n", "g.txt")
+    write(tmp_path, "a==2\n", "b.txt")
+    r = cli("diff", "g.txt", "b.txt", "-o", "no/such/out.md", cwd=tmp_path)
+    assert r.exit_code == 2 and "-o no/such/out.md: there is no folder no/such" in r.output
+    assert not (tmp_path / "no").exists()
 
 
 def test_diff_cli_as_a_subprocess_reading_one_side_from_stdin(tmp_path):

@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .envfile import Change, Environment, Kind, diff, read_environment
-from .errors import DsbisectError
+from .errors import DsbisectError, InputError
 from .pins import EnvFormat, Pin
 from .redact import redact
 
@@ -142,6 +142,8 @@ def compare(good: Path, bad: Path, python: str | None = None) -> EnvDiff:
     dsbisect's own; it provides packages only when layered, i.e. when it has torch)."""
     from .base import inspect_base
 
+    if str(good) == str(bad) == "-":
+        raise InputError("GOOD and BAD are both - : only one of them can be read from stdin")
     old, new = read_environment(good), read_environment(bad)
     changes = diff(old, new)
     if not changes:
