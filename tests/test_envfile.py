@@ -548,6 +548,44 @@ def test_a_lock_is_known_by_its_content_and_a_freeze_by_its_own(tmp_path):
     assert freeze.format is EnvFormat.REQUIREMENTS and freeze.get("torch")
 
 
+def test_a_scripts_uv_lock_starts_from_its_manifest(tmp_path):
+    text = """\
+version = 1
+revision = 3
+requires-python = ">=3.11"
+
+[manifest]
+requirements = [
+    { name = "colorama", marker = "sys_platform == 'win32'" },
+    { name = "rich", specifier = ">=13" },
+]
+
+[[package]]
+name = "colorama"
+version = "0.4.6"
+source = { registry = "https://pypi.org/simple" }
+
+[[package]]
+name = "markdown-it-py"
+version = "3.0.0"
+source = { registry = "https://pypi.org/simple" }
+
+[[package]]
+name = "rich"
+version = "13.9.4"
+source = { registry = "https://pypi.org/simple" }
+dependencies = [
+    { name = "markdown-it-py" },
+]
+"""
+    env = read_environment(write(tmp_path, text, "train.py.lock"), markers=LINUX_311)
+    assert env.format is EnvFormat.UV_LOCK and env.roots == ()
+    assert [p.requirement for p in env.pins] == ["markdown-it-py==3.0.0", "rich==13.9.4"]
+    with pytest.raises(InputError, match="train.py.lock: the script depends on gone, which is not in the lock"):
+        read_environment(write(tmp_path, text.replace('name = "rich", specifier', 'name = "gone", specifier'),
+                               "train.py.lock"), markers=LINUX_311)
+
+
 def test_two_uv_locks_diff_into_a_git_change_and_version_changes(tmp_path):
     old = UV_LOCK.replace('version = "0.25.0"', 'version = "0.24.1"').replace("rev=v4.39.2#a0857740c0e6127485c11476650314df3accc2b6", "rev=v4.36.2#a7cab3c283312b8d4de5df3bbe719971e24f4281")
     good = read_environment(write(tmp_path, old, "uv.lock"), markers=LINUX_311)

@@ -128,7 +128,10 @@ class _UvLock:
 
     def read(self) -> Locked:
         roots = [i for i in range(len(self.entries)) if self.is_root(i)]
-        reached = self.walk(roots) if roots else list(range(len(self.entries)))
+        # a script's lock (uv lock --script) has no root package: its manifest lists what it requires
+        top = [d for d in self.data.get("manifest", {}).get("requirements", []) if isinstance(d, dict)
+               and _true(d.get("marker"), self.markers, self.source, self.notes)]
+        reached = self.walk(roots, top) if roots or top else list(range(len(self.entries)))
         pins: dict[str, tuple[Pin, int]] = {}
         for i in reached:
             if i in roots:
@@ -140,10 +143,11 @@ class _UvLock:
                                  f"({before[0].label}, {pin.label}), for different extras or groups of the "
                                  f"project: {_ONE_ENV}")
             pins[pin.name] = (pin, i)
-        if roots:
+        if roots or top:
             left = len(self.entries) - len(reached)
+            unused = f"; {left} locked package{'s' if left != 1 else ''} not needed here left out" if left else ""
             self.notes.append("every extra and dependency group of the project counted (a lock does not say which "
-                              "were installed)" + (f"; {left} locked package{'s' if left != 1 else ''} not needed here left out" if left else ""))
+                              "were installed)" + unused)
         return Locked(tuple(p for p, _ in pins.values()), self.data.get("requires-python"), tuple(self.notes),
                       "uv.lock", tuple(canonicalize_name(self.entries[i]["name"]) for i in roots))
 
@@ -154,10 +158,13 @@ class _UvLock:
         return kind in ("editable", "virtual") and (value == "." or canonicalize_name(entry["name"]) in
                                                     {canonicalize_name(m) for m in members})
 
-    def walk(self, roots: list[int]) -> list[int]:
-        """Every package the roots reach through edges whose markers are true here."""
+    def walk(self, roots: list[int], top: list[dict]) -> list[int]:
+        """Every package the roots (and the ``top`` requirements) reach through edges whose markers are true here."""
         seen: set[tuple[int, str]] = set()
-        stack = [(i, None) for i in roots]
+        stack: list[tuple[int, str | None]] = [(i, None) for i in roots]
+        for dep in top:
+            target = self.target(None, dep)
+            stack += [(target, None)] + [(target, e) for e in dep.get("extra", [])]
         while stack:
             i, extra = stack.pop()
             if (i, extra or "") in seen:
@@ -182,7 +189,7 @@ class _UvLock:
         return [d for g in groups for d in g if isinstance(d, dict) and _true(d.get("marker"), self.markers, where,
                                                                             self.notes)]
 
-    def target(self, i: int, dep: dict) -> int:
+    def target(self, i: int | None, dep: dict) -> int:
         name = canonicalize_name(str(dep.get("name", "")))
         found = [j for j, e in enumerate(self.entries) if canonicalize_name(e["name"]) == name
                  and ("version" not in dep or e.get("version") == dep["version"])
@@ -192,7 +199,8 @@ class _UvLock:
                                              for m in self.entries[j].get("resolution-markers") or [None])]
         if len(found) != 1:
             what = "is not in the lock" if not found else "is locked more than once and nothing says which one"
-            raise InputError(f"{self.where(i)}: {self.entries[i]['name']} depends on {dep.get('name')}, which {what}")
+            who = f"{self.where(i)}: {self.entries[i]['name']}" if i is not None else f"{self.source}: the script"
+            raise InputError(f"{who} depends on {dep.get('name')}, which {what}")
         return found[0]
 
     def pin(self, i: int) -> Pin:
