@@ -249,7 +249,7 @@ def test_diff_gives_changed_added_and_removed_sorted_by_name(two):
     assert by["transformers"].describe() == "transformers 4.36.2 -> 4.39.2"
     assert by["safetensors"].describe() == "+ safetensors 0.4.1"
     assert by["tokenizers"].describe() == "- tokenizers 0.15.0"
-    assert "local version" in by["torch"].describe()
+    assert by["torch"].describe() == "torch 2.1.0+cu121 -> 2.2.0+cu121 (local version +cu121)"
     assert by["mylib"].whole and "editable: applied whole, not bisected below" in by["mylib"].describe()
     assert by["vendored"].whole and "direct URL: applied whole, not bisected below" in by["vendored"].notes
     assert not by["safetensors"].bisectable and not by["tokenizers"].bisectable

@@ -86,8 +86,9 @@ class Change:
             old, new = parse_version(self.good.version), parse_version(self.bad.version)
             if new < old:
                 notes.append("downgrade")
-            if old.local or new.local:
-                notes.append("local version: releases between are looked up by their public version")
+            locals_ = sorted({f"+{v.local}" for v in (old, new) if v.local})
+            if locals_:  # a build of a release (torch's +cu121): diffed and bisected like the release
+                notes.append(f"local version {' '.join(locals_)}")
         return tuple(notes)
 
     def describe(self) -> str:
