@@ -342,12 +342,17 @@ def test_diff_cli_bad_input_is_one_line_and_creates_nothing(cli, tmp_path, good,
     assert sorted(tmp_path.iterdir()) == before
 
 
-def test_diff_cli_output_into_a_missing_folder(cli, tmp_path):
+@pytest.mark.parametrize("args, message", [
+    (["-o", "no/such/out.md"], "-o no/such/out.md: there is no folder no/such"),
+    (["--python", "no-such-python-here", "-o", "out.md"], "python interpreter 'no-such-python-here' not found"),
+    (["--format", "yaml"], "Invalid value for '--format'"),
+])
+def test_diff_cli_bad_options(cli, tmp_path, args, message):
     write(tmp_path, "a==1\n", "g.txt")
     write(tmp_path, "a==2\n", "b.txt")
-    r = cli("diff", "g.txt", "b.txt", "-o", "no/such/out.md", cwd=tmp_path)
-    assert r.exit_code == 2 and "-o no/such/out.md: there is no folder no/such" in r.output
-    assert not (tmp_path / "no").exists()
+    r = cli("diff", "g.txt", "b.txt", *args, cwd=tmp_path)
+    assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.txt", "g.txt"]
 
 
 def test_diff_cli_as_a_subprocess_reading_one_side_from_stdin(tmp_path):
