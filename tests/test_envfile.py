@@ -117,6 +117,23 @@ def test_a_conda_envs_freeze_names_its_build_folders(tmp_path):
     assert "pip list --format=freeze" in note
 
 
+def test_debians_pkg_resources_artifact_is_left_out(tmp_path):
+    env = read_environment(write(tmp_path, "pkg-resources==0.0.0\nsix==1.16.0\n"))
+    assert [p.name for p in env.pins] == ["six"] and "pkg-resources==0.0.0 left out" in env.notes[0]
+
+
+def test_pytorch_local_builds_name_their_index(tmp_path):
+    env = read_environment(write(tmp_path, "torch==2.1.0+cu121\ntorchvision==0.16.0+cu121\ntorchaudio==2.1.0+cpu\n"
+                                           "mylib==1.0+local.7\n"))
+    assert env.notes == ("torchaudio 2.1.0+cpu: local build that PyPI does not have; its index is "
+                         "https://download.pytorch.org/whl/cpu (--extra-index-url)",
+                         "torch 2.1.0+cu121, torchvision 0.16.0+cu121: local builds that PyPI does not have; their "
+                         "index is https://download.pytorch.org/whl/cu121 (--extra-index-url)")
+    named = read_environment(write(tmp_path, "--extra-index-url https://download.pytorch.org/whl/cu121\n"
+                                             "torch==2.1.0+cu121\n"))
+    assert named.notes == ()
+
+
 def test_a_conda_export_line_says_what_to_give_instead(tmp_path):
     with pytest.raises(InputError, match=r"env.txt:2: not a requirement: numpy=1.26.4=py311h64a7726_0 "
                                          r"\(a `conda list --export` line: give `pip list --format=freeze`"):
