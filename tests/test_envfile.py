@@ -134,10 +134,19 @@ def test_pytorch_local_builds_name_their_index(tmp_path):
     assert named.notes == ()
 
 
-def test_a_conda_export_line_says_what_to_give_instead(tmp_path):
-    with pytest.raises(InputError, match=r"env.txt:2: not a requirement: numpy=1.26.4=py311h64a7726_0 "
-                                         r"\(a `conda list --export` line: give `pip list --format=freeze`"):
-        read_environment(write(tmp_path, "# platform: linux-64\nnumpy=1.26.4=py311h64a7726_0\n"))
+@pytest.mark.parametrize("name, text, message", [
+    ("env.txt", "# platform: linux-64\nnumpy=1.26.4=py311h64a7726_0\n",
+     "env.txt:2: not a requirement: numpy=1.26.4=py311h64a7726_0 (a `conda list --export` line: give "
+     "`pip list --format=freeze` output instead)"),
+    ("environment.yml", "name: train\nchannels:\n  - conda-forge\ndependencies:\n  - python=3.11\n",
+     "environment.yml:1: not a requirement: name: train (a conda environment.yml: give `pip list --format=freeze`"),
+    ("Pipfile.lock", '{"_meta": {"hash": {}}, "default": {"six": {"version": "==1.16.0"}}, "develop": {}}',
+     "Pipfile.lock: a Pipfile.lock is not read: give `pipenv requirements` output or a pip freeze"),
+])
+def test_other_tools_files_say_what_to_give_instead(tmp_path, name, text, message):
+    with pytest.raises(InputError) as e:
+        read_environment(write(tmp_path, text, name))
+    assert message in str(e.value)
 
 
 def test_relative_paths_and_includes_start_at_the_file(tmp_path):

@@ -319,6 +319,8 @@ def _read_snapshot(path: Path, text: str) -> Environment:
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}: not valid JSON ({e.msg}): expected {_EXPECTED}") from None
     if not (isinstance(data, dict) and data.get("format") == 1 and isinstance(data.get("dists"), list)):
+        if isinstance(data, dict) and "_meta" in data and "default" in data:
+            raise InputError(f"{path}: a Pipfile.lock is not read: give `pipenv requirements` output or a pip freeze")
         raise InputError(f"{path}: JSON, but not a `dsbisect snapshot-base` file: expected {_EXPECTED}")
     pins = [make_pin(d["name"], d["version"]) for d in data["dists"]
             if isinstance(d, dict) and d.get("name") and d.get("version")]
