@@ -859,3 +859,56 @@ def test_what_the_base_provides_is_said_once_and_torch_on_its_row(two):
                                     "installs its own version over the base's, unless --hold NAME keeps the base's")
     assert "| torch | 2.1.0+cu121 | 2.2.0+cu121 | changed |" in markdown(d)
     assert not any("the base provides" in ln for ln in context_lines(EnvDiff(good, bad, d.changes, {})))
+
+
+_JUNK = st.one_of(st.integers(), st.text(max_size=5), st.booleans(), st.none(),
+                  st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+def _paths(obj, prefix=()):
+    """Every place in a parsed TOML document a value sits."""
+    yield prefix
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        yield from _paths(value, (*prefix, key))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["uv", "pylock"]), st.data())
+def test_a_lock_of_another_shape_is_one_line_or_read_never_a_crash(kind, data):
+    """Any one value of a real lock replaced by something of another type: the reader answers
+    with an Environment's pins or an InputError, never another exception."""
+    import copy
+
+    from dsbisect.lockfiles import NotALock, read_lock, tomllib  # tomli on python 3.10
+
+    text = UV_LOCK if kind == "uv" else PYLOCK
+    doc = tomllib.loads(text)
+    path = data.draw(st.sampled_from([p for p in _paths(doc) if p]))
+    mutated = copy.deepcopy(doc)
+    parent = mutated
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = data.draw(_JUNK)
+    try:
+        read_lock(mutated, text, "x.lock", Path("/x"), LINUX_311)
+    except (InputError, NotALock):
+        pass
+
+
+_FRAGMENTS = st.sampled_from(["foo", "Foo_Bar", "==", "1.0", ">=", "@", " ", "#", "egg=x", ";", "python_version",
+                              "<", '"3.12"', "-e", "-r", "-c", "-i", "--hash=sha256:ab", "--index-url", "=", "\\\\",
+                              "\\n", "file://", "https://", "https://u:p@h/x", "/p", "./q", "~", "x.whl", "y-1.0.tar.gz",
+                              "[", "]", "git+", ".*", "\\t", "%", "-"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_FRAGMENTS, max_size=14).map("".join))
+def test_any_requirements_text_is_read_or_one_input_error(text):
+    from dsbisect.freeze import parse_requirements
+
+    try:
+        parse_requirements(text, "f.txt", Path("/nowhere"), markers=LINUX_311, include=lambda p: "",
+                           project_name=lambda p: None)
+    except InputError as e:
+        assert str(e).startswith("f.txt:") and "\n" not in str(e) and "u:p@" not in str(e)

@@ -175,7 +175,7 @@ class _Reader:
             hint = " (a `conda list --export` line: give `pip list --format=freeze` output instead)" \
                 if _CONDA_EXPORT.match(req_text) else \
                 " (a conda environment.yml: give `pip list --format=freeze` output instead)" \
-                if _CONDA_YAML.match(req_text) else f" ({e})"
+                if _CONDA_YAML.match(req_text) else f" ({str(e).splitlines()[0]})"  # packaging's caret lines
             raise InputError(f"{where}: not a requirement: {redact(req_text)}{hint}") from None
         marker = str(req.marker) if req.marker else None
         holds = marker_holds(marker, self.markers) if marker else True
@@ -215,7 +215,7 @@ class _Reader:
         if _URL.match(value) or _VCS.match(value):
             return redact(value)
         path, sep, fragment = value.partition("#")
-        full = Path(os.path.normpath(self.folder / Path(path).expanduser()))
+        full = Path(os.path.normpath(self.folder / os.path.expanduser(path)))  # ~unknown stays as it is
         return full.as_uri() + (sep + fragment)
 
     def included(self, value: str, where: str) -> Requirements:

@@ -76,6 +76,38 @@ def read_lock(data: dict, text: str, source: str, folder: Path, markers: Mapping
     raise NotALock
 
 
+# The shape of what is read (TOML types): a lock that differs is one line naming where, not a traceback.
+_UV_TOP = {"requires-python": str, "manifest": dict}
+_UV_MANIFEST = {"members": list, "requirements": list}
+_UV_PACKAGE = {"version": str, "source": (dict, str), "dependencies": list, "optional-dependencies": dict,
+               "dev-dependencies": dict, "resolution-markers": list}
+_EDGE = {"name": str, "version": str, "marker": str, "extra": list, "source": dict}
+_PYLOCK_TOP = {"requires-python": str, "environments": list, "extras": list, "dependency-groups": list}
+_PYLOCK_PACKAGE = {"version": str, "marker": str, "vcs": dict, "directory": dict, "archive": dict}
+_PYLOCK_SOURCE = {"url": str, "path": str, "type": str, "commit-id": str, "requested-revision": str,
+                  "subdirectory": str, "editable": bool}
+
+
+def _check(table: object, shape: Mapping[str, type | tuple[type, ...]], where: str, what: str) -> None:
+    if not isinstance(table, dict):
+        raise InputError(f"{where}: {what} is not a table")
+    for key, kind in shape.items():
+        if key in table and not isinstance(table[key], kind):
+            raise InputError(f"{where}: {what}: {key} = {redact(repr(table[key]))[:60]} is not what a lock holds there")
+    for key in ("members", "resolution-markers", "environments", "extras", "dependency-groups", "extra"):
+        if isinstance(table.get(key), list) and not all(isinstance(v, str) for v in table[key]):
+            raise InputError(f"{where}: {what}: {key} holds something that is not a string")
+
+
+def _check_edges(edges: object, where: str, what: str) -> None:
+    if not isinstance(edges, list):
+        raise InputError(f"{where}: {what} is not a list")
+    for edge in edges:
+        _check(edge, _EDGE, where, what)
+        if not isinstance(edge.get("name"), str):
+            raise InputError(f"{where}: {what}: an entry without a name")
+
+
 def _header_lines(text: str, header: str) -> list[int]:
     """The line numbers of each ``[[header]]`` table, for errors naming file:line."""
     return [n for n, ln in enumerate(text.splitlines(), 1) if ln.strip() == f"[[{header}]]"]
@@ -104,9 +136,16 @@ class _UvLock:
         self.lines = _header_lines(text, "package")
         self.notes: list[str] = []
         self.entries, self.sources = [], []
+        _check(data, _UV_TOP, source, "the lock")
+        _check(data.get("manifest", {}), _UV_MANIFEST, source, "[manifest]")
+        _check_edges(data.get("manifest", {}).get("requirements", []), source, "[manifest] requirements")
         for i, entry in enumerate(data["package"]):
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 raise InputError(f"{self.where(i)}: a [[package]] without a name")
+            _check(entry, _UV_PACKAGE, self.where(i), entry["name"])
+            for group in [entry.get("dependencies", []), *entry.get("optional-dependencies", {}).values(),
+                          *entry.get("dev-dependencies", {}).values()]:
+                _check_edges(group, self.where(i), f"{entry['name']}'s dependencies")
             self.entries.append(entry)
             self.sources.append(self.source_of(i))
 
@@ -235,6 +274,7 @@ def _git_url(value: str) -> str:
 
 
 def _read_pylock(data: dict, text: str, source: str, folder: Path, markers: Mapping[str, str]) -> Locked:
+    _check(data, _PYLOCK_TOP, source, "the lock")
     lines = _header_lines(text, "packages")
     notes: list[str] = []
     pins: dict[str, Pin] = {}
@@ -248,6 +288,10 @@ def _read_pylock(data: dict, text: str, source: str, folder: Path, markers: Mapp
         where = f"{source}:{lines[i]}" if i < len(lines) else source
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise InputError(f"{where}: a [[packages]] without a name")
+        _check(entry, _PYLOCK_PACKAGE, where, entry["name"])
+        for kind in ("vcs", "directory", "archive"):
+            if kind in entry:
+                _check(entry[kind], _PYLOCK_SOURCE, where, f"{entry['name']}'s {kind}")
         if not _true(entry.get("marker"), markers, where, notes):
             notes.append(f"{where}: {entry['name']} left out: its marker is false here")
             continue
