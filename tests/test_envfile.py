@@ -762,6 +762,9 @@ def test_snapshot_base_json_is_an_environment(tmp_path):
     assert env.pins == (Pin("torch", "2.1.0+cu121"),)
     with pytest.raises(InputError, match="JSON, but not a `dsbisect snapshot-base` file"):
         read_environment(write(tmp_path, '{"a": 1}', "x.json"))
+    odd = read_environment(write(tmp_path, '{"format": 1, "python_version": 3, "dists": [{"name": 7, "version": "1"},'
+                                           ' "x", {"name": "ok", "version": "1.0"}]}', "odd.json"))
+    assert odd.pins == (Pin("ok", "1.0"),) and odd.python is None
 
 
 # ------------------------------------------------------------------- live environments

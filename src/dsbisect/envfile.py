@@ -323,5 +323,6 @@ def _read_snapshot(path: Path, text: str) -> Environment:
             raise InputError(f"{path}: a Pipfile.lock is not read: give `pipenv requirements` output or a pip freeze")
         raise InputError(f"{path}: JSON, but not a `dsbisect snapshot-base` file: expected {_EXPECTED}")
     pins = [make_pin(d["name"], d["version"]) for d in data["dists"]
-            if isinstance(d, dict) and d.get("name") and d.get("version")]
-    return _environment(str(path), pins, python=data.get("python_version"), format=EnvFormat.SNAPSHOT)
+            if isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("version"), str)]
+    python = data.get("python_version") if isinstance(data.get("python_version"), str) else None
+    return _environment(str(path), pins, python=python, format=EnvFormat.SNAPSHOT)
