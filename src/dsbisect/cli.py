@@ -820,6 +820,32 @@ def run_one(
                   highlight=False)
 
 
+@app.command("diff")
+@bundled
+def diff_envs(
+    good: Annotated[Path, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder, a python, or - (stdin).")],
+    bad: Annotated[Path, typer.Argument(metavar="BAD", help="The environment that breaks (any of the same).")],
+    python: Annotated[Optional[str], typer.Option("--python", help="The interpreter trials are made from: what its environment provides is noted (default: dsbisect's own).")] = None,
+    shown: OutputArgs = OutputArgs(),
+) -> None:
+    """Print what changed between two environments (changed, added, removed), running nothing.
+    Exit 1 when they do not differ."""
+    from . import envreport
+
+    with user_errors():
+        if shown.output and not shown.output.parent.is_dir():
+            raise InputError(f"-o {shown.output}: there is no folder {shown.output.parent}")
+        d = envreport.compare(good, bad, python)
+        if shown.fmt is Format.json:
+            emit(json.dumps(envreport.to_json(d), indent=2) + "\n", shown.output)
+        elif shown.fmt is Format.markdown:
+            emit(envreport.markdown(d), shown.output)
+        else:
+            out.print(envreport.table(d))
+            if shown.output:
+                shown.output.write_text(envreport.markdown(d))
+
+
 @app.command("snapshot-base")
 def snapshot_base(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the snapshot (JSON).")],
