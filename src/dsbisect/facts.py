@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from . import __version__, proc
+from .files import read_small
 from .model import ImportCheck
 
 
@@ -48,7 +49,9 @@ def check_code() -> str:
 
 
 _CHECK_MAIN = r"""
-import importlib.metadata as md, json, sys
+import importlib.metadata as md, json, os, sys
+answer = os.dup(1)  # the answer's own line; what the packages print goes to stderr (kept capped)
+os.dup2(2, 1)
 want = json.loads(sys.argv[1])
 out = {"python": sys.version.split()[0], "versions": {}, "error": _import_error(want)}
 for name in ["torch", "deepspeed", "transformers", "accelerate", "numpy", "pydantic", *want]:
@@ -73,7 +76,8 @@ if out.get("cuda"):  # the toolkit torch builds extensions with (DeepSpeed's JIT
         out["cuda_home"] = CUDA_HOME or ""
     except BaseException:
         out["cuda_home"] = ""
-print("DSBISECT-CHECK " + json.dumps(out))
+sys.stdout.flush()
+os.write(answer, ("DSBISECT-CHECK " + json.dumps(out) + "\n").encode())
 """
 
 
@@ -97,7 +101,7 @@ def hook_check(path: Path) -> ImportCheck | None:
     ``import_check`` gives it; None when the run left none (it never reached an interpreter
     of the point venv, or the file is damaged)."""
     try:
-        found = json.loads(path.read_text())
+        found = json.loads(read_small(path))
     except (OSError, ValueError):
         return None
     if not isinstance(found, dict) or not isinstance(found.get("versions"), dict):

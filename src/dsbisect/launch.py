@@ -42,6 +42,7 @@ from pathlib import Path
 import psutil
 
 from . import deadlock
+from .files import DATA_LIMIT, read_small
 from .guard import Guarded
 from .rundir import RunDir
 
@@ -385,7 +386,7 @@ def _read_answers(run: RunDir, n: int) -> dict[int, deadlock.RankSnapshot]:
     out = {}
     for rank, path in run.fr_answers(n).items():
         try:
-            out[rank] = deadlock.rank_snapshot(json.loads(path.read_text()), rank)
+            out[rank] = deadlock.rank_snapshot(json.loads(read_small(path, DATA_LIMIT)), rank)
         except (OSError, ValueError, TypeError, AttributeError):
             continue
     return out
