@@ -68,7 +68,7 @@ mp = multiprocessing.get_context("fork").Process(target=stubborn)
 mp.start()
 pids.append(mp.pid)
 pids += [daemon(i % 2 == 0) for i in range(int(os.environ.get("PROCS_DAEMONS", "1")))]
-out = os.environ["PROCS_FILE"]
+out = os.environ["PROCS_FILE"] + "." + os.environ.get("RANK", "0")
 with open(out + ".tmp", "w") as f:
     f.write(" ".join(map(str, pids)))
 os.rename(out + ".tmp", out)
@@ -83,11 +83,12 @@ def house(tmp_path_factory):
     return toypkg.build_wheelhouse(tmp_path_factory.mktemp("procs-wheels"), {"1.0.0": "ok"}, dist="dsb-procs")
 
 
-def _start(folder: Path, house: Path, cache_dir: Path, daemons: int) -> tuple[subprocess.Popen, Path]:
+def _start(folder: Path, house: Path, cache_dir: Path, daemons: int, nproc: int = 1) -> tuple[subprocess.Popen, Path]:
+    """``nproc`` 1: the rank runs without a launcher; 2: under the deepspeed launcher."""
     pids = folder / "pids.txt"
     (folder / "hostile.py").write_text(HOSTILE)
     (folder / "matrix.yaml").write_text(f"""\
-defaults: {{accelerator: cpu, nproc: 1, timeout: 300, collective_timeout: 60}}
+defaults: {{accelerator: cpu, nproc: {nproc}, timeout: 300, collective_timeout: 60}}
 cases:
   hostile:
     script: hostile.py
@@ -99,13 +100,15 @@ cases:
     return subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), pids
 
 
-def _started(run: subprocess.Popen, pids: Path, limit: float = 240) -> list[int]:
+def _started(run: subprocess.Popen, pids: Path, nproc: int = 1, limit: float = 240) -> list[int]:
+    """Every rank's pid and its children's, once each rank wrote them."""
     deadline = time.monotonic() + limit
-    while not pids.exists():
+    files = [pids.with_name(f"{pids.name}.{r}") for r in range(nproc)]
+    while not all(f.exists() for f in files):
         assert run.poll() is None, run.communicate()
-        assert time.monotonic() < deadline, "the rank did not start its children"
+        assert time.monotonic() < deadline, "the ranks did not start their children"
         time.sleep(0.2)
-    found = [int(p) for p in pids.read_text().split()]
+    found = [int(p) for f in files for p in f.read_text().split()]
     assert live_pids(found) == found  # every one is running before dsbisect is stopped
     return found
 
@@ -120,9 +123,10 @@ def _left_after(pids: list[int], t0: float, seconds: float) -> list[int]:
 
 
 @pytest.mark.slow
-def test_kill_9_of_dsbisect_leaves_no_child_of_a_rank(tmp_path, house, cache_dir):
-    run, pids_file = _start(tmp_path, house, cache_dir, daemons=2)
-    pids = _started(run, pids_file)
+@pytest.mark.parametrize("nproc", [1, 2], ids=["no-launcher", "deepspeed-launcher"])
+def test_kill_9_of_dsbisect_leaves_no_child_of_a_rank(tmp_path, house, cache_dir, nproc):
+    run, pids_file = _start(tmp_path, house, cache_dir, daemons=2, nproc=nproc)
+    pids = _started(run, pids_file, nproc)
     (run_dir,) = (tmp_path / ".dsbisect" / "runs").glob("*")
     run.kill()
     t0 = time.monotonic()
@@ -134,17 +138,18 @@ def test_kill_9_of_dsbisect_leaves_no_child_of_a_rank(tmp_path, house, cache_dir
 
 
 @pytest.mark.slow
-def test_sigterm_stops_50_signal_ignoring_daemons_within_5_s(tmp_path, house, cache_dir):
+@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["TERM", "INT"])
+def test_a_signal_stops_50_signal_ignoring_daemons_within_5_s(tmp_path, house, cache_dir, sig, code):
     run, pids_file = _start(tmp_path, house, cache_dir, daemons=50)
     pids = _started(run, pids_file)
-    run.send_signal(signal.SIGTERM)
+    run.send_signal(sig)
     t0 = time.monotonic()
     left = _left_after(pids, t0, 5.0)
     took = time.monotonic() - t0
     _, err = run.communicate(timeout=60)
-    print(f"SIGTERM: {len(pids)} processes, {len(left)} left after 5 s (all gone in {took:.2f} s)")
-    assert left == [], f"{len(left)} of {len(pids)} still running 5 s after SIGTERM"
-    assert run.returncode == 143, err
+    print(f"{sig.name}: {len(pids)} processes, {len(left)} left after 5 s (all gone in {took:.2f} s)")
+    assert left == [], f"{len(left)} of {len(pids)} still running 5 s after {sig.name}"
+    assert run.returncode == code, err
     (record,) = Store(tmp_path / ".dsbisect").runs(include_unfinished=True)
     assert record.status is RunStatus.INTERRUPTED
 

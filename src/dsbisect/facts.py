@@ -81,9 +81,12 @@ os.write(answer, ("DSBISECT-CHECK " + json.dumps(out) + "\n").encode())
 """
 
 
+MORTAL = {"DSBISECT_DIE_WITH_PARENT": "1"}  # the venv's start-up hook: dies with dsbisect, even of kill -9
+
+
 def import_check(python: Path, packages: list[str], env: dict[str, str], timeout: float = 600) -> ImportCheck:
     """Import ``packages`` (distribution names) in the venv of ``python`` and read its versions."""
-    done = proc.run([python, "-c", check_code(), json.dumps(packages)], env=env, timeout=timeout)
+    done = proc.run([python, "-c", check_code(), json.dumps(packages)], env=env | MORTAL, timeout=timeout)
     if done.returncode is None and done.error.startswith("no answer"):
         return ImportCheck(False, f"importing {', '.join(packages)} took over {timeout:g} s", {})
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("DSBISECT-CHECK ")), None)

@@ -461,7 +461,7 @@ def precompile(env: Env, dists: list[str]) -> None:
         return
     import json
 
-    proc.run([env.python, "-c", PRECOMPILE, json.dumps(dists)], env=clean_env(), timeout=300)
+    proc.run([env.python, "-c", PRECOMPILE, json.dumps(dists)], env=clean_env(facts.MORTAL), timeout=300)
 
 
 def check_wanted(point: Point) -> list[str]:
