@@ -278,3 +278,50 @@ def test_a_huge_input_file_is_one_line_exit_2(tmp_path, cli, what):
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "too large to read (64.0 MB" in lines[0], res.stderr
     assert {p.name for p in tmp_path.iterdir()} == before
+
+
+# ------------------------------------------------------------------ the backstop
+
+STUCK_LAUNCHER = """\
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+code = "import signal, time; [signal.signal(s, signal.SIG_IGN) for s in (2, 15)]; time.sleep(600)"
+child = subprocess.Popen([sys.executable, "-c", code], start_new_session=True, env=dict(os.environ, RANK="0"))
+open(os.environ["PIDS"], "w").write(f"{os.getpid()} {child.pid}")
+time.sleep(600)
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_while_a_stack_snapshot_holds_the_launch_still_stops_the_tree_within_5_s(tmp_path):
+    """A signal sets the runner's cancel while the launch's thread is inside a slow hook (a py-spy
+    dump of a stuck rank can take 20 s): the guard kills the tree all the same."""
+    import threading
+
+    from dsbisect.launch import LaunchSpec, launch
+    from dsbisect.rundir import RunDir
+
+    (tmp_path / "launcher.py").write_text(STUCK_LAUNCHER)
+    spec = LaunchSpec(argv=(sys.executable, str(tmp_path / "launcher.py")), env=dict(os.environ, PIDS=str(tmp_path / "pids")),
+                      cwd=tmp_path, run=RunDir(tmp_path / "run"), wall_timeout=3.0, early_hang=False)
+    cancel, release, signalled = threading.Event(), threading.Event(), []
+
+    def slow_snapshot(procs, why):
+        signalled.append(time.monotonic())
+        cancel.set()  # what the runner does on SIGTERM
+        release.wait(30)
+
+    results = []
+    worker = threading.Thread(target=lambda: results.append(launch(spec, on_hang=slow_snapshot, cancel=cancel)))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while not signalled and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    left = _left_after(pids, signalled[0], 5.0)
+    gone_in = time.monotonic() - signalled[0]
+    release.set()
+    worker.join(30)
+    assert left == [] and gone_in < 5.0, f"{left} still running {gone_in:.1f} s after the cancel"
+    assert results and not live_pids(pids)

@@ -133,14 +133,19 @@ class Guarded:
                 continue
         return found
 
+    def kill_tree(self) -> None:
+        """Have the guard kill everything below it now (from any thread; ``close`` still reads
+        what it did)."""
+        try:
+            self.guard.stdin.close()
+        except (OSError, ValueError):
+            pass
+
     def close(self, timeout: float = 15.0) -> Closed:
         """Tell the guard the run is over: it kills what is left below it and exits."""
         if self.closed is not None:
             return self.closed
-        try:
-            self.guard.stdin.close()
-        except OSError:
-            pass
+        self.kill_tree()
         end = time.monotonic() + timeout
         while self._line(max(0.0, end - time.monotonic())) is not None:
             pass

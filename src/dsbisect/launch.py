@@ -157,14 +157,33 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
     with open(log_path, "ab") as log:
         proc = Guarded.start(spec.argv, spec.env, spec.cwd, log)
     seen: dict[int, psutil.Process] = {}
+    done = threading.Event()
+    if cancel is not None:
+        threading.Thread(target=_backstop, args=(proc, cancel, done), name="dsbisect-backstop", daemon=True).start()
     try:
         result = _watch(proc, spec, seen, t0, on_hang, on_quiet, on_idle, cancel)
     except BaseException:
         teardown(proc, seen)
         raise
+    finally:
+        done.set()
     survivors, escaped = teardown(proc, seen)
     return LaunchResult(**(result | {"survivors": survivors, "pids": tuple(sorted(seen)), "log": log_path,
                                      "escaped": escaped}))
+
+
+BACKSTOP_S = 3.0  # after a cancel, the longest the watch loop's own teardown may take to begin and end
+
+
+def _backstop(proc: Guarded, cancel: threading.Event, done: threading.Event) -> None:
+    """Once ``cancel`` is set (a signal stopped dsbisect), the launch's thread tears down as soon
+    as it looks; if it is held up (a stack snapshot of a stuck rank takes up to 20 s), the guard
+    kills the whole tree after BACKSTOP_S, so that the 5 s promise holds whatever the thread does."""
+    while not done.is_set():
+        if cancel.wait(0.25):
+            if not done.wait(BACKSTOP_S):
+                proc.kill_tree()
+            return
 
 
 def teardown(proc: Guarded, seen: dict[int, psutil.Process]) -> tuple[tuple[int, ...], tuple[int, ...]]:
