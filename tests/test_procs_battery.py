@@ -325,3 +325,32 @@ def test_a_signal_while_a_stack_snapshot_holds_the_launch_still_stops_the_tree_w
     worker.join(30)
     assert left == [] and gone_in < 5.0, f"{left} still running {gone_in:.1f} s after the cancel"
     assert results and not live_pids(pids)
+
+
+@pytest.mark.parametrize("content", [b"[1, 2]", b"\xff\xfe not text", b"{not json", None],
+                         ids=["a-list", "not-utf8", "not-json", "300MB"])
+def test_a_bad_or_huge_base_snapshot_is_one_line_exit_2(tmp_path, cli, content):
+    toypkg.write_repro(tmp_path)
+    (tmp_path / "matrix.yaml").write_text("cases:\n  toy:\n    script: toy_repro.py\n    axes: {dsb-toy: ['1.0.0']}\n")
+    snap = tmp_path / "snap.json"
+    if content is None:
+        with open(snap, "wb") as f:
+            f.truncate(300 << 20)
+    else:
+        snap.write_bytes(content)
+    res = cli("prefetch", "matrix.yaml", "--base-snapshot", "snap.json", "--dest", str(tmp_path / "wh"),
+              "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path)
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "--base-snapshot snap.json" in lines[0], res.stderr
+    assert content is not None or "too large to read (300.0 MB" in lines[0]
+
+
+def test_a_huge_mark_log_is_refused_in_one_line(tmp_path, cli):
+    log = tmp_path / "marks.log"
+    with open(log, "wb") as f:
+        f.truncate(64 << 20)
+    res = cli("replay", str(log), "--store", str(tmp_path / "st"), cwd=tmp_path)
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "too large to read (64.0 MB" in lines[0], res.stderr
