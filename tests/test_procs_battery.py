@@ -242,7 +242,7 @@ def test_a_package_printing_300_mb_at_import_is_checked_with_bounded_memory(tmp_
 
 def test_a_command_printing_300_mb_keeps_head_and_tail_in_bounded_memory():
     got = _measure("run", PRINTER, mb=150)  # on stdout and on stderr
-    print(f"600 MB printed: peak RSS {got['peak'] / 1e6:.0f} MB, {got['cut'] / 1e6:.0f} MB cut")
+    print(f"300 MB printed (150 MB on stdout, 150 on stderr): peak RSS {got['peak'] / 1e6:.0f} MB, {got['cut'] / 1e6:.0f} MB cut")
     assert got["code"] == 0 and got["peak"] < 100e6, got
     assert got["out_head"].startswith("FIRST") and got["out_tail"].endswith("LAST-OUT\n"), got
     assert got["err_tail"].endswith("LAST-ERR\n") and got["note"], got
