@@ -68,7 +68,7 @@ mp = multiprocessing.get_context("fork").Process(target=stubborn)
 mp.start()
 pids.append(mp.pid)
 pids += [daemon(i % 2 == 0) for i in range(int(os.environ.get("PROCS_DAEMONS", "1")))]
-out = os.environ["PROCS_FILE"] + "." + os.environ.get("RANK", "0")
+out = os.environ["PROCS_FILE"] + "." + str(os.getpid())  # one per rank and run
 with open(out + ".tmp", "w") as f:
     f.write(" ".join(map(str, pids)))
 os.rename(out + ".tmp", out)
@@ -80,11 +80,14 @@ while True:
 
 @pytest.fixture(scope="module")
 def house(tmp_path_factory):
-    return toypkg.build_wheelhouse(tmp_path_factory.mktemp("procs-wheels"), {"1.0.0": "ok"}, dist="dsb-procs")
+    return toypkg.build_wheelhouse(tmp_path_factory.mktemp("procs-wheels"), {"1.0.0": "ok", "1.1.0": "ok"},
+                                   dist="dsb-procs")
 
 
-def _start(folder: Path, house: Path, cache_dir: Path, daemons: int, nproc: int = 1) -> tuple[subprocess.Popen, Path]:
-    """``nproc`` 1: the rank runs without a launcher; 2: under the deepspeed launcher."""
+def _start(folder: Path, house: Path, cache_dir: Path, daemons: int, nproc: int = 1,
+           versions: tuple[str, ...] = ("1.0.0",)) -> tuple[subprocess.Popen, Path]:
+    """``nproc`` 1: the rank runs without a launcher; 2: under the deepspeed launcher.  Several
+    ``versions`` run at once (``--jobs``, one slot each)."""
     pids = folder / "pids.txt"
     (folder / "hostile.py").write_text(HOSTILE)
     (folder / "matrix.yaml").write_text(f"""\
@@ -93,18 +96,17 @@ cases:
   hostile:
     script: hostile.py
     env: {{OMP_NUM_THREADS: "1", PROCS_FILE: "{pids}", PROCS_DAEMONS: "{daemons}"}}
-    axes: {{dsb-procs: ["1.0.0"]}}
+    axes: {{dsb-procs: [{", ".join(f'"{v}"' for v in versions)}]}}
 """)
     cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", "--offline", "--find-links", str(house),
-           "--cache-dir", str(cache_dir), "--format", "json"]
+           "--cache-dir", str(cache_dir), "--format", "json", "--jobs", str(len(versions))]
     return subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), pids
 
 
-def _started(run: subprocess.Popen, pids: Path, nproc: int = 1, limit: float = 240) -> list[int]:
-    """Every rank's pid and its children's, once each rank wrote them."""
+def _started(run: subprocess.Popen, pids: Path, ranks: int = 1, limit: float = 240) -> list[int]:
+    """Every rank's pid and its children's, once ``ranks`` ranks wrote them."""
     deadline = time.monotonic() + limit
-    files = [pids.with_name(f"{pids.name}.{r}") for r in range(nproc)]
-    while not all(f.exists() for f in files):
+    while len(files := sorted(pids.parent.glob(f"{pids.name}.[0-9]*"))) < ranks:
         assert run.poll() is None, run.communicate()
         assert time.monotonic() < deadline, "the ranks did not start their children"
         time.sleep(0.2)
@@ -138,10 +140,12 @@ def test_kill_9_of_dsbisect_leaves_no_child_of_a_rank(tmp_path, house, cache_dir
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("sig, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["TERM", "INT"])
-def test_a_signal_stops_50_signal_ignoring_daemons_within_5_s(tmp_path, house, cache_dir, sig, code):
-    run, pids_file = _start(tmp_path, house, cache_dir, daemons=50)
-    pids = _started(run, pids_file)
+@pytest.mark.parametrize("sig, code, points", [(signal.SIGTERM, 143, 1), (signal.SIGINT, 130, 1), (signal.SIGHUP, 129, 2)],
+                         ids=["TERM", "INT", "HUP-two-runs-at-once"])
+def test_a_signal_stops_50_signal_ignoring_daemons_within_5_s(tmp_path, house, cache_dir, sig, code, points):
+    versions = ("1.0.0", "1.1.0")[:points]  # two: each run's teardown is on a worker thread of its own
+    run, pids_file = _start(tmp_path, house, cache_dir, daemons=50 // points, versions=versions)
+    pids = _started(run, pids_file, points)
     run.send_signal(sig)
     t0 = time.monotonic()
     left = _left_after(pids, t0, 5.0)
@@ -150,8 +154,8 @@ def test_a_signal_stops_50_signal_ignoring_daemons_within_5_s(tmp_path, house, c
     print(f"{sig.name}: {len(pids)} processes, {len(left)} left after 5 s (all gone in {took:.2f} s)")
     assert left == [], f"{len(left)} of {len(pids)} still running 5 s after {sig.name}"
     assert run.returncode == code, err
-    (record,) = Store(tmp_path / ".dsbisect").runs(include_unfinished=True)
-    assert record.status is RunStatus.INTERRUPTED
+    records = Store(tmp_path / ".dsbisect").runs(include_unfinished=True)
+    assert len(records) == points and all(r.status is RunStatus.INTERRUPTED for r in records), records
 
 
 def _peak_rss(popen: subprocess.Popen) -> int:

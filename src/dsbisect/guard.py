@@ -120,18 +120,14 @@ class Guarded:
         """The live processes below the guard that are not below the launcher: they lost their
         parent (a daemon that double-forked, a fork child of a rank that ended)."""
         try:
-            top = psutil.Process(self.guard.pid).children()
+            below = psutil.Process(self.guard.pid).children(recursive=True)
         except psutil.Error:
             return []
-        found = []
-        for p in top:
-            if p.pid == self.pid:
-                continue
-            try:
-                found += [p, *p.children(recursive=True)]
-            except psutil.Error:
-                continue
-        return found
+        try:
+            launched = {self.pid} | {p.pid for p in psutil.Process(self.pid).children(recursive=True)}
+        except psutil.Error:
+            launched = {self.pid}
+        return [p for p in below if p.pid not in launched]
 
     def kill_tree(self) -> None:
         """Have the guard kill everything below it now (from any thread; ``close`` still reads
