@@ -71,13 +71,13 @@ class Guarded:
         try:
             guard.stdin.write(json.dumps(request).encode() + b"\n")
             guard.stdin.flush()
-            self._until_started()
+            self._until_started(str(argv[0]))
         except BaseException:
             self.close()
             raise
         return self
 
-    def _until_started(self) -> None:
+    def _until_started(self, program: str) -> None:
         deadline = time.monotonic() + START_S
         while not self.pid:
             line = self._line(max(0.0, deadline - time.monotonic()))
@@ -88,7 +88,7 @@ class Guarded:
                 self.pid = int(rest)
             elif word == "error":
                 num, _, text = rest.partition(" ")
-                raise OSError(int(num), text)
+                raise OSError(int(num), text, program)  # as Popen would have raised it
 
     def _line(self, wait: float) -> str | None:
         """The next report line, waiting up to ``wait`` s; None at its end or when none came."""
