@@ -244,14 +244,14 @@ def test_a_package_printing_300_mb_at_import_is_checked_with_bounded_memory(tmp_
     assert got["peak"] < 100e6, f"{got['peak'] / 1e6:.0f} MB"
 
 
-def test_a_command_printing_300_mb_keeps_head_and_tail_in_bounded_memory():
-    got = _measure("run", PRINTER, mb=150)  # on stdout and on stderr
-    print(f"300 MB printed (150 MB on stdout, 150 on stderr): peak RSS {got['peak'] / 1e6:.0f} MB, {got['cut'] / 1e6:.0f} MB cut")
+def test_a_command_printing_120_mb_keeps_head_and_tail_in_bounded_memory():
+    got = _measure("run", PRINTER, mb=60)  # on stdout and on stderr: 120 MB would be 240+ MB held whole
+    print(f"120 MB printed (60 MB on stdout, 60 on stderr): peak RSS {got['peak'] / 1e6:.0f} MB, {got['cut'] / 1e6:.0f} MB cut")
     assert got["code"] == 0 and got["peak"] < 100e6, got
     assert got["out_head"].startswith("FIRST") and got["out_tail"].endswith("LAST-OUT\n"), got
     assert got["err_tail"].endswith("LAST-ERR\n") and got["note"], got
     keep = proc.KEEP.head + proc.KEEP.tail + 200
-    assert got["out_len"] <= keep and got["err_len"] <= keep and got["cut"] > 300e6, got
+    assert got["out_len"] <= keep and got["err_len"] <= keep and got["cut"] > 110e6, got
 
 
 def test_a_command_that_times_out_keeps_what_it_printed():
