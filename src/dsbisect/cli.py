@@ -35,6 +35,7 @@ from . import __version__
 from . import matrix as matrix_mod
 from . import report as rep
 from .errors import DsbisectError, InputError, Stopped, signal_of
+from .files import read_small_text
 from .redact import redact
 from .marks import Mark
 from .model import Accelerator, BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend, RegressOn
@@ -743,7 +744,7 @@ def replay(
 
     with user_errors():
         try:
-            text = file.read_text()
+            text = read_small_text(file)
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"{file}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
         lines = parse_log(text, str(file))
