@@ -411,10 +411,15 @@ def _evidence(outcome: Outcome, run: RunDir, capture: Capture, result: LaunchRes
     evidence = capture.as_json()
     evidence["survivors"] = list(result.survivors)
     evidence["pids"] = list(result.pids)
+    if result.peak_rss:
+        evidence["peak_rss"] = result.peak_rss
+    if outcome is not Outcome.HANG:
+        if result.hang_line:  # the words were printed, and the run says otherwise
+            evidence["notes"].append(f"a collective-timeout line at {result.hang_after or 0:.1f} s did not decide: "
+                                     f"the run {_how_it_ended(outcome, result)} ({result.hang_line[:200]})")
+        return "", evidence
     if result.hang_after is not None:
         evidence["hang_detected_after_s"] = round(result.hang_after, 2)
-    if outcome is not Outcome.HANG:
-        return "", evidence
     sig = analyze(run.path)
     proof = proven(result.why)
     if sig is None:
@@ -424,6 +429,12 @@ def _evidence(outcome: Outcome, run: RunDir, capture: Capture, result: LaunchRes
         where = sig.text.split(" — ", 1)[1] if " — " in sig.text else ""
         return f"{proof} — {where}" if where else proof, evidence
     return sig.text, evidence
+
+
+def _how_it_ended(outcome: Outcome, result: LaunchResult) -> str:
+    if outcome is Outcome.PASS:
+        return "exited 0"
+    return f"exited {result.exit_code} and no rank died of a timeout" if result.exit_code is not None else "ended"
 
 
 def proven(why: str) -> str:
