@@ -284,10 +284,19 @@ _CONSEQUENCE = re.compile(
 def cause_error(tail: str, ranks: Mapping[int, str]) -> str:
     """The error that explains a failed run: the first one, by rank, that is not a rank's
     reaction to a peer that went away ("Connection closed by peer"); else the first error.
-    Without the ranks' own logs, the same over every traceback in ``tail``."""
-    errors = [e for rank in sorted(ranks) for e in fatal_chain(ranks[rank])[:1]] or traceback_errors(tail)
-    cause = next((e for e in errors if not _CONSEQUENCE.search(e)), "")
-    return cause or first_error(tail)
+    Without the ranks' own logs, the same over every traceback in ``tail``.  A collective
+    timeout that its rank survived (caught, and the log went on) explains nothing: left out; one
+    that a rank died of comes after another rank's own error (the timeout waited on that rank)."""
+    logs = [ranks[rank] for rank in sorted(ranks)]
+    errors = [e for text in logs for e in fatal_chain(text)[:1] if not _survived(text, e)] \
+        or [e for e in traceback_errors(tail) if not _survived(tail, e)]
+    cause = next((e for e in errors if not _CONSEQUENCE.search(e) and not is_hang_text(e)), "") or \
+        next((e for e in errors if not _CONSEQUENCE.search(e)), "")
+    return cause or next((e for e in [first_error(tail)] if not _survived(tail, e)), "")
+
+
+def _survived(text: str, error: str) -> bool:
+    return is_hang_text(error) and not _at_end(text, error)
 
 
 def _exit_text(code: int | None) -> str:
