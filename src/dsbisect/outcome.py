@@ -281,6 +281,11 @@ _CONSEQUENCE = re.compile(
     re.IGNORECASE)
 
 
+def is_reaction(text: str) -> bool:
+    """Whether an error is a rank's reaction to a peer that went away ("Connection closed by peer")."""
+    return bool(_CONSEQUENCE.search(text))
+
+
 def cause_error(tail: str, ranks: Mapping[int, str]) -> str:
     """The error that explains a failed run: the first one, by rank, that is not a rank's
     reaction to a peer that went away ("Connection closed by peer"); else the first error.
@@ -345,3 +350,10 @@ def combine(verdicts: list[Verdict]) -> Verdict:
     if verdicts and all(v is Verdict.GOOD for v in verdicts):
         return Verdict.GOOD
     return Verdict.SKIP
+
+
+def sigkilled(exit_code: int | None, tail: str) -> bool:
+    """Whether the run, or the first of its ranks to end, was killed by SIGKILL (the exit code,
+    the deepspeed launcher's "return code = -9", torchrun's root cause; 137 from a shell)."""
+    first = first_rank_exit(tail)
+    return bool({exit_code, first[1] if first else None} & {-signal.SIGKILL, 128 + signal.SIGKILL})
