@@ -179,6 +179,30 @@ def test_a_run_alone_waits_for_the_others_and_none_starts_beside_it():
     assert dict(((n, o) for w, n, o in log if w == "out"))["a"] == 1  # a ran beside b
 
 
+def test_the_cases_recorded_peak_bounds_how_many_points_run_at_once(tmp_path):
+    """The runner's slot count over a real store: a guess first, then the peak a run recorded."""
+    from conftest import make_case
+    from dsbisect.envs import EnvManager
+    from dsbisect.model import Point
+    from dsbisect.runner import Runner, Slot
+    from dsbisect.store import Store
+
+    case = make_case(tmp_path, nproc=1)
+    store = Store(tmp_path / "st")
+    runner = Runner(store=store, envs=EnvManager(tmp_path / "cache"), jobs=4)
+    guess = memory.points_at_once(4, memory.room(), memory.expected(1, []))
+    assert len(runner.slots(case)) == guess
+    n, said = runner.memory_plan(case)
+    assert n == guess and said.startswith("memory: ") and said.endswith("GB per point, a guess")
+    run = store.start_run(case.name, case.key, Point((("dsb-toy", "1.0.0"),)), None, 1)
+    store.finish_run(run, Outcome.PASS, 0, 1.0, evidence={"peak_rss": 1 << 50})  # a point of a petabyte
+    assert store.peak_rss(case.name) == [1 << 50]
+    assert runner.slots(case) == [Slot()]
+    assert runner.memory_plan(case)[1].endswith(f"~{(1 << 50) * memory.MARGIN / memory.GB:.1f} GB per point")
+    runner.jobs = 1
+    assert runner.memory_plan(case) == (1, "")  # one at a time anyway: nothing to say
+
+
 # ------------------------------------------------------------------ real cgroup
 
 HOG = """

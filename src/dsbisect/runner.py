@@ -98,10 +98,8 @@ class Runner:
     def slots(self, case: Case) -> list[Slot]:
         """Where runs of ``case`` can go at once: disjoint GPU slices, or CPU process budgets."""
         case = self.effective(case)
-        if case.nodes.multi:
-            return [Slot()]  # the run holds the hosts and slots it names
-        if case.command and self.accelerator(case) is Accelerator.CUDA and self.executor is None:
-            return [Slot()]  # the user's line picks its GPUs itself: one run at a time
+        if self._one_at_a_time(case):
+            return [Slot()]
         if self.executor is not None:
             return self.executor.slots(case)
         n = self.memory_plan(case)[0]
@@ -111,6 +109,12 @@ class Runner:
                 return [Slot()]
             return [Slot(tuple(ids[k * case.nproc:(k + 1) * case.nproc])) for k in range(n)]
         return [Slot()] * n
+
+    def _one_at_a_time(self, case: Case) -> bool:
+        """A multi-node run holds the hosts and slots it names; a command line on GPUs picks its
+        GPUs itself: one run at a time."""
+        return case.nodes.multi or bool(case.command and self.accelerator(case) is Accelerator.CUDA
+                                        and self.executor is None)
 
     def wanted_slots(self, case: Case) -> int:
         """Points at once that the GPUs (one slice of nproc each), the cores (nproc each) or
@@ -126,7 +130,7 @@ class Runner:
         expected memory is the peak of the case's recorded runs, else a guess per rank."""
         case = self.effective(case)
         wanted = self.wanted_slots(case)
-        if wanted <= 1 or case.nodes.multi:
+        if wanted <= 1 or self._one_at_a_time(case) or self.executor is not None:
             return 1, ""
         room = memory.room()
         if room is None:
