@@ -152,9 +152,9 @@ def test_without_cgroups_memavailable_is_the_room(tmp_path):
 
 
 def test_a_run_alone_waits_for_the_others_and_none_starts_beside_it():
-    from dsbisect.runner import _Gate
+    from dsbisect.runner import PointGate
 
-    gate, log, lock = _Gate(), [], threading.Lock()
+    gate, log, lock = PointGate(), [], threading.Lock()
 
     def run(name: str, alone: bool, hold: float, start_after: float = 0.0) -> None:
         time.sleep(start_after)

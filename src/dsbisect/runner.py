@@ -50,7 +50,7 @@ from .model import (
     RunStatus,
     digest,
 )
-from .outcome import classify
+from .outcome import Classified, classify
 from .proc import clean_env
 from .rundir import RunDir
 from .store import RunRecord, Store
@@ -91,7 +91,7 @@ class Runner:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ahead: ThreadPoolExecutor | None = None  # builds the venvs a bisection may need next
     _ahead_jobs: list = field(default_factory=list)
-    _gate: _Gate = field(default_factory=lambda: _Gate())
+    _gate: PointGate = field(default_factory=lambda: PointGate())
 
     # ---------------------------------------------------------- concurrency
 
@@ -290,7 +290,7 @@ class Runner:
                 return theirs
 
     def _prepare_and_launch(self, run: RunRecord, case: Case, point: Point, slot: Slot,
-                            token: _Token | None = None) -> RunRecord:
+                            token: GateToken | None = None) -> RunRecord:
         label = f"{case.name} · {point.label}"
         accel = self.accelerator(case)
         if not self._enough_gpus(case):
@@ -312,7 +312,7 @@ class Runner:
             problem = multinode.check_nodes(case, env.key, env.python, check.facts)
             if problem:
                 return self._skip(run, problem, env_key=env.key, found=check.facts)
-        return self._launch(run, case, point, env, check, accel, slot, token or _Token())
+        return self._launch(run, case, point, env, check, accel, slot, token or GateToken())
 
     def _skip(self, run: RunRecord, reason: str, env_key: str | None = None,
               found: dict | None = None) -> RunRecord:
@@ -349,7 +349,7 @@ class Runner:
         return found
 
     def _launch(self, record: RunRecord, case: Case, point: Point, env: Env, check: ImportCheck | None,
-                accel: Accelerator, slot: Slot, token: _Token) -> RunRecord:
+                accel: Accelerator, slot: Slot, token: GateToken) -> RunRecord:
         run_id, run = record.id, RunDir(Path(record.run_dir))
         with self._lock:
             port = free_port(self._ports)
@@ -408,13 +408,7 @@ class Runner:
             if not check.ok:
                 return self._skip(record, check.reason, env_key=env.key, found=check.facts)
         c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, *run.tails())
-        kill = memory.rise(ooms, memory.oom_counts()) if c.outcome is Outcome.FAIL else None
-        if kill is not None:
-            others = 0 if token.alone else token.others
-            c, oom = memory.oom_verdict(c, result.exit_code, result.timed_out, run.tails()[0], kill, others,
-                                        token.alone, None if others else memory.room())
-        else:
-            oom = {}
+        c, oom = _oom_verdict(c, result, run, ooms, token)
         signature, evidence = _evidence(c.outcome, run, capture, result)
         if oom:
             evidence["oom"] = oom
@@ -456,8 +450,19 @@ class Runner:
 # ------------------------------------------------------------------- helpers
 
 
+def _oom_verdict(c: Classified, result: LaunchResult, run: RunDir, before: tuple[memory.OomCount, ...],
+                 token: GateToken) -> tuple[Classified, dict]:
+    """``memory.oom_verdict`` with what this run's counters, logs and gate token say."""
+    kill = memory.rise(before, memory.oom_counts()) if c.outcome is Outcome.FAIL else None
+    if kill is None:
+        return c, {}
+    others = 0 if token.alone else token.others
+    return memory.oom_verdict(c, result.exit_code, result.timed_out, run.tails()[0], kill, others, token.alone,
+                              None if others else memory.room())
+
+
 @dataclass
-class _Token:
+class GateToken:
     """One run in the memory gate: whether it runs alone, and the most other points that ran
     beside it at any moment."""
 
@@ -465,20 +470,20 @@ class _Token:
     others: int = 0
 
 
-class _Gate:
+class PointGate:
     """Counts the points running here, so that a run the out-of-memory killer ended while others
     ran can run again with no other point: an ``alone`` entry waits until none runs, and no
     other starts until it ends."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
-        self.active: list[_Token] = []
+        self.active: list[GateToken] = []
         self.exclusive = False
         self.waiting = 0  # alone entries waiting: no other starts meanwhile
 
     @contextlib.contextmanager
-    def enter(self, alone: bool) -> Iterator[_Token]:
-        token = _Token(alone=alone)
+    def enter(self, alone: bool) -> Iterator[GateToken]:
+        token = GateToken(alone=alone)
         with self.cond:
             self.waiting += alone
             while self.exclusive or (alone and self.active) or (not alone and self.waiting):
