@@ -194,8 +194,12 @@ def test_a_kill_between_record_and_index_loses_no_finished_run(tmp_path, cli):
     reap_orphans(store, lambda kind, text: notes.append(text))
     assert store.run(rid).outcome is Outcome.HANG and "had finished" in " ".join(notes), notes
     store.close()
-    # Real kills: a writer finishing runs, killed -9 at random moments; every run it said it
-    # finished is in the repaired index as finished.
+
+
+@pytest.mark.slow
+def test_random_kills_of_a_writer_then_repair_lose_no_finished_run(tmp_path, cli):
+    """A writer finishing runs, killed -9 at random moments (12 times): every run it said it
+    finished, and every row the index had as finished, is in the repaired index as finished."""
     house = tmp_path / "kills"
     code = ("import sys; sys.path[:0] = [sys.argv[2]]\n"
             "from dsbisect.store import Store\nfrom dsbisect.model import Point, Outcome\n"
@@ -297,7 +301,12 @@ def test_a_full_disk_is_one_line_and_loses_nothing(tmp_path, cli):
         res = cli("store", "repair", "--store", str(store))
         assert res.exit_code == 0, res.output
         assert _report_ids(cli, store)[:3] == ids
-    # A full cache disk: the venv cannot be built, which is a SKIP saying so (no traceback).
+
+
+@pytest.mark.slow
+def test_a_full_cache_disk_is_a_build_failure_saying_so(tmp_path):
+    """The venv cannot be built (an EnvBuildError, which a run records as a SKIP), in one line
+    naming the disk, with no half-built venv left behind."""
     wh = tmp_path / "wheels"
     toypkg.build_wheel(wh, "2.0.0", "ok", dist="dsb-env-toy")
     for size in ("300k", "1m"):
@@ -341,8 +350,12 @@ def test_repair_beside_a_live_writer_is_refused_and_names_it(tmp_path, cli):
     finally:
         writer.communicate("")
     assert cli("store", "repair", "--store", str(st)).exit_code == 0
-    # A writer committing runs while repairs are tried: every repair is refused or whole, and
-    # nothing the writer committed is missing afterwards.
+
+
+@pytest.mark.slow
+def test_repairs_tried_while_a_writer_commits_lose_none_of_its_runs(tmp_path, cli):
+    """A writer committing 60 runs while repairs are tried: each is refused or whole, and all
+    60 are indexed afterwards."""
     busy = tmp_path / "busy"
     code = ("import sys, time; sys.path[:0] = [sys.argv[2]]\n"
             "from dsbisect.store import Store\nfrom dsbisect.model import Point, Outcome\n"
@@ -445,6 +458,7 @@ def _as_other_user(*args: str) -> subprocess.CompletedProcess:
                           text=True, env=dict(os.environ, PYTHONPATH=SRC, COLUMNS="200"))
 
 
+@pytest.mark.slow  # ten dsbisect processes
 def test_permission_denied_is_not_damage(tmp_path):
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv, to be a user without rights to another user's store")
@@ -494,9 +508,11 @@ def _claim_as(store: Path, host: str, heartbeat_age: float | None) -> int:
     rid = st.start_run("toy", "case-key", P[6], None, 1)
     st.close()
     db = sqlite3.connect(store / "dsbisect.sqlite3")
-    db.execute("UPDATE runs SET host=?, pid=4242, writer=NULL, started=?, heartbeat=? WHERE id=?",
-               (host, time.time() - (heartbeat_age or 3600) - 10,
-                None if heartbeat_age is None else time.time() - heartbeat_age, rid))
+    db.execute("UPDATE runs SET host=?, pid=4242, started=? WHERE id=?",
+               (host, time.time() - (heartbeat_age or 3600) - 10, rid))
+    if "heartbeat" in {c for _, c, *_ in db.execute("PRAGMA table_info(runs)")}:
+        db.execute("UPDATE runs SET writer=NULL, heartbeat=? WHERE id=?",
+                   (None if heartbeat_age is None else time.time() - heartbeat_age, rid))
     db.commit()
     db.close()
     return rid
