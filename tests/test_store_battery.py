@@ -29,14 +29,14 @@ from conftest import live_pids, write_matrix
 from dsbisect import claims
 from dsbisect.claims import Liveness
 from dsbisect.envs import EnvManager
-from dsbisect.errors import DiskFull, EnvBuildError, InputError
+from dsbisect.errors import DiskFull, EnvBuildError, InputError, StoreError
 from dsbisect.model import IndexOptions, Outcome, Point, RunStatus
 from dsbisect.rundir import cap_log
 from dsbisect.session import reap_orphans
 from dsbisect.store import SCHEMA, Store
 
 SRC = str(Path(__file__).parents[1] / "src")
-P = [Point(versions=(("dsb-toy", f"1.{i}.0"),)) for i in range(8)]
+P = [Point(versions=(("dsb-toy", f"1.{i}.0"),)) for i in range(12)]
 
 
 def _runs(store: Path, n: int = 3) -> list[int]:
@@ -592,3 +592,73 @@ def test_a_moved_store_and_a_lost_index_say_what_to_do(tmp_path, cli):
         assert _report_ids(cli, dst) == ids
     with pytest.raises(InputError):  # and a store with neither index nor records is still "no store"
         Store(tmp_path / "nothing", readonly=True)
+
+
+# ------------------------------------------- any value in a row: never a traceback
+
+try:
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import strategies as st_
+except ImportError:  # pragma: no cover
+    given = None
+
+if given is not None:
+    JSONS = st_.recursive(st_.none() | st_.booleans() | st_.integers() | st_.floats(allow_nan=False)
+                          | st_.text(max_size=8), lambda kids: st_.lists(kids, max_size=3)
+                          | st_.dictionaries(st_.text(max_size=6), kids, max_size=3), max_leaves=6)
+    PLACES = ["point", "evidence", "facts", "outcome", "status", "exit_code", "seconds", "reason", "signature",
+              "case_name", "attempt", "started", "host", "run_dir",
+              *(f"facts.{k}" for k in ("host", "versions", "python", "gpus", "cuda", "inputs", "command", "index")),
+              *(f"evidence.{k}" for k in ("notes", "manual", "note", "escaped", "survivors", "files")),
+              "facts.host.name", "facts.host.topology", "point.versions", "point.source", "point.pins"]
+
+    @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(place=st_.sampled_from(PLACES), value=JSONS)
+    def test_no_value_in_a_row_of_the_index_crashes_report_or_show(tmp_path, place, value):
+        """Whatever a row holds (one value anywhere replaced by any JSON), reading it gives a
+        record or leaves it out, named; rendering what is read never raises."""
+        import io
+
+        from rich.console import Console
+
+        from dsbisect import report as rep
+        from dsbisect.show import render_run
+
+        template = tmp_path / "template"
+        if not template.exists():
+            _runs(template, 2)
+        folder = Path(tempfile.mkdtemp(dir=tmp_path)) / "st"
+        shutil.copytree(template, folder)
+        db = sqlite3.connect(folder / "dsbisect.sqlite3")
+        column, *path = place.split(".")
+        (raw,) = db.execute(f"SELECT {column} FROM runs WHERE id=1").fetchone()
+        if path:
+            data = json.loads(raw)
+            inner = data
+            for k in path[:-1]:
+                inner = inner.setdefault(k, {}) if isinstance(inner.get(k), dict) or k not in inner else {}
+            inner[path[-1]] = value
+            new = json.dumps(data)
+        else:
+            new = json.dumps(value) if column in ("point", "evidence", "facts") else \
+                value if not isinstance(value, (list, dict)) else json.dumps(value)
+        assume(new is not None or column not in ("case_name", "started", "status", "point", "attempt"))
+        db.execute(f"UPDATE runs SET {column}=? WHERE id=1", (new,))
+        db.commit()
+        db.close()
+        store = Store(folder, readonly=True)
+        records = store.runs()
+        assert [r.id for r in records] in ([1, 2], [2]) or place in ("status", "outcome")
+        try:
+            one = store.run(1)
+        except StoreError as e:
+            assert "not readable" in str(e)
+            one = None
+        console = Console(file=io.StringIO(), width=200)
+        g = rep.grid(records)
+        json.dumps(rep.grid_json(g, ()))
+        rep.grid_markdown(g, "t", ())
+        console.print(rep.grid_renderable(g, "t"))
+        if one is not None:
+            console.print(render_run(one))
+        store.close()

@@ -190,7 +190,8 @@ def check_store_path(path: Path, writable: bool = True) -> Path:
     if writable:  # called once everything else is checked: the store is made here
         existing = next(p for p in (folder, *folder.parents) if p.exists())
         if not os.access(existing, os.W_OK | os.X_OK):
-            raise InputError(f"--store {path}: {existing} is not writable")
+            why = " (a read-only filesystem)" if _read_only_fs(existing) else f"; permission denied: {_who(existing)}"
+            raise InputError(f"--store {path}: {existing} is not writable{why}")
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -590,16 +591,25 @@ class Store:
     def _index(self, data: dict, folder: Path) -> None:
         values = {c: data.get(c) for c in _RUN_COLUMNS}
         values["folder"] = self._rel(folder)
-        given = self._abs(data.get("run_dir")) if data.get("run_dir") and data.get("run_dir") != data.get("folder") \
-            else None
-        if not (given and given.is_dir() and not _inside_runs(given)):  # the store may have moved, or be a copy
-            values["run_dir"] = values["folder"]
+        values["run_dir"] = self._evidence_dir(data.get("run_dir"), data.get("folder")) or values["folder"]
         sql = f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})"
         with self._tx() as db:
             try:
                 db.execute(sql, tuple(_db_value(c, values[c]) for c in _RUN_COLUMNS))
             except sqlite3.IntegrityError:  # two folders claim one id (a copied runs/): a new id
                 db.execute(sql, tuple(None if c == "id" else _db_value(c, values[c]) for c in _RUN_COLUMNS))
+
+    def _evidence_dir(self, run_dir: str | None, folder: str | None) -> str | None:
+        """Where a record says its evidence is, when that is not its own folder and is there:
+        a path of this store, or a folder outside every store (a Slurm job's); never another
+        store's run folder (the store may have moved, or be a copy)."""
+        run_dir = _relative_run_dir(run_dir, folder)
+        if not run_dir or run_dir == _relative_folder(folder):
+            return None
+        here = self._abs(run_dir)
+        if not here.is_dir() or (Path(run_dir).is_absolute() and _inside_runs(here)):
+            return None
+        return run_dir
 
     def _quarantine(self, record: Path, problem: str) -> None:
         """Move a run folder whose record cannot be read out of ``runs/`` (nothing is deleted)."""
@@ -656,7 +666,7 @@ def repair(directory: Path) -> tuple[Store, Path | None]:
     check_access(folder, write=True)
     lock = StoreLock(folder, exclusive=True)
     try:
-        salvage = _salvage(folder, lock) if db.exists() else []
+        salvage = _salvage(folder) if db.exists() else []
         moved = _move_db(db, db.with_name(f"{DB}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")) if db.exists() else None
         try:
             store = Store(folder, lock=lock)
@@ -684,7 +694,7 @@ def _move_db(src: Path, dst: Path) -> Path:
     return dst
 
 
-def _salvage(folder: Path, lock: StoreLock) -> list[str]:
+def _salvage(folder: Path) -> list[str]:
     """Write the record of every row of the old index whose run folder has none: a finished
     run's (its dsbisect was killed between index and record, or wrote no records: an older
     dsbisect), an unfinished run's as interrupted.  A finished run whose folder is gone gets its
@@ -704,9 +714,11 @@ def _salvage(folder: Path, lock: StoreLock) -> list[str]:
             notes.append(f"run {row['id']}: its row in the old index is not readable ({problem}); left out "
                          "(the old database is kept aside)")
             continue
-        values["folder"] = _relative_folder(values.get("folder") or values.get("run_dir"))
+        old_folder = values.get("folder") or values.get("run_dir")
+        values["folder"] = _relative_folder(old_folder)
         if values["folder"] is None:
             continue
+        values["run_dir"] = _relative_run_dir(values.get("run_dir"), old_folder) or values["folder"]
         here = folder / values["folder"]
         if (here / RunDir.RECORD).exists() or (folder / "quarantine" / here.name).exists():
             continue
@@ -718,10 +730,10 @@ def _salvage(folder: Path, lock: StoreLock) -> list[str]:
                        "reason": values.get("reason") or "its dsbisect stopped before the run ended (kept by "
                                                          "store repair from the old index)"}
         elif not here.is_dir():
-            values["evidence"] = dict(values["evidence"]) | {"notes": [*values["evidence"].get("notes", []),
-                                                                       "its run folder was gone when the store "
-                                                                       "was repaired: record kept from the index"]}
-        values["run_dir"] = values["folder"] if not _elsewhere(values) else values["run_dir"]
+            before = values["evidence"].get("notes")
+            values["evidence"] = values["evidence"] | {"notes": [*(before if isinstance(before, list) else []),
+                                                                 "its run folder was gone when the store was "
+                                                                 "repaired: record kept from the index"]}
         _write_record(folder, values)
         kept.append(str(values["id"]))
     if kept:
@@ -733,13 +745,6 @@ def _salvage(folder: Path, lock: StoreLock) -> list[str]:
     return notes
 
 
-def _elsewhere(values: dict) -> bool:
-    """Is the run's evidence outside its store folder (a Slurm job's folder that still exists)?"""
-    run_dir, folder = values.get("run_dir"), values.get("folder")
-    return bool(run_dir) and Path(run_dir).is_absolute() and run_dir != folder and Path(run_dir).is_dir() \
-        and not _inside_runs(Path(run_dir))
-
-
 def _relative_folder(path: str | None) -> str | None:
     """``runs/<name>`` for a run folder of any store (an old index kept absolute paths)."""
     if not path:
@@ -748,17 +753,26 @@ def _relative_folder(path: str | None) -> str | None:
     return p.as_posix() if not p.is_absolute() else f"runs/{p.name}" if p.parent.name == "runs" else None
 
 
+def _relative_run_dir(run_dir: str | None, folder: str | None) -> str | None:
+    """``run_dir`` relative to its store when it lies in it; the store is the one ``folder`` (an
+    old index's absolute ``<store>/runs/<name>``) names.  Paths outside it stay as they are."""
+    if not run_dir or not Path(run_dir).is_absolute():
+        return run_dir
+    if folder and Path(folder).is_absolute() and Path(folder).parent.name == "runs":
+        old_store = Path(folder).parent.parent
+        if Path(run_dir).is_relative_to(old_store):
+            return Path(run_dir).relative_to(old_store).as_posix()
+    return run_dir
+
+
 def _relative_paths(db: sqlite3.Connection) -> None:
     """Migration 4: the absolute folder and run_dir of every row relative to the store (what a
-    store made in its own ``runs/`` always is); evidence kept elsewhere stays absolute."""
+    store made in its own folder always is); evidence kept outside the store stays absolute."""
     for row in db.execute("SELECT id, folder, run_dir FROM runs").fetchall():
-        folder = _relative_folder(row["folder"]) if row["folder"] else None
-        run_dir = row["run_dir"]
-        if run_dir and (run_dir == row["folder"] or (folder is None and _relative_folder(run_dir)
-                                                    and Path(run_dir).parent.parent.joinpath(DB).exists())):
-            run_dir = folder or _relative_folder(run_dir)
-            folder = folder or run_dir
-        db.execute("UPDATE runs SET folder=?, run_dir=? WHERE id=?", (folder, run_dir, row["id"]))
+        old = row["folder"] or row["run_dir"]  # before migration 3, run_dir was the run's folder
+        folder = _relative_folder(old) if row["folder"] or _inside_runs(Path(old or "/")) else row["folder"]
+        db.execute("UPDATE runs SET folder=?, run_dir=? WHERE id=?",
+                   (folder, _relative_run_dir(row["run_dir"], old if folder else None), row["id"]))
 
 
 def check_access(folder: Path, write: bool) -> None:
@@ -770,8 +784,9 @@ def check_access(folder: Path, write: bool) -> None:
                 break
         exists = db.exists()
     except PermissionError:
-        raise StoreError(f"permission denied: {_who(next(p for p in folder.parents if _visible(p)))} "
-                         f"keeps {folder} from you") from None
+        blocker = next(p for p in (folder, *folder.parents) if _visible(p))
+        raise StoreError(f"permission denied: {db} cannot be read ({_who(blocker)} may not be entered); "
+                         "ask its owner, or pass a --store of your own") from None
     if not exists:
         return
     need = os.R_OK | (os.W_OK if write else 0)
@@ -897,6 +912,46 @@ _OPTIONAL = {"env_key", "outcome", "exit_code", "seconds", "finished", "run_dir"
 _DEFAULTS = {"signature": "", "reason": "", "evidence": {}, "facts": {}, "attempt": 1}
 
 
+_NUM = (int, float)
+# The keys of facts and evidence that reports and show read, with the types they read them as
+# (a text or a number may be null, a list or an object may not): a record or row with anything
+# else there is not readable.
+_INNER: dict[str, dict[str, tuple[type, ...]]] = {
+    "facts": {"python": (str,), "versions": (dict,), "cuda": (str,), "nccl": (str,), "nvcc": (str,),
+              "gpus": (list,), "host": (dict,), "command": (list,), "inputs": (list,), "index": (str,),
+              "shadowed": (list,), "accelerator": (str,), "slurm": (dict,)},
+    "evidence": {"manual": (str,), "note": (str,), "notes": (list,), "survivors": (list,), "pids": (list,),
+                 "escaped": (list,), "shm_removed": (list,), "hang_detected_after_s": _NUM, "files": (list,),
+                 "taken": (list,)},
+    "host": {"name": (str,), "topology": (str,), "gpus": (list,), "driver": (str,), "cpu_model": (str,),
+             "ram_bytes": _NUM, "shm_bytes": _NUM},
+    "source": {"package": (str,), "repo": (str,), "commit": (str,), "describe": (str,), "subject": (str,)},
+}
+_ITEMS = {("facts", "versions"): (str,), ("facts", "gpus"): (str,), ("facts", "inputs"): (dict,),
+          ("facts", "command"): (str,), ("evidence", "notes"): (str,), ("evidence", "escaped"): (int,),
+          ("evidence", "pids"): (int,), ("evidence", "files"): (str,)}
+
+
+def _inner_problem(part: str, data: dict) -> str | None:
+    """What a known key of ``data`` (facts, evidence, a host, a commit) holds that no run writes."""
+    for key, types in _INNER[part].items():
+        v = data.get(key)
+        if v is None and key in data and types[0] in (list, dict):
+            return f"{part}.{key} is null, not a {types[0].__name__}"
+        if v is not None and (isinstance(v, bool) or not isinstance(v, types)):
+            return f"{part}.{key} {v!r:.40} is not a {' or '.join(t.__name__ for t in types)}"
+        items = _ITEMS.get((part, key))
+        if items and v is not None:
+            values = v.values() if isinstance(v, dict) else v
+            if any(isinstance(x, bool) or not isinstance(x, items) for x in values):
+                return f"{part}.{key} holds a value that is not a {items[0].__name__}"
+        if key in _INNER and isinstance(v, dict):
+            found = _inner_problem(key, v)
+            if found:
+                return found
+    return None
+
+
 def _problem(data: object) -> str | None:
     """What makes ``data`` (a record or a row) not a run record, or None.  Fills defaults in."""
     if not isinstance(data, dict):
@@ -915,6 +970,18 @@ def _problem(data: object) -> str | None:
         return f"outcome {data['outcome']!r:.40} is not one of {', '.join(o.value for o in Outcome)}"
     if data["status"] == "done" and data["outcome"] is None:
         return "a finished run without an outcome"
+    versions, pins = data["point"].get("versions"), data["point"].get("pins", [])
+    if not isinstance(versions, list) or not all(isinstance(x, list) and len(x) == 2 and
+                                                 all(isinstance(y, str) for y in x) for x in versions):
+        return "point.versions is not a list of [name, version]"
+    if not isinstance(pins, list) or not all(isinstance(x, str) for x in pins):
+        return "point.pins is not a list of requirements"
+    source = data["point"].get("source")
+    for part, inner in (("facts", data["facts"]), ("evidence", data["evidence"]),
+                        ("source", source if isinstance(source, dict) else {})):
+        found = _inner_problem(part, inner)
+        if found:
+            return found
     try:
         Point.from_json(data["point"])
     except (KeyError, TypeError, ValueError) as e:
