@@ -219,9 +219,12 @@ def test_random_kills_of_a_writer_then_repair_lose_no_finished_run(tmp_path, cli
     done_before = {r for (r,) in db.execute("SELECT id FROM runs WHERE status='done'")}
     db.close()
     assert said and said <= done_before
+    records = len(list(house.glob("runs/*/run.json")))
     res = cli("store", "repair", "--store", str(house))
     assert res.exit_code == 0, res.output
     kept = {r.id for r in Store(house, readonly=True).runs()}
+    print(f"12 kills: {len(done_before)} finished rows, {len(done_before) - records} without run.json before "
+          f"repair, {len(done_before - kept)} lost by repair")
     assert done_before <= kept, f"lost by repair: {sorted(done_before - kept)}"
 
 
