@@ -34,6 +34,7 @@ from typer.core import TyperGroup
 from . import __version__
 from . import matrix as matrix_mod
 from . import report as rep
+from .disk import is_full, message as disk_message
 from .errors import DsbisectError, InputError, Stopped, signal_of
 from .files import read_small_text
 from .redact import redact
@@ -151,11 +152,16 @@ def user_errors() -> Iterator[None]:
         err.print(f"[bold red]interrupted[/] by {signal.Signals(signum).name}; every run's processes were stopped",
                   highlight=False)
         raise typer.Exit(128 + signum) from None
+    except OSError as e:  # a write to a full disk that no layer below said in its own words
+        if not is_full(e):
+            raise
+        err.print(f"[bold red]error:[/] {redact(disk_message(e.filename))}", highlight=False)
+        raise typer.Exit(1) from None
 
 
 # ------------------------------------------------------------------ options
 
-StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE")]
+StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE", readable=False)]  # dsbisect says "permission denied" itself
 CasesOpt = Annotated[Optional[list[str]], typer.Option("--case", help="Only this case (repeatable).")]
 RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, help="Runs per point (for intermittent hangs); bad if any run is bad.")]
 CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", "--env-root", help="Where venvs, wheels and uv's cache live (default: the user cache dir; on a cluster, shared storage).", envvar="DSBISECT_CACHE_DIR")]
@@ -425,7 +431,10 @@ def report(
 ) -> None:
     """Print the grid of every recorded run again, from the store."""
     with user_errors():
-        records = _open_store(store).runs(case)
+        the_store = _open_store(store)
+        records = the_store.runs(case)
+        for note in the_store.notes:  # rows of the index that could not be read, named
+            err.print(note, highlight=False, markup=False)
         if not records:
             raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else ""))
         _print_grid(records, "dsbisect report", shown, [])
@@ -465,10 +474,11 @@ def store_repair(store: StoreOpt = Path(".dsbisect")) -> None:
 
     with user_errors():
         rebuilt, moved = repair(store)
+        rebuilt.close()
         if moved:
             err.print(f"the damaged database was moved to {moved}", highlight=False)
         for note in rebuilt.notes:
-            err.print(note, highlight=False)
+            err.print(note, highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------- envs
