@@ -536,6 +536,7 @@ def bisect(
     signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
+    prove: Annotated[bool, typer.Option("--prove/--no-prove", help="After the commit search: revert the first bad commit on top of the first bad release and run that (one more build and run).")] = True,
     pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases among the candidates.")] = False,
     include_yanked: Annotated[bool, typer.Option("--include-yanked", help="Include yanked releases among the candidates.")] = False,
     manual: Annotated[bool, typer.Option("--manual", help="Run nothing: build each point's venv, say how to run the case in it, and ask good/bad/skip.")] = False,
@@ -567,7 +568,7 @@ def bisect(
                       pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
                       repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
                       verify_commit_ends=verify_commit_ends, confirm=confirm, include_yanked=include_yanked,
-                      argv=tuple(_invocation()))
+                      prove=prove, argv=tuple(_invocation()))
         idx = index.options()
         env_options = envs.options(env_defaults)
         planned = plan(req, idx)  # everything checked before the store or the cache is touched

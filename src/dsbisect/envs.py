@@ -130,7 +130,7 @@ class EnvManager:
             python=self.base.python,
             base_digest=self.base.digest if layered else self.base.version,
             requirements=reqs,
-            source=f"{point.source.package}@{point.source.commit}" if point.source else None,
+            source=f"{point.source.package}@{point.source.ident}" if point.source else None,
             hold=self.hold(reqs),
             index=tuple(self.index.uv_args()),
         )
