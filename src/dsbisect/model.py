@@ -91,6 +91,7 @@ class Stage(enum.Enum):
     RELEASE = "release"
     COMMIT = "commit"
     CONFIRM = "confirm"
+    ENV = "env"  # a trial of an environment bisection: the good environment with some changes applied
 
 
 class Mode(enum.Enum):

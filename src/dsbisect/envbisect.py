@@ -1,0 +1,620 @@
+"""An environment bisection: two environments -> the change(s) -> the release -> the commit.
+
+Level 1 (``envsearch.find_culprits``, pure) finds a 1-minimal set of the changes between the
+good and the bad environment that makes the case behave as the bad one; each trial is the good
+environment with a subset of the changes applied, every pin exact (``envfile.apply``), run
+through the ``Runner`` like any point (so it lands in the store and a resumed invocation
+reuses it).  Level 2 is the existing release ``Bisection`` of each culprit between its two
+versions, the other packages held where the culprit reproduces (an interaction's partner at its
+bad version, the rest at good); level 3 its commit step, with ``--git-repo``.
+
+A subset uv cannot satisfy as asked (``a 2.0`` requires ``c >= 2.0`` and only ``a`` is applied)
+is adjusted before it runs: the changes uv's error names are applied with it, and the trial
+records what it moved.  One that still cannot be satisfied runs anyway and is recorded as a
+skip with uv's reason; the search works around it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tempfile
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from . import base as base_env
+from . import gitrepo
+from .bisection import Bisection, Plan, Request, Result, plan, result_json, step_json
+from .cache import CachePaths
+from .envfile import Change, Environment, Kind, apply, diff
+from .envs import EnvManager
+from .envsearch import EnvSearch, find_culprits
+from .errors import DsbisectError, EnvBuildError, InputError
+from .model import Answer, BaseMode, Case, EnvOptions, IndexOptions, Point, RegressOn, Stage, digest
+from .runner import Runner
+from .search import Side
+from .uv import Uv
+
+ENV_PACKAGE = "environment"  # what the store's bisection row names as the package of a level-1 search
+_WOULD = re.compile(r"^\s*\+\s+(\S+)==(\S+)\s*$")
+
+
+@dataclass(frozen=True)
+class EnvRequest:
+    good_env: Environment
+    bad_env: Environment
+    case: Case
+    hold: tuple[str, ...] = ()  # names kept at the base's version (torch): not changes, not installed
+    regress_on: RegressOn = RegressOn.HANG
+    find_fix: bool = False
+    repeat: int = 1
+    signature: str | None = None
+    git_repo: Path | None = None
+    verify_commit_ends: bool = True
+    confirm: int = 1
+    width: int = 1
+    argv: tuple[str, ...] = ()  # the command line, for `dsbisect log`; not in the key
+
+    @property
+    def key(self) -> str:
+        return digest({
+            "envbisect": 1, "good": sorted(p.requirement for p in self.good_env.pins),
+            "bad": sorted(p.requirement for p in self.bad_env.pins), "case": self.case.key,
+            "hold": sorted(canonicalize_name(h) for h in self.hold), "regress_on": self.regress_on.value,
+            "find_fix": self.find_fix, "repeat": self.repeat, "signature": self.signature,
+            "git": str(self.git_repo) if self.git_repo else None,
+        })
+
+    def trial_request(self) -> Request:
+        """The request level 1 runs its trials under (verdicts, repeats, signature as ``bisect``'s)."""
+        return Request(package=ENV_PACKAGE, good=self.good_env.source, bad=self.bad_env.source, case=self.case,
+                       regress_on=self.regress_on, find_fix=self.find_fix, repeat=self.repeat,
+                       signature=self.signature, width=self.width, argv=self.argv)
+
+
+@dataclass(frozen=True)
+class EnvPlan:
+    """What a request resolves to before anything runs (``plan_envs``)."""
+
+    changes: tuple[Change, ...]
+    hold: tuple[str, ...]  # requirement strings of the held packages, at the base's version
+    notes: tuple[str, ...]  # what the trials cost beyond the base, what cannot be removed
+    repo: Path | None
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """One level-1 trial: the changes asked, the ones it ran with (uv's adjustment), its side."""
+
+    asked: frozenset[int]
+    ran: frozenset[int]
+    side: Side
+    label: str
+    run_ids: tuple[int, ...]
+    outcome: str
+    detail: str
+    adjusted: str = ""  # why ``ran`` is larger than ``asked`` (uv's reason), or ""
+
+
+@dataclass(frozen=True)
+class Confounder:
+    """A pin uv had to move for a release of a culprit (level 2)."""
+
+    package: str
+    version: str
+    moved: tuple[str, ...]  # "c 1.0 -> 2.0"
+    reason: str
+
+    def describe(self) -> str:
+        return f"at {self.package} {self.version} uv had to move {', '.join(self.moved)} ({self.reason[:200]})"
+
+
+@dataclass(frozen=True)
+class EnvResult:
+    request: EnvRequest
+    changes: tuple[Change, ...]
+    verdict: Answer
+    message: str = ""
+    ends: tuple[TrialRun, ...] = ()  # the good and the bad environment, as given
+    trials: tuple[TrialRun, ...] = ()
+    culprits: tuple[int, ...] = ()
+    exact: bool = False
+    note: str = ""
+    units: tuple[tuple[int, ...], ...] = ()
+    releases: tuple[Result, ...] = ()  # one per bisected culprit
+    skipped: tuple[str, ...] = ()  # culprits not bisected below the change, and why
+    confounders: tuple[Confounder, ...] = ()
+    notes: tuple[str, ...] = ()
+    steps: tuple = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
+
+    @property
+    def exit_code(self) -> int:
+        return max([self.verdict.exit_code, *(r.exit_code for r in self.releases)])
+
+
+# ---------------------------------------------------------------------- planning
+
+
+def plan_envs(req: EnvRequest, index: IndexOptions, options: EnvOptions, cache_dir: Path) -> EnvPlan:
+    """Check a request without touching the store or creating the cache (InputError, exit 2):
+    the environments differ, the held packages are in the base, the clone exists, and both
+    environments resolve here (uv's dry run, against the base)."""
+    changes = diff(req.good_env, req.bad_env)
+    if not changes:
+        raise InputError(f"{req.good_env.source} and {req.bad_env.source}: no difference (the same pins)")
+    repo = gitrepo.check_repo(req.git_repo) if req.git_repo else None
+    base = base_env.inspect_base(options.python)
+    held = _held(req.hold, base)
+    moving = tuple(c for c in changes if canonicalize_name(c.name) not in {canonicalize_name(h) for h in req.hold})
+    if not moving:
+        raise InputError(f"the only changes are of held packages ({', '.join(req.hold)}): nothing to bisect")
+    uv_cache = CachePaths(cache_dir).uv_cache
+    with tempfile.TemporaryDirectory(prefix="dsbisect-plan-") as tmp:
+        cache = uv_cache if uv_cache.is_dir() else Path(tmp) / "uv"
+        with Resolver(Uv(cache, index), base, _layered(options, base)) as resolver:
+            for env, word in ((req.good_env, "good"), (req.bad_env, "bad")):
+                problem = resolver.check(_requirements(env, (), held, req.hold))
+                if problem:
+                    raise InputError(f"the {word} environment ({env.source}) cannot be installed here: {problem}")
+    return EnvPlan(moving, held, _costs(moving, req, base, _layered(options, base)), repo)
+
+
+def _held(hold: Sequence[str], base: base_env.Base) -> tuple[str, ...]:
+    out = []
+    for name in hold:
+        version = base.version_of(name)
+        if version is None:
+            raise InputError(f"--hold {name}: the base environment ({base.python}) has no {name} to keep")
+        out.append(f"{canonicalize_name(name)}=={version}")
+    return tuple(out)
+
+
+def _layered(options: EnvOptions, base: base_env.Base) -> bool:
+    if options.base is not BaseMode.AUTO:
+        return options.base is BaseMode.LAYERED
+    return base.version_of("torch") is not None
+
+
+def _requirements(env: Environment, changes: Iterable[Change], held: Sequence[str], hold: Sequence[str]) -> tuple[str, ...]:
+    """The exact pins of ``env`` with ``changes`` applied, the held packages at the base's version."""
+    names = {canonicalize_name(h) for h in hold}
+    kept = tuple(r for r in apply(env, changes) if canonicalize_name(Requirement(r).name) not in names)
+    return tuple(sorted(kept + tuple(held)))
+
+
+def _costs(changes: Sequence[Change], req: EnvRequest, base: base_env.Base, layered: bool) -> tuple[str, ...]:
+    """What the trials install beyond the base (a base package that differs: a copy in every
+    venv), and the removals a layered venv cannot make (the base's copy stays importable)."""
+    notes = []
+    if not layered:
+        return ("isolated venvs: every trial installs the whole environment (torch included) from the index",)
+    for c in changes:
+        have = base.version_of(c.name)
+        if have is None:
+            continue
+        if c.kind is Kind.REMOVED:
+            notes.append(f"{c.describe()}: the base has {c.name} {have}, which stays importable in every trial "
+                         "(layered venvs): the removal cannot be tested as such")
+        elif c.bad is not None and c.bad.version != have or c.good is not None and c.good.version != have:
+            size = _installed_mb(base, c.name)
+            cost = f" (~{size} MB in each venv that differs)" if size else ""
+            notes.append(f"{c.describe()}: the base provides {c.name} {have}; trials install their own{cost}; "
+                         f"--hold {c.name} keeps the base's instead")
+    same = [p for p in req.good_env.pins if p.version and base.version_of(p.name) not in (None, p.version)
+            and req.bad_env.get(p.name) == p and canonicalize_name(p.name) not in {canonicalize_name(h) for h in req.hold}]
+    if same:
+        notes.append(f"{len(same)} package(s) pinned alike in both environments differ from the base and are "
+                     f"installed in every venv: " + ", ".join(f"{p.name} {p.version}" for p in same[:8])
+                     + (" ..." if len(same) > 8 else ""))
+    return tuple(notes)
+
+
+def _installed_mb(base: base_env.Base, name: str) -> int:
+    """The size of a base distribution's files (its RECORD), in MB; 0 when unknown."""
+    for n, _, info in base.dists:
+        if canonicalize_name(n) == canonicalize_name(name):
+            try:
+                rows = (Path(info) / "RECORD").read_text().splitlines()
+            except OSError:
+                return 0
+            total = sum(int(r.rsplit(",", 1)[1]) for r in rows if r.rsplit(",", 1)[-1].isdigit())
+            return total >> 20
+    return 0
+
+
+# ---------------------------------------------------------------------- resolving
+
+
+class Resolver:
+    """uv's answer for a set of requirements against the base, without installing: a dry run in
+    a scratch venv holding stubs of the base's distributions (as point venvs do when layered)."""
+
+    def __init__(self, uv: Uv, base: base_env.Base, layered: bool):
+        self.uv, self.base, self.layered = uv, base, layered
+        self._tmp = tempfile.TemporaryDirectory(prefix="dsbisect-resolve-")
+        self._venv: Path | None = None
+
+    def __enter__(self) -> Resolver:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._tmp.cleanup()
+
+    def _scratch(self) -> Path:
+        if self._venv is None:
+            venv = Path(self._tmp.name) / "venv"
+            self.uv.venv(venv, self.base.python)
+            if self.layered:
+                base_env.write_stubs(base_env.site_packages(venv), self.base.metadata())
+            self._venv = venv
+        return self._venv
+
+    def check(self, reqs: Sequence[str]) -> str | None:
+        """None when uv can satisfy ``reqs``; else uv's reason, on one line."""
+        try:
+            self.plan(reqs)
+        except EnvBuildError as e:
+            return str(e)
+        return None
+
+    def plan(self, reqs: Sequence[str]) -> tuple[tuple[str, str], ...]:
+        """What uv would install for ``reqs`` ((name, version) each); EnvBuildError if it cannot."""
+        named = {canonicalize_name(Requirement(r).name) for r in reqs}
+        torch = self.base.version_of("torch")
+        hold = [f"torch=={torch}"] if self.layered and torch and "torch" not in named else []
+        out = self.uv.dry_run(self._scratch(), reqs, hold)
+        return tuple((m.group(1), m.group(2)) for m in map(_WOULD.match, out.splitlines()) if m)
+
+
+def named_in(reason: str, names: Iterable[str]) -> set[str]:
+    """The canonical names among ``names`` that uv's error text mentions."""
+    text = reason.lower().replace("_", "-")
+    return {n for n in names if re.search(rf"(?<![\w.-]){re.escape(canonicalize_name(n))}(?![\w-])", text)}
+
+
+# ---------------------------------------------------------------------- the engine
+
+
+class _Trials(Bisection):
+    """The level-1 trials as points of a ``Bisection`` (its verdicts, repeats, steps and store
+    records), saved under the environment bisection's key."""
+
+    def __init__(self, runner: Runner, index: IndexOptions, env: EnvBisection):
+        super().__init__(runner, index, env.req.trial_request())
+        self.env = env
+        self.labels: dict[str, str] = {}
+
+    def _label(self, p: Point) -> str:
+        return self.labels.get(p.key, p.label)
+
+    def _save(self, status: str, result: dict) -> None:
+        self.env.save(status, result)
+
+    def _ends_message(self, step, name: str, label: str, fix: bool) -> tuple[Answer, str]:
+        env = self.req.good if name in ("good", "broken") else self.req.bad
+        shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}[step.outcome.value]
+        if name in ("bad", "fixed"):
+            return Answer.NOT_REPRODUCED, (f"{env} (the {name} environment, as given) {shown}: "
+                                           f"the {'fix' if fix else 'regression'} does not reproduce here")
+        return Answer.GOOD_END_BAD, (f"{env} (the {name} environment, as given) {shown} too: "
+                                     "nothing between the two environments to bisect")
+
+    def check(self, points: list[Point]):
+        return self._check_ends([self._label(points[0]), self._label(points[-1])], points, Stage.ENV)
+
+    def test(self, points: list[Point]) -> list:
+        """Each point's step (run at once, one per free slot, when there are several)."""
+        found = self.runner.run_many(self.req.case, points, want=self.req.repeat, enough=self._enough)
+        return [self._step(p, runs, Stage.ENV) for p, runs in zip(points, found)]
+
+    def side(self, step) -> Side:
+        return self._side(step.verdict)
+
+
+class _Releases(Bisection):
+    """A culprit's release bisection with per-release pins: where a release cannot be installed
+    with the others held, the pins uv's error names are moved (and recorded)."""
+
+    def __init__(self, runner: Runner, index: IndexOptions, request: Request, pins: dict[str, tuple[str, ...]]):
+        super().__init__(runner, index, request)
+        self.per_version = pins
+
+    def _pins(self) -> tuple[str, ...]:
+        return self.req.pins  # the environment's pins (the culprit's own left out), not the case's
+
+    def _release_point(self, version: str) -> Point:
+        return Point(versions=((self.req.package, version),), pins=self.per_version.get(version, self._pins()))
+
+    def _commit_point(self, repo: Path, c: gitrepo.Commit, version: str) -> Point:
+        point = super()._commit_point(repo, c, version)
+        return dataclasses.replace(point, pins=self.per_version.get(version, point.pins))
+
+
+class EnvBisection:
+    def __init__(self, runner: Runner, index: IndexOptions, request: EnvRequest, planned: EnvPlan):
+        self.runner, self.index, self.req, self.plan = runner, index, request, planned
+        self.changes = planned.changes
+        self.trials: list[TrialRun] = []
+        self.ends: tuple[TrialRun, ...] = ()
+        self.resolver: Resolver | None = None
+        self._steps: list = []
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> EnvResult:
+        mgr: EnvManager = self.runner.envs
+        with Resolver(mgr.uv, mgr.base, mgr.mode is BaseMode.LAYERED) as self.resolver:
+            try:
+                return self._run()
+            finally:
+                self.runner.stop_ahead()
+
+    def _run(self) -> EnvResult:
+        trials = _Trials(self.runner, self.index, self)
+        self._steps = trials.steps  # the list it appends to
+        self.save("running", {"changes": [change_json(c) for c in self.changes]})
+        ends = [self._point(frozenset(), trials), self._point(frozenset(range(len(self.changes))), trials)]
+        problem = trials.check(ends)
+        self.ends = tuple(self._trial(frozenset(s), frozenset(s), "", st, trials)
+                          for s, st in zip((set(), set(range(len(self.changes)))), trials.steps[-2:]))
+        if problem:
+            return self._finish(EnvResult(self.req, self.changes, problem[0], problem[1], ends=self.ends,
+                                          notes=self.plan.notes))
+        units = self._units()
+        found = find_culprits(len(self.changes), lambda subsets: self._test(subsets, trials),
+                              width=max(1, self.req.width), units=units)
+        result = self._level1(found, units)
+        if result.culprits:
+            result = self._level2(result)
+        return self._finish(result)
+
+    def _level1(self, found: EnvSearch, units) -> EnvResult:
+        names = " and ".join(self.changes[i].describe() for i in found.culprits)
+        verdict = Answer.FOUND if found.exact else Answer.AMBIGUOUS
+        message = "" if found.exact else found.note or f"not exact: {names}"
+        return EnvResult(self.req, self.changes, verdict, message, ends=self.ends, trials=tuple(self.trials),
+                         culprits=found.culprits, exact=found.exact, note=self._note(found),
+                         units=tuple(tuple(sorted(u)) for u in units), notes=self.plan.notes)
+
+    def _note(self, found: EnvSearch) -> str:
+        """The search's note with change names for its indices."""
+        if not found.unverified:
+            return found.note
+        return found.note + " (" + "; ".join(f"{i}: {self.changes[i].describe()}" for i in found.unverified) + ")"
+
+    def _finish(self, result: EnvResult) -> EnvResult:
+        result = dataclasses.replace(result, steps=tuple(self._steps))
+        self.save("done", env_json(result))
+        return result
+
+    # ------------------------------------------------------------ trials
+
+    def _test(self, subsets: Sequence[frozenset[int]], trials: _Trials) -> list[Side]:
+        adjusted = self._adjust_all(subsets)
+        points = {}
+        for ran, _ in adjusted:
+            points.setdefault(ran, self._point(ran, trials))
+        shown = "; ".join(self._describe(s) for s in subsets)
+        self.runner.progress("note", f"level 1: {len(subsets)} trial(s) of {len(self.changes)} changes: {shown}")
+        unique = list(points)
+        steps = dict(zip(unique, trials.test([points[u] for u in unique])))
+        out = []
+        for asked, (ran, why) in zip(subsets, adjusted):
+            self.trials.append(self._trial(asked, ran, why, steps[ran], trials))
+            out.append(trials.side(steps[ran]))
+        return out
+
+    def _trial(self, asked, ran, why, step, trials: _Trials) -> TrialRun:
+        return TrialRun(frozenset(asked), frozenset(ran), trials.side(step), step.label,
+                        tuple(r.id for r in step.runs), step.outcome.value, step.detail, why)
+
+    def _adjust_all(self, subsets: Sequence[frozenset[int]]) -> list[tuple[frozenset[int], str]]:
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dsbisect-resolve") as pool:
+            return list(pool.map(self._adjust, subsets))
+
+    def _adjust(self, subset: frozenset[int]) -> tuple[frozenset[int], str]:
+        """``subset``, with the changes uv's error names added until uv can satisfy it (at most
+        three rounds); the reason of the first error when anything was added."""
+        ran, first = frozenset(subset), ""
+        by_name = {canonicalize_name(c.name): i for i, c in enumerate(self.changes)}
+        for _ in range(3):
+            problem = self.resolver.check(self._reqs(ran))
+            if problem is None:
+                return ran, first
+            extra = {by_name[n] for n in named_in(problem, by_name)} - ran
+            if not extra:
+                break
+            first = first or problem
+            ran |= extra
+        return frozenset(subset), ""  # still unsatisfiable: run as asked (a skip, with uv's reason)
+
+    def _units(self) -> list[frozenset[int]]:
+        """Changes that dependency metadata ties together: each change with the ones uv needs
+        moved with it (its adjustment when applied alone)."""
+        singles = [frozenset({i}) for i in range(len(self.changes))]
+        return [ran for ran, why in self._adjust_all(singles) if len(ran) > 1]
+
+    def _reqs(self, applied: frozenset[int]) -> tuple[str, ...]:
+        return _requirements(self.req.good_env, [self.changes[i] for i in sorted(applied)], self.plan.hold,
+                             self.req.hold)
+
+    def _point(self, applied: frozenset[int], trials: _Trials) -> Point:
+        moved = tuple((c.name, c.bad.version) for c in (self.changes[i] for i in sorted(applied))
+                      if c.bad is not None and c.bad.version and c.bad.plain)
+        point = Point(versions=moved, pins=self._reqs(applied))
+        trials.labels[point.key] = self._describe(applied)
+        return point
+
+    def _describe(self, applied: frozenset[int]) -> str:
+        n = len(self.changes)
+        if not applied:
+            return "good env"
+        if len(applied) == n:
+            return "bad env"
+        if len(applied) <= 3:
+            return "good + " + ", ".join(self.changes[i].describe() for i in sorted(applied))
+        return f"good + {len(applied)} of {n} changes ({', '.join(self.changes[i].name for i in sorted(applied))})"
+
+    # ------------------------------------------------------------ level 2
+
+    def _level2(self, result: EnvResult) -> EnvResult:
+        releases, skipped, confounders = [], [], []
+        for i in result.culprits:
+            c = self.changes[i]
+            if not c.bisectable or c.kind is not Kind.CHANGED:
+                skipped.append(f"{c.describe()}: not bisectable below the change (not two released versions)")
+                continue
+            partners = [self.changes[j] for j in result.culprits if j != i]
+            try:
+                done, found = self._bisect_release(c, partners)
+            except DsbisectError as e:  # e.g. the index lists no releases between the versions
+                skipped.append(f"{c.describe()}: the release bisection could not start: {e}")
+                continue
+            releases.append(done)
+            confounders += found
+        return dataclasses.replace(result, releases=tuple(releases), skipped=tuple(skipped),
+                                   confounders=tuple(confounders))
+
+    def _bisect_release(self, c: Change, partners: list[Change]) -> tuple[Result, list[Confounder]]:
+        old, new = c.good.version, c.bad.version
+        backwards = _parse(new) < _parse(old)  # a downgrade: the older release is the bad one
+        low, high = (new, old) if backwards else (old, new)
+        rq = Request(package=c.name, good=low, bad=high, case=self.req.case,
+                     pins=self._context(c, partners), regress_on=self.req.regress_on,
+                     find_fix=self.req.find_fix != backwards, repeat=self.req.repeat, signature=self.req.signature,
+                     pre=_parse(low).is_prerelease or _parse(high).is_prerelease, git_repo=self._repo_for(c),
+                     verify_commit_ends=self.req.verify_commit_ends, width=self.req.width, confirm=self.req.confirm)
+        planned = plan(rq, self.index)
+        self.runner.progress("note", f"level 2: {c.describe()}: {len(planned.versions)} releases")
+        pins, confounders = self._release_pins(c, planned, rq.pins)
+        result = _Releases(self.runner, self.index, rq, pins).run(planned)
+        ends = {result.last_good, result.first_bad}
+        caveats = tuple(f"possible confounder: {x.describe()}" for x in confounders if x.version in ends)
+        return dataclasses.replace(result, caveats=result.caveats + caveats), confounders
+
+    def _context(self, c: Change, partners: list[Change]) -> tuple[str, ...]:
+        """Every other package where the culprit reproduces: the partners at their bad version,
+        the rest at good (the culprit's own pin is replaced by each release)."""
+        reqs = _requirements(self.req.good_env, partners, self.plan.hold, self.req.hold)
+        return tuple(r for r in reqs if canonicalize_name(Requirement(r).name) != canonicalize_name(c.name))
+
+    def _release_pins(self, c: Change, planned: Plan, pins: tuple[str, ...]):
+        """Per release, the held pins uv can satisfy with it: those its error names are moved to
+        the bad environment's version, else left to uv (recorded as confounders)."""
+        def one(version: str):
+            return version, self._relax(c.name, version, pins)
+
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dsbisect-resolve") as pool:
+            found = list(pool.map(one, planned.versions))
+        per = {v: p for v, (p, _) in found if p != pins}
+        return per, [x for _, (_, x) in found if x is not None]
+
+    def _relax(self, name: str, version: str, pins: tuple[str, ...]) -> tuple[tuple[str, ...], Confounder | None]:
+        mine = f"{canonicalize_name(name)}=={version}"
+        problem = self.resolver.check((*pins, mine))
+        if problem is None:
+            return pins, None
+        held = {canonicalize_name(Requirement(p).name): p for p in pins}
+        named = named_in(problem, held) - {canonicalize_name(name)} - {canonicalize_name(h) for h in self.req.hold}
+        if not named:
+            return pins, None  # nothing to move: the release is untestable here (a skip)
+        bad = {canonicalize_name(p.name): p.requirement for p in self.req.bad_env.pins}
+        relaxed = tuple(bad.get(canonicalize_name(Requirement(p).name), "") if canonicalize_name(Requirement(p).name) in named
+                        else p for p in pins)
+        relaxed = tuple(p for p in relaxed if p)
+        if self.resolver.check((*relaxed, mine)) is not None:  # the bad env's pins do not do: let uv pick
+            relaxed = tuple(p for p in pins if canonicalize_name(Requirement(p).name) not in named)
+            if self.resolver.check((*relaxed, mine)) is not None:
+                return pins, None
+        picked = dict((canonicalize_name(n), v) for n, v in self.resolver.plan((*relaxed, mine)))
+        moved = tuple(f"{n} {_version(held[n])} -> {picked.get(n) or _version(bad.get(n, '')) or 'uv’s choice'}"
+                      for n in sorted(named))
+        return relaxed, Confounder(name, version, moved, problem)
+
+    def _repo_for(self, c: Change) -> Path | None:
+        """The clone, for the culprit whose tags it has (the commit step needs both)."""
+        repo = self.plan.repo
+        if repo is None:
+            return None
+        try:
+            gitrepo.tag_for(repo, c.name, c.good.version)
+            gitrepo.tag_for(repo, c.name, c.bad.version)
+        except InputError:
+            return None
+        return repo
+
+    # ------------------------------------------------------------------ store
+
+    def save(self, status: str, result: dict) -> None:
+        req = self.req
+        params = {"case": req.case.name, "hold": list(req.hold), "regress_on": req.regress_on.value,
+                  "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature, "envbisect": True}
+        if req.argv:
+            params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
+        if status == "running" and "steps" in result:  # a level-1 step just ended: keep the changes beside it
+            result = {"changes": [change_json(c) for c in self.changes]} | result
+        self.runner.store.save_bisection(req.key, ENV_PACKAGE, req.good_env.source, req.bad_env.source, params,
+                                         status, result)
+
+
+def _parse(v: str) -> Version:
+    try:
+        return Version(v)
+    except InvalidVersion:
+        raise InputError(f"{v!r} is not a version a release bisection can order") from None
+
+
+def _version(req: str) -> str:
+    if not req:
+        return ""
+    spec = list(Requirement(req).specifier)
+    return spec[0].version if len(spec) == 1 else str(Requirement(req).specifier)
+
+
+# ---------------------------------------------------------------------- JSON
+
+
+def change_json(c: Change) -> dict:
+    return {"name": c.name, "kind": c.kind.value, "good": c.good.requirement if c.good else None,
+            "bad": c.bad.requirement if c.bad else None, "bisectable": c.bisectable, "describe": c.describe()}
+
+
+def trial_json(t: TrialRun) -> dict:
+    return {"applied": sorted(t.asked), "ran": sorted(t.ran), "side": t.side.value, "label": t.label,
+            "outcome": t.outcome, "run_ids": list(t.run_ids), "detail": t.detail, "adjusted": t.adjusted or None}
+
+
+def env_json(r: EnvResult) -> dict:
+    req = r.request
+    return {
+        "kind": "environment",
+        "good_env": req.good_env.source,
+        "bad_env": req.bad_env.source,
+        "case": req.case.name,
+        "regress_on": req.regress_on.value,
+        "hold": list(req.hold),
+        "verdict": r.verdict.value,
+        "message": r.message,
+        "env_diff": {
+            "changes": [change_json(c) for c in r.changes],
+            "ends": [trial_json(t) for t in r.ends],
+            "trials": [trial_json(t) for t in r.trials],
+            "culprits": [r.changes[i].name for i in r.culprits],
+            "culprit_changes": [change_json(r.changes[i]) for i in r.culprits],
+            "exact": r.exact,
+            "note": r.note,
+            "units": [list(u) for u in r.units],
+            "notes": list(r.notes),
+        },
+        "releases": [result_json(x) for x in r.releases],
+        "not_bisected": list(r.skipped),
+        "confounders": [{"package": x.package, "version": x.version, "moved": list(x.moved), "reason": x.reason}
+                        for x in r.confounders],
+        "steps": [step_json(s) for s in r.steps] + [step_json(s) for x in r.releases for s in x.steps],
+    }
