@@ -1,0 +1,230 @@
+"""The level-1 search over environment changes: literal tables and properties against a
+brute-force oracle (a hidden culprit set; NEW iff it is all applied)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dsbisect.envsearch import EnvSearch, Trial, find_culprits
+from dsbisect.search import Side
+
+O, N, S = Side.OLD, Side.NEW, Side.SKIP
+
+
+def hidden_oracle(hidden, untestable=lambda s: False):
+    """NEW iff every hidden culprit is applied; SKIP where ``untestable`` says so."""
+    hidden = frozenset(hidden)
+    return lambda s: S if untestable(s) else (N if hidden <= s else O)
+
+
+def run(n, side_of, width=1, units=()):
+    """find_culprits against ``side_of``, checking the contract of ``test`` on every call."""
+    asked: list[frozenset[int]] = []
+    batches: list[int] = []
+
+    def test(subsets):
+        assert 1 <= len(subsets) <= width
+        batches.append(len(subsets))
+        for s in subsets:
+            assert s not in (frozenset(), frozenset(range(n))), "the ends are the caller's"
+            assert s <= frozenset(range(n))
+        asked.extend(subsets)
+        return [side_of(s) for s in subsets]
+
+    result = find_culprits(n, test, width=width, units=units)
+    assert len(set(asked)) == len(asked), "a subset was asked twice"
+    assert [t.applied for t in result.trials] == asked
+    assert all(t.side is side_of(t.applied) for t in result.trials)
+    assert result.rounds == len(batches)
+    assert result.culprits == tuple(sorted(result.culprits))
+    return result
+
+
+def ties(a, b):
+    """Untestable: a subset that holds exactly one of the tied changes a and b."""
+    return lambda s: (a in s) != (b in s)
+
+
+def check_exact_claim(result: EnvSearch, side_of, n):
+    """What ``exact`` promises, checked from the trials themselves (not from the oracle)."""
+    seen = {t.applied: t.side for t in result.trials} | {frozenset(): O, frozenset(range(n)): N}
+    culprits = frozenset(result.culprits)
+    assert seen[culprits] is N
+    if result.exact:
+        assert all(seen[culprits - {x}] is O for x in culprits)
+        assert result.note == "" and result.unverified == ()
+    else:
+        assert result.note
+        assert result.unverified and all(seen[culprits - {x}] is S for x in result.unverified)
+
+
+# ------------------------------------------------------------------------- tables
+
+
+@pytest.mark.parametrize(
+    "n, hidden, width, most",
+    [
+        (8, {5}, 1, 5),
+        (8, {0}, 1, 5),
+        (8, {7}, 1, 5),
+        (1, {0}, 1, 0),  # one change: the ends say it all
+        (2, {1}, 1, 3),
+        (100, {63}, 1, 9),
+        (8, {2, 6}, 1, 12),
+        (8, {0, 7}, 1, 12),
+        (8, {6, 7}, 1, 12),
+        (8, {1, 4, 6}, 1, 20),
+        (8, {5}, 3, 9),
+        (8, {2, 6}, 4, 20),
+    ],
+)
+def test_table(n, hidden, width, most):
+    side_of = hidden_oracle(hidden)
+    result = run(n, side_of, width)
+    assert result.culprits == tuple(sorted(hidden))
+    assert result.exact and result.note == ""
+    assert len(result.trials) <= most
+    check_exact_claim(result, side_of, n)
+
+
+def test_one_culprit_in_n_8_takes_the_prefix_search_and_itself():
+    result = run(8, hidden_oracle({5}))
+    assert result.trials == (
+        Trial(frozenset({0, 1, 2, 3}), O, 1),
+        Trial(frozenset({0, 1, 2, 3, 4, 5}), N, 2),
+        Trial(frozenset({0, 1, 2, 3, 4}), O, 3),
+        Trial(frozenset({5}), N, 4),
+    )
+    assert result.rounds == 4
+
+
+def test_an_interaction_is_found_as_the_pair():
+    # NEW only with both 2 and 6: neither alone, and the pair verified by leaving each out
+    result = run(8, hidden_oracle({2, 6}))
+    assert result.culprits == (2, 6) and result.exact
+    seen = {t.applied: t.side for t in result.trials}
+    assert seen[frozenset({6})] is O and seen[frozenset({2})] is O and seen[frozenset({2, 6})] is N
+
+
+def test_a_tie_given_as_a_unit_is_applied_whole():
+    # 3 cannot be installed without 4 (nor 4 without 3): with the unit, no prefix splits them
+    side_of = hidden_oracle({3}, ties(3, 4))
+    result = run(8, side_of, units=[frozenset({3, 4})])
+    assert result.culprits == (3, 4)
+    assert not result.exact and result.unverified == (3, 4)
+    assert "untestable" in result.note
+    skips = [t for t in result.trials if t.side is S]
+    assert [t.applied for t in skips] == [frozenset({4}), frozenset({3})]  # only the split of the answer itself
+    check_exact_claim(result, side_of, 8)
+
+
+def test_a_one_way_tie_still_gives_the_exact_culprit():
+    # 3 needs 4 (applying 3 without 4 is untestable), 4 alone is fine: 4 is the culprit
+    side_of = hidden_oracle({4}, lambda s: 3 in s and 4 not in s)
+    for units in ((), [frozenset({3, 4})]):
+        result = run(8, side_of, units=units)
+        assert result.culprits == (4,) and result.exact
+
+
+def test_a_tie_without_units_is_stepped_around():
+    side_of = hidden_oracle({3}, ties(3, 4))
+    result = run(8, side_of)
+    assert result.culprits == (3, 4) and not result.exact
+    check_exact_claim(result, side_of, 8)
+
+
+def test_a_unit_that_need_not_be_whole_is_split():
+    # the unit {2, 3, 4} is tested whole first; only 3 matters, and every split is testable
+    result = run(10, hidden_oracle({3}), units=[frozenset({2, 3, 4})])
+    assert result.culprits == (3,) and result.exact
+
+
+def test_overlapping_units_are_merged():
+    side_of = hidden_oracle({5}, lambda s: len(s & {4, 5, 6}) not in (0, 3))
+    result = run(10, side_of, units=[frozenset({4, 5}), frozenset({5, 6})])
+    assert result.culprits == (4, 5, 6) and not result.exact
+    # the prefix search never splits the merged unit: only the verification of the answer does
+    assert all(t.applied < {4, 5, 6} for t in result.trials if t.side is S)
+
+
+def test_a_masking_change_is_not_crashed_on():
+    # non-monotone: 1 alone breaks it, 3 masks 1, 5 with 3 breaks it again (the full set is NEW)
+    def side_of(s):
+        return N if (1 in s and 3 not in s) or {3, 5} <= s else O
+
+    result = run(6, side_of)
+    assert result.exact
+    check_exact_claim(result, side_of, 6)
+    assert result.culprits in ((1,), (3, 5))
+
+
+@pytest.mark.parametrize("n, width, units, message", [
+    (0, 1, (), "at least one change"),
+    (4, 0, (), "width"),
+    (4, 1, [frozenset({3, 4})], "outside"),
+])
+def test_bad_arguments(n, width, units, message):
+    with pytest.raises(ValueError, match=message):
+        find_culprits(n, lambda subsets: [O] * len(subsets), width=width, units=units)
+
+
+# --------------------------------------------------------------------- properties
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(2, 60))
+    hidden = draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=min(2, n)))
+    tie = None
+    if draw(st.booleans()) and n >= 3:
+        a, b = draw(st.lists(st.integers(0, n - 1), min_size=2, max_size=2, unique=True))
+        tie = (a, b)
+    width = draw(st.integers(1, 4))
+    as_unit = tie is not None and draw(st.booleans())
+    return n, frozenset(hidden), tie, width, as_unit
+
+
+@given(cases())
+@settings(max_examples=150, deadline=None)
+def test_against_the_hidden_set(case):
+    n, hidden, tie, width, as_unit = case
+    side_of = hidden_oracle(hidden, ties(*tie) if tie else lambda s: False)
+    result = run(n, side_of, width, units=[frozenset(tie)] if as_unit else ())
+    check_exact_claim(result, side_of, n)
+    if result.exact:
+        assert frozenset(result.culprits) == hidden
+    else:
+        assert frozenset(result.culprits) >= hidden
+    if tie is None:
+        assert result.exact
+        if len(hidden) == 1 and width == 1:
+            assert len(result.trials) <= math.ceil(math.log2(n)) + 2
+        if len(hidden) == 1:
+            assert result.rounds <= math.ceil(math.log(n + 1, width + 1)) + 2
+    elif not set(tie) & hidden:
+        # the tie is among the innocent changes: they can be left out together
+        assert result.exact
+
+
+@st.composite
+def any_oracle(draw):
+    """A table of sides over every subset of n <= 6 changes: the ends as the caller tested them."""
+    n = draw(st.integers(1, 6))
+    subsets = [frozenset(c) for k in range(n + 1) for c in itertools.combinations(range(n), k)]
+    table = {s: draw(st.sampled_from([O, N, S])) for s in subsets}
+    table[frozenset()], table[frozenset(range(n))] = O, N
+    return n, table, draw(st.integers(1, 3))
+
+
+@given(any_oracle())
+@settings(max_examples=150, deadline=None)
+def test_any_oracle_ends_and_never_claims_too_much(case):
+    n, table, width = case
+    result = run(n, table.__getitem__, width)
+    check_exact_claim(result, table.__getitem__, n)
+    assert len(result.trials) <= 2 ** n - 2
