@@ -608,7 +608,7 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
                  search: dict, release_only: bool, manual: bool, store: Path, limits: TimeoutArgs, index: IndexArgs,
                  envs: EnvArgs, where: ExecArgs, nodes: NodeArgs, shown: OutputArgs) -> None:
     """`bisect --good-env A --bad-env B`: the environment bisection (envbisect), checked first."""
-    from . import envreport
+    from . import chainreport
     from .envbisect import EnvBisection, EnvRequest, env_json, plan_envs
     from .envfile import read_environment
 
@@ -646,11 +646,11 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
         if shown.fmt is Format.json:
             emit(json.dumps(env_json(result), indent=2) + "\n", shown.output)
         elif shown.fmt is Format.markdown:
-            emit(envreport.env_markdown(result, command), shown.output)
+            emit(chainreport.env_markdown(result, command), shown.output)
         else:
-            out.print(envreport.env_renderable(result, command))
+            out.print(chainreport.env_renderable(result, command))
             if shown.output:
-                shown.output.write_text(envreport.env_markdown(result, command))
+                shown.output.write_text(chainreport.env_markdown(result, command))
         if result.exit_code:
             err.print(f"[bold red]{result.verdict.value}:[/] {result.message}", highlight=False)
             raise typer.Exit(result.exit_code)
@@ -901,6 +901,30 @@ def run_one(
         record = run_job(spec, ProgressUI())
         err.print(f"run {record.id}: {record.outcome.value}" + (f" ({record.reason})" if record.reason else ""),
                   highlight=False)
+
+
+@app.command("diff")
+@bundled
+def diff_envs(
+    good: Annotated[Path, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder or a python.")],
+    bad: Annotated[Path, typer.Argument(metavar="BAD", help="The environment that breaks (any of the same).")],
+    python: Annotated[Optional[str], typer.Option("--python", help="The interpreter trials are made from: what its environment provides is noted (default: dsbisect's own).")] = None,
+    shown: OutputArgs = OutputArgs(),
+) -> None:
+    """Print what changed between two environments (changed, added, removed), running nothing.
+    Exit 1 when they do not differ."""
+    from . import chainreport
+
+    with user_errors():
+        d = envreport.compare(good, bad, python)
+        if shown.fmt is Format.json:
+            emit(json.dumps(envreport.to_json(d), indent=2) + "\n", shown.output)
+        elif shown.fmt is Format.markdown:
+            emit(envreport.markdown(d), shown.output)
+        else:
+            out.print(envreport.table(d))
+            if shown.output:
+                shown.output.write_text(envreport.markdown(d))
 
 
 @app.command("snapshot-base")

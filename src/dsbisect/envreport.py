@@ -1,153 +1,123 @@
-"""An environment bisection for people: the chain first, then the changes, the trials, and
-each culprit's release (and commit) bisection as ``bisect`` reports it.
+"""The change table of two environments (``dsbisect diff``): rich, markdown and JSON.
 
-Nothing here prints; the CLI does.  Everything shown passes through ``redact``.
+Every cell comes from the fields of a ``Change``; text read from the files (names, URLs,
+paths) is inert (never rich markup) and its credentials were hidden when it was read.
 """
 
 from __future__ import annotations
 
-from rich.console import Group
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
 from rich.table import Table
 from rich.text import Text
 
-from . import report as rep
-from .bisection import Result
-from .envbisect import EnvResult, TrialRun
-from .grid import md as _md
-from .grid import redact
-from .model import Answer, Stage
+from .envfile import Change, Environment, Kind, diff, read_environment
+from .errors import DsbisectError
+from .pins import EnvFormat, Pin
+from .redact import redact
+
+# What `pip freeze` leaves out of its list (pip always; setuptools, wheel and distribute on python < 3.12).
+_FREEZE_SKIPS = ("setuptools", "wheel", "distribute")
+_KIND_STYLE = {Kind.CHANGED: "yellow", Kind.ADDED: "green", Kind.REMOVED: "red"}
 
 
-def chain(r: EnvResult) -> str:
-    """``37 changes; culprit transformers 4.36.2 -> 4.39.2 (6 trials); first bad release 4.37.0
-    (3 runs); first bad commit <hash> <subject> (6 runs)``."""
-    n = len(r.changes)
-    head = f"{n} change{'s' if n != 1 else ''}"
-    if not r.culprits:
-        return redact(f"{head}; {r.verdict.value}: {r.message}" if r.message else f"{head}; {r.verdict.value}")
-    trials = f"({len(r.trials)} trial{'s' if len(r.trials) != 1 else ''})"
-    names = [r.changes[i].describe() for i in r.culprits]
-    if len(names) == 1:
-        parts = [f"{head}; culprit {names[0]} {trials}"]
-    else:
-        parts = [f"{head}; culprits (only together): {' and '.join(names)} {trials}"]
-    if not r.exact:
-        parts[0] += " — not exact"
-    for res in r.releases:
-        parts += _release_parts(res, len(r.releases) > 1)
-    return redact("; ".join(parts))
+@dataclass(frozen=True)
+class EnvDiff:
+    good: Environment
+    bad: Environment
+    changes: tuple[Change, ...]
+    provided: Mapping[str, str]    # canonical name -> version of what the (layered) base provides
+
+    def notes(self, change: Change) -> tuple[str, ...]:
+        notes = list(change.notes)
+        if change.name in self.provided:
+            notes.append(f"provided by the base ({self.provided[change.name]}): trials must install "
+                         f"{change.name} unless --hold {change.name}")
+        missing_side = self.good if change.kind is Kind.ADDED else self.bad if change.kind is Kind.REMOVED else None
+        if missing_side is not None and missing_side.format is EnvFormat.REQUIREMENTS \
+                and change.name in _FREEZE_SKIPS:
+            notes.append(f"pip freeze leaves {change.name} out: {missing_side.source} may just not list it")
+        return tuple(notes)
 
 
-def _release_parts(res: Result, named: bool) -> list[str]:
-    req = res.request
-    who = f"{req.package}: " if named else ""
-    word = "first fixed" if req.find_fix else "first bad"
-    runs = _runs(res, Stage.RELEASE)
-    if res.first_bad and res.verdict is Answer.FOUND:
-        parts = [f"{who}{word} release {res.first_bad} ({runs} run{'s' if runs != 1 else ''})"]
-    elif res.maybe:
-        parts = [f"{who}{word} release one of {', '.join(res.maybe)} ({runs} runs)"]
-    else:
-        return [f"{who}release bisection: {res.verdict.value}" + (f" ({res.message})" if res.message else "")]
-    c = res.commit
-    if c is not None and c.first_bad:
-        n = _runs(res, Stage.COMMIT)
-        parts.append(f"{word} commit {c.first_bad[:10]} {c.subject} ({n} run{'s' if n != 1 else ''})")
-    elif c is not None:
-        parts.append(f"commit left between {', '.join(h[:10] for h in c.maybe)}")
-    elif res.commit_message:
-        parts.append(f"commit step: {res.commit_message}")
-    return parts
+def summary(changes: Sequence[Change]) -> str:
+    """``37 changes: 30 changed, 4 added, 3 removed``."""
+    counts = {k: sum(1 for c in changes if c.kind is k) for k in Kind}
+    parts = [f"{n} {k.value}" for k, n in counts.items() if n]
+    return f"{len(changes)} change{'s' if len(changes) != 1 else ''}: {', '.join(parts)}"
 
 
-def _runs(res: Result, stage: Stage) -> int:
-    """Runs made for this stage (the ends already run at level 1 are reused, not counted twice)."""
-    return len({run.id for s in res.steps if s.stage is stage for run in s.runs})
+def _cell(pin: Pin | None) -> str:
+    return redact(pin.label) if pin is not None else ""
 
 
-def level1_result(r: EnvResult) -> Result:
-    """The level-1 steps as a ``bisect`` result, for today's renderers (table, evidence)."""
-    return Result(r.request.trial_request(), (), tuple(r.steps), r.verdict, message=r.message)
+def _source(env: Environment) -> str:
+    python = f", python {env.python}" if env.python else ""
+    return f"{redact(env.source)} ({env.format.value}{python}, {len(env.pins)} packages)"
 
 
-# ------------------------------------------------------------------ terminal
+def table(d: EnvDiff) -> Table:
+    t = Table(title=f"{summary(d.changes)}", title_justify="left", caption=f"good: {_source(d.good)}\n"
+              f"bad:  {_source(d.bad)}", caption_justify="left")
+    for header in ("package", "good", "bad", "kind", "notes"):
+        t.add_column(header, overflow="fold")
+    for c in d.changes:
+        t.add_row(Text(c.name), Text(_cell(c.good)), Text(_cell(c.bad)), Text(c.kind.value, style=_KIND_STYLE[c.kind]),
+                  Text("; ".join(d.notes(c))))
+    return t
 
 
-def changes_table(r: EnvResult) -> Table:
-    culprits = set(r.culprits)
-    table = Table(header_style="bold", title=redact(f"{len(r.changes)} changes: {r.request.good_env.source} → "
-                                                    f"{r.request.bad_env.source}"))
-    for col in ("#", "change", "kind", "culprit"):
-        table.add_column(col, overflow="fold")
-    for i, c in enumerate(r.changes):
-        table.add_row(str(i), redact(c.describe()), c.kind.value, "yes" if i in culprits else "",
-                      style="bold red" if i in culprits else "")
-    return table
+def markdown(d: EnvDiff) -> str:
+    lines = [f"**{summary(d.changes)}**", "", f"- good: {_md(_source(d.good))}", f"- bad: {_md(_source(d.bad))}", "",
+             "| package | good | bad | kind | notes |", "|---|---|---|---|---|"]
+    for c in d.changes:
+        cells = (c.name, _cell(c.good), _cell(c.bad), c.kind.value, "; ".join(d.notes(c)))
+        lines.append("| " + " | ".join(_md(x) for x in cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
-def trials_table(r: EnvResult) -> Table:
-    table = Table(header_style="bold", title="level 1: the ends, then the trials")
-    for col in ("trial", "applied", "outcome", "side", "runs", "adjusted"):
-        table.add_column(col, overflow="fold")
-    for k, t in _numbered(r):
-        table.add_row(k, redact(t.label), t.outcome.upper(), t.side.value, " ".join(f"#{i}" for i in t.run_ids),
-                      redact(_adjusted(r, t)))
-    return table
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
 
 
-def _numbered(r: EnvResult) -> list[tuple[str, TrialRun]]:
-    return [("good", r.ends[0])] * bool(r.ends) + [("bad", r.ends[1])] * (len(r.ends) > 1) + [
-        (str(k + 1), t) for k, t in enumerate(r.trials)]
+def to_json(d: EnvDiff) -> dict:
+    return {"summary": summary(d.changes),
+            "good": _env_json(d.good), "bad": _env_json(d.bad),
+            "changes": [change_json(c, d.notes(c)) for c in d.changes]}
 
 
-def _adjusted(r: EnvResult, t: TrialRun) -> str:
-    extra = sorted(t.ran - t.asked)
-    if not extra:
-        return ""
-    return "also " + ", ".join(r.changes[i].describe() for i in extra) + f" (uv: {t.adjusted[:160]})"
+def change_json(c: Change, notes: Sequence[str] = ()) -> dict:
+    return {"name": c.name, "kind": c.kind.value, "good": _pin_json(c.good), "bad": _pin_json(c.bad),
+            "bisectable": c.bisectable, "whole": c.whole, "describe": redact(c.describe()),
+            "notes": list(notes or c.notes)}
 
 
-def notes(r: EnvResult) -> list[str]:
-    lines = list(r.notes)
-    if r.note:
-        lines.append(r.note)
-    lines += [f"not bisected: {s}" for s in r.skipped]
-    lines += [f"confounder: {x.describe()}" for x in r.confounders]
-    lines += [f"tied by dependency metadata (tried together): "
-              + ", ".join(r.changes[i].name for i in u) for u in r.units]
-    return [redact(x) for x in lines]
+def _pin_json(pin: Pin | None) -> dict | None:
+    if pin is None:
+        return None
+    return {"version": pin.version, "direct": redact(pin.direct) if pin.direct else None, "editable": pin.editable,
+            "requirement": redact(pin.requirement)}
 
 
-def env_renderable(r: EnvResult, command: str) -> Group:
-    style = {Answer.FOUND: "bold green", Answer.AMBIGUOUS: "bold yellow"}.get(r.verdict, "bold red")
-    parts: list = [Text(chain(r), style=style), changes_table(r), trials_table(r)]
-    parts += [Text(x, style="dim") for x in notes(r)]
-    if r.releases:
-        parts += [rep.bisect_renderable(res, command) for res in r.releases]
-    else:
-        parts.append(rep.bisect_renderable(level1_result(r), command))
-    return Group(*parts)
+def _env_json(env: Environment) -> dict:
+    return {"source": redact(env.source), "format": env.format.value, "python": env.python,
+            "requires_python": env.requires_python, "packages": len(env.pins),
+            "options": [redact(o) for o in env.options], "notes": [redact(n) for n in env.notes]}
 
 
-# ------------------------------------------------------------------ Markdown
+def compare(good: Path, bad: Path, python: str | None = None) -> EnvDiff:
+    """Read both environments and the base the trials would be made from (``python``, default
+    dsbisect's own; it provides packages only when layered, i.e. when it has torch)."""
+    from .base import inspect_base
 
-
-def env_markdown(r: EnvResult, command: str) -> str:
-    req = r.request
-    lines = [f"### dsbisect: {_md(req.good_env.source)} → {_md(req.bad_env.source)} "
-             f"(environments, regress on {req.regress_on.value})", "", f"**{_md(chain(r))}**", ""]
-    lines += [f"- {_md(x)}" for x in notes(r)] + [""] * bool(notes(r))
-    lines += ["<details><summary>" + f"{len(r.changes)} changes</summary>", "",
-              "| # | change | kind | culprit |", "|---|---|---|---|"]
-    culprits = set(r.culprits)
-    lines += [f"| {i} | {_md(redact(c.describe()))} | {c.kind.value} | {'**yes**' if i in culprits else ''} |"
-              for i, c in enumerate(r.changes)]
-    lines += ["", "</details>", "", f"<details><summary>level 1: {len(r.trials)} trials</summary>", "",
-              "| trial | applied | outcome | side | runs | adjusted |", "|---|---|---|---|---|---|"]
-    lines += [f"| {k} | {_md(redact(t.label))} | {t.outcome.upper()} | {t.side.value} | "
-              f"{' '.join(f'#{i}' for i in t.run_ids)} | {_md(redact(_adjusted(r, t)))} |" for k, t in _numbered(r)]
-    lines += ["", "</details>", ""]
-    text = "\n".join(lines) + "\n"
-    if r.releases:
-        return text + "\n".join(rep.bisect_markdown(res, command) for res in r.releases)
-    return text + rep.bisect_markdown(level1_result(r), command)
+    old, new = read_environment(good), read_environment(bad)
+    changes = diff(old, new)
+    if not changes:
+        raise DsbisectError(f"no difference between GOOD and BAD: {redact(str(good))} and {redact(str(bad))} "
+                            f"pin the same {len(old.pins)} packages")
+    base = inspect_base(python)
+    provided = {canonicalize_name(n): v for n, v, _ in base.dists} if base.version_of("torch") else {}
+    return EnvDiff(old, new, changes, provided)
