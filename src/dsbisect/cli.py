@@ -913,7 +913,7 @@ def diff_envs(
 ) -> None:
     """Print what changed between two environments (changed, added, removed), running nothing.
     Exit 1 when they do not differ."""
-    from . import chainreport
+    from . import envreport
 
     with user_errors():
         d = envreport.compare(good, bad, python)
