@@ -26,12 +26,15 @@ def chain(r: EnvResult) -> str:
     if not r.culprits:
         return redact(f"{head}; {r.verdict.value}: {r.message}" if r.message else f"{head}; {r.verdict.value}")
     trials = f"({len(r.trials)} trial{'s' if len(r.trials) != 1 else ''})"
-    names = [r.changes[i].describe() for i in r.culprits]
+    names = [r.changes[i].describe() for i in r.culprits if i not in r.required]
+    needs = [r.changes[i].describe() for i in r.required]
+    if needs:
+        names[-1] += f" (which requires {' and '.join(needs)}: not applicable without it, harmless alone)"
     if len(names) == 1:
         parts = [f"{head}; culprit {names[0]} {trials}"]
     else:
         parts = [f"{head}; culprits (only together): {' and '.join(names)} {trials}"]
-    if not r.exact:
+    if r.verdict is not Answer.FOUND:
         parts[0] += " — not exact"
     for res in r.releases:
         parts += _release_parts(res, len(r.releases) > 1)
@@ -87,24 +90,17 @@ def changes_table(r: EnvResult) -> Table:
 
 def trials_table(r: EnvResult) -> Table:
     table = Table(header_style="bold", title="level 1: the ends, then the trials")
-    for col in ("trial", "applied", "outcome", "side", "runs", "adjusted"):
+    for col in ("trial", "applied", "outcome", "side", "runs", "detail"):
         table.add_column(col, overflow="fold")
     for k, t in _numbered(r):
         table.add_row(k, redact(t.label), t.outcome.upper(), t.side.value, " ".join(f"#{i}" for i in t.run_ids),
-                      redact(_adjusted(r, t)))
+                      redact(t.detail[:200]))
     return table
 
 
 def _numbered(r: EnvResult) -> list[tuple[str, TrialRun]]:
     return [("good", r.ends[0])] * bool(r.ends) + [("bad", r.ends[1])] * (len(r.ends) > 1) + [
         (str(k + 1), t) for k, t in enumerate(r.trials)]
-
-
-def _adjusted(r: EnvResult, t: TrialRun) -> str:
-    extra = sorted(t.ran - t.asked)
-    if not extra:
-        return ""
-    return "also " + ", ".join(r.changes[i].describe() for i in extra) + f" (uv: {t.adjusted[:160]})"
 
 
 def notes(r: EnvResult) -> list[str]:
@@ -143,9 +139,9 @@ def env_markdown(r: EnvResult, command: str) -> str:
     lines += [f"| {i} | {_md(redact(c.describe()))} | {c.kind.value} | {'**yes**' if i in culprits else ''} |"
               for i, c in enumerate(r.changes)]
     lines += ["", "</details>", "", f"<details><summary>level 1: {len(r.trials)} trials</summary>", "",
-              "| trial | applied | outcome | side | runs | adjusted |", "|---|---|---|---|---|---|"]
+              "| trial | applied | outcome | side | runs | detail |", "|---|---|---|---|---|---|"]
     lines += [f"| {k} | {_md(redact(t.label))} | {t.outcome.upper()} | {t.side.value} | "
-              f"{' '.join(f'#{i}' for i in t.run_ids)} | {_md(redact(_adjusted(r, t)))} |" for k, t in _numbered(r)]
+              f"{' '.join(f'#{i}' for i in t.run_ids)} | {_md(redact(t.detail[:200]))} |" for k, t in _numbered(r)]
     lines += ["", "</details>", ""]
     text = "\n".join(lines) + "\n"
     if r.releases:

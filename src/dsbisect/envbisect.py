@@ -8,10 +8,12 @@ reuses it).  Level 2 is the existing release ``Bisection`` of each culprit betwe
 versions, the other packages held where the culprit reproduces (an interaction's partner at its
 bad version, the rest at good); level 3 its commit step, with ``--git-repo``.
 
-A subset uv cannot satisfy as asked (``a 2.0`` requires ``c >= 2.0`` and only ``a`` is applied)
-is adjusted before it runs: the changes uv's error names are applied with it, and the trial
-records what it moved.  One that still cannot be satisfied runs anyway and is recorded as a
-skip with uv's reason; the search works around it.
+A subset uv cannot satisfy (``a 2.0`` requires ``c >= 2.0`` and only ``a`` is applied) is
+untestable: its run is recorded as a skip with uv's reason and the search works around it, as
+``git bisect skip`` does.  So that most trials resolve, the changes that dependency metadata ties
+together (each change with the ones uv names when it is applied alone: a dry run per change) are
+tried together first (``units``), and a culprit whose removal from the answer was untestable only
+because another culprit requires it is named as that one's requirement, not as a cause.
 """
 
 from __future__ import annotations
@@ -90,16 +92,14 @@ class EnvPlan:
 
 @dataclass(frozen=True)
 class TrialRun:
-    """One level-1 trial: the changes asked, the ones it ran with (uv's adjustment), its side."""
+    """One level-1 trial: the changes applied on top of the good environment, and how it went."""
 
-    asked: frozenset[int]
-    ran: frozenset[int]
+    applied: frozenset[int]
     side: Side
     label: str
     run_ids: tuple[int, ...]
     outcome: str
-    detail: str
-    adjusted: str = ""  # why ``ran`` is larger than ``asked`` (uv's reason), or ""
+    detail: str  # the skip's reason (uv's, when the pins could not be satisfied), the signature...
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,7 @@ class EnvResult:
     ends: tuple[TrialRun, ...] = ()  # the good and the bad environment, as given
     trials: tuple[TrialRun, ...] = ()
     culprits: tuple[int, ...] = ()
+    required: tuple[int, ...] = ()  # culprits the others require (uv: they cannot be applied without them)
     exact: bool = False
     note: str = ""
     units: tuple[tuple[int, ...], ...] = ()
@@ -344,6 +345,7 @@ class EnvBisection:
         self.ends: tuple[TrialRun, ...] = ()
         self.resolver: Resolver | None = None
         self._steps: list = []
+        self.ties: dict[int, str] = {}  # change -> uv's reason it cannot be applied alone
 
     # ------------------------------------------------------------------ run
 
@@ -361,7 +363,7 @@ class EnvBisection:
         self.save("running", {"changes": [change_json(c) for c in self.changes]})
         ends = [self._point(frozenset(), trials), self._point(frozenset(range(len(self.changes))), trials)]
         problem = trials.check(ends)
-        self.ends = tuple(self._trial(frozenset(s), frozenset(s), "", st, trials)
+        self.ends = tuple(self._trial(s, st, trials)
                           for s, st in zip((set(), set(range(len(self.changes)))), trials.steps[-2:]))
         if problem:
             return self._finish(EnvResult(self.req, self.changes, problem[0], problem[1], ends=self.ends,
@@ -375,12 +377,25 @@ class EnvBisection:
         return self._finish(result)
 
     def _level1(self, found: EnvSearch, units) -> EnvResult:
+        required = self._required(found)
+        explained = set(found.unverified) <= set(required) and len(required) < len(found.culprits)
+        verdict = Answer.FOUND if found.exact or explained else Answer.AMBIGUOUS
         names = " and ".join(self.changes[i].describe() for i in found.culprits)
-        verdict = Answer.FOUND if found.exact else Answer.AMBIGUOUS
-        message = "" if found.exact else found.note or f"not exact: {names}"
+        message = "" if verdict is Answer.FOUND else found.note or f"not exact: {names}"
         return EnvResult(self.req, self.changes, verdict, message, ends=self.ends, trials=tuple(self.trials),
-                         culprits=found.culprits, exact=found.exact, note=self._note(found),
+                         culprits=found.culprits, required=required, exact=found.exact, note=self._note(found),
                          units=tuple(tuple(sorted(u)) for u in units), notes=self.plan.notes)
+
+    def _required(self, found: EnvSearch) -> tuple[int, ...]:
+        """The culprits whose removal was untestable because uv's reason names them: the rest of
+        the answer cannot be installed without them (``a 2.0`` requires ``c >= 2.0``)."""
+        out = []
+        for x in found.unverified:
+            rest = frozenset(found.culprits) - {x}
+            trial = next((t for t in self.trials if t.applied == rest), None)
+            if trial is not None and trial.side is Side.SKIP and named_in(trial.detail, [self.changes[x].name]):
+                out.append(x)
+        return tuple(out)
 
     def _note(self, found: EnvSearch) -> str:
         """The search's note with change names for its indices."""
@@ -396,31 +411,23 @@ class EnvBisection:
     # ------------------------------------------------------------ trials
 
     def _test(self, subsets: Sequence[frozenset[int]], trials: _Trials) -> list[Side]:
-        adjusted = self._adjust_all(subsets)
-        points = {}
-        for ran, _ in adjusted:
-            points.setdefault(ran, self._point(ran, trials))
+        """Each subset as a point, all run at once (a subset uv cannot satisfy is a skip the
+        Runner records with uv's reason: the search steps around it)."""
+        points = [self._point(s, trials) for s in subsets]
         shown = "; ".join(self._describe(s) for s in subsets)
         self.runner.progress("note", f"level 1: {len(subsets)} trial(s) of {len(self.changes)} changes: {shown}")
-        unique = list(points)
-        steps = dict(zip(unique, trials.test([points[u] for u in unique])))
-        out = []
-        for asked, (ran, why) in zip(subsets, adjusted):
-            self.trials.append(self._trial(asked, ran, why, steps[ran], trials))
-            out.append(trials.side(steps[ran]))
-        return out
+        steps = trials.test(points)
+        for subset, step in zip(subsets, steps):
+            self.trials.append(self._trial(subset, step, trials))
+        return [trials.side(st) for st in steps]
 
-    def _trial(self, asked, ran, why, step, trials: _Trials) -> TrialRun:
-        return TrialRun(frozenset(asked), frozenset(ran), trials.side(step), step.label,
-                        tuple(r.id for r in step.runs), step.outcome.value, step.detail, why)
+    def _trial(self, applied, step, trials: _Trials) -> TrialRun:
+        return TrialRun(frozenset(applied), trials.side(step), step.label, tuple(r.id for r in step.runs),
+                        step.outcome.value, step.detail)
 
-    def _adjust_all(self, subsets: Sequence[frozenset[int]]) -> list[tuple[frozenset[int], str]]:
-        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dsbisect-resolve") as pool:
-            return list(pool.map(self._adjust, subsets))
-
-    def _adjust(self, subset: frozenset[int]) -> tuple[frozenset[int], str]:
-        """``subset``, with the changes uv's error names added until uv can satisfy it (at most
-        three rounds); the reason of the first error when anything was added."""
+    def _closure(self, subset: frozenset[int]) -> tuple[frozenset[int], str]:
+        """``subset`` with the changes uv's error names added until uv can satisfy it (at most
+        three rounds), and uv's first reason; ``subset`` itself when it resolves or never does."""
         ran, first = frozenset(subset), ""
         by_name = {canonicalize_name(c.name): i for i, c in enumerate(self.changes)}
         for _ in range(3):
@@ -432,13 +439,16 @@ class EnvBisection:
                 break
             first = first or problem
             ran |= extra
-        return frozenset(subset), ""  # still unsatisfiable: run as asked (a skip, with uv's reason)
+        return frozenset(subset), ""
 
     def _units(self) -> list[frozenset[int]]:
         """Changes that dependency metadata ties together: each change with the ones uv needs
         moved with it (its adjustment when applied alone)."""
         singles = [frozenset({i}) for i in range(len(self.changes))]
-        return [ran for ran, why in self._adjust_all(singles) if len(ran) > 1]
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dsbisect-resolve") as pool:
+            found = list(pool.map(self._closure, singles))
+        self.ties = {i: why for i, (ran, why) in enumerate(found) if len(ran) > 1}
+        return [ran for ran, _ in found if len(ran) > 1]
 
     def _reqs(self, applied: frozenset[int]) -> tuple[str, ...]:
         return _requirements(self.req.good_env, [self.changes[i] for i in sorted(applied)], self.plan.hold,
@@ -467,6 +477,8 @@ class EnvBisection:
         releases, skipped, confounders = [], [], []
         for i in result.culprits:
             c = self.changes[i]
+            if i in result.required:
+                continue  # held at its bad version while the culprit that requires it is bisected
             if not c.bisectable or c.kind is not Kind.CHANGED:
                 skipped.append(f"{c.describe()}: not bisectable below the change (not two released versions)")
                 continue
@@ -586,8 +598,8 @@ def change_json(c: Change) -> dict:
 
 
 def trial_json(t: TrialRun) -> dict:
-    return {"applied": sorted(t.asked), "ran": sorted(t.ran), "side": t.side.value, "label": t.label,
-            "outcome": t.outcome, "run_ids": list(t.run_ids), "detail": t.detail, "adjusted": t.adjusted or None}
+    return {"applied": sorted(t.applied), "side": t.side.value, "label": t.label,
+            "outcome": t.outcome, "run_ids": list(t.run_ids), "detail": t.detail}
 
 
 def env_json(r: EnvResult) -> dict:
@@ -607,6 +619,7 @@ def env_json(r: EnvResult) -> dict:
             "trials": [trial_json(t) for t in r.trials],
             "culprits": [r.changes[i].name for i in r.culprits],
             "culprit_changes": [change_json(r.changes[i]) for i in r.culprits],
+            "required": [r.changes[i].name for i in r.required],
             "exact": r.exact,
             "note": r.note,
             "units": [list(u) for u in r.units],

@@ -1,0 +1,142 @@
+"""Environment bisection (bisect --good-env/--bad-env): the change, then its release, on toy packages.
+
+Every test resolves real toy wheels with real dependency metadata through real uv (offline, a
+wheelhouse per test: uv treats find-links files as immutable, so each test has dists of its own
+names) and runs a 1-rank script without a launcher: what is tested is the search over
+environments, which needs no second rank.  The script is the "bug": it fails when the versions
+it finds meet a rule, as a regression in those releases would.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import toypkg
+
+RULE = """\
+import importlib.metadata as md, sys
+def v(name):
+    try:
+        return tuple(int(x) for x in md.version("dsb-" + name).split("."))
+    except md.PackageNotFoundError:
+        return None
+bad = {rule}
+print("bad" if bad else "fine", flush=True)
+sys.exit(1 if bad else 0)
+"""
+
+
+def _wheels(folder: Path, prefix: str, dists: dict[str, dict[str, tuple[str, ...]]]) -> Path:
+    """A wheelhouse: ``{dist: {version: requires}}``, names given without ``dsb-<prefix>-``."""
+    for name, versions in dists.items():
+        for version, requires in versions.items():
+            full = f"dsb-{prefix}-{name}"
+            toypkg.build_wheel(folder, version, "ok", dist=full, module=full.replace("-", "_"),
+                               requires=tuple(r.replace("@", f"dsb-{prefix}-") for r in requires))
+    return folder
+
+
+def _freeze(path: Path, prefix: str, pins: dict[str, str]) -> Path:
+    path.write_text("".join(f"dsb-{prefix}-{n}=={v}\n" for n, v in sorted(pins.items())))
+    return path
+
+
+def _setup(tmp_path: Path, prefix: str, dists, good: dict, bad: dict, rule: str) -> list[str]:
+    wh = _wheels(tmp_path / "wh", prefix, dists)
+    _freeze(tmp_path / "good.txt", prefix, good)
+    _freeze(tmp_path / "bad.txt", prefix, bad)
+    (tmp_path / "check.py").write_text(RULE.format(rule=rule.replace("v('", f"v('{prefix}-")))
+    return ["--script", "check.py", "--nproc", "1", "--accelerator", "cpu", "--regress-on", "fail",
+            "--offline", "--find-links", str(wh)]
+
+
+def _bisect(cli, tmp_path, cache_dir, args, *extra, code=0):
+    res = cli("bisect", "--good-env", "good.txt", "--bad-env", "bad.txt", *args, "--cache-dir", str(cache_dir),
+              "--store", str(tmp_path / "store"), "-q", "--format", "json", *extra, cwd=tmp_path)
+    assert res.exit_code == code, res.output
+    return json.loads(res.stdout), res
+
+
+def _level2(out: dict, name: str) -> dict:
+    return next(r for r in out["releases"] if r["package"].endswith(name))
+
+
+@pytest.mark.slow
+def test_one_culprit_among_eight_changes_then_its_release(tmp_path, cli, cache_dir):
+    """8 changes (6 changed, one added, one removed); the bug comes with c 1.2."""
+    same = {"1.0": (), "2.0": ()}
+    dists = {"a": same, "b": same, "d": same, "e": same, "f": same, "old": {"1.0": ()}, "new": {"1.0": ()},
+             "c": {v: () for v in ("1.0", "1.1", "1.2", "1.3", "1.4")}}
+    good = {"a": "1.0", "b": "1.0", "c": "1.0", "d": "1.0", "e": "1.0", "f": "1.0", "old": "1.0"}
+    bad = {"a": "2.0", "b": "2.0", "c": "1.4", "d": "2.0", "e": "2.0", "f": "2.0", "new": "1.0"}
+    args = _setup(tmp_path, "ea", dists, good, bad, "v('c') >= (1, 2)")
+    out, res = _bisect(cli, tmp_path, cache_dir, args)
+    diff = out["env_diff"]
+    kinds = {c["name"]: c["kind"] for c in diff["changes"]}
+    assert len(kinds) == 8 and kinds["dsb-ea-new"] == "added" and kinds["dsb-ea-old"] == "removed"
+    assert diff["culprits"] == ["dsb-ea-c"] and diff["exact"] and out["verdict"] == "found"
+    assert [e["outcome"] for e in diff["ends"]] == ["pass", "fail"]
+    assert len(diff["trials"]) <= 5  # ceil(log2 8) + 2
+    rel = _level2(out, "c")
+    assert (rel["last_good"], rel["first_bad"], rel["verdict"]) == ("1.1", "1.2", "found")
+    # the other packages were held at the good environment's versions during level 2
+    assert "dsb-ea-a==1.0" in rel["pins"] and "dsb-ea-old==1.0" in rel["pins"]
+
+
+@pytest.mark.slow
+def test_an_interaction_names_both_changes_and_bisects_each(tmp_path, cli, cache_dir):
+    """The bug needs a >= 2.0 and b >= 3.0 together; x, y, z are innocent."""
+    dists = {"a": {v: () for v in ("1.0", "1.5", "2.0", "2.1")}, "b": {v: () for v in ("2.0", "2.5", "3.0", "3.1")},
+             "x": {"1.0": (), "1.1": ()}, "y": {"1.0": (), "1.1": ()}, "z": {"1.0": (), "1.1": ()}}
+    good = {"a": "1.0", "b": "2.0", "x": "1.0", "y": "1.0", "z": "1.0"}
+    bad = {"a": "2.1", "b": "3.1", "x": "1.1", "y": "1.1", "z": "1.1"}
+    args = _setup(tmp_path, "eb", dists, good, bad, "v('a') >= (2, 0) and v('b') >= (3, 0)")
+    out, res = _bisect(cli, tmp_path, cache_dir, args)
+    diff = out["env_diff"]
+    assert diff["culprits"] == ["dsb-eb-a", "dsb-eb-b"] and diff["exact"]
+    a, b = _level2(out, "a"), _level2(out, "b")
+    assert (a["last_good"], a["first_bad"]) == ("1.5", "2.0") and "dsb-eb-b==3.1" in a["pins"]
+    assert (b["last_good"], b["first_bad"]) == ("2.5", "3.0") and "dsb-eb-a==2.1" in b["pins"]
+
+
+@pytest.mark.slow
+def test_a_change_uv_cannot_apply_alone(tmp_path, cli, cache_dir):
+    """a 2.0 requires c >= 2.0 (both changed): a alone cannot be installed.  The bug is a's from
+    1.5, whose release needs d >= 2.0 (d changed too, innocent): level 2 moves d and says so."""
+    dists = {"a": {"1.0": (), "1.5": ("@d>=2.0",), "2.0": ("@c>=2.0",)}, "c": {"1.0": (), "2.0": ()},
+             "d": {"1.0": (), "2.0": ()}, "x": {"1.0": (), "1.1": ()}}
+    good = {"a": "1.0", "c": "1.0", "d": "1.0", "x": "1.0"}
+    bad = {"a": "2.0", "c": "2.0", "d": "2.0", "x": "1.1"}
+    args = _setup(tmp_path, "ec", dists, good, bad, "v('a') >= (1, 5)")
+    out, res = _bisect(cli, tmp_path, cache_dir, args)
+    diff = out["env_diff"]
+    assert diff["units"] == [[0, 1]]  # a and c: tied by a 2.0's requirement, tried together
+    assert diff["culprits"] == ["dsb-ec-a", "dsb-ec-c"] and diff["required"] == ["dsb-ec-c"]
+    assert out["verdict"] == "found"
+    alone = [t for t in diff["trials"] if t["applied"] == [0]]
+    assert alone and alone[0]["outcome"] == "skip" and "dsb-ec-c" in alone[0]["detail"]
+    (rel,) = out["releases"]  # c is not bisected: it is a's requirement
+    assert rel["package"] == "dsb-ec-a" and (rel["last_good"], rel["first_bad"]) == ("1.0", "1.5")
+    assert "dsb-ec-c==2.0" in rel["pins"]
+    (conf,) = out["confounders"]
+    assert (conf["version"], conf["moved"]) == ("1.5", ["dsb-ec-d 1.0 -> 2.0"])
+    assert any("possible confounder" in c and "dsb-ec-d" in c for c in rel["caveats"])
+
+
+@pytest.mark.slow
+def test_the_culprit_is_a_transitive_dependency(tmp_path, cli, cache_dir):
+    """dep is in the freezes only because top requires it (top 1.1 needs dep >= 1.3); the bug is
+    dep's from 1.2: dep is named, not top, though top alone cannot move without it."""
+    dists = {"top": {"1.0": ("@dep>=1.0",), "1.1": ("@dep>=1.3",)},
+             "dep": {v: () for v in ("1.0", "1.1", "1.2", "1.3")}, "x": {"1.0": (), "1.1": ()}}
+    good = {"top": "1.0", "dep": "1.0", "x": "1.0"}
+    bad = {"top": "1.1", "dep": "1.3", "x": "1.1"}
+    args = _setup(tmp_path, "ed", dists, good, bad, "v('dep') >= (1, 2)")
+    out, res = _bisect(cli, tmp_path, cache_dir, args)
+    diff = out["env_diff"]
+    assert diff["culprits"] == ["dsb-ed-dep"] and diff["exact"], diff
+    rel = _level2(out, "dep")
+    assert (rel["last_good"], rel["first_bad"]) == ("1.1", "1.2")
