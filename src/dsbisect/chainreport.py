@@ -29,23 +29,24 @@ def chain(r: EnvResult) -> str:
     names = [r.changes[i].describe() for i in r.culprits if i not in r.required]
     needs = [r.changes[i].describe() for i in r.required]
     if needs:
-        names[-1] += f" (which requires {' and '.join(needs)}: not applicable without it, harmless alone)"
+        names[-1] += f" (with {' and '.join(needs)}, which it requires; harmless alone)"
     if len(names) == 1:
         parts = [f"{head}; culprit {names[0]} {trials}"]
     else:
         parts = [f"{head}; culprits (only together): {' and '.join(names)} {trials}"]
     if r.verdict is not Answer.FOUND:
         parts[0] += " — not exact"
+    seen = {i for t in (*r.ends, *r.trials) for i in t.run_ids}  # level 2 reuses these: not counted again
     for res in r.releases:
-        parts += _release_parts(res, len(r.releases) > 1)
+        parts += _release_parts(res, len(r.releases) > 1, seen)
     return redact("; ".join(parts))
 
 
-def _release_parts(res: Result, named: bool) -> list[str]:
+def _release_parts(res: Result, named: bool, seen: set[int]) -> list[str]:
     req = res.request
     who = f"{req.package}: " if named else ""
     word = "first fixed" if req.find_fix else "first bad"
-    runs = _runs(res, Stage.RELEASE)
+    runs = _runs(res, Stage.RELEASE, seen)
     if res.first_bad and res.verdict is Answer.FOUND:
         parts = [f"{who}{word} release {res.first_bad} ({runs} run{'s' if runs != 1 else ''})"]
     elif res.maybe:
@@ -54,7 +55,7 @@ def _release_parts(res: Result, named: bool) -> list[str]:
         return [f"{who}release bisection: {res.verdict.value}" + (f" ({res.message})" if res.message else "")]
     c = res.commit
     if c is not None and c.first_bad:
-        n = _runs(res, Stage.COMMIT)
+        n = _runs(res, Stage.COMMIT, seen)
         parts.append(f"{word} commit {c.first_bad[:10]} {c.subject} ({n} run{'s' if n != 1 else ''})")
     elif c is not None:
         parts.append(f"commit left between {', '.join(h[:10] for h in c.maybe)}")
@@ -63,9 +64,9 @@ def _release_parts(res: Result, named: bool) -> list[str]:
     return parts
 
 
-def _runs(res: Result, stage: Stage) -> int:
-    """Runs made for this stage (the ends already run at level 1 are reused, not counted twice)."""
-    return len({run.id for s in res.steps if s.stage is stage for run in s.runs})
+def _runs(res: Result, stage: Stage, seen: set[int]) -> int:
+    """Runs this stage made (not those of level 1 it reused)."""
+    return len({run.id for s in res.steps if s.stage is stage for run in s.runs} - seen)
 
 
 def level1_result(r: EnvResult) -> Result:

@@ -383,8 +383,12 @@ class EnvBisection:
         names = " and ".join(self.changes[i].describe() for i in found.culprits)
         message = "" if verdict is Answer.FOUND else found.note or f"not exact: {names}"
         return EnvResult(self.req, self.changes, verdict, message, ends=self.ends, trials=tuple(self.trials),
-                         culprits=found.culprits, required=required, exact=found.exact, note=self._note(found),
+                         culprits=found.culprits, required=required, exact=found.exact, note=self._note(found, required),
                          units=tuple(tuple(sorted(u)) for u in units), notes=self.plan.notes)
+
+    def _skip_reason(self, found: EnvSearch, x: int) -> str:
+        rest = frozenset(found.culprits) - {x}
+        return next((t.detail for t in self.trials if t.applied == rest), "")
 
     def _required(self, found: EnvSearch) -> tuple[int, ...]:
         """The culprits whose removal was untestable because uv's reason names them: the rest of
@@ -397,10 +401,16 @@ class EnvBisection:
                 out.append(x)
         return tuple(out)
 
-    def _note(self, found: EnvSearch) -> str:
-        """The search's note with change names for its indices."""
+    def _note(self, found: EnvSearch, required: tuple[int, ...] = ()) -> str:
+        """The search's note with change names for its indices (or, where uv explains why a
+        culprit could not be left out, that)."""
         if not found.unverified:
             return found.note
+        if set(found.unverified) <= set(required):
+            rest = " and ".join(self.changes[i].describe() for i in found.culprits if i not in required)
+            return "; ".join(f"{self.changes[x].describe()} cannot be left out of the answer: {rest} requires it "
+                             f"(uv: {_cut(self._skip_reason(found, x), 300)}); alone it behaves as the good end"
+                             for x in found.unverified)
         return found.note + " (" + "; ".join(f"{i}: {self.changes[i].describe()}" for i in found.unverified) + ")"
 
     def _finish(self, result: EnvResult) -> EnvResult:
@@ -507,8 +517,9 @@ class EnvBisection:
         pins, confounders = self._release_pins(c, planned, rq.pins)
         result = _Releases(self.runner, self.index, rq, pins).run(planned)
         ends = {result.last_good, result.first_bad}
-        caveats = tuple(f"possible confounder: {x.describe()}" for x in confounders if x.version in ends)
-        return dataclasses.replace(result, caveats=result.caveats + caveats), confounders
+        said = [f"possible confounder: {x.describe()}" for x in confounders if x.version in ends]
+        message = "; ".join(m for m in (result.message, *said) if m)
+        return dataclasses.replace(result, message=message), confounders
 
     def _context(self, c: Change, partners: list[Change]) -> tuple[str, ...]:
         """Every other package where the culprit reproduces: the partners at their bad version,
@@ -573,6 +584,10 @@ class EnvBisection:
             result = {"changes": [change_json(c) for c in self.changes]} | result
         self.runner.store.save_bisection(req.key, ENV_PACKAGE, req.good_env.source, req.bad_env.source, params,
                                          status, result)
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _parse(v: str) -> Version:
