@@ -84,6 +84,13 @@ def test_one_culprit_among_eight_changes_then_its_release(tmp_path, cli, cache_d
     assert (rel["last_good"], rel["first_bad"], rel["verdict"]) == ("1.1", "1.2", "found")
     # the other packages were held at the good environment's versions during level 2
     assert "dsb-ea-a==1.0" in rel["pins"] and "dsb-ea-old==1.0" in rel["pins"]
+    assert list(out)[:8] == ["kind", "good_env", "bad_env", "case", "regress_on", "hold", "verdict", "message"]
+    assert list(out)[8:] == ["env_diff", "releases", "not_bisected", "confounders", "steps"]
+    assert set(diff) >= {"changes", "ends", "trials", "culprits", "exact", "note", "units", "notes"}
+    assert set(diff["trials"][0]) == {"applied", "side", "label", "outcome", "run_ids", "detail"}
+    ran = {i for s in out["steps"] for i in s["run_ids"]}
+    again, _ = _bisect(cli, tmp_path, cache_dir, args)  # a second invocation reuses every run
+    assert again["env_diff"]["culprits"] == ["dsb-ea-c"] and {i for s in again["steps"] for i in s["run_ids"]} == ran
 
 
 @pytest.mark.slow
@@ -187,3 +194,65 @@ def test_the_words_after_dashes_are_the_command_with_good_env(tmp_path, cli, com
     _nothing_created(tmp_path)
     res = cli("bisect", "dsb-ew-a", "--good-env", "good.txt", "--bad-env", "good.txt", "--", *command, cwd=tmp_path)
     assert res.exit_code == 2 and "not both" in res.stderr, res.output
+
+
+TOY_PROJECT = """\
+[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "dsb-eg-toy"
+version = "{version}"
+
+[tool.setuptools]
+packages = ["dsb_toy"]
+"""
+
+
+def _commit(repo: Path, version: str, behaviour: str, subject: str) -> str:
+    from conftest import git
+
+    (repo / "pyproject.toml").write_text(TOY_PROJECT.format(version=version))
+    (repo / "dsb_toy").mkdir(exist_ok=True)
+    (repo / "dsb_toy" / "__init__.py").write_text(f'__version__ = "{version}"\n{toypkg.DEVICE}{toypkg.STEP[behaviour]}')
+    (repo / "NOTES.md").write_text(subject + "\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", subject)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+@pytest.mark.slow
+def test_the_chain_goes_on_to_the_commit_with_git_repo(tmp_path_factory, tmp_path, cli, cache_dir):
+    """Two changes; the culprit's release, then the commit inside it that makes rank 0 raise."""
+    from conftest import git, write_matrix
+
+    repo = tmp_path_factory.mktemp("egrepo")
+    git(repo, "init", "-q", "-b", "main")
+    _commit(repo, "1.0.0", "ok", "release 1.0.0")
+    git(repo, "tag", "v1.0.0")
+    hashes = [_commit(repo, "1.1.0", "raise" if i >= 3 else "ok", f"change {i}") for i in range(1, 5)]
+    git(repo, "tag", "v1.1.0")
+    wh = tmp_path / "wh"
+    for version, behaviour in (("1.0.0", "ok"), ("1.1.0", "raise")):
+        toypkg.build_wheel(wh, version, behaviour, dist="dsb-eg-toy")
+    _wheels(wh, "eg", {"x": {"1.0": (), "1.1": ()}})
+    (tmp_path / "good.txt").write_text("dsb-eg-toy==1.0.0\ndsb-eg-x==1.0\n")
+    (tmp_path / "bad.txt").write_text("dsb-eg-toy==1.1.0\ndsb-eg-x==1.1\n")
+    write_matrix(tmp_path, ["1.0.0"], package="dsb-eg-toy", collective_timeout=3, nproc=1)
+    matrix = tmp_path / "matrix.yaml"
+    matrix.write_text(matrix.read_text().replace("defaults:\n", "defaults:\n  build_pins: []\n"))
+    out, res = _bisect(cli, tmp_path, cache_dir, ["--case", "toy", "--regress-on", "fail", "--offline",
+                                                   "--find-links", str(wh), "--git-repo", str(repo)])
+    assert out["env_diff"]["culprits"] == ["dsb-eg-toy"]
+    (rel,) = out["releases"]
+    assert (rel["last_good"], rel["first_bad"]) == ("1.0.0", "1.1.0")
+    assert (rel["commit"]["first_bad"], rel["commit"]["subject"]) == (hashes[2], "change 3")
+    res = cli("bisect", "--good-env", "good.txt", "--bad-env", "bad.txt", "--case", "toy", "--regress-on", "fail",
+              "--offline", "--find-links", str(wh), "--git-repo", str(repo), "--cache-dir", str(cache_dir),
+              "--store", str(tmp_path / "store"), "-q", "--format", "markdown", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    first = res.stdout.splitlines()[2]  # the chain, before the tables
+    assert first.startswith("**2 changes; culprit dsb-eg-toy 1.0.0 -> 1.1.0 (") and \
+        f"first bad release 1.1.0 (level 1's runs); first bad commit {hashes[2][:10]} change 3 (" in first, first
+    assert "<details><summary>2 changes</summary>" in res.stdout

@@ -48,7 +48,7 @@ def _release_parts(res: Result, named: bool, seen: set[int]) -> list[str]:
     word = "first fixed" if req.find_fix else "first bad"
     runs = _runs(res, Stage.RELEASE, seen)
     if res.first_bad and res.verdict is Answer.FOUND:
-        parts = [f"{who}{word} release {res.first_bad} ({runs} run{'s' if runs != 1 else ''})"]
+        parts = [f"{who}{word} release {res.first_bad} ({_count(runs)})"]
     elif res.maybe:
         parts = [f"{who}{word} release one of {', '.join(res.maybe)} ({runs} runs)"]
     else:
@@ -56,12 +56,16 @@ def _release_parts(res: Result, named: bool, seen: set[int]) -> list[str]:
     c = res.commit
     if c is not None and c.first_bad:
         n = _runs(res, Stage.COMMIT, seen)
-        parts.append(f"{word} commit {c.first_bad[:10]} {c.subject} ({n} run{'s' if n != 1 else ''})")
+        parts.append(f"{word} commit {c.first_bad[:10]} {c.subject} ({_count(n)})")
     elif c is not None:
         parts.append(f"commit left between {', '.join(h[:10] for h in c.maybe)}")
     elif res.commit_message:
         parts.append(f"commit step: {res.commit_message}")
     return parts
+
+
+def _count(runs: int) -> str:
+    return "level 1's runs" if runs == 0 else f"{runs} run{'s' if runs != 1 else ''}"
 
 
 def _runs(res: Result, stage: Stage, seen: set[int]) -> int:
