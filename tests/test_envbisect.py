@@ -142,11 +142,17 @@ def test_the_culprit_is_a_transitive_dependency(tmp_path, cli, cache_dir):
     good = {"top": "1.0", "dep": "1.0", "x": "1.0"}
     bad = {"top": "1.1", "dep": "1.3", "x": "1.1"}
     args = _setup(tmp_path, "ed", dists, good, bad, "v('dep') >= (1, 2)")
-    out, res = _bisect(cli, tmp_path, cache_dir, args)
+    for name, torch in (("good.txt", "2.0.0"), ("bad.txt", "2.1.0")):  # neither is the base's: held
+        (tmp_path / name).write_text((tmp_path / name).read_text() + f"torch=={torch}\n")
+    out, res = _bisect(cli, tmp_path, cache_dir, args, "--hold", "torch")
     diff = out["env_diff"]
     assert diff["culprits"] == ["dsb-ed-dep"] and diff["exact"], diff
+    assert out["hold"] == ["torch"] and "torch" not in {c["name"] for c in diff["changes"]}
     rel = _level2(out, "dep")
     assert (rel["last_good"], rel["first_bad"]) == ("1.1", "1.2")
+    from importlib.metadata import version
+
+    assert f"torch=={version('torch')}" in rel["pins"]  # the base's, in every trial
 
 
 def _nothing_created(tmp_path: Path) -> None:
@@ -164,12 +170,14 @@ def _nothing_created(tmp_path: Path) -> None:
     (["--good-env", "good.txt", "--bad-env", "bad.txt", "--hold", "dsb-nowhere"], "--hold dsb-nowhere: the base"),
     (["--good-env", "good.txt", "--bad-env", "gone.txt"], "gone.txt: no such file"),
     (["--good-env", "good.txt", "--bad-env", "unknown.txt"], "the bad environment (unknown.txt) cannot be installed here"),
+    (["--good-env", "torch.txt", "--bad-env", "bad.txt"], "--hold torch keeps the base's torch"),
 ])
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, cli, words, expected):
     _wheels(tmp_path / "wh", "ev", {"a": {"1.0": (), "2.0": ()}})
     _freeze(tmp_path / "good.txt", "ev", {"a": "1.0"})
     _freeze(tmp_path / "bad.txt", "ev", {"a": "2.0"})
     _freeze(tmp_path / "unknown.txt", "ev", {"a": "9.9"})  # not in the wheelhouse: uv cannot install it here
+    (tmp_path / "torch.txt").write_text("dsb-ev-a==1.0\ntorch==2.0.0\n")  # not the base's, not in the wheelhouse
     (tmp_path / "check.py").write_text("pass\n")
     args = ["--script", "check.py", "--nproc", "1", "--offline", "--find-links", "wh",
             "--store", str(tmp_path / "store"), "--cache-dir", str(tmp_path / "cache")]

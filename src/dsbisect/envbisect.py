@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import tempfile
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -162,8 +163,17 @@ def plan_envs(req: EnvRequest, index: IndexOptions, options: EnvOptions, cache_d
             for env, word in ((req.good_env, "good"), (req.bad_env, "bad")):
                 problem = resolver.check(_requirements(env, (), held, req.hold))
                 if problem:
-                    raise InputError(f"the {word} environment ({env.source}) cannot be installed here: {problem}")
+                    raise InputError(f"the {word} environment ({env.source}) cannot be installed here: {problem}"
+                                     + _hold_hint(problem, env, base))
     return EnvPlan(moving, held, _costs(moving, req, base, _layered(options, base)), repo)
+
+
+def _hold_hint(problem: str, env: Environment, base: base_env.Base) -> str:
+    """``; --hold torch keeps the base's torch 2.13.0`` where uv's error names a package the base
+    provides at another version (a CUDA torch of another build, say)."""
+    names = [p.name for p in env.pins if base.version_of(p.name) not in (None, p.version)]
+    found = sorted(named_in(problem, names))
+    return "".join(f"; --hold {n} keeps the base's {n} {base.version_of(n)}" for n in found)
 
 
 def _held(hold: Sequence[str], base: base_env.Base) -> tuple[str, ...]:
@@ -240,6 +250,7 @@ class Resolver:
         self.uv, self.base, self.layered = uv, base, layered
         self._tmp = tempfile.TemporaryDirectory(prefix="dsbisect-resolve-")
         self._venv: Path | None = None
+        self._lock = threading.Lock()  # dry runs go in parallel; the scratch venv is made once
 
     def __enter__(self) -> Resolver:
         return self
@@ -248,16 +259,19 @@ class Resolver:
         self._tmp.cleanup()
 
     def _scratch(self) -> Path:
-        if self._venv is None:
-            venv = Path(self._tmp.name) / "venv"
-            self.uv.venv(venv, self.base.python)
-            if self.layered:
-                base_env.write_stubs(base_env.site_packages(venv), self.base.metadata())
-            self._venv = venv
-        return self._venv
+        with self._lock:
+            if self._venv is None:
+                venv = Path(self._tmp.name) / "venv"
+                self.uv.venv(venv, self.base.python)
+                if self.layered:
+                    base_env.write_stubs(base_env.site_packages(venv), self.base.metadata())
+                self._venv = venv
+            return self._venv
 
     def check(self, reqs: Sequence[str]) -> str | None:
-        """None when uv can satisfy ``reqs``; else uv's reason, on one line."""
+        """None when uv can satisfy ``reqs``; else uv's reason, on one line (a scratch venv
+        that cannot be made is an EnvBuildError: no answer is not an answer)."""
+        self._scratch()
         try:
             self.plan(reqs)
         except EnvBuildError as e:
