@@ -12,6 +12,7 @@ the requirement strings of the good environment with some of them applied.
 
 from __future__ import annotations
 
+import codecs
 import enum
 import json
 import os
@@ -20,15 +21,26 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from packaging.markers import default_environment
 
+from .base import inspect_base
 from .errors import InputError
 from .freeze import parse_requirements
+from .lockfiles import NotALock, is_toml, parse_toml, read_lock
 from .pins import EnvFormat, Environment, Pin, make_pin, parse_version
+from .redact import redact
 
 __all__ = ["Change", "EnvFormat", "Environment", "Kind", "Pin", "apply", "diff", "read_environment"]
 
+_LOCK_NAME = re.compile(r"^(uv\.lock|pylock(\.[^.]+)?\.toml)$")
+_TOML_KEY = re.compile(r"^[A-Za-z0-9_.-]+\s*=\s*[^=\s]")  # key = value; never name==1.0
+_NOT_A_LOCK = {"pyproject.toml": "a pyproject.toml pins nothing: give its uv.lock, or a pip freeze",
+               "poetry.lock": "poetry.lock is not read: give `poetry export --without-hashes` output or a pip freeze",
+               "pdm.lock": "pdm.lock is not read: give `pdm export` output or a pip freeze"}
+_PYTHON_NAME = re.compile(r"^(python|pypy)[\d.]*(\.exe)?$")
+STDIN = "<stdin>"  # what `-` reads, as errors name it
 _EXPECTED = "a pip freeze, a requirements file of == pins, uv.lock, pylock.toml, a venv or a python"
 
 
@@ -65,14 +77,11 @@ class Change:
     def notes(self) -> tuple[str, ...]:
         """What a reader should know of this change, in words."""
         notes = []
-        for pin in (self.good, self.bad):
-            if pin is not None and pin.editable:
-                notes.append("editable: applied whole, not bisected below")
-                break
-            if pin is not None and not pin.plain:
-                notes.append(("direct URL" if "://" in (pin.direct or "") else "direct reference")
-                             + ": applied whole, not bisected below")
-                break
+        odd = next((p for p in (self.good, self.bad) if p is not None and not p.plain), None)
+        if odd is not None:
+            what = "editable" if odd.editable else "direct URL" if odd.direct else \
+                f"{odd.version} is not a PEP 440 version"
+            notes.append(f"{what}: applied whole, not bisected below")
         if self.kind is Kind.CHANGED and self.bisectable:
             old, new = parse_version(self.good.version), parse_version(self.bad.version)
             if new < old:
@@ -125,10 +134,17 @@ def read_environment(path: Path, *, markers: Mapping[str, str] | None = None) ->
     ``file:line`` on bad input."""
     path = Path(path)
     marks = dict(markers) if markers is not None else default_environment()
+    if str(path) == "-":  # `pip freeze | dsbisect diff good.txt -`
+        text = _text(sys.stdin.buffer.read())
+        if text is None:
+            raise InputError(f"{STDIN}: binary data, not {_EXPECTED}")
+        return _read_text(Path(STDIN), text, marks)
     if path.is_dir():
         return _read_folder(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            head = f.read(8192)  # enough to tell an interpreter (tens of MB) from a text file
+            data = head + f.read() if _text(head, partial=True) is not None else head
     except FileNotFoundError:
         raise InputError(f"{path}: no such file or folder") from None
     except OSError as e:
@@ -137,29 +153,58 @@ def read_environment(path: Path, *, markers: Mapping[str, str] | None = None) ->
         raise InputError(f"{path}: empty file: expected {_EXPECTED}")
     text = _text(data)
     if text is None or text.startswith("#!"):
-        if os.access(path, os.X_OK):
+        if _PYTHON_NAME.match(path.name) and os.access(path, os.X_OK):
             return _read_python(path, EnvFormat.PYTHON)
-        raise InputError(f"{path}: a binary file, not {_EXPECTED}")
+        what = "a program (only one named python* or pypy* is run, to read what it has installed)" \
+            if os.access(path, os.X_OK) else "a script" if text else "a binary file"
+        raise InputError(f"{path}: {what}, not {_EXPECTED}")
     return _read_text(path, text, marks)
 
 
-def _text(data: bytes) -> str | None:
+def _text(data: bytes, partial: bool = False) -> str | None:
+    """The text of ``data``, or None for a binary file (``partial``: a head cut anywhere)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):  # `pip freeze > f` in Windows PowerShell 5
+        if partial:
+            return ""
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError:
+            return None
     if b"\0" in data:
         return None
     try:
         return data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        return None
+    except UnicodeDecodeError as e:
+        return data[:e.start].decode("utf-8-sig") if partial and e.start > len(data) - 4 else None
 
 
 def _read_text(path: Path, text: str, markers: dict[str, str]) -> Environment:
+    if not text.strip():
+        raise InputError(f"{path}: empty: expected {_EXPECTED}")
     first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
     if first.startswith("{"):
         return _read_snapshot(path, text)
-    parsed = parse_requirements(text, str(path), path.resolve().parent, markers=markers,
+    if _LOCK_NAME.match(path.name) or path.suffix == ".toml" or \
+            ((first.startswith("[") or _TOML_KEY.match(first)) and is_toml(text)):
+        return _read_lock(path, text, markers)
+    folder = Path.cwd() if str(path) == STDIN else path.resolve().parent
+    parsed = parse_requirements(text, str(path), folder, markers=markers,
                                 include=lambda p: p.read_text(errors="replace"), project_name=_project_name)
     return _environment(str(path), parsed.pins, format=EnvFormat.REQUIREMENTS, options=parsed.options,
                         notes=parsed.notes)
+
+
+def _read_lock(path: Path, text: str, markers: dict[str, str]) -> Environment:
+    data = parse_toml(text, str(path))
+    try:
+        locked = read_lock(data, text, str(path), path.resolve().parent, markers)
+    except NotALock:
+        what = _NOT_A_LOCK.get(path.name, "TOML, but neither a uv.lock ([[package]] and version) nor a pylock.toml "
+                                          "([[packages]] and lock-version)")
+        raise InputError(f"{path}: {what}") from None
+    fmt = EnvFormat.UV_LOCK if locked.kind == "uv.lock" else EnvFormat.PYLOCK
+    return _environment(str(path), locked.pins, format=fmt, requires_python=locked.requires_python,
+                        notes=locked.notes)
 
 
 def _environment(source: str, pins: Iterable[Pin], *, notes: Iterable[str] = (), **fields) -> Environment:
@@ -172,7 +217,22 @@ def _environment(source: str, pins: Iterable[Pin], *, notes: Iterable[str] = (),
             notes.append(f"pip {pin.label} left out (the installer, which pip freeze leaves out too)")
         else:
             kept.append(pin)
+    notes += _elsewhere(kept)
     return Environment(source, tuple(sorted(kept, key=lambda p: p.name)), notes=tuple(notes), **fields)
+
+
+def _elsewhere(pins: Iterable[Pin]) -> list[str]:
+    """A note on file:// references that are not on this machine: no trial can install them here."""
+    missing = [p for p in pins if (p.direct or "").startswith("file://")
+               and not Path(unquote(urlsplit(p.direct.split("#", 1)[0]).path)).exists()]
+    if not missing:
+        return []
+    names = ", ".join(p.name for p in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    conda = any(re.search(r"/(croot|conda-bld|feedstock_root|opt/conda)/", p.direct or "") for p in missing)
+    return [f"{len(missing)} direct reference{'s' if len(missing) != 1 else ''} to paths not on this machine "
+            f"({names}): trials cannot install them here"
+            + ("; a conda env's pip freeze names its build folders: `pip list --format=freeze` writes versions"
+               if conda else "")]
 
 
 def _project_name(path: Path) -> str | None:
@@ -191,8 +251,10 @@ def _project_name(path: Path) -> str | None:
 def _read_folder(path: Path) -> Environment:
     python = path / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
     if not (path / "pyvenv.cfg").is_file() and not python.exists():
-        raise InputError(f"{path}: a folder, but not a virtual environment (no pyvenv.cfg, no bin/python): "
-                         f"expected {_EXPECTED}")
+        inside = [str(path / n) for n in (".venv", "venv", "uv.lock", "pylock.toml", "requirements.txt")
+                  if (path / n).exists()]
+        hint = f"; did you mean {' or '.join(inside)}?" if inside else f": expected {_EXPECTED}"
+        raise InputError(f"{path}: a folder, but not a virtual environment (no pyvenv.cfg, no bin/python){hint}")
     if not python.exists():
         raise InputError(f"{path}: a virtual environment without its python ({python} is missing)")
     return _read_python(python, EnvFormat.VENV, str(path))
@@ -200,9 +262,10 @@ def _read_folder(path: Path) -> Environment:
 
 def _read_python(python: Path, fmt: EnvFormat, source: str | None = None) -> Environment:
     """The distributions a python sees, read by running it once (as ``snapshot-base`` does)."""
-    from .base import inspect_base
-
-    base = inspect_base(str(python))
+    try:
+        base = inspect_base(str(python))
+    except (ValueError, KeyError, TypeError):  # it ran, but printed no inventory: not a python
+        raise InputError(f"{python}: not a python that dsbisect can read (it did not answer as one)") from None
     pins = [_installed_pin(name, version, Path(info)) for name, version, info in base.dists]
     return _environment(source or str(python), pins, python=base.version, format=fmt)
 
@@ -215,8 +278,6 @@ def _installed_pin(name: str, version: str, info: Path) -> Pin:
         return make_pin(name, version)
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):
         return make_pin(name, version)
-    from .redact import redact
-
     url = redact(data["url"])
     vcs = data.get("vcs_info") if isinstance(data.get("vcs_info"), dict) else None
     if vcs:

@@ -59,9 +59,22 @@ def _source(env: Environment) -> str:
     return f"{redact(env.source)} ({env.format.value}{python}, {len(env.pins)} packages)"
 
 
+def context_lines(d: EnvDiff) -> list[str]:
+    """Where each side came from and what was read but not used (index options, roots left out)."""
+    lines = []
+    for side, env in (("good", d.good), ("bad", d.bad)):
+        lines.append(f"{side}: {_source(env)}")
+        if env.requires_python:
+            lines.append(f"  requires-python {env.requires_python}")
+        if env.options:
+            lines.append(f"  index options not used (give them on the command line): {'; '.join(env.options)}")
+        lines += [f"  {n}" for n in env.notes]
+    return [redact(ln) for ln in lines]
+
+
 def table(d: EnvDiff) -> Table:
-    t = Table(title=f"{summary(d.changes)}", title_justify="left", caption=f"good: {_source(d.good)}\n"
-              f"bad:  {_source(d.bad)}", caption_justify="left")
+    t = Table(title=f"{summary(d.changes)}", title_justify="left", caption=Text("\n".join(context_lines(d))),
+              caption_justify="left")
     for header in ("package", "good", "bad", "kind", "notes"):
         t.add_column(header, overflow="fold")
     for c in d.changes:
@@ -71,8 +84,9 @@ def table(d: EnvDiff) -> Table:
 
 
 def markdown(d: EnvDiff) -> str:
-    lines = [f"**{summary(d.changes)}**", "", f"- good: {_md(_source(d.good))}", f"- bad: {_md(_source(d.bad))}", "",
-             "| package | good | bad | kind | notes |", "|---|---|---|---|---|"]
+    lines = [f"**{summary(d.changes)}**", ""]
+    lines += [f"{'  ' if ln.startswith('  ') else ''}- {_md(ln.strip())}" for ln in context_lines(d)]
+    lines += ["", "| package | good | bad | kind | notes |", "|---|---|---|---|---|"]
     for c in d.changes:
         cells = (c.name, _cell(c.good), _cell(c.bad), c.kind.value, "; ".join(d.notes(c)))
         lines.append("| " + " | ".join(_md(x) for x in cells) + " |")

@@ -30,7 +30,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
 from .errors import InputError
-from .pins import Pin, make_pin
+from .pins import Pin, make_pin, marker_holds
 from .redact import redact
 
 # pip's own rule: a comment starts at a '#' at the start of a line or after whitespace, so
@@ -45,6 +45,7 @@ _KEPT_VALUED = {"-i": "--index-url", "--index-url": "--index-url", "--extra-inde
 _KEPT_FLAGS = ("--no-index", "--pre", "--prefer-binary", "--require-hashes")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _VCS = re.compile(r"^(git|hg|svn|bzr)\+")
+_CONDA_EXPORT = re.compile(r"^[A-Za-z0-9_.-]+=[^=\s]+=[^=\s]+$")  # numpy=1.26.4=py311h64a7726_0
 _ARCHIVES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tar.xz", ".tgz")
 
 
@@ -86,16 +87,18 @@ def parse_requirements(text: str, source: str, folder: Path, *, markers: Mapping
                     _add(pins, pin, where)
                 options += item.options
                 notes += item.notes
-            elif item.startswith("-"):
-                options.append(item)
+            elif isinstance(item, _Option):
+                options.append(item.text)
             else:
-                notes.append(item)
+                notes.append(item.text)
     return Requirements(tuple(p for p, _ in pins.values()), tuple(options), tuple(notes))
 
 
 def _add(pins: dict[str, tuple[Pin, str]], pin: Pin, where: str) -> None:
     before = pins.get(pin.name)
-    if before and before[0] != pin:
+    if before and before[0].same_as(pin):
+        return
+    if before:
         raise InputError(f"{where}: {pin.name} is pinned twice ({redact(before[0].requirement)} at {before[1]}, "
                          f"then {redact(pin.requirement)}): one environment has one version of each")
     pins[pin.name] = (pin, where)
@@ -127,6 +130,16 @@ def logical_lines(text: str) -> list[_Line]:
     return found
 
 
+@dataclass(frozen=True)
+class _Option:
+    text: str                      # an index option as it is remembered: "--index-url https://***@host/simple"
+
+
+@dataclass(frozen=True)
+class _Note:
+    text: str
+
+
 class _Reader:
     """Turns one logical line into pins, option strings and notes."""
 
@@ -141,11 +154,11 @@ class _Reader:
         if flag in ("-r", "--requirement"):
             return [self.included(value, where)]
         if flag in ("-c", "--constraint"):
-            return [f"{where}: the constraints file {value} is not read (constraints pin nothing)"]
+            return [_Note(f"{where}: the constraints file {redact(value)} is not read (constraints pin nothing)")]
         if flag in _KEPT_FLAGS and not value:
-            return [flag]
+            return [_Option(flag)]
         if flag in _KEPT_VALUED and value:
-            return [f"{_KEPT_VALUED[flag]} {redact(value)}"]
+            return [_Option(f"{_KEPT_VALUED[flag]} {redact(value)}")]
         raise InputError(f"{where}: unknown or incomplete option: {redact(line.text)}")
 
     def requirement(self, text: str, where: str) -> list:
@@ -158,10 +171,15 @@ class _Reader:
         try:
             req = Requirement(req_text)
         except InvalidRequirement as e:
-            raise InputError(f"{where}: not a requirement: {redact(req_text)} ({e})") from None
+            hint = " (a `conda list --export` line: give `pip list --format=freeze` output instead)" \
+                if _CONDA_EXPORT.match(req_text) else f" ({e})"
+            raise InputError(f"{where}: not a requirement: {redact(req_text)}{hint}") from None
         marker = str(req.marker) if req.marker else None
-        if req.marker and not req.marker.evaluate(dict(self.markers)):
-            return [f"{where}: {redact(req_text)} left out: its marker is false here"]
+        holds = marker_holds(marker, self.markers) if marker else True
+        if holds is None:
+            raise InputError(f"{where}: cannot evaluate the marker of {redact(req_text)}")
+        if not holds:
+            return [_Note(f"{where}: {redact(req_text)} left out: its marker is false here")]
         if req.url:
             return [make_pin(req.name, None, self.url(req.url), marker=marker, extras=tuple(req.extras))]
         specs = list(req.specifier)

@@ -7,8 +7,11 @@ diff, the level-1 search and the reports read them.
 from __future__ import annotations
 
 import enum
+import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from packaging.markers import InvalidMarker, Marker, UndefinedComparison, UndefinedEnvironmentName
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -37,14 +40,18 @@ class Pin:
 
     @property
     def requirement(self) -> str:
-        """What uv gets: ``name==version``, ``name @ url`` or, editable, the requirements-file line
-        ``-e url`` (give it to ``uv pip install`` in a requirements file, not as one argv word)."""
-        if self.editable:
-            return f"-e {self.direct}"
+        """What uv gets, as one PEP 508 string (one argv word): ``name==version`` or ``name @ url``.
+        An editable pin is ``name @ file:///its/checkout`` too: a trial venv gets a copy of the
+        checkout as it is, which runs the same code (``install_args`` keeps it editable)."""
         extras = f"[{','.join(self.extras)}]" if self.extras else ""
         if self.direct:
             return f"{self.name}{extras} @ {self.direct}"
         return f"{self.name}{extras}=={self.version}"
+
+    @property
+    def install_args(self) -> tuple[str, ...]:
+        """The words of ``uv pip install`` for it: ``("-e", url)`` when editable, else the requirement."""
+        return ("-e", self.direct or "") if self.editable else (self.requirement,)
 
     @property
     def plain(self) -> bool:
@@ -96,3 +103,19 @@ def make_pin(name: str, version: str | None, direct: str | None = None, *, edita
              marker: str | None = None, extras: tuple[str, ...] = ()) -> Pin:
     return Pin(canonicalize_name(name), None if direct else version, direct, editable, marker,
                tuple(sorted(canonicalize_name(e) for e in extras)))
+
+
+# packaging >= 25 evaluates the lock-file markers of PEP 751 ('dev' in dependency_groups) in a context of their own.
+_HAS_CONTEXT = "context" in inspect.signature(Marker.evaluate).parameters
+
+
+def marker_holds(marker: str, values: Mapping[str, object], *, lock: bool = False) -> bool | None:
+    """Whether an environment marker holds for these marker values (the missing ones are this
+    interpreter's); None when that cannot be told (not a marker, or it names a value not given)."""
+    try:
+        parsed = Marker(marker)
+        if lock and _HAS_CONTEXT:
+            return parsed.evaluate(dict(values), context="lock_file")
+        return parsed.evaluate(dict(values))
+    except (InvalidMarker, UndefinedEnvironmentName, UndefinedComparison):
+        return None
