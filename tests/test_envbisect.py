@@ -153,6 +153,17 @@ def test_the_culprit_is_a_transitive_dependency(tmp_path, cli, cache_dir):
     from importlib.metadata import version
 
     assert f"torch=={version('torch')}" in rel["pins"]  # the base's, in every trial
+    # log writes every run as a mark line with the whole environment; replayed into a new store,
+    # the same command then runs nothing and gives the same answer
+    log = cli("log", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert log.exit_code == 0 and "# answer: culprit dsb-ed-dep; dsb-ed-dep: last good 1.1, first bad 1.2" in log.stdout
+    (tmp_path / "env.log").write_text(log.stdout)
+    res = cli("replay", "env.log", "--store", str(tmp_path / "replayed"), cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    again = cli("bisect", "--good-env", "good.txt", "--bad-env", "bad.txt", *args, "--hold", "torch", "--cache-dir",
+                str(cache_dir), "--store", str(tmp_path / "replayed"), "--format", "json", cwd=tmp_path)
+    assert again.exit_code == 0 and ": running (run" not in again.stderr, again.stderr
+    assert json.loads(again.stdout)["releases"][0]["first_bad"] == "1.2"
 
 
 def _nothing_created(tmp_path: Path) -> None:

@@ -202,9 +202,10 @@ def _requirements(env: Environment, changes: Iterable[Change], held: Sequence[st
 def _costs(changes: Sequence[Change], req: EnvRequest, base: base_env.Base, layered: bool) -> tuple[str, ...]:
     """What the trials install beyond the base (a base package that differs: a copy in every
     venv), and the removals a layered venv cannot make (the base's copy stays importable)."""
-    notes = []
+    notes = [f"{env.source} was python {env.python}; the trials run python {base.version} ({base.python})"
+             for env in (req.good_env, req.bad_env) if env.python and env.python.split(".")[:2] != base.version.split(".")[:2]]
     if not layered:
-        return ("isolated venvs: every trial installs the whole environment (torch included) from the index",)
+        return (*notes, "isolated venvs: every trial installs the whole environment (torch included) from the index")
     for c in changes:
         have = base.version_of(c.name)
         if have is None:
