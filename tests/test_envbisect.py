@@ -275,3 +275,29 @@ def test_the_chain_goes_on_to_the_commit_with_git_repo(tmp_path_factory, tmp_pat
     assert first.startswith("**2 changes; culprit dsb-eg-toy 1.0.0 -> 1.1.0 (") and \
         f"first bad release 1.1.0 (level 1's runs); first bad commit {hashes[2][:10]} change 3 (" in first, first
     assert "<details><summary>2 changes</summary>" in res.stdout
+
+
+@pytest.mark.slow
+def test_ends_that_do_not_behave_stop_before_the_search(tmp_path, cli, cache_dir):
+    dists = {"a": {"1.0": (), "2.0": ()}, "b": {"1.0": (), "2.0": ()}}
+    args = _setup(tmp_path, "ef", dists, {"a": "1.0", "b": "1.0"}, {"a": "2.0", "b": "2.0"}, "False")
+    out, res = _bisect(cli, tmp_path, cache_dir, args, code=1)
+    assert out["verdict"] == "not-reproduced" and out["env_diff"]["trials"] == [] and out["releases"] == []
+    assert "bad.txt (the bad environment, as given) passed: the regression does not reproduce here" in out["message"]
+    assert [e["outcome"] for e in out["env_diff"]["ends"]] == ["pass", "pass"]
+
+
+@pytest.mark.slow
+def test_a_downgrade_is_bisected_upwards(tmp_path, cli, cache_dir):
+    """The bad environment went back from a 2.0 to 1.0, and 1.0 is broken: the release step looks
+    for the first release above 1.0 that is fine (1.5), as --find-fix does."""
+    dists = {"a": {v: () for v in ("1.0", "1.2", "1.5", "2.0")}}
+    args = _setup(tmp_path, "eh", dists, {"a": "2.0"}, {"a": "1.0"}, "v('a') < (1, 5)")
+    out, res = _bisect(cli, tmp_path, cache_dir, args)
+    assert out["env_diff"]["culprits"] == ["dsb-eh-a"] and out["env_diff"]["trials"] == []
+    (rel,) = out["releases"]
+    assert (rel["mode"], rel["last_good"], rel["first_bad"]) == ("find-fix", "1.2", "1.5")
+    res = cli("bisect", "--good-env", "good.txt", "--bad-env", "bad.txt", *args, "--cache-dir", str(cache_dir),
+              "--store", str(tmp_path / "store"), "-q", "--format", "markdown", cwd=tmp_path)
+    assert "culprit dsb-eh-a 2.0 -> 1.0 (downgrade) (0 trials); (a downgrade) last bad release 1.2, " \
+           "first good release 1.5 (" in res.stdout, res.stdout

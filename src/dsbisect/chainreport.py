@@ -38,16 +38,21 @@ def chain(r: EnvResult) -> str:
         parts[0] += " — not exact"
     seen = {i for t in (*r.ends, *r.trials) for i in t.run_ids}  # level 2 reuses these: not counted again
     for res in r.releases:
-        parts += _release_parts(res, len(r.releases) > 1, seen)
+        parts += _release_parts(res, len(r.releases) > 1, seen, res.request.find_fix != r.request.find_fix)
     return redact("; ".join(parts))
 
 
-def _release_parts(res: Result, named: bool, seen: set[int]) -> list[str]:
+def _release_parts(res: Result, named: bool, seen: set[int], downgrade: bool) -> list[str]:
+    """A downgrade is bisected upwards (as --find-fix): its answer is the last bad release and
+    the first good one above it."""
     req = res.request
     who = f"{req.package}: " if named else ""
     word = "first fixed" if req.find_fix else "first bad"
     runs = _runs(res, Stage.RELEASE, seen)
-    if res.first_bad and res.verdict is Answer.FOUND:
+    if res.first_bad and res.verdict is Answer.FOUND and downgrade:
+        parts = [f"{who}(a downgrade) last bad release {res.last_good}, first good release {res.first_bad} "
+                 f"({_count(runs)})"]
+    elif res.first_bad and res.verdict is Answer.FOUND:
         parts = [f"{who}{word} release {res.first_bad} ({_count(runs)})"]
     elif res.maybe:
         parts = [f"{who}{word} release one of {', '.join(res.maybe)} ({runs} runs)"]
