@@ -652,7 +652,9 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
             if shown.output:
                 shown.output.write_text(chainreport.env_markdown(result, command))
         if result.exit_code:
-            err.print(f"[bold red]{result.verdict.value}:[/] {result.message}", highlight=False)
+            from rich.markup import escape
+
+            err.print(f"[bold red]{result.verdict.value}:[/] {escape(redact(result.message))}", highlight=False)
             raise typer.Exit(result.exit_code)
 
 
