@@ -654,7 +654,8 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
         if result.exit_code:
             from rich.markup import escape
 
-            err.print(f"[bold red]{result.verdict.value}:[/] {escape(redact(result.message))}", highlight=False)
+            verdict, message = result.failure
+            err.print(f"[bold red]{verdict.value}:[/] {escape(redact(message))}", highlight=False)
             raise typer.Exit(result.exit_code)
 
 

@@ -139,6 +139,14 @@ class EnvResult:
     def exit_code(self) -> int:
         return max([self.verdict.exit_code, *(r.exit_code for r in self.releases)])
 
+    @property
+    def failure(self) -> tuple[Answer, str]:
+        """The verdict and message of the first level that did not answer (level 1, else a release)."""
+        bad = next((r for r in self.releases if r.exit_code), None)
+        if self.verdict.exit_code or bad is None:
+            return self.verdict, self.message
+        return bad.verdict, f"{bad.request.package}: {bad.message}"
+
 
 # ---------------------------------------------------------------------- planning
 
