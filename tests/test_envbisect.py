@@ -182,6 +182,7 @@ def _nothing_created(tmp_path: Path) -> None:
     (["--good-env", "good.txt", "--bad-env", "gone.txt"], "gone.txt: no such file"),
     (["--good-env", "good.txt", "--bad-env", "unknown.txt"], "the bad environment (unknown.txt) cannot be installed here"),
     (["--good-env", "torch.txt", "--bad-env", "bad.txt"], "--hold torch keeps the base's torch"),
+    (["--good-env", "torch.txt", "--bad-env", "torch2.txt", "--hold", "torch"], "the only changes are of held packages"),
 ])
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, cli, words, expected):
     _wheels(tmp_path / "wh", "ev", {"a": {"1.0": (), "2.0": ()}})
@@ -189,6 +190,7 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, cli, words, 
     _freeze(tmp_path / "bad.txt", "ev", {"a": "2.0"})
     _freeze(tmp_path / "unknown.txt", "ev", {"a": "9.9"})  # not in the wheelhouse: uv cannot install it here
     (tmp_path / "torch.txt").write_text("dsb-ev-a==1.0\ntorch==2.0.0\n")  # not the base's, not in the wheelhouse
+    (tmp_path / "torch2.txt").write_text("dsb-ev-a==1.0\ntorch==2.1.0\n")
     (tmp_path / "check.py").write_text("pass\n")
     args = ["--script", "check.py", "--nproc", "1", "--offline", "--find-links", "wh",
             "--store", str(tmp_path / "store"), "--cache-dir", str(tmp_path / "cache")]
@@ -301,3 +303,32 @@ def test_a_downgrade_is_bisected_upwards(tmp_path, cli, cache_dir):
               "--store", str(tmp_path / "store"), "-q", "--format", "markdown", cwd=tmp_path)
     assert "culprit dsb-eh-a 2.0 -> 1.0 (downgrade) (0 trials); (a downgrade) last bad release 1.2, " \
            "first good release 1.5 (" in res.stdout, res.stdout
+
+
+def test_what_the_trials_cost_beyond_the_base_is_said(tmp_path):
+    """A change of a package the base provides (a copy in every venv that differs, its size from
+    the base's RECORD), a removal the base still provides, a pin both share that is not the base's."""
+    from dsbisect.base import Base
+    from dsbisect.envbisect import EnvRequest, _costs
+    from dsbisect.envfile import diff, read_environment
+    from conftest import make_case
+
+    info = tmp_path / "torch-2.13.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text(f"torch/lib.so,sha256=x,{3 << 20}\ntorch/a.py,,\n")
+    base = Base("python3", "3.11.7", (), (("torch", "2.13.0", str(info)), ("numpy", "2.0.0", str(tmp_path / "none")),
+                                         ("six", "1.16.0", str(tmp_path / "none"))))
+    good = read_environment(_write(tmp_path / "g.txt", "torch==2.1.0\nnumpy==1.26.4\nsix==1.16.0\na==1.0\n"))
+    bad = read_environment(_write(tmp_path / "b.txt", "torch==2.3.0\nnumpy==1.26.4\na==2.0\n"))
+    notes = _costs(diff(good, bad), EnvRequest(good, bad, make_case(tmp_path)), base, layered=True)
+    assert any(n.startswith("torch 2.1.0 -> 2.3.0: the base provides torch 2.13.0; trials install their own "
+                            "(~3 MB in each venv that differs); --hold torch") for n in notes), notes
+    assert any(n.startswith("- six 1.16.0: the base has six 1.16.0, which stays importable") for n in notes), notes
+    assert any("pinned alike in both environments differ from the base" in n and "numpy 1.26.4" in n
+               for n in notes), notes
+    assert not any(n.startswith("a ") for n in notes)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
