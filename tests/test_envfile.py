@@ -117,10 +117,36 @@ def test_a_conda_envs_freeze_names_its_build_folders(tmp_path):
     assert "pip list --format=freeze" in note
 
 
-def test_a_conda_export_line_says_what_to_give_instead(tmp_path):
-    with pytest.raises(InputError, match=r"env.txt:2: not a requirement: numpy=1.26.4=py311h64a7726_0 "
-                                         r"\(a `conda list --export` line: give `pip list --format=freeze`"):
-        read_environment(write(tmp_path, "# platform: linux-64\nnumpy=1.26.4=py311h64a7726_0\n"))
+def test_debians_pkg_resources_artifact_is_left_out(tmp_path):
+    env = read_environment(write(tmp_path, "pkg-resources==0.0.0\nsix==1.16.0\n"))
+    assert [p.name for p in env.pins] == ["six"] and "pkg-resources==0.0.0 left out" in env.notes[0]
+
+
+def test_pytorch_local_builds_name_their_index(tmp_path):
+    env = read_environment(write(tmp_path, "torch==2.1.0+cu121\ntorchvision==0.16.0+cu121\ntorchaudio==2.1.0+cpu\n"
+                                           "mylib==1.0+local.7\n"))
+    assert env.notes == ("torchaudio 2.1.0+cpu: local build that PyPI does not have; its index is "
+                         "https://download.pytorch.org/whl/cpu (--extra-index-url)",
+                         "torch 2.1.0+cu121, torchvision 0.16.0+cu121: local builds that PyPI does not have; their "
+                         "index is https://download.pytorch.org/whl/cu121 (--extra-index-url)")
+    named = read_environment(write(tmp_path, "--extra-index-url https://download.pytorch.org/whl/cu121\n"
+                                             "torch==2.1.0+cu121\n"))
+    assert named.notes == ()
+
+
+@pytest.mark.parametrize("name, text, message", [
+    ("env.txt", "# platform: linux-64\nnumpy=1.26.4=py311h64a7726_0\n",
+     "env.txt:2: not a requirement: numpy=1.26.4=py311h64a7726_0 (a `conda list --export` line: give "
+     "`pip list --format=freeze` output instead)"),
+    ("environment.yml", "name: train\nchannels:\n  - conda-forge\ndependencies:\n  - python=3.11\n",
+     "environment.yml:1: not a requirement: name: train (a conda environment.yml: give `pip list --format=freeze`"),
+    ("Pipfile.lock", '{"_meta": {"hash": {}}, "default": {"six": {"version": "==1.16.0"}}, "develop": {}}',
+     "Pipfile.lock: a Pipfile.lock is not read: give `pipenv requirements` output or a pip freeze"),
+])
+def test_other_tools_files_say_what_to_give_instead(tmp_path, name, text, message):
+    with pytest.raises(InputError) as e:
+        read_environment(write(tmp_path, text, name))
+    assert message in str(e.value)
 
 
 def test_relative_paths_and_includes_start_at_the_file(tmp_path):
@@ -249,7 +275,7 @@ def test_diff_gives_changed_added_and_removed_sorted_by_name(two):
     assert by["transformers"].describe() == "transformers 4.36.2 -> 4.39.2"
     assert by["safetensors"].describe() == "+ safetensors 0.4.1"
     assert by["tokenizers"].describe() == "- tokenizers 0.15.0"
-    assert "local version" in by["torch"].describe()
+    assert by["torch"].describe() == "torch 2.1.0+cu121 -> 2.2.0+cu121 (local version +cu121)"
     assert by["mylib"].whole and "editable: applied whole, not bisected below" in by["mylib"].describe()
     assert by["vendored"].whole and "direct URL: applied whole, not bisected below" in by["vendored"].notes
     assert not by["safetensors"].bisectable and not by["tokenizers"].bisectable
@@ -313,7 +339,8 @@ def test_diff_cli_json_and_markdown_to_a_file(cli, tmp_path):
     data = json.loads(r.output)
     assert data == json.loads((tmp_path / "d.json").read_text())
     assert set(data) == {"summary", "good", "bad", "changes"}
-    assert set(data["good"]) == {"source", "format", "python", "requires_python", "packages", "options", "notes"}
+    assert set(data["good"]) == {"source", "format", "python", "requires_python", "packages", "options", "notes",
+                                 "roots"}
     assert set(data["changes"][0]) == {"name", "kind", "good", "bad", "bisectable", "whole", "describe", "notes"}
     first = data["changes"][0]
     assert first["name"] == "accelerate" and first["good"]["version"] == "0.24.1" and first["bisectable"]
@@ -327,6 +354,7 @@ def test_diff_cli_json_and_markdown_to_a_file(cli, tmp_path):
     ("good.txt", "missing.txt", 2, "missing.txt: no such file or folder"),
     ("good.txt", "loose.txt", 2, "loose.txt:2: not an exact pin: numpy>=1.2"),
     ("empty.txt", "good.txt", 2, "empty.txt: empty file"),
+    ("-", "-", 2, "GOOD and BAD are both - : only one of them can be read from stdin"),
 ])
 def test_diff_cli_bad_input_is_one_line_and_creates_nothing(cli, tmp_path, good, bad, code, message):
     write(tmp_path, GOOD, "good.txt")
@@ -338,6 +366,19 @@ def test_diff_cli_bad_input_is_one_line_and_creates_nothing(cli, tmp_path, good,
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.output
     assert sorted(tmp_path.iterdir()) == before
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-o", "no/such/out.md"], "-o no/such/out.md: there is no folder no/such"),
+    (["--python", "no-such-python-here", "-o", "out.md"], "python interpreter 'no-such-python-here' not found"),
+    (["--format", "yaml"], "Invalid value for '--format'"),
+])
+def test_diff_cli_bad_options(cli, tmp_path, args, message):
+    write(tmp_path, "a==1\n", "g.txt")
+    write(tmp_path, "a==2\n", "b.txt")
+    r = cli("diff", "g.txt", "b.txt", *args, cwd=tmp_path)
+    assert r.exit_code == 2 and message in r.output and len(r.output.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.txt", "g.txt"]
 
 
 def test_diff_cli_as_a_subprocess_reading_one_side_from_stdin(tmp_path):
@@ -521,8 +562,8 @@ def test_uv_lock_gives_what_the_root_reaches_here(tmp_path):
                         "@a0857740c0e6127485c11476650314df3accc2b6",
         "wandb": "wandb==0.16.2",
     }
-    assert any("trainer: the project's own root" in n for n in env.notes)
-    assert any("trainer-utils: the project's own root" in n for n in env.notes)
+    assert env.roots == ("trainer", "trainer-utils")  # the workspace's members: not changes, left out quietly
+    assert not any("trainer" in n for n in env.notes)
 
 
 def test_uv_lock_for_another_interpreter_takes_the_other_fork(tmp_path):
@@ -536,6 +577,44 @@ def test_a_lock_is_known_by_its_content_and_a_freeze_by_its_own(tmp_path):
     assert lock.format is EnvFormat.UV_LOCK and lock.get("torch")
     freeze = read_environment(write(tmp_path, PIP_FREEZE, "requirements.lock"))  # rye's name for a freeze
     assert freeze.format is EnvFormat.REQUIREMENTS and freeze.get("torch")
+
+
+def test_a_scripts_uv_lock_starts_from_its_manifest(tmp_path):
+    text = """\
+version = 1
+revision = 3
+requires-python = ">=3.11"
+
+[manifest]
+requirements = [
+    { name = "colorama", marker = "sys_platform == 'win32'" },
+    { name = "rich", specifier = ">=13" },
+]
+
+[[package]]
+name = "colorama"
+version = "0.4.6"
+source = { registry = "https://pypi.org/simple" }
+
+[[package]]
+name = "markdown-it-py"
+version = "3.0.0"
+source = { registry = "https://pypi.org/simple" }
+
+[[package]]
+name = "rich"
+version = "13.9.4"
+source = { registry = "https://pypi.org/simple" }
+dependencies = [
+    { name = "markdown-it-py" },
+]
+"""
+    env = read_environment(write(tmp_path, text, "train.py.lock"), markers=LINUX_311)
+    assert env.format is EnvFormat.UV_LOCK and env.roots == ()
+    assert [p.requirement for p in env.pins] == ["markdown-it-py==3.0.0", "rich==13.9.4"]
+    with pytest.raises(InputError, match="train.py.lock: the script depends on gone, which is not in the lock"):
+        read_environment(write(tmp_path, text.replace('name = "rich", specifier', 'name = "gone", specifier'),
+                               "train.py.lock"), markers=LINUX_311)
 
 
 def test_two_uv_locks_diff_into_a_git_change_and_version_changes(tmp_path):
@@ -600,7 +679,7 @@ def test_pylock_reads_every_source_kind(tmp_path):
         "vendored": "vendored @ https://files.example/vendored-1.1.tar.gz",
     }
     assert any("pylock.toml:8: colorama left out: its marker is false here" in n for n in env.notes)
-    assert any("myproj: the project's own root" in n for n in env.notes)
+    assert env.roots == ("myproj",)
     assert any("sys_platform == 'linux'" in n for n in env.notes)  # what it was locked for
     named = read_environment(write(tmp_path, PYLOCK, "pylock.train.toml"), markers=WINDOWS_312)
     assert named.get("colorama").version == "0.4.6"
@@ -683,6 +762,9 @@ def test_snapshot_base_json_is_an_environment(tmp_path):
     assert env.pins == (Pin("torch", "2.1.0+cu121"),)
     with pytest.raises(InputError, match="JSON, but not a `dsbisect snapshot-base` file"):
         read_environment(write(tmp_path, '{"a": 1}', "x.json"))
+    odd = read_environment(write(tmp_path, '{"format": 1, "python_version": 3, "dists": [{"name": 7, "version": "1"},'
+                                           ' "x", {"name": "ok", "version": "1.0"}]}', "odd.json"))
+    assert odd.pins == (Pin("ok", "1.0"),) and odd.python is None
 
 
 # ------------------------------------------------------------------- live environments
@@ -766,3 +848,70 @@ def test_applying_changes_moves_the_good_environment_toward_the_bad(good, bad, d
     middle = _by_hand(good, subset)
     assert apply(good, subset) == tuple(p.requirement for p in middle.pins)
     assert [c.name for c in diff(middle, bad)] == [c.name for c in changes if c not in subset]
+
+
+def test_what_the_base_provides_is_said_once_and_torch_on_its_row(two):
+    from dsbisect.envreport import EnvDiff, context_lines, markdown
+
+    good, bad = two
+    d = EnvDiff(good, bad, diff(good, bad), {"torch": "2.1.0+cu121", "accelerate": "0.24.1", "tokenizers": "0.15.0"})
+    by = {c.name: c for c in d.changes}
+    assert d.notes(by["torch"])[-1] == "provided by the base (2.1.0+cu121): trials must install torch unless --hold torch"
+    assert not any("provided by the base" in n for n in d.notes(by["accelerate"]))
+    assert context_lines(d)[-1] == ("the base provides 2 of the changed packages (accelerate, tokenizers): a trial "
+                                    "installs its own version over the base's, unless --hold NAME keeps the base's")
+    assert "| torch | 2.1.0+cu121 | 2.2.0+cu121 | changed |" in markdown(d)
+    assert not any("the base provides" in ln for ln in context_lines(EnvDiff(good, bad, d.changes, {})))
+
+
+_JUNK = st.one_of(st.integers(), st.text(max_size=5), st.booleans(), st.none(),
+                  st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+def _paths(obj, prefix=()):
+    """Every place in a parsed TOML document a value sits."""
+    yield prefix
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for key, value in items:
+        yield from _paths(value, (*prefix, key))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sampled_from(["uv", "pylock"]), st.data())
+def test_a_lock_of_another_shape_is_one_line_or_read_never_a_crash(kind, data):
+    """Any one value of a real lock replaced by something of another type: the reader answers
+    with an Environment's pins or an InputError, never another exception."""
+    import copy
+
+    from dsbisect.lockfiles import NotALock, read_lock, tomllib  # tomli on python 3.10
+
+    text = UV_LOCK if kind == "uv" else PYLOCK
+    doc = tomllib.loads(text)
+    path = data.draw(st.sampled_from([p for p in _paths(doc) if p]))
+    mutated = copy.deepcopy(doc)
+    parent = mutated
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = data.draw(_JUNK)
+    try:
+        read_lock(mutated, text, "x.lock", Path("/x"), LINUX_311)
+    except (InputError, NotALock):
+        pass
+
+
+_FRAGMENTS = st.sampled_from(["foo", "Foo_Bar", "==", "1.0", ">=", "@", " ", "#", "egg=x", ";", "python_version",
+                              "<", '"3.12"', "-e", "-r", "-c", "-i", "--hash=sha256:ab", "--index-url", "=", "\\\\",
+                              "\\n", "file://", "https://", "https://u:p@h/x", "/p", "./q", "~", "x.whl", "y-1.0.tar.gz",
+                              "[", "]", "git+", ".*", "\\t", "%", "-"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_FRAGMENTS, max_size=14).map("".join))
+def test_any_requirements_text_is_read_or_one_input_error(text):
+    from dsbisect.freeze import parse_requirements
+
+    try:
+        parse_requirements(text, "f.txt", Path("/nowhere"), markers=LINUX_311, include=lambda p: "",
+                           project_name=lambda p: None)
+    except InputError as e:
+        assert str(e).startswith("f.txt:") and "\n" not in str(e) and "u:p@" not in str(e)

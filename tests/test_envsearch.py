@@ -70,28 +70,29 @@ def check_exact_claim(result: EnvSearch, side_of, n):
 
 
 @pytest.mark.parametrize(
-    "n, hidden, width, most",
+    "n, hidden, width, trials, rounds",
     [
-        (8, {5}, 1, 5),
-        (8, {0}, 1, 5),
-        (8, {7}, 1, 5),
-        (1, {0}, 1, 0),  # one change: the ends say it all
-        (2, {1}, 1, 3),
-        (100, {63}, 1, 9),
-        (8, {2, 6}, 1, 12),
-        (8, {0, 7}, 1, 12),
-        (8, {6, 7}, 1, 12),
-        (8, {1, 4, 6}, 1, 20),
-        (8, {5}, 3, 9),
-        (8, {2, 6}, 4, 20),
+        (8, {5}, 1, 4, 4),  # ceil(log2 8) + 1
+        (8, {0}, 1, 3, 3),
+        (8, {7}, 1, 4, 4),
+        (1, {0}, 1, 0, 0),  # one change: the ends say it all
+        (2, {1}, 1, 2, 2),
+        (100, {63}, 1, 8, 8),  # ceil(log2 100) + 1
+        (8, {2, 6}, 1, 9, 9),  # 2 ceil(log2 8) + 3
+        (8, {0, 7}, 1, 7, 7),
+        (8, {6, 7}, 1, 9, 9),
+        (8, {1, 4, 6}, 1, 13, 13),
+        (8, {5}, 3, 6, 2),
+        (8, {2, 6}, 4, 15, 5),
+        (100, {63}, 4, 12, 3),
     ],
 )
-def test_table(n, hidden, width, most):
+def test_table(n, hidden, width, trials, rounds):
     side_of = hidden_oracle(hidden)
     result = run(n, side_of, width)
     assert result.culprits == tuple(sorted(hidden))
     assert result.exact and result.note == ""
-    assert len(result.trials) <= most
+    assert len(result.trials) <= trials and result.rounds <= rounds
     check_exact_claim(result, side_of, n)
 
 
@@ -296,3 +297,25 @@ def test_any_oracle_ends_and_never_claims_too_much(case):
     n, table, width, limit = case
     result = run(n, table.__getitem__, width, max_untestable=limit)
     check_exact_claim(result, table.__getitem__, n)
+
+
+@given(st.integers(2, 40).flatmap(lambda n: st.tuples(
+    st.just(n), st.sets(st.integers(0, n - 1), min_size=1, max_size=min(2, n)), st.integers(1, 4))))
+@settings(max_examples=60, deadline=None)
+def test_ahead_names_the_next_round_before_it_is_asked(case):
+    # the venvs of the next round can be built while a round runs: whatever a hidden culprit set
+    # answers, the next batch is among the subsets offered before the batch that precedes it
+    n, hidden, width = case
+    side_of = hidden_oracle(hidden)
+    offered, batches = [], []
+
+    def test(subsets):
+        batches.append(list(subsets))
+        return [side_of(s) for s in subsets]
+
+    result = find_culprits(n, test, width=width, ahead=lambda subsets: offered.append(list(subsets)))
+    assert len(offered) == len(batches)
+    for before, batch, ahead in zip(batches, batches[1:], offered):
+        assert set(batch) <= set(ahead)
+        assert not set(before) & set(ahead)
+    assert result == run(n, side_of, width)  # looking ahead changes nothing the search asks

@@ -919,6 +919,8 @@ def diff_envs(
     from . import envreport
 
     with user_errors():
+        if shown.output and not shown.output.parent.is_dir():
+            raise InputError(f"-o {shown.output}: there is no folder {shown.output.parent}")
         d = envreport.compare(good, bad, python)
         if shown.fmt is Format.json:
             emit(json.dumps(envreport.to_json(d), indent=2) + "\n", shown.output)

@@ -86,8 +86,9 @@ class Change:
             old, new = parse_version(self.good.version), parse_version(self.bad.version)
             if new < old:
                 notes.append("downgrade")
-            if old.local or new.local:
-                notes.append("local version: releases between are looked up by their public version")
+            locals_ = sorted({f"+{v.local}" for v in (old, new) if v.local})
+            if locals_:  # a build of a release (torch's +cu121): diffed and bisected like the release
+                notes.append(f"local version {' '.join(locals_)}")
         return tuple(notes)
 
     def describe(self) -> str:
@@ -204,21 +205,44 @@ def _read_lock(path: Path, text: str, markers: dict[str, str]) -> Environment:
         raise InputError(f"{path}: {what}") from None
     fmt = EnvFormat.UV_LOCK if locked.kind == "uv.lock" else EnvFormat.PYLOCK
     return _environment(str(path), locked.pins, format=fmt, requires_python=locked.requires_python,
-                        notes=locked.notes)
+                        notes=locked.notes, roots=locked.roots)
 
 
 def _environment(source: str, pins: Iterable[Pin], *, notes: Iterable[str] = (), **fields) -> Environment:
-    """The Environment of ``pins`` sorted by name, pip left out: the installer is in every
-    ``python -m venv`` and ``uv pip freeze``, in no ``pip freeze`` and in no uv venv, and a
-    job does not run it; keeping it would make every freeze-against-venv diff show it."""
+    """The Environment of ``pins`` sorted by name, without what is no distribution to install:
+    pip (the installer: in every ``python -m venv`` and ``uv pip freeze``, in no ``pip freeze``
+    and no uv venv, never run by a job; kept, every freeze-against-venv diff would show it) and
+    Debian's ``pkg-resources==0.0.0`` (its patched pip lists it; no index has it)."""
     kept, notes = [], list(notes)
     for pin in pins:
         if pin.name == "pip":
             notes.append(f"pip {pin.label} left out (the installer, which pip freeze leaves out too)")
+        elif pin.name == "pkg-resources" and pin.version == "0.0.0":
+            notes.append("pkg-resources==0.0.0 left out (Debian's pip lists it; it is no distribution)")
         else:
             kept.append(pin)
-    notes += _elsewhere(kept)
+    notes += _elsewhere(kept) + _local_builds(kept, fields.get("options", ()))
     return Environment(source, tuple(sorted(kept, key=lambda p: p.name)), notes=tuple(notes), **fields)
+
+
+_PYTORCH_LOCAL = re.compile(r"^(cu\d+|cpu|rocm[\d.]+|xpu)$")
+
+
+def _local_builds(pins: Iterable[Pin], options: Iterable[str]) -> list[str]:
+    """A note on PyTorch's local builds (torch==2.1.0+cu121): PyPI has no such file, PyTorch's own
+    index has, and a freeze does not say so. Nothing when the file names that index already."""
+    tags: dict[str, list[str]] = {}
+    for pin in pins:
+        version = parse_version(pin.version or "") if pin.plain else None
+        if version is not None and version.local and _PYTORCH_LOCAL.match(version.local):
+            tags.setdefault(version.local, []).append(f"{pin.name} {pin.version}")
+    notes = []
+    for tag, names in sorted(tags.items()):
+        index = f"https://download.pytorch.org/whl/{tag}"
+        if not any(index in o for o in options):
+            notes.append(f"{', '.join(names)}: local build{'s' if len(names) != 1 else ''} that PyPI does not have; "
+                         f"{'their' if len(names) != 1 else 'its'} index is {index} (--extra-index-url)")
+    return notes
 
 
 def _elsewhere(pins: Iterable[Pin]) -> list[str]:
@@ -295,7 +319,10 @@ def _read_snapshot(path: Path, text: str) -> Environment:
     except json.JSONDecodeError as e:
         raise InputError(f"{path}:{e.lineno}: not valid JSON ({e.msg}): expected {_EXPECTED}") from None
     if not (isinstance(data, dict) and data.get("format") == 1 and isinstance(data.get("dists"), list)):
+        if isinstance(data, dict) and "_meta" in data and "default" in data:
+            raise InputError(f"{path}: a Pipfile.lock is not read: give `pipenv requirements` output or a pip freeze")
         raise InputError(f"{path}: JSON, but not a `dsbisect snapshot-base` file: expected {_EXPECTED}")
     pins = [make_pin(d["name"], d["version"]) for d in data["dists"]
-            if isinstance(d, dict) and d.get("name") and d.get("version")]
-    return _environment(str(path), pins, python=data.get("python_version"), format=EnvFormat.SNAPSHOT)
+            if isinstance(d, dict) and isinstance(d.get("name"), str) and isinstance(d.get("version"), str)]
+    python = data.get("python_version") if isinstance(data.get("python_version"), str) else None
+    return _environment(str(path), pins, python=python, format=EnvFormat.SNAPSHOT)

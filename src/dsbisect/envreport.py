@@ -15,12 +15,15 @@ from rich.table import Table
 from rich.text import Text
 
 from .envfile import Change, Environment, Kind, diff, read_environment
-from .errors import DsbisectError
+from .errors import DsbisectError, InputError
 from .pins import EnvFormat, Pin
 from .redact import redact
 
 # What `pip freeze` leaves out of its list (pip always; setuptools, wheel and distribute on python < 3.12).
 _FREEZE_SKIPS = ("setuptools", "wheel", "distribute")
+# What a layered base is for: a CUDA build of torch is gigabytes, and what is built against it
+# (deepspeed's ops) must match it. A change to one of these is noted on its row.
+_HEAVY = ("torch",)
 _KIND_STYLE = {Kind.CHANGED: "yellow", Kind.ADDED: "green", Kind.REMOVED: "red"}
 
 
@@ -33,7 +36,7 @@ class EnvDiff:
 
     def notes(self, change: Change) -> tuple[str, ...]:
         notes = list(change.notes)
-        if change.name in self.provided:
+        if change.name in self.provided and change.name in _HEAVY:
             notes.append(f"provided by the base ({self.provided[change.name]}): trials must install "
                          f"{change.name} unless --hold {change.name}")
         missing_side = self.good if change.kind is Kind.ADDED else self.bad if change.kind is Kind.REMOVED else None
@@ -41,6 +44,16 @@ class EnvDiff:
                 and change.name in _FREEZE_SKIPS:
             notes.append(f"pip freeze leaves {change.name} out: {missing_side.source} may just not list it")
         return tuple(notes)
+
+
+    def base_lines(self) -> list[str]:
+        """One line for what the base provides of the changed packages (torch has a note of its own)."""
+        shared = [c.name for c in self.changes if c.name in self.provided and c.name not in _HEAVY]
+        if not shared:
+            return []
+        names = ", ".join(shared[:8]) + (f" and {len(shared) - 8} more" if len(shared) > 8 else "")
+        return [f"the base provides {len(shared)} of the changed packages ({names}): a trial installs its own "
+                f"version over the base's, unless --hold NAME keeps the base's"]
 
 
 def summary(changes: Sequence[Change]) -> str:
@@ -69,6 +82,7 @@ def context_lines(d: EnvDiff) -> list[str]:
         if env.options:
             lines.append(f"  index options not used (give them on the command line): {'; '.join(env.options)}")
         lines += [f"  {n}" for n in env.notes]
+    lines += d.base_lines()
     return [redact(ln) for ln in lines]
 
 
@@ -119,7 +133,8 @@ def _pin_json(pin: Pin | None) -> dict | None:
 def _env_json(env: Environment) -> dict:
     return {"source": redact(env.source), "format": env.format.value, "python": env.python,
             "requires_python": env.requires_python, "packages": len(env.pins),
-            "options": [redact(o) for o in env.options], "notes": [redact(n) for n in env.notes]}
+            "options": [redact(o) for o in env.options], "notes": [redact(n) for n in env.notes],
+            "roots": list(env.roots)}
 
 
 def compare(good: Path, bad: Path, python: str | None = None) -> EnvDiff:
@@ -127,6 +142,8 @@ def compare(good: Path, bad: Path, python: str | None = None) -> EnvDiff:
     dsbisect's own; it provides packages only when layered, i.e. when it has torch)."""
     from .base import inspect_base
 
+    if str(good) == str(bad) == "-":
+        raise InputError("GOOD and BAD are both - : only one of them can be read from stdin")
     old, new = read_environment(good), read_environment(bad)
     changes = diff(old, new)
     if not changes:

@@ -18,10 +18,12 @@ of its changes gives OLD.  The search:
    untestable, leaving it out together with each other culprit is tried; what stays untestable
    leaves the answer not exact, with the changes it concerns in ``unverified``.
 
-Costs without untestable trials: one culprit at most ``ceil(log2 n) + 1`` trials at width 1;
-an interaction pair about twice that plus one (the pair, and each of its halves, are tested).
-At width w the rounds are about ``log_(w+1) n`` per culprit: once the culprit is one of at most
-w items, each is tried alone in the round of the last prefixes.
+Costs without untestable trials, at width 1: one culprit at most ``ceil(log2 n) + 1`` trials
+(the prefix search, the culprit alone); an interaction pair at most ``2 ceil(log2 n) + 3`` (two
+prefix searches, the culprit found first alone, the pair, the other one alone). At width w the
+rounds are about ``log_(w+1) n`` per culprit (at most ``ceil(log_(w+1) n) + 1`` for one,
+measured for n < 130): once the culprit is one of at most w items, each is tried alone in the
+round of the last prefixes.
 
 Untestable (SKIP) prefixes are stepped around as ``git bisect skip`` does, but the untestable run
 is bounded from both sides by binary search rather than walked one length at a time.  The change
@@ -30,6 +32,10 @@ together and the run is searched again.  Two changes that cannot be applied apar
 testable subset between them) stay together as one candidate.  Past a limit of untestable
 trials (``untestable_budget``: 64 for 100 changes) the search stops and answers with the
 smallest set seen NEW, not exact.
+
+What the search asks depends only on the answers it got, never on what else its memo holds, so
+the rounds after the current one can be foreseen by running it again on supposed answers
+(``ahead``: the venvs of the next round are built while a round runs).
 
 ``exact`` is True only when the answer itself was seen NEW (tested, or it is the full set) and
 every one-smaller subset was *tested* OLD (or is the empty set, the good end): no claim rests on
@@ -47,6 +53,7 @@ from dataclasses import dataclass
 from .search import Side, next_probes
 
 Test = Callable[[Sequence[frozenset[int]]], Sequence[Side]]
+Ahead = Callable[[Sequence[frozenset[int]]], None]
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class EnvSearch:
 
 
 def find_culprits(n: int, test: Test, *, width: int = 1, units: Sequence[frozenset[int]] = (),
-                  max_untestable: int | None = None) -> EnvSearch:
+                  max_untestable: int | None = None, ahead: Ahead | None = None) -> EnvSearch:
     """n changes; frozenset() (the good env) is OLD and frozenset(range(n)) (the bad env) is NEW,
     both already tested by the caller and never asked. `test` gets up to `width` subsets at once
     (run in parallel) and answers one Side each; no subset is asked twice. `units`: groups of
@@ -86,6 +93,11 @@ def find_culprits(n: int, test: Test, *, width: int = 1, units: Sequence[frozens
     untestable trials one culprit takes at most ceil(log2 n) + 1 trials at width 1.
     Deterministic: the same answers ask the same subsets in the same order (a resumed search that
     answers from what it stored replays its trials).
+
+    `ahead`, if given, is called before each batch goes to `test` with the subsets the search
+    would ask in the round after it, for each answer of the batch that a hidden culprit set could
+    give (all OLD, or NEW from one of its subsets up): their venvs can be built while the batch
+    runs, as a release bisection's lookahead does.
     """
     if n < 1:
         raise ValueError("need at least one change")
@@ -94,8 +106,10 @@ def find_culprits(n: int, test: Test, *, width: int = 1, units: Sequence[frozens
     budget = untestable_budget(n) if max_untestable is None else max_untestable
     if budget < 0:
         raise ValueError("max_untestable must be at least 0")
-    oracle = _Oracle(n, test, width, budget)
     items = _items(n, units)
+    oracle = _Oracle(n, test, width, budget)
+    if ahead is not None:
+        oracle.ahead = lambda batch: ahead(_peek(oracle, batch, items, n))
     try:
         return _result(_search(oracle, items, n), oracle, gave_up=False)
     except _OutOfUntestable:
@@ -119,6 +133,47 @@ def _search(oracle: _Oracle, items: list[frozenset[int]], n: int) -> frozenset[i
         target = smaller  # a one-smaller subset is NEW too: search inside it
 
 
+def _peek(oracle: _Oracle, batch: list[frozenset[int]], items: list[frozenset[int]], n: int) -> list[frozenset[int]]:
+    """The subsets asked in the round after ``batch``, for each answer a hidden culprit set could
+    give: the search is run again from the start on what is known (it is pure and deterministic,
+    and a trial costs far more than this), ``batch`` gets that answer, and the next batch stops it."""
+    answers = [dict.fromkeys(batch, Side.OLD)]
+    answers += [{t: Side.NEW if t >= s else Side.OLD for t in batch} for s in batch]
+    nxt: dict[frozenset[int], None] = {}
+    for answer in answers:
+        replay = _Oracle(n, _Replay(answer), oracle.width, oracle.budget)
+        replay.known = dict(oracle.known)
+        replay.untestable = oracle.untestable
+        try:
+            _search(replay, items, n)
+        except _Next as stop:
+            nxt |= dict.fromkeys(s for s in stop.batch if s not in batch)
+        except _OutOfUntestable:
+            pass
+    return list(nxt)
+
+
+class _Next(Exception):
+    """A replay's next batch (``_peek``)."""
+
+    def __init__(self, batch: Sequence[frozenset[int]]) -> None:
+        super().__init__()
+        self.batch = batch
+
+
+class _Replay:
+    """The ``test`` of a replay: the first batch gets the supposed answer, the next one stops it."""
+
+    def __init__(self, answer: dict[frozenset[int], Side]) -> None:
+        self.answer: dict[frozenset[int], Side] | None = answer
+
+    def __call__(self, batch: Sequence[frozenset[int]]) -> list[Side]:
+        if self.answer is None:
+            raise _Next(batch)
+        answer, self.answer = self.answer, None
+        return [answer.get(s, Side.OLD) for s in batch]
+
+
 class _OutOfUntestable(Exception):
     """Raised by the oracle when the limit on untestable trials is passed (never escapes)."""
 
@@ -131,6 +186,7 @@ class _Oracle:
         self.known: dict[frozenset[int], Side] = {frozenset(): Side.OLD, frozenset(range(n)): Side.NEW}
         self.trials: list[Trial] = []
         self.rounds = self.untestable = 0
+        self.ahead: Callable[[list[frozenset[int]]], None] | None = None
 
     def ask(self, subsets: Sequence[frozenset[int]]) -> list[Side]:
         todo = list(dict.fromkeys(s for s in subsets if s not in self.known))
@@ -138,6 +194,8 @@ class _Oracle:
             if self.untestable > self.budget:
                 raise _OutOfUntestable
             batch = todo[start:start + self.width]
+            if self.ahead is not None:
+                self.ahead(batch)
             sides = [Side(side) for side in self.test(batch)]
             if len(sides) != len(batch):
                 raise ValueError(f"test answered {len(sides)} sides for {len(batch)} subsets")
@@ -217,6 +275,7 @@ def _prefix_search(oracle: _Oracle, fixed: frozenset[int],
     culprit is one of at most ``width`` items, each of them is tried alone with ``fixed`` in the
     same round as the last prefixes: the test of the culprit alone that would follow is saved."""
     known = {0: Side.OLD, len(cand): Side.NEW}
+    tried_alone = False  # once per search; what to ask never depends on what the memo holds
     while True:
         hi = min(k for k, s in known.items() if s is Side.NEW)
         lo = max(k for k, s in known.items() if s is Side.OLD and k < hi)
@@ -225,8 +284,8 @@ def _prefix_search(oracle: _Oracle, fixed: frozenset[int],
         if not _spread(gaps, known, 1):
             return lo, hi, bool(skips), None
         alones = []
-        if oracle.width > 1 and not skips and hi - lo <= oracle.width:
-            alones = [j for j in range(lo, hi) if fixed | cand[j] not in oracle.known]
+        if oracle.width > 1 and not skips and hi - lo <= oracle.width and not tried_alone:
+            alones, tried_alone = list(range(lo, hi)), True
         picks = _spread(gaps, known, oracle.width - len(alones))
         sides = oracle.ask([fixed | cand[j] for j in alones] + [fixed | _union(cand[:k]) for k in picks])
         hit = [j for j, side in zip(alones, sides) if side is Side.NEW]

@@ -46,6 +46,7 @@ _KEPT_FLAGS = ("--no-index", "--pre", "--prefer-binary", "--require-hashes")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _VCS = re.compile(r"^(git|hg|svn|bzr)\+")
 _CONDA_EXPORT = re.compile(r"^[A-Za-z0-9_.-]+=[^=\s]+=[^=\s]+$")  # numpy=1.26.4=py311h64a7726_0
+_CONDA_YAML = re.compile(r"^(name|channels|dependencies|prefix):(\s|$)")
 _ARCHIVES = (".whl", ".tar.gz", ".zip", ".tar.bz2", ".tar.xz", ".tgz")
 
 
@@ -172,7 +173,9 @@ class _Reader:
             req = Requirement(req_text)
         except InvalidRequirement as e:
             hint = " (a `conda list --export` line: give `pip list --format=freeze` output instead)" \
-                if _CONDA_EXPORT.match(req_text) else f" ({e})"
+                if _CONDA_EXPORT.match(req_text) else \
+                " (a conda environment.yml: give `pip list --format=freeze` output instead)" \
+                if _CONDA_YAML.match(req_text) else f" ({str(e).splitlines()[0]})"  # packaging's caret lines
             raise InputError(f"{where}: not a requirement: {redact(req_text)}{hint}") from None
         marker = str(req.marker) if req.marker else None
         holds = marker_holds(marker, self.markers) if marker else True
@@ -212,7 +215,7 @@ class _Reader:
         if _URL.match(value) or _VCS.match(value):
             return redact(value)
         path, sep, fragment = value.partition("#")
-        full = Path(os.path.normpath(self.folder / Path(path).expanduser()))
+        full = Path(os.path.normpath(self.folder / os.path.expanduser(path)))  # ~unknown stays as it is
         return full.as_uri() + (sep + fragment)
 
     def included(self, value: str, where: str) -> Requirements:

@@ -47,6 +47,7 @@ class Locked:
     requires_python: str | None
     notes: tuple[str, ...]
     kind: str                      # "uv.lock" or "pylock.toml"
+    roots: tuple[str, ...] = ()    # the project's own root packages, left out
 
 
 def parse_toml(text: str, source: str) -> dict:
@@ -73,6 +74,38 @@ def read_lock(data: dict, text: str, source: str, folder: Path, markers: Mapping
     if isinstance(data.get("packages"), list) and "lock-version" in data:
         return _read_pylock(data, text, source, folder, markers)
     raise NotALock
+
+
+# The shape of what is read (TOML types): a lock that differs is one line naming where, not a traceback.
+_UV_TOP = {"requires-python": str, "manifest": dict}
+_UV_MANIFEST = {"members": list, "requirements": list}
+_UV_PACKAGE = {"version": str, "source": (dict, str), "dependencies": list, "optional-dependencies": dict,
+               "dev-dependencies": dict, "resolution-markers": list}
+_EDGE = {"name": str, "version": str, "marker": str, "extra": list, "source": dict}
+_PYLOCK_TOP = {"requires-python": str, "environments": list, "extras": list, "dependency-groups": list}
+_PYLOCK_PACKAGE = {"version": str, "marker": str, "vcs": dict, "directory": dict, "archive": dict}
+_PYLOCK_SOURCE = {"url": str, "path": str, "type": str, "commit-id": str, "requested-revision": str,
+                  "subdirectory": str, "editable": bool}
+
+
+def _check(table: object, shape: Mapping[str, type | tuple[type, ...]], where: str, what: str) -> None:
+    if not isinstance(table, dict):
+        raise InputError(f"{where}: {what} is not a table")
+    for key, kind in shape.items():
+        if key in table and not isinstance(table[key], kind):
+            raise InputError(f"{where}: {what}: {key} = {redact(repr(table[key]))[:60]} is not what a lock holds there")
+    for key in ("members", "resolution-markers", "environments", "extras", "dependency-groups", "extra"):
+        if isinstance(table.get(key), list) and not all(isinstance(v, str) for v in table[key]):
+            raise InputError(f"{where}: {what}: {key} holds something that is not a string")
+
+
+def _check_edges(edges: object, where: str, what: str) -> None:
+    if not isinstance(edges, list):
+        raise InputError(f"{where}: {what} is not a list")
+    for edge in edges:
+        _check(edge, _EDGE, where, what)
+        if not isinstance(edge.get("name"), str):
+            raise InputError(f"{where}: {what}: an entry without a name")
 
 
 def _header_lines(text: str, header: str) -> list[int]:
@@ -103,9 +136,16 @@ class _UvLock:
         self.lines = _header_lines(text, "package")
         self.notes: list[str] = []
         self.entries, self.sources = [], []
+        _check(data, _UV_TOP, source, "the lock")
+        _check(data.get("manifest", {}), _UV_MANIFEST, source, "[manifest]")
+        _check_edges(data.get("manifest", {}).get("requirements", []), source, "[manifest] requirements")
         for i, entry in enumerate(data["package"]):
             if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                 raise InputError(f"{self.where(i)}: a [[package]] without a name")
+            _check(entry, _UV_PACKAGE, self.where(i), entry["name"])
+            for group in [entry.get("dependencies", []), *entry.get("optional-dependencies", {}).values(),
+                          *entry.get("dev-dependencies", {}).values()]:
+                _check_edges(group, self.where(i), f"{entry['name']}'s dependencies")
             self.entries.append(entry)
             self.sources.append(self.source_of(i))
 
@@ -127,12 +167,13 @@ class _UvLock:
 
     def read(self) -> Locked:
         roots = [i for i in range(len(self.entries)) if self.is_root(i)]
-        reached = self.walk(roots) if roots else list(range(len(self.entries)))
+        # a script's lock (uv lock --script) has no root package: its manifest lists what it requires
+        top = [d for d in self.data.get("manifest", {}).get("requirements", []) if isinstance(d, dict)
+               and _true(d.get("marker"), self.markers, self.source, self.notes)]
+        reached = self.walk(roots, top) if roots or top else list(range(len(self.entries)))
         pins: dict[str, tuple[Pin, int]] = {}
         for i in reached:
             if i in roots:
-                self.notes.append(f"{self.entries[i]['name']}: the project's own root "
-                                  f"({self.sources[i][0]}), not a change to apply: left out")
                 continue
             pin = self.pin(i)
             before = pins.get(pin.name)
@@ -141,12 +182,13 @@ class _UvLock:
                                  f"({before[0].label}, {pin.label}), for different extras or groups of the "
                                  f"project: {_ONE_ENV}")
             pins[pin.name] = (pin, i)
-        if roots:
+        if roots or top:
             left = len(self.entries) - len(reached)
+            unused = f"; {left} locked package{'s' if left != 1 else ''} not needed here left out" if left else ""
             self.notes.append("every extra and dependency group of the project counted (a lock does not say which "
-                              "were installed)" + (f"; {left} locked package{'s' if left != 1 else ''} not needed here left out" if left else ""))
+                              "were installed)" + unused)
         return Locked(tuple(p for p, _ in pins.values()), self.data.get("requires-python"), tuple(self.notes),
-                      "uv.lock")
+                      "uv.lock", tuple(canonicalize_name(self.entries[i]["name"]) for i in roots))
 
     def is_root(self, i: int) -> bool:
         entry = self.entries[i]
@@ -155,10 +197,13 @@ class _UvLock:
         return kind in ("editable", "virtual") and (value == "." or canonicalize_name(entry["name"]) in
                                                     {canonicalize_name(m) for m in members})
 
-    def walk(self, roots: list[int]) -> list[int]:
-        """Every package the roots reach through edges whose markers are true here."""
+    def walk(self, roots: list[int], top: list[dict]) -> list[int]:
+        """Every package the roots (and the ``top`` requirements) reach through edges whose markers are true here."""
         seen: set[tuple[int, str]] = set()
-        stack = [(i, None) for i in roots]
+        stack: list[tuple[int, str | None]] = [(i, None) for i in roots]
+        for dep in top:
+            target = self.target(None, dep)
+            stack += [(target, None)] + [(target, e) for e in dep.get("extra", [])]
         while stack:
             i, extra = stack.pop()
             if (i, extra or "") in seen:
@@ -183,7 +228,7 @@ class _UvLock:
         return [d for g in groups for d in g if isinstance(d, dict) and _true(d.get("marker"), self.markers, where,
                                                                             self.notes)]
 
-    def target(self, i: int, dep: dict) -> int:
+    def target(self, i: int | None, dep: dict) -> int:
         name = canonicalize_name(str(dep.get("name", "")))
         found = [j for j, e in enumerate(self.entries) if canonicalize_name(e["name"]) == name
                  and ("version" not in dep or e.get("version") == dep["version"])
@@ -193,7 +238,8 @@ class _UvLock:
                                              for m in self.entries[j].get("resolution-markers") or [None])]
         if len(found) != 1:
             what = "is not in the lock" if not found else "is locked more than once and nothing says which one"
-            raise InputError(f"{self.where(i)}: {self.entries[i]['name']} depends on {dep.get('name')}, which {what}")
+            who = f"{self.where(i)}: {self.entries[i]['name']}" if i is not None else f"{self.source}: the script"
+            raise InputError(f"{who} depends on {dep.get('name')}, which {what}")
         return found[0]
 
     def pin(self, i: int) -> Pin:
@@ -228,9 +274,11 @@ def _git_url(value: str) -> str:
 
 
 def _read_pylock(data: dict, text: str, source: str, folder: Path, markers: Mapping[str, str]) -> Locked:
+    _check(data, _PYLOCK_TOP, source, "the lock")
     lines = _header_lines(text, "packages")
     notes: list[str] = []
     pins: dict[str, Pin] = {}
+    roots: list[str] = []
     # every extra and group the lock offers counted, as for a uv.lock (PEP 751 markers name them)
     markers = {**markers, "extras": frozenset(data.get("extras", [])),
                "dependency_groups": frozenset(data.get("dependency-groups", []))}
@@ -240,18 +288,22 @@ def _read_pylock(data: dict, text: str, source: str, folder: Path, markers: Mapp
         where = f"{source}:{lines[i]}" if i < len(lines) else source
         if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
             raise InputError(f"{where}: a [[packages]] without a name")
+        _check(entry, _PYLOCK_PACKAGE, where, entry["name"])
+        for kind in ("vcs", "directory", "archive"):
+            if kind in entry:
+                _check(entry[kind], _PYLOCK_SOURCE, where, f"{entry['name']}'s {kind}")
         if not _true(entry.get("marker"), markers, where, notes):
             notes.append(f"{where}: {entry['name']} left out: its marker is false here")
             continue
         pin = _pylock_pin(entry, folder, where)
         if pin is None:
-            notes.append(f"{entry['name']}: the project's own root (a directory at .), not a change to apply: left out")
+            roots.append(canonicalize_name(entry["name"]))
             continue
         if pin.name in pins and pins[pin.name] != pin:
             raise InputError(f"{where}: {pin.name} is locked twice for this interpreter "
                              f"({pins[pin.name].label}, {pin.label}): {_ONE_ENV}")
         pins[pin.name] = pin
-    return Locked(tuple(pins.values()), data.get("requires-python"), tuple(notes), "pylock.toml")
+    return Locked(tuple(pins.values()), data.get("requires-python"), tuple(notes), "pylock.toml", tuple(roots))
 
 
 def _pylock_pin(entry: dict, folder: Path, where: str) -> Pin | None:

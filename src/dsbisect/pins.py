@@ -85,7 +85,8 @@ class Environment:
     format: EnvFormat = EnvFormat.REQUIREMENTS
     requires_python: str | None = None   # a lock's requires-python (">=3.10"): a hint for the trials' python
     options: tuple[str, ...] = ()  # index options the file carried (--index-url ...), credentials redacted; not used
-    notes: tuple[str, ...] = ()    # what was read but left out, and why (the project's own root, false markers)
+    notes: tuple[str, ...] = ()    # what was read but left out, and why (false markers, paths not here)
+    roots: tuple[str, ...] = ()    # a lock's own project (its workspace members): not a change to apply, left out
 
     def get(self, name: str) -> Pin | None:
         key = canonicalize_name(name)
