@@ -393,7 +393,7 @@ class EnvBisection:
                                           notes=self.plan.notes))
         units = self._units()
         found = find_culprits(len(self.changes), lambda subsets: self._test(subsets, trials),
-                              width=max(1, self.req.width), units=units)
+                              width=max(1, self.req.width), units=units, ahead=lambda nxt: self._ahead(nxt, trials))
         result = self._level1(found, units)
         if result.culprits:
             result = self._level2(result)
@@ -453,6 +453,12 @@ class EnvBisection:
         for subset, step in zip(subsets, steps):
             self.trials.append(self._trial(subset, step, trials))
         return [trials.side(st) for st in steps]
+
+    def _ahead(self, subsets: Sequence[frozenset[int]], trials: _Trials) -> None:
+        """Build the venvs of the next round's likely trials while this round runs (as a release
+        bisection looks ahead); a few per free slot, the rest would rarely be asked."""
+        chosen = list(subsets)[:2 * max(1, self.req.width)]
+        self.runner.prepare_ahead(self.req.case, [self._point(frozenset(s), trials) for s in chosen])
 
     def _trial(self, applied, step, trials: _Trials) -> TrialRun:
         return TrialRun(frozenset(applied), trials.side(step), step.label, tuple(r.id for r in step.runs),
