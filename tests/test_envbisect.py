@@ -332,3 +332,17 @@ def test_what_the_trials_cost_beyond_the_base_is_said(tmp_path):
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+@pytest.mark.parametrize("reason, names, found", [
+    ("Because a==2.0 depends on c>=2.0 and you require c==1.0", ["a", "c", "ab"], {"a", "c"}),
+    ("Because dsb-ab==2.0 depends on dsb-c>=2.0", ["dsb-a", "dsb-ab", "dsb-c"], {"dsb-ab", "dsb-c"}),
+    ("you require typing_extensions==4.0 and torch requires typing-extensions>=4.8", ["typing-extensions"],
+     {"typing-extensions"}),
+    ("No solution found: numpy-financial==1.0 requires numpy<2", ["numpy"], {"numpy"}),
+    ("Because torch2==1.0 was not found", ["torch"], set()),
+])
+def test_the_names_uv_error_mentions(reason, names, found):
+    from dsbisect.envbisect import named_in
+
+    assert named_in(reason, names) == found
