@@ -798,6 +798,14 @@ def test_a_real_venv_and_its_python_read_as_their_uv_pip_freeze(tmp_path, wheelh
     assert from_venv.get("dsb-other") == Pin("dsb-other", None, other.as_uri())
     assert from_venv.pins == from_python.pins
     assert diff(from_freeze, from_venv) == ()
+    import importlib.util
+
+    if importlib.util.find_spec("pip"):  # and pip's own freeze of it, where this python has pip
+        site = next(venv.glob("lib/python3*/site-packages"))
+        pip_freeze = subprocess.run([sys.executable, "-m", "pip", "freeze", "--path", str(site)], check=True,
+                                    capture_output=True, text=True).stdout
+        assert f"dsb-other @ {other.as_uri()}" in pip_freeze.replace("dsb_other @", "dsb-other @")
+        assert diff(read_environment(write(tmp_path, pip_freeze, "pip-freeze.txt")), from_venv) == ()
     write(tmp_path, freeze.replace("dsb-toy==1.1.0", "dsb-toy==1.0.0"), "older.txt")
     r = cli("diff", str(tmp_path / "older.txt"), str(venv), "--python", sys.executable)
     assert r.exit_code == 0, r.output

@@ -909,7 +909,7 @@ def run_one(
 @app.command("diff")
 @bundled
 def diff_envs(
-    good: Annotated[Path, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder or a python.")],
+    good: Annotated[Path, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder, a python, or - (stdin).")],
     bad: Annotated[Path, typer.Argument(metavar="BAD", help="The environment that breaks (any of the same).")],
     python: Annotated[Optional[str], typer.Option("--python", help="The interpreter trials are made from: what its environment provides is noted (default: dsbisect's own).")] = None,
     shown: OutputArgs = OutputArgs(),
