@@ -49,8 +49,9 @@ def _release_parts(res: Result, named: bool, seen: set[int], downgrade: bool) ->
     who = f"{req.package}: " if named else ""
     word = "first fixed" if req.find_fix else "first bad"
     runs = _runs(res, Stage.RELEASE, seen)
-    if res.first_bad and res.verdict is Answer.FOUND and downgrade:
-        parts = [f"{who}(a downgrade) last bad release {res.last_good}, first good release {res.first_bad} "
+    if res.first_bad and res.verdict is Answer.FOUND and downgrade:  # bisected upwards, from the older release
+        low, high = ("last bad", "first good") if req.find_fix else ("last good", "first bad")
+        parts = [f"{who}(a downgrade) {low} release {res.last_good}, {high} release {res.first_bad} "
                  f"({_count(runs)})"]
     elif res.first_bad and res.verdict is Answer.FOUND:
         parts = [f"{who}{word} release {res.first_bad} ({_count(runs)})"]
