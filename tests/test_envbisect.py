@@ -144,7 +144,10 @@ def test_the_culprit_is_a_transitive_dependency(tmp_path, cli, cache_dir):
     args = _setup(tmp_path, "ed", dists, good, bad, "v('dep') >= (1, 2)")
     for name, torch in (("good.txt", "2.0.0"), ("bad.txt", "2.1.0")):  # neither is the base's: held
         (tmp_path / name).write_text((tmp_path / name).read_text() + f"torch=={torch}\n")
+    # a freeze made where dsbisect is installed lists it (here in a version no index has): the tool is held
+    (tmp_path / "good.txt").write_text((tmp_path / "good.txt").read_text() + "dsbisect==0.0.1\n")
     out, res = _bisect(cli, tmp_path, cache_dir, args, "--hold", "torch")
+    assert "dsbisect is the tool, not the job" in res.stderr
     diff = out["env_diff"]
     assert diff["culprits"] == ["dsb-ed-dep"] and diff["exact"], diff
     assert out["hold"] == ["torch"] and "torch" not in {c["name"] for c in diff["changes"]}
@@ -183,6 +186,7 @@ def _nothing_created(tmp_path: Path) -> None:
     (["--good-env", "good.txt", "--bad-env", "unknown.txt"], "the bad environment (unknown.txt) cannot be installed here"),
     (["--good-env", "torch.txt", "--bad-env", "bad.txt"], "--hold torch keeps the base's torch"),
     (["--good-env", "torch.txt", "--bad-env", "torch2.txt", "--hold", "torch"], "the only changes are of held packages"),
+    (["--good-env", "tool.txt", "--bad-env", "good.txt"], "the only changes are of held packages (dsbisect)"),
 ])
 def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, cli, words, expected):
     _wheels(tmp_path / "wh", "ev", {"a": {"1.0": (), "2.0": ()}})
@@ -191,6 +195,7 @@ def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, cli, words, 
     _freeze(tmp_path / "unknown.txt", "ev", {"a": "9.9"})  # not in the wheelhouse: uv cannot install it here
     (tmp_path / "torch.txt").write_text("dsb-ev-a==1.0\ntorch==2.0.0\n")  # not the base's, not in the wheelhouse
     (tmp_path / "torch2.txt").write_text("dsb-ev-a==1.0\ntorch==2.1.0\n")
+    (tmp_path / "tool.txt").write_text("dsb-ev-a==1.0\ndsbisect==0.0.1\n")  # the tool itself: held, not a change
     (tmp_path / "check.py").write_text("pass\n")
     args = ["--script", "check.py", "--nproc", "1", "--offline", "--find-links", "wh",
             "--store", str(tmp_path / "store"), "--cache-dir", str(tmp_path / "cache")]

@@ -44,6 +44,7 @@ from .runner import Runner
 from .search import Side
 from .uv import Uv
 
+ALWAYS_HELD = ("dsbisect",)  # in a freeze of the env dsbisect runs in; the tool, not the job: the base's
 ENV_PACKAGE = "environment"  # what the store's bisection row names as the package of a level-1 search
 _WOULD = re.compile(r"^\s*\+\s+(\S+)==(\S+)\s*$")
 
@@ -89,6 +90,7 @@ class EnvPlan:
     hold: tuple[str, ...]  # requirement strings of the held packages, at the base's version
     notes: tuple[str, ...]  # what the trials cost beyond the base, what cannot be removed
     repo: Path | None
+    held_names: tuple[str, ...] = ()  # canonical names of the held packages (--hold, and dsbisect itself)
 
 
 @dataclass(frozen=True)
@@ -160,20 +162,23 @@ def plan_envs(req: EnvRequest, index: IndexOptions, options: EnvOptions, cache_d
         raise InputError(f"{req.good_env.source} and {req.bad_env.source}: no difference (the same pins)")
     repo = gitrepo.check_repo(req.git_repo) if req.git_repo else None
     base = base_env.inspect_base(options.python)
-    held = _held(req.hold, base)
-    moving = tuple(c for c in changes if canonicalize_name(c.name) not in {canonicalize_name(h) for h in req.hold})
+    tool = [n for n in ALWAYS_HELD if base.version_of(n) and (req.good_env.get(n) or req.bad_env.get(n))]
+    names = tuple(dict.fromkeys(canonicalize_name(h) for h in (*req.hold, *tool)))
+    held = _held(names, base)
+    moving = tuple(c for c in changes if canonicalize_name(c.name) not in names)
     if not moving:
-        raise InputError(f"the only changes are of held packages ({', '.join(req.hold)}): nothing to bisect")
+        raise InputError(f"the only changes are of held packages ({', '.join(names)}): nothing to bisect")
     uv_cache = CachePaths(cache_dir).uv_cache
     with tempfile.TemporaryDirectory(prefix="dsbisect-plan-") as tmp:
         cache = uv_cache if uv_cache.is_dir() else Path(tmp) / "uv"
         with Resolver(Uv(cache, index), base, _layered(options, base)) as resolver:
             for env, word in ((req.good_env, "good"), (req.bad_env, "bad")):
-                problem = resolver.check(_requirements(env, (), held, req.hold))
+                problem = resolver.check(_requirements(env, (), held, names))
                 if problem:
                     raise InputError(f"the {word} environment ({env.source}) cannot be installed here: {problem}"
                                      + _hold_hint(problem, env, base))
-    return EnvPlan(moving, held, _costs(moving, req, base, _layered(options, base)), repo)
+    notes = tuple(f"{n} is the tool, not the job: kept at the base's version in every trial" for n in tool)
+    return EnvPlan(moving, held, notes + _costs(moving, req, base, _layered(options, base), names), repo, names)
 
 
 def _hold_hint(problem: str, env: Environment, base: base_env.Base) -> str:
@@ -207,7 +212,8 @@ def _requirements(env: Environment, changes: Iterable[Change], held: Sequence[st
     return tuple(sorted(kept + tuple(held)))
 
 
-def _costs(changes: Sequence[Change], req: EnvRequest, base: base_env.Base, layered: bool) -> tuple[str, ...]:
+def _costs(changes: Sequence[Change], req: EnvRequest, base: base_env.Base, layered: bool,
+           held: Sequence[str] = ()) -> tuple[str, ...]:
     """What the trials install beyond the base (a base package that differs: a copy in every
     venv), and the removals a layered venv cannot make (the base's copy stays importable)."""
     notes = [f"{env.source} was python {env.python}; the trials run python {base.version} ({base.python})"
@@ -227,7 +233,7 @@ def _costs(changes: Sequence[Change], req: EnvRequest, base: base_env.Base, laye
             notes.append(f"{c.describe()}: the base provides {c.name} {have}; trials install their own{cost}; "
                          f"--hold {c.name} keeps the base's instead")
     same = [p for p in req.good_env.pins if p.version and base.version_of(p.name) not in (None, p.version)
-            and req.bad_env.get(p.name) == p and canonicalize_name(p.name) not in {canonicalize_name(h) for h in req.hold}]
+            and req.bad_env.get(p.name) == p and canonicalize_name(p.name) not in {*held, *map(canonicalize_name, req.hold)}]
     if same:
         notes.append(f"{len(same)} package(s) pinned alike in both environments differ from the base and are "
                      f"installed in every venv: " + ", ".join(f"{p.name} {p.version}" for p in same[:8])
@@ -491,7 +497,7 @@ class EnvBisection:
 
     def _reqs(self, applied: frozenset[int]) -> tuple[str, ...]:
         return _requirements(self.req.good_env, [self.changes[i] for i in sorted(applied)], self.plan.hold,
-                             self.req.hold)
+                             self.plan.held_names)
 
     def _point(self, applied: frozenset[int], trials: _Trials) -> Point:
         moved = tuple((c.name, c.bad.version) for c in (self.changes[i] for i in sorted(applied))
@@ -553,7 +559,7 @@ class EnvBisection:
     def _context(self, c: Change, partners: list[Change]) -> tuple[str, ...]:
         """Every other package where the culprit reproduces: the partners at their bad version,
         the rest at good (the culprit's own pin is replaced by each release)."""
-        reqs = _requirements(self.req.good_env, partners, self.plan.hold, self.req.hold)
+        reqs = _requirements(self.req.good_env, partners, self.plan.hold, self.plan.held_names)
         return tuple(r for r in reqs if canonicalize_name(Requirement(r).name) != canonicalize_name(c.name))
 
     def _release_pins(self, c: Change, planned: Plan, pins: tuple[str, ...]):
@@ -573,7 +579,7 @@ class EnvBisection:
         if problem is None:
             return pins, None
         held = {canonicalize_name(Requirement(p).name): p for p in pins}
-        named = named_in(problem, held) - {canonicalize_name(name)} - {canonicalize_name(h) for h in self.req.hold}
+        named = named_in(problem, held) - {canonicalize_name(name)} - set(self.plan.held_names)
         if not named:
             return pins, None  # nothing to move: the release is untestable here (a skip)
         bad = {canonicalize_name(p.name): p.requirement for p in self.req.bad_env.pins}
