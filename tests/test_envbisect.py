@@ -314,7 +314,7 @@ def test_what_the_trials_cost_beyond_the_base_is_said(tmp_path):
     """A change of a package the base provides (a copy in every venv that differs, its size from
     the base's RECORD), a removal the base still provides, a pin both share that is not the base's."""
     from dsbisect.base import Base
-    from dsbisect.envbisect import EnvRequest, _costs
+    from dsbisect.envplan import EnvRequest, costs
     from dsbisect.envfile import diff, read_environment
     from conftest import make_case
 
@@ -325,7 +325,7 @@ def test_what_the_trials_cost_beyond_the_base_is_said(tmp_path):
                                          ("six", "1.16.0", str(tmp_path / "none"))))
     good = read_environment(_write(tmp_path / "g.txt", "torch==2.1.0\nnumpy==1.26.4\nsix==1.16.0\na==1.0\n"))
     bad = read_environment(_write(tmp_path / "b.txt", "torch==2.3.0\nnumpy==1.26.4\na==2.0\n"))
-    notes = _costs(diff(good, bad), EnvRequest(good, bad, make_case(tmp_path)), base, layered=True)
+    notes = costs(diff(good, bad), EnvRequest(good, bad, make_case(tmp_path)), base, layered=True)
     assert any(n.startswith("torch 2.1.0 -> 2.3.0: the base provides torch 2.13.0; trials install their own "
                             "(~3 MB in each venv that differs); --hold torch") for n in notes), notes
     assert any(n.startswith("- six 1.16.0: the base has six 1.16.0, which stays importable") for n in notes), notes
@@ -348,6 +348,6 @@ def _write(path: Path, text: str) -> Path:
     ("Because torch2==1.0 was not found", ["torch"], set()),
 ])
 def test_the_names_uv_error_mentions(reason, names, found):
-    from dsbisect.envbisect import named_in
+    from dsbisect.envplan import named_in
 
     assert named_in(reason, names) == found
