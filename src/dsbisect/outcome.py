@@ -121,26 +121,62 @@ def first_error(text: str) -> str:
     errors = traceback_errors(text)
     if errors:
         return errors[0]
-    for ln in text.splitlines():
-        m = _ERROR_LINE.match(_RANK_PREFIX.sub("", ln))
+    lines = [_RANK_PREFIX.sub("", ln) for ln in text.splitlines()]
+    for i, ln in enumerate(lines):
+        m = _ERROR_LINE.match(ln)
         if m and "Warning" not in m.group(1):
+            if m.group(1).rstrip().endswith(":"):  # the message begins with a newline
+                found = _exception_after(lines, i)
+                return _clip(found) if found else _clip(m.group(1))
             return _clip(m.group(1))
     return ""
 
 
+_EXC_LINE = re.compile(r"^((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit)\w*)(?::(.*))?$")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
 def traceback_errors(text: str) -> list[str]:
-    """The exception line of each traceback in ``text``, in order."""
+    """The exception of each traceback in ``text``, in order: 'RuntimeError: message', with
+    the first non-empty line of a message that begins with a newline.  A chain (``raise X from
+    Y``, or an exception raised while handling another) is one entry: the exception that ended
+    it, "(from Y: ...)" added where it is chained."""
     lines = [_RANK_PREFIX.sub("", ln) for ln in text.splitlines()]
-    out = []
+    out: list[str] = []
+    chained = False
     for i, ln in enumerate(lines):
-        if ln.startswith("Traceback (most recent call last)"):
-            for after in lines[i + 1 :]:
-                if after and not after.startswith((" ", "\t", "Traceback")):
-                    m = _ERROR_LINE.match(after)
-                    if m:
-                        out.append(_clip(m.group(1)))
-                        break
+        if ln.startswith(_CHAINED):
+            chained = bool(out)
+        elif ln.startswith("Traceback (most recent call last)"):
+            found = _exception_after(lines, i + 1)
+            if found is None:
+                continue
+            if chained:
+                out[-1] = _clip(f"{found} (from {out[-1]})")
+            else:
+                out.append(_clip(found))
+            chained = False
     return out
+
+
+def _exception_after(lines: list[str], start: int) -> str | None:
+    """The exception line that ends the traceback starting at ``start``, its message filled in
+    from the next non-empty line when the exception's own line has none after the colon."""
+    for j in range(start, len(lines)):
+        ln = lines[j]
+        if not ln or ln.startswith((" ", "\t")):
+            continue
+        if ln.startswith("Traceback"):
+            return None
+        m = _EXC_LINE.match(ln.rstrip())
+        if not m:
+            continue
+        name, message = m[1], (m[2] or "").strip()
+        if m[2] is not None and not message:  # the message begins with a newline
+            message = next((x.strip() for x in lines[j + 1 : j + 12] if x.strip()
+                            and not x.startswith(("Traceback", *_CHAINED))), "")
+        return f"{name}: {message}" if message else name
+    return None
 
 
 # What a rank raises because a peer went away: the peer's own error is the cause.
@@ -190,6 +226,7 @@ def verdict(outcome: Outcome, regress_on: RegressOn, signature: str = "", wanted
         RegressOn.HANG: outcome is Outcome.HANG,
         RegressOn.FAIL: outcome is Outcome.FAIL,
         RegressOn.ANY: True,
+        RegressOn.AUTO: True,  # not known yet: the bad end's own runs (identity.resolve)
     }[regress_on]
     if not counts:
         return Verdict.SKIP
