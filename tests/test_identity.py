@@ -79,6 +79,8 @@ def test_hangs_in_other_collectives_differ_and_a_plain_timeout_matches_any_hang(
     learned = learn(Outcome.HANG, "", EARLY)
     assert not matches(learned, learn(Outcome.HANG, "", "rank 0 in broadcast, rank 1 in barrier"))
     assert matches(learned, learn(Outcome.HANG, "timed out"))
+    assert matches(learned, learn(Outcome.HANG, "", "rank 0 in all_reduce, rank 1 not in a collective"))
+    assert not matches(learned, learn(Outcome.HANG, "", "rank 0 in all_reduce, rank 1 in broadcast"))
     assert not matches(learned, learn(Outcome.FAIL, "ValueError: x"))
 
 

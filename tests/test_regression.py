@@ -41,10 +41,11 @@ def test_an_unrelated_failure_inside_the_range_does_not_move_the_answer(tmp_path
     assert (reg["kind"], reg["asked"], reg["learned_from"]) == ("fail", "auto", "1.3.0")
     # the reason reads: the first non-empty line of a message that begins with a newline
     assert reg["identity"] == "FAIL RuntimeError: Output 0 of SplitBackward0 is a view and is being " \
-                              "modified inplace (step 7)."
+                              "modified inplace (step 7). at dsb_toy/__init__.py:step"
+    assert reg["failure"]["frames"] == ["dsb_toy/__init__.py:step"]
     assert reg["failure"]["message"] == "Output <n> of SplitBackward0 is a view and is being modified inplace (step <n>)."
     assert out["different"] == ["1.1.0 failed differently (AttributeError: module 'torch._C' has no attribute "
-                                "'_cuda_setDevice'): not counted; --any-failure counts it"]
+                                "'_cuda_setDevice' at dsb_toy/__init__.py:step): not counted; --any-failure counts it"]
     steps = {s["version"]: s for s in out["steps"]}
     assert (steps["1.1.0"]["outcome"], steps["1.1.0"]["verdict"]) == ("fail", "skip")
     assert steps["1.3.0"]["detail"].startswith("RuntimeError: Output 0 of SplitBackward0")

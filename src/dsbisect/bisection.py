@@ -97,8 +97,11 @@ class Regression:
 
     def describe(self) -> str:
         how = "" if self.asked is RegressOn.AUTO else f" (--regress-on {self.asked.value})"
+        if self.identity is None and self.regress_on is RegressOn.ANY and self.asked is RegressOn.AUTO:
+            return ""  # the end showed no failure: there is nothing to say what the regression is
         if self.identity is None:
-            return f"the regression: any {self.regress_on.value.upper()}{how}"
+            kind = "failure or hang" if self.regress_on is RegressOn.ANY else self.regress_on.value.upper()
+            return f"the regression: any {kind}{how}"
         return f"the regression: {self.identity.describe()}{how} (learned from {self.learned_from}, the {self.end})"
 
     def as_json(self) -> dict:

@@ -138,16 +138,56 @@ def learn(outcome: Outcome, reason: str, signature: str = "", frames: tuple[str,
 def matches(learned: Identity, seen: Identity | None) -> bool:
     """Whether ``seen`` is the failure ``learned`` names.  A hang that names no collective (a
     plain timeout) cannot be told apart from another hang: it matches; so does a failure in the
-    same innermost frame of the package whose message changed between releases."""
+    same innermost frame of the package whose message changed between releases, and a hang
+    whose ranks' waits are a part of the other's (a rank whose stack could not be read)."""
     if seen is None or seen.kind is not learned.kind:
         return False
-    if learned.kind is Outcome.HANG:
-        return not learned.message or not seen.message or learned.message == seen.message
+    if learned.kind is Outcome.HANG:  # where a rank's stack was not read, its clause is missing
+        a, b = set(learned.message.split(", ")) - {""}, set(seen.message.split(", ")) - {""}
+        return not a or not b or a <= b or b <= a
     if learned.error != seen.error:
         return False
     if learned.message == seen.message:
         return True
     return bool(learned.frames and seen.frames and learned.frames[0] == seen.frames[0])
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
+
+
+def package_frames(text: str, reason: str, packages: tuple[str, ...], limit: int = 3) -> tuple[str, ...]:
+    """The innermost frames in ``packages`` (import names, e.g. 'deepspeed') of the traceback in
+    ``text`` that ends in ``reason``'s exception: 'deepspeed/runtime/engine.py:step', innermost
+    first; () where no traceback ends in it or none of its frames is in those packages."""
+    head = reason.split(" (from ", 1)[0]
+    name = head.split(":", 1)[0]
+    blocks: list[list[tuple[str, str]]] = []
+    frames: list[tuple[str, str]] = []
+    for ln in text.splitlines():
+        ln = re.sub(r"^\[rank\d+\]:\s*", "", ln).strip()
+        if ln.startswith("Traceback (most recent call last)"):
+            frames = []
+        elif m := _FRAME.match(ln):
+            frames.append((m[1].replace("\\", "/"), m[2]))
+        elif frames and name and (ln == name or ln.startswith(name + ":")) and _same_start(ln, head):
+            blocks.append(frames)
+            frames = []
+    if not blocks:
+        return ()
+    own = []
+    for file, function in reversed(blocks[0]):
+        for pkg in packages:
+            i = file.rfind(f"/{pkg}/")
+            if i >= 0:
+                own.append(f"{file[i + 1:]}:{function}")
+                break
+    return tuple(own[:limit])
+
+
+def _same_start(line: str, head: str) -> bool:
+    """The exception line a reason was made from (the reason may hold a later message line)."""
+    line, head = " ".join(line.split()), " ".join(head.split())
+    return head.startswith(line) or line.startswith(head[:80])
 
 
 # ------------------------------------------------------------------- one rule

@@ -376,7 +376,7 @@ def bisect_summary(result) -> list[str]:
     if result.message:
         lines.append(result.message)
     regression = getattr(result, "regression", None)
-    if regression is not None:
+    if regression is not None and regression.describe():
         lines.append(regression.describe())
     lines += [d for d in getattr(result, "different", ()) if d not in result.message]
     if result.last_good:
