@@ -378,7 +378,8 @@ class Bisection:
         src = point.source
         step = Step(stage, self._label(point), point.version_of(req.package) or "", src.commit if src else None,
                     src.subject if src else "", v, tuple(runs))
-        self._note_different(step.label, runs)
+        if v is Verdict.SKIP:  # a point that a run of the regression made bad is bad, whatever its other runs
+            self._note_different(step.label, runs)
         self.steps.append(step)
         self._save("running", {"steps": [step_json(s) for s in self.steps]})
         return step
