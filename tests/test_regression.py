@@ -109,3 +109,17 @@ def test_one_toy_deadlock_has_one_identity_early_and_at_the_timeout(tmp_path, cl
         rule = Rule(RegressOn.HANG, wanted)
         assert judge_run(early, rule) is judge_run(late, rule) is Verdict.BAD
     assert judge_run(late, Rule(RegressOn.HANG, None, a)) is Verdict.BAD
+
+
+def test_stepping_around_a_different_failure_that_leaves_the_boundary_open_is_ambiguous(tmp_path_factory, cli,
+                                                                                          cache_dir):
+    house = toypkg.build_wheelhouse(tmp_path_factory.mktemp("dsb-amb"),
+                                    {"1.0.0": "ok", "1.1.0": "other", "1.2.0": "newline"}, dist="dsb-amb")
+    folder = tmp_path_factory.mktemp("amb")
+    write_matrix(folder, ["1.0.0"], package="dsb-amb", collective_timeout=3, nproc=1)
+    res = cli("bisect", "dsb-amb", "1.0.0", "1.2.0", "--case", "toy", "--offline", "--find-links", str(house),
+              "--cache-dir", str(cache_dir), "-q", "--format", "json", cwd=folder)
+    out = json.loads(res.stdout)
+    assert (out["verdict"], out["last_good"], out["maybe"]) == ("ambiguous", "1.0.0", ["1.1.0", "1.2.0"])
+    assert "1.1.0 failed differently (AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'" \
+        in out["message"]  # the reason, never a silent guess
