@@ -127,3 +127,10 @@ def test_a_signature_matches_both_forms_of_one_hang():
                                       ("my_op", "my_op")])
 def test_canonical_op(name, op):
     assert canonical_op(name) == op
+
+
+def test_a_long_reason_is_shortened_in_the_identity_but_matched_whole():
+    long = "RuntimeError: Output 0 of Split is a view and is being modified inplace. " + "x " * 100
+    ident = learn(Outcome.FAIL, long, frames=("deepspeed/comm/torch.py:all_gather_into_tensor",))
+    assert len(ident.describe()) < 260 and ident.describe().endswith("… at deepspeed/comm/torch.py:all_gather_into_tensor")
+    assert matches(ident, learn(Outcome.FAIL, long))

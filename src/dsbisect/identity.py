@@ -82,6 +82,7 @@ class Identity:
         it); 'HANG rank 0 in ALLREDUCE, rank 1 in BARRIER at ...' (a hang in its one form)."""
         what = self.shown if self.kind is Outcome.FAIL and self.shown else (
             f"{self.error}: {self.message}" if self.error else self.message)
+        what = what if len(what) <= 160 else what[:159] + "…"  # the whole reason is the run's (show)
         where = f" at {' ← '.join(self.frames[:3])}" if self.frames else ""
         return f"{self.kind.value.upper()} {what or '(no detail)'}{where}"
 
