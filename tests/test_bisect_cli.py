@@ -56,6 +56,9 @@ def test_finds_the_first_hanging_release_in_log2_runs(tmp_path, cli, cache_dir, 
     assert sum(s["runs"] for s in out["steps"]) == len(runs)
     bad = next(s for s in out["steps"] if s["version"] == "1.3.0")
     assert bad["outcome"] == "hang" and "all_reduce" in bad["detail"]
+    # no --regress-on: auto took the bad end's hang for the regression
+    assert (out["regress_on"], out["regression"]["kind"], out["regression"]["learned_from"]) == ("hang", "hang", "1.7.0")
+    assert out["regression"]["identity"].startswith("HANG")
     for _, _, _, evidence in runs:  # no process of any run is left
         assert not live_pids(json.loads(evidence).get("pids", []))
     with sqlite3.connect(tmp_path / ".dsbisect" / "dsbisect.sqlite3") as con:
@@ -101,16 +104,19 @@ def test_adjacent_untestable_releases_give_a_range(tmp_path_factory, tmp_path, c
 
 def test_find_fix_and_regress_on_fail(tmp_path_factory, tmp_path, cli, cache_dir):
     house = _house(tmp_path_factory, "dsb-fix", {"2.0.0": "raise", "2.1.0": "raise", "2.2.0": "ok", "2.3.0": "ok"})
-    # By default only hangs are bad: a failing release is no regression of that kind.
-    res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix", nproc=1)
+    # --regress-on hang: a failing release is no regression of that kind.
+    res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix", "--regress-on", "hang",
+                  nproc=1)  # "ok"/"raise" need no second rank
     assert res.exit_code == 1
     assert "untestable: 2.0.0 (the broken end) could not be tested: ValueError: dsb_toy: the loss went NaN" \
         in " ".join(res.stderr.split())
-    res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix", "--regress-on", "fail",
-                  nproc=1)  # "ok"/"raise" need no second rank
-    out = json.loads(res.stdout)
-    assert res.exit_code == 0, res.output
-    assert (out["mode"], out["verdict"], out["last_good"], out["first_bad"]) == ("find-fix", "found", "2.1.0", "2.2.0")
+    for rule in (["--regress-on", "fail"], []):  # auto, the default: the broken end failed, so failures count
+        res = _bisect(cli, tmp_path, cache_dir, house, "dsb-fix", "2.0.0", "2.3.0", "--find-fix", *rule, nproc=1)
+        out = json.loads(res.stdout)
+        assert res.exit_code == 0, res.output
+        assert (out["mode"], out["verdict"], out["last_good"], out["first_bad"]) == ("find-fix", "found", "2.1.0", "2.2.0")
+        assert (out["regress_on"], out["regression"]["learned_from"]) == ("fail", "2.0.0")
+        assert out["regression"]["identity"] == "FAIL ValueError: dsb_toy: the loss went NaN at dsb_toy/__init__.py:step"
 
 
 @pytest.mark.soak

@@ -145,3 +145,34 @@ def test_the_error_that_caused_a_failure_is_named_not_a_peers_reaction():
     assert classify(1, False, "", "", "\n".join([_PEER, value]), {}).reason == "ValueError: the loss went NaN"
     # only reactions: the first one is still named
     assert classify(1, False, "", "", _PEER, {0: _PEER}).reason.startswith("RuntimeError: [gloo/transport/tcp/pair.cc:553]")
+
+
+# Reasons that read: the message of an exception, whatever its first lines hold.
+_TB = "Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    step()\n"
+
+
+@pytest.mark.parametrize("tail, reason", [
+    (_TB + "RuntimeError: \nOutput 0 of SplitBackward0 is a view\nand more\n",
+     "RuntimeError: Output 0 of SplitBackward0 is a view"),
+    (_TB + "RuntimeError: \n   \n\t\n  Error(s) in loading state_dict for Net:\n\tMissing key(s)\n",
+     "RuntimeError: Error(s) in loading state_dict for Net:"),
+    ("[rank0]: " + _TB.replace("\n  ", "\n[rank0]:   ") + "[rank0]: RuntimeError: \n[rank0]: tied weights differ\n",
+     "RuntimeError: tied weights differ"),
+    (_TB + "ValueError: plain\n", "ValueError: plain"),
+    (_TB + "KeyError: 'weight'\n\nThe above exception was the direct cause of the following exception:\n\n"
+     + _TB + "RuntimeError: could not load the checkpoint\n",
+     "RuntimeError: could not load the checkpoint (from KeyError: 'weight')"),
+    (_TB + "KeyError: 'weight'\n\nDuring handling of the above exception, another exception occurred:\n\n"
+     + _TB + "AttributeError: 'NoneType' object has no attribute 'load'\n",
+     "AttributeError: 'NoneType' object has no attribute 'load' (from KeyError: 'weight')"),
+    (_TB + "ValueError: inner\n\nThe above exception was the direct cause of the following exception:\n\n"
+     + _TB + "RuntimeError\n", "RuntimeError (from ValueError: inner)"),
+    (_TB + "ValueError: one\n" + _TB + "ValueError: two\n", "ValueError: one"),
+])
+def test_a_reason_reads_the_first_non_empty_line_and_a_chain_is_one_error(tail, reason):
+    assert first_error(tail) == reason
+    assert classify(1, False, "", "", tail).reason == reason
+
+
+def test_an_error_line_outside_a_traceback_whose_message_begins_with_a_newline():
+    assert first_error("noise\nRuntimeError: \n\n  the real message\n") == "RuntimeError: the real message"

@@ -7,6 +7,8 @@ between ``init_process_group`` and a final barrier.  Each version does one of:
 - ``skip``: rank 1 skips the all_reduce, so rank 0 waits in it: a distributed hang;
 - ``raise``: rank 0 raises ValueError: a failure;
 - ``import``: importing the module raises ImportError: untestable (skip);
+- ``other``: rank 0 raises AttributeError: a failure unrelated to ``raise``'s;
+- ``newline``: rank 0 raises a RuntimeError whose message begins with a newline;
 - ``sleep``: rank 1 sleeps forever before any collective: a plain hang;
 - ``flaky``: hangs like ``skip`` on a random draw (half the time), or on every second
   run when ``DSB_TOY_COUNTER`` names a counter file;
@@ -51,6 +53,18 @@ def step(dist):
 """,
     "import": """
 raise ImportError("dsb_toy needs a newer torch than this one")
+""",
+    # A failure unrelated to the regression (the zoo's _cuda_setDevice of one accelerate commit).
+    "other": """
+def step(dist):
+    if dist.get_rank() == 0:
+        raise AttributeError("module 'torch._C' has no attribute '_cuda_setDevice'")
+""",
+    # Rank 0 fails with a message that begins with a newline (as torch's autograd errors do).
+    "newline": """
+def step(dist):
+    if dist.get_rank() == 0:
+        raise RuntimeError("\\n  \\nOutput 0 of SplitBackward0 is a view and is being modified inplace (step 7).")
 """,
     "sleep": """
 def step(dist):

@@ -14,8 +14,9 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from . import gitrepo
+from .identity import Identity, Rule, judge_run, resolve, run_identity
 from .model import Answer, Case, GitSource, IndexOptions, Mode, Outcome, Point, RegressOn, Stage, Verdict, digest
-from .outcome import combine, verdict
+from .outcome import combine
 from .proof import Proof, ProofVerdict, judge, proof_json
 from .runner import Runner
 from .search import Search, Side, lookahead, search
@@ -30,7 +31,7 @@ class Request:
     bad: str
     case: Case
     pins: tuple[str, ...] = ()
-    regress_on: RegressOn = RegressOn.HANG
+    regress_on: RegressOn = RegressOn.AUTO  # AUTO: what the bad end shows (Bisection.rule, once it ran)
     find_fix: bool = False
     repeat: int = 1
     signature: str | None = None
@@ -42,6 +43,7 @@ class Request:
     confirm: int = 1  # runs of the final last-good / first-bad pair; 1 = the search's own
     argv: tuple[str, ...] = ()  # the bisect command line (marks.invocation), kept for `dsbisect log`; not in the key
     prove: bool = True  # after a commit step: the revert proof (not in the key: it adds a step, changes no answer)
+    any_failure: bool = False  # count every failure of the rule's kind, not only the bad end's own
 
     @property
     def mode(self) -> Mode:
@@ -54,6 +56,7 @@ class Request:
             "pins": sorted(self.pins), "regress_on": self.regress_on.value, "find_fix": self.find_fix,
             "repeat": self.repeat, "signature": self.signature, "pre": self.pre,
             **({"include_yanked": True} if self.include_yanked else {}),
+            **({"any_failure": True} if self.any_failure else {}),
             "git": str(self.git_repo) if self.git_repo else None,
         })
 
@@ -83,6 +86,30 @@ class Step:
         bad = [r for r in self.runs if r.outcome in (Outcome.HANG, Outcome.FAIL, Outcome.SKIP)]
         r = bad[0] if bad else (self.runs[-1] if self.runs else None)
         return (r.signature or r.reason) if r else ""
+
+
+@dataclass(frozen=True)
+class Regression:
+    """What the search counted as bad: the rule, and the failure learned from the defining end."""
+    regress_on: RegressOn  # concrete: HANG, FAIL or ANY
+    identity: Identity | None  # None: the end showed no failure, or --any-failure / --signature
+    learned_from: str  # the end's label
+    end: str  # "bad end" | "broken end"
+    asked: RegressOn  # as given: AUTO, or an explicit rule
+
+    def describe(self) -> str:
+        how = "" if self.asked is RegressOn.AUTO else f" (--regress-on {self.asked.value})"
+        if self.identity is None and self.regress_on is RegressOn.ANY and self.asked is RegressOn.AUTO:
+            return ""  # the end showed no failure: there is nothing to say what the regression is
+        if self.identity is None:
+            kind = "failure or hang" if self.regress_on is RegressOn.ANY else self.regress_on.value.upper()
+            return f"the regression: any {kind}{how}"
+        return f"the regression: {self.identity.describe()}{how} (learned from {self.learned_from}, the {self.end})"
+
+    def as_json(self) -> dict:
+        return {"kind": self.regress_on.value, "asked": self.asked.value, "learned_from": self.learned_from,
+                "identity": self.identity.describe() if self.identity else None,
+                "failure": self.identity.as_json() if self.identity else None}
 
 
 @dataclass(frozen=True)
@@ -137,6 +164,8 @@ class Result:
     good_end: str = ""  # how the good end was found, when it was not given (GOOD auto)
     caveats: tuple[str, ...] = ()  # what lies between the answer's ends and was not tested
     proof: Proof | None = None  # the first bad commit reverted on the first bad release
+    regression: Regression | None = None
+    different: tuple[str, ...] = ()  # "1.1.0 failed differently (...): not counted; --any-failure counts it"
 
     @property
     def exit_code(self) -> int:
@@ -166,6 +195,10 @@ class Bisection:
         self.steps: list[Step] = []
         self._points: dict[str, Point] = {}  # commit hash -> point, for the confirmation
         self._known: dict[int, dict[int, Side]] = {}  # per list of points searched: index -> side
+        # What counts as bad: AUTO counts any failure until the defining end has run (_learn).
+        self.rule = Rule(request.regress_on, request.signature)
+        self.regression: Regression | None = None
+        self._different: dict[str, str] = {}  # label -> why it was not counted
 
     # ------------------------------------------------------------------ run
 
@@ -200,6 +233,7 @@ class Bisection:
             result = self._confirm(result)
         if repo and req.prove and result.verdict is Answer.FOUND and result.commit and result.commit.first_bad:
             result = self._prove(result, repo)
+        result = self._with_notes(result)
         self._save("done", result_json(result))
         return result
 
@@ -207,7 +241,8 @@ class Bisection:
         """GOOD auto: test BAD, then releases 1, 2, 4, 8... back from it until one behaves like the
         old end (as cargo-bisect-rustc finds its start).  (index of that release, how it went)."""
         new = len(versions) - 1
-        bad = self._side(self._test(self._release_point(versions[new]), Stage.RELEASE).verdict)
+        bad = self._side(self._test(self._release_point(versions[new]), Stage.RELEASE,
+                                    learn=None if self.req.find_fix else versions[new]).verdict)
         if bad is not Side.NEW:
             word = "fixed" if self.req.find_fix else "bad"
             return None, f"{versions[new]} (the {word} end) does not behave as the {word} end: nothing to walk back from"
@@ -263,7 +298,7 @@ class Bisection:
         return None  # nothing exact to confirm (ambiguous, or the commit step stopped)
 
     def _finish(self, versions: list[str], verdict: Answer, message: str) -> Result:
-        result = Result(self.req, tuple(versions), tuple(self.steps), verdict, message=message)
+        result = self._with_notes(Result(self.req, tuple(versions), tuple(self.steps), verdict, message=message))
         self._save("done", result_json(result))
         return result
 
@@ -272,7 +307,7 @@ class Bisection:
         verdict_ = Answer.FOUND if found.exact else Answer.AMBIGUOUS
         msg = "" if found.exact else (
             f"untestable releases leave {len(maybe)} candidates for the first "
-            f"{'fixed' if self.req.find_fix else 'bad'} release: {', '.join(maybe)}")
+            f"{'fixed' if self.req.find_fix else 'bad'} release: {', '.join(maybe)}" + self._why_ambiguous(maybe))
         return Result(self.req, tuple(versions), tuple(self.steps), verdict_, versions[found.last_old],
                       versions[found.first_new], maybe, msg)
 
@@ -299,9 +334,48 @@ class Bisection:
     def _enough(self, runs: list[RunRecord]) -> bool:
         return any(self._verdict(r) is Verdict.BAD for r in runs)
 
-    def _test(self, point: Point, stage: Stage) -> Step:
+    def _test(self, point: Point, stage: Stage, learn: str | None = None) -> Step:
         runs = self.runner.runs(self.req.case, point, want=self.req.repeat, enough=self._enough)
+        if learn is not None:
+            self._learn(learn, runs)
         return self._step(point, runs, stage)
+
+    # -------------------------------------------------------------- the regression
+
+    def _learn(self, label: str, runs: list[RunRecord]) -> None:
+        """From the defining end's runs (the bad end; with --find-fix the broken one): AUTO's
+        concrete rule, and the failure that is "the regression" (unless --any-failure or
+        --signature say otherwise).  Learned once: the first end that ran decides."""
+        if self.regression is not None:
+            return
+        req = self.req
+        seen = [i for r in runs if not r.evidence.get("manual") and (i := run_identity(r)) is not None]
+        order = {Outcome.HANG: 0, Outcome.FAIL: 1}
+        if req.regress_on in (RegressOn.HANG, RegressOn.FAIL):
+            seen = [i for i in seen if i.kind.value == req.regress_on.value]
+        end = min(seen, key=lambda i: order[i.kind], default=None)
+        rule_on = resolve(req.regress_on, end)
+        learned = None if (req.any_failure or req.signature or end is None) else end
+        self.rule = Rule(rule_on, req.signature, learned)
+        self.regression = Regression(rule_on, learned, label, "broken end" if req.find_fix else "bad end",
+                                     req.regress_on)
+        if learned is not None:
+            self.runner.progress("note", self.regression.describe())
+
+    def _note_different(self, label: str, runs: list[RunRecord]) -> None:
+        for r in runs:
+            seen = run_identity(r)
+            if self._verdict(r) is Verdict.SKIP and self.rule.differs(r.outcome, seen) and label not in self._different:
+                self._different[label] = (f"{label} failed differently ({seen.shown}"
+                                          + (f" at {' ← '.join(seen.frames[:2])}" if seen.frames else "")
+                                          + "): not counted; --any-failure counts it")
+
+    def _why_ambiguous(self, maybe) -> str:
+        why = [self._different[m] for m in maybe if m in self._different]
+        return f" ({'; '.join(why)})" if why else ""
+
+    def _with_notes(self, result: Result) -> Result:
+        return _replace(result, regression=self.regression, different=tuple(self._different.values()))
 
     def _step(self, point: Point, runs: list[RunRecord], stage: Stage) -> Step:
         req = self.req
@@ -309,16 +383,14 @@ class Bisection:
         src = point.source
         step = Step(stage, self._label(point), point.version_of(req.package) or "", src.commit if src else None,
                     src.subject if src else "", v, tuple(runs))
+        if v is Verdict.SKIP:  # a point that a run of the regression made bad is bad, whatever its other runs
+            self._note_different(step.label, runs)
         self.steps.append(step)
         self._save("running", {"steps": [step_json(s) for s in self.steps]})
         return step
 
     def _verdict(self, r: RunRecord) -> Verdict:
-        marked = r.evidence.get("manual")  # a result obtained elsewhere (dsbisect mark): as the user said
-        if marked in ("good", "bad", "skip"):
-            return Verdict(marked)
-        text = " ".join(x for x in (r.signature, r.reason, r.evidence.get("error", "")) if x)
-        return verdict(r.outcome, self.req.regress_on, text, self.req.signature)
+        return judge_run(r, self.rule)  # one rule with marks.run_verdict (dsbisect log)
 
     def _test_many(self, points: list[Point], indices, stage: Stage) -> list[Side]:
         """Test the points at ``indices`` (at once, one per free slot, when there are several)."""
@@ -351,11 +423,14 @@ class Bisection:
     def _check_ends(self, labels: list[str], points: list[Point], stage: Stage) -> tuple[Answer, str] | None:
         """Both ends must behave as declared; otherwise (verdict, message)."""
         ends = self.runner.run_many(self.req.case, [points[0], points[-1]], want=self.req.repeat, enough=self._enough)
-        old, new = (self._step(p, runs, stage) for p, runs in zip((points[0], points[-1]), ends))
         fix = self.req.find_fix
+        self._learn(labels[0] if fix else labels[-1], ends[0] if fix else ends[1])
+        old, new = (self._step(p, runs, stage) for p, runs in zip((points[0], points[-1]), ends))
         names = ("broken", "fixed") if fix else ("good", "bad")
         for step, want, name, label in ((old, Side.OLD, names[0], labels[0]), (new, Side.NEW, names[1], labels[-1])):
             side = self._side(step.verdict)
+            if side is Side.SKIP and label in self._different:
+                return Answer.UNTESTABLE, f"the {name} end: {self._different[label]}"
             if side is Side.SKIP:
                 return Answer.UNTESTABLE, f"{label} (the {name} end) could not be tested: {step.detail}"
             if side is not want:
@@ -455,8 +530,11 @@ class Bisection:
 
     def _save(self, status: str, result: dict) -> None:
         req = self.req
-        params = {"case": req.case.name, "pins": list(req.pins), "regress_on": req.regress_on.value,
+        rule = self.rule.regress_on if self.regression is not None else req.regress_on  # AUTO, once known
+        params = {"case": req.case.name, "pins": list(req.pins), "regress_on": rule.value,
                   "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature}
+        if self.rule.learned is not None:  # for `dsbisect log`: what the search counted as bad
+            params["regression"] = self.rule.learned.as_json()
         if req.argv:  # for `dsbisect log`: the command, and where it ran (its relative paths are from there)
             params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
         self.runner.store.save_bisection(req.key, req.package, req.good, req.bad, params, status, result)
@@ -492,7 +570,9 @@ def result_json(r: Result) -> dict:
         "good": req.good,
         "bad": req.bad,
         "mode": req.mode.value,
-        "regress_on": req.regress_on.value,
+        "regress_on": (r.regression.regress_on if r.regression else req.regress_on).value,
+        "regression": r.regression.as_json() if r.regression else None,
+        "different": list(r.different),
         "signature_filter": req.signature,
         "case": req.case.name,
         "pins": list(req.pins),

@@ -539,7 +539,8 @@ def bisect(
     pin: Annotated[Optional[list[str]], typer.Option("--pin", help="Hold another package, e.g. transformers==4.39.2 (repeatable).")] = None,
     nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks, with --script.")] = 2,
     accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="With --script: where the ranks run.")] = Accelerator.AUTO,
-    regress_on: Annotated[RegressOn, typer.Option("--regress-on", help="What counts as bad.")] = RegressOn.HANG,
+    regress_on: Annotated[RegressOn, typer.Option("--regress-on", help="What counts as bad: auto (what the bad end shows: a hang or a failure), hang, fail, or any.")] = RegressOn.AUTO,
+    any_failure: Annotated[bool, typer.Option("--any-failure", help="Count every failure of that kind as bad, not only the bad end's own (by default one that fails differently is stepped around).")] = False,
     find_fix: Annotated[bool, typer.Option("--find-fix", help="Find the first release that fixed it instead.")] = False,
     repeat: RepeatOpt = 1,
     confirm: Annotated[int, typer.Option("--confirm", min=1, help="At the end, run the last good and first bad points until each has this many runs; the answer stands only if all agree.")] = 1,
@@ -567,7 +568,7 @@ def bisect(
     \b
     Examples:
       dsbisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training --regress-on any
-      dsbisect bisect deepspeed auto latest --regress-on fail -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
+      dsbisect bisect deepspeed auto latest -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
       dsbisect bisect transformers 4.36.2 4.39.2 --pin deepspeed==0.9.5 -- ./repro.sh
       dsbisect bisect --good-env good.txt --bad-env bad.txt -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
     """
@@ -591,7 +592,7 @@ def bisect(
                       pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
                       repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
                       verify_commit_ends=verify_commit_ends, confirm=confirm, include_yanked=include_yanked,
-                      prove=prove, argv=tuple(_invocation()))
+                      prove=prove, argv=tuple(_invocation()), any_failure=any_failure)
         idx = index.options()
         env_options = envs.options(env_defaults)
         planned = plan(req, idx)  # everything checked before the store or the cache is touched

@@ -40,7 +40,7 @@ from .model import (
     RegressOn,
     Verdict,
 )
-from .outcome import verdict as outcome_verdict
+from .identity import Identity, Rule, judge_run
 from .redact import redact
 from .store import RunRecord, Store
 
@@ -273,6 +273,7 @@ def log_text(store: Store, b: Logged) -> str:
     argv = p.get("argv")
     regress_on = RegressOn(p.get("regress_on", "hang"))
     signature = p.get("signature")
+    learned = Identity.from_json(p["regression"]) if isinstance(p.get("regression"), dict) else None
     if argv:
         options = case_args(list(argv))
         command = "dsbisect bisect " + shlex.join(argv)
@@ -303,7 +304,7 @@ def log_text(store: Store, b: Logged) -> str:
                 lines.append(f"# run {run_id}: the revert proof ({_one_line(_shown(step.get('subject', '')), 120)}, "
                              f"{step.get('outcome', '?')}); the bisection runs it again")
                 continue
-            lines.append(_line(store.run(run_id), run_id, step, b.package, options, regress_on, signature,
+            lines.append(_line(store.run(run_id), run_id, step, b.package, options, regress_on, signature, learned,
                                every_pin=r.get("kind") == "environment"))
     return "\n".join(lines) + "\n"
 
@@ -328,21 +329,19 @@ def _answer(b: Logged) -> str:
     return ", ".join(parts)
 
 
-def run_verdict(r: RunRecord, regress_on: RegressOn, signature: str | None) -> Verdict:
-    """What a bisection took ``r`` for (``Bisection._verdict``)."""
-    marked = r.evidence.get("manual")
-    if marked in ("good", "bad", "skip"):
-        return Verdict(marked)
-    text = " ".join(x for x in (r.signature, r.reason, r.evidence.get("error", "")) if x)
-    return outcome_verdict(r.outcome, regress_on, text, signature)
+def run_verdict(r: RunRecord, regress_on: RegressOn, signature: str | None,
+                learned: Identity | None = None) -> Verdict:
+    """What a bisection took ``r`` for: the one rule of ``Bisection._verdict``."""
+    return judge_run(r, Rule(regress_on, signature, learned))
 
 
 def _line(r: RunRecord | None, run_id: int, step: dict, package: str, options: list[str],
-          regress_on: RegressOn, signature: str | None, every_pin: bool = False) -> str:
+          regress_on: RegressOn, signature: str | None, learned: Identity | None = None,
+          every_pin: bool = False) -> str:
     """``every_pin``: the point's held pins are not in the command line (an environment
     bisection's trial pins the whole environment): each becomes a ``--pin`` of the line."""
     if r is not None and r.outcome is not None:
-        mark = run_verdict(r, regress_on, signature).value
+        mark = run_verdict(r, regress_on, signature, learned).value
         point = r.point
         items = [f"{n}=={v}" for n, v in point.versions]
         if every_pin:

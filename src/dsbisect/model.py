@@ -44,6 +44,7 @@ class Verdict(enum.Enum):
 
 
 class RegressOn(enum.Enum):
+    AUTO = "auto"  # what the bad end shows (with --find-fix: the broken end): a hang or a failure
     HANG = "hang"
     FAIL = "fail"
     ANY = "any"

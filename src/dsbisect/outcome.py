@@ -126,9 +126,17 @@ def _at_end(text: str, error: str) -> bool:
     leaves (the process prints it as it ends), unlike a traceback a script printed and went on."""
     lines = [_RANK_PREFIX.sub("", ln) for ln in text.splitlines()]
     for i in range(len(lines) - 1, -1, -1):
-        if _clip(lines[i]).startswith(error[:80]):
+        line = _clip(lines[i])
+        if line.startswith(error[:80]) or _opens(line, error):
             return sum(1 for ln in lines[i + 1:] if ln.strip()) <= AFTER_DEATH
     return False
+
+
+def _opens(line: str, error: str) -> bool:
+    """Whether ``line`` is 'RuntimeError:' (or a bare 'RuntimeError') whose message follows on the
+    next lines, for an error read as 'RuntimeError: message' (``_exception_after``)."""
+    name = line.rstrip().rstrip(":")
+    return bool(_EXC_LINE.fullmatch(name)) and error.startswith(name)
 
 
 def _aborted(text: str) -> bool:
@@ -218,16 +226,46 @@ def first_error(text: str) -> str:
     errors = traceback_errors(text)
     if errors:
         return errors[0]
-    for ln in text.splitlines():
-        m = _ERROR_LINE.match(_RANK_PREFIX.sub("", ln))
+    lines = [_RANK_PREFIX.sub("", ln) for ln in text.splitlines()]
+    for i, ln in enumerate(lines):
+        m = _ERROR_LINE.match(ln)
         if m and "Warning" not in m.group(1):
+            if m.group(1).rstrip().endswith(":"):  # the message begins with a newline
+                found = _exception_after(lines, i)
+                return _clip(found) if found else _clip(m.group(1))
             return _clip(m.group(1))
     return ""
 
 
+_EXC_LINE = re.compile(r"^((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit)\w*)(?::(.*))?$")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
 def traceback_errors(text: str) -> list[str]:
-    """The exception line of each traceback in ``text``, in order."""
-    return [error for error, _ in _tracebacks(text)]
+    """The exception of each traceback in ``text``, in order: 'RuntimeError: message', with
+    the first non-empty line of a message that begins with a newline.  A chain (``raise X from
+    Y``, or an exception raised while handling another) is one entry: the exception that ended
+    it, "(from Y: ...)" added where it is chained."""
+    return [shown_chain(chain) for chain in _chains(text)]
+
+
+def shown_chain(chain: list[str]) -> str:
+    """One chain of exceptions as one reason: the last, "(from ...)" the one before it, and so on."""
+    shown = chain[0]
+    for error in chain[1:]:
+        shown = f"{error} (from {shown})"
+    return _clip(shown)
+
+
+def _chains(text: str) -> list[list[str]]:
+    """The tracebacks of ``text`` grouped into chains (linked by "direct cause" / "during handling")."""
+    out: list[list[str]] = []
+    for error, link in _tracebacks(text):
+        if link and out:
+            out[-1].append(error)
+        else:
+            out.append([error])
+    return out
 
 
 _DIRECT_CAUSE = "The above exception was the direct cause of the following exception"
@@ -235,7 +273,7 @@ _DURING = "During handling of the above exception, another exception occurred"
 
 
 def _tracebacks(text: str) -> list[tuple[str, str]]:
-    """(exception line, how it is linked to the traceback before it: "cause", "context" or "")
+    """(exception, how it is linked to the traceback before it: "cause", "context" or "")
     of each traceback in ``text``, in order."""
     lines = [_RANK_PREFIX.sub("", ln) for ln in text.splitlines()]
     out, link = [], ""
@@ -245,14 +283,12 @@ def _tracebacks(text: str) -> list[tuple[str, str]]:
         elif ln.startswith(_DURING):
             link = "context"
         elif ln.startswith("Traceback (most recent call last)"):
-            for after in lines[i + 1 :]:
-                if after and not after.startswith((" ", "\t", "Traceback")):
-                    m = _ERROR_LINE.match(after)
-                    if m:
-                        out.append((_clip(m.group(1)), link))
-                        break
+            found = _exception_after(lines, i + 1)
+            if found is not None:
+                out.append((_clip(found), link))
             link = ""
-        elif ln.strip() and not ln.startswith((" ", "\t")) and not _ERROR_LINE.match(ln):
+        elif ln.strip() and not ln.startswith((" ", "\t")) and not _EXC_LINE.match(ln.rstrip()) \
+                and not _ERROR_LINE.match(ln):
             link = ""  # other output between two tracebacks: they are not one chain
     return out
 
@@ -274,6 +310,26 @@ def fatal_chain(text: str) -> list[str]:
     return chain
 
 
+def _exception_after(lines: list[str], start: int) -> str | None:
+    """The exception line that ends the traceback starting at ``start``, its message filled in
+    from the next non-empty line when the exception's own line has none after the colon."""
+    for j in range(start, len(lines)):
+        ln = lines[j]
+        if not ln or ln.startswith((" ", "\t")):
+            continue
+        if ln.startswith("Traceback"):
+            return None
+        m = _EXC_LINE.match(ln.rstrip())
+        if not m:
+            continue
+        name, message = m[1], (m[2] or "").strip()
+        if m[2] is not None and not message:  # the message begins with a newline
+            message = next((x.strip() for x in lines[j + 1 : j + 12] if x.strip()
+                            and not x.startswith(("Traceback", *_CHAINED))), "")
+        return f"{name}: {message}" if message else name
+    return None
+
+
 # What a rank raises because a peer went away: the peer's own error is the cause.
 _CONSEQUENCE = re.compile(
     r"Connection closed by peer|Connection reset by peer|remote worker crash|Broken pipe"
@@ -292,11 +348,18 @@ def cause_error(tail: str, ranks: Mapping[int, str]) -> str:
     Without the ranks' own logs, the same over every traceback in ``tail``.  A collective
     timeout that its rank survived (caught, and the log went on) explains nothing: left out; one
     that a rank died of comes after another rank's own error (the timeout waited on that rank)."""
-    logs = [ranks[rank] for rank in sorted(ranks)]
-    errors = [e for text in logs for e in fatal_chain(text)[:1] if not _survived(text, e)] \
-        or [e for e in traceback_errors(tail) if not _survived(tail, e)]
-    cause = next((e for e in errors if not _CONSEQUENCE.search(e) and not is_hang_text(e)), "") or \
-        next((e for e in errors if not _CONSEQUENCE.search(e)), "")
+    found: list[tuple[str, str]] = []  # (the error that decides, the reason as shown: its chain)
+    for text in (ranks[rank] for rank in sorted(ranks)):
+        chain = fatal_chain(text)
+        if chain and not _survived(text, chain[0]):
+            found.append((chain[0], shown_chain(chain)))
+    if not found:
+        for chain in _chains(tail):
+            kept = [e for e in chain if not _survived(tail, e)]
+            if kept:
+                found.append((kept[0], shown_chain(chain)))
+    cause = next((shown for key, shown in found if not _CONSEQUENCE.search(key) and not is_hang_text(key)), "") or \
+        next((shown for key, shown in found if not _CONSEQUENCE.search(key)), "")
     return cause or next((e for e in [first_error(tail)] if not _survived(tail, e)), "")
 
 
@@ -335,6 +398,7 @@ def verdict(outcome: Outcome, regress_on: RegressOn, signature: str = "", wanted
         RegressOn.HANG: outcome is Outcome.HANG,
         RegressOn.FAIL: outcome is Outcome.FAIL,
         RegressOn.ANY: True,
+        RegressOn.AUTO: True,  # not known yet: the bad end's own runs (identity.resolve)
     }[regress_on]
     if not counts:
         return Verdict.SKIP

@@ -377,6 +377,10 @@ def bisect_summary(result) -> list[str]:
     lines = [f"verdict: {result.verdict.value}"]
     if result.message:
         lines.append(result.message)
+    regression = getattr(result, "regression", None)
+    if regression is not None and regression.describe():
+        lines.append(regression.describe())
+    lines += [d for d in getattr(result, "different", ()) if d not in result.message]
     if result.last_good:
         lines.append(f"{good_word} release: {req.package} {result.last_good}")
     if result.first_bad:
@@ -448,7 +452,7 @@ def bisect_renderable(result, command: str, piped: bool | None = None) -> Group:
 def bisect_markdown(result, command: str) -> str:
     req = result.request
     lines = [f"### dsbisect: {req.package} {req.good} → {req.bad} ({req.mode.value}, "
-             + f"regress on {req.regress_on.value})", ""]
+             + f"regress on {_rule(result)})", ""]
     lines += ["| stage | point | outcome | verdict | runs | seconds | detail |", "|---|---|---|---|---|---|---|"]
     for s in result.steps:
         point = s.label if s.stage is Stage.RELEASE else f"`{s.label}` {_md(s.subject[:60])}"
@@ -464,6 +468,13 @@ def bisect_markdown(result, command: str) -> str:
     if first is not None and first.runs and first.outcome is Outcome.HANG:
         lines.append(_stack_details(next(r for r in first.runs if r.outcome is Outcome.HANG)))
     return _join(lines)
+
+
+def _rule(result) -> str:
+    regression = getattr(result, "regression", None)
+    if regression is None or regression.asked is regression.regress_on:
+        return result.request.regress_on.value
+    return f"{regression.regress_on.value}, from {regression.asked.value}"
 
 
 def _cut(text: str, n: int) -> str:

@@ -50,6 +50,7 @@ from .model import (
     RunStatus,
     digest,
 )
+from .identity import package_frames
 from .outcome import Classified, classify
 from .proc import clean_env
 from .rundir import RunDir
@@ -411,11 +412,14 @@ class Runner:
             check = self._check_of_run(run, env, case, point, accel)
             if not check.ok:
                 return self._skip(record, check.reason, env_key=env.key, found=check.facts)
-        c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, *run.tails())
+        tail, rank_tails = run.tails()
+        c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, tail, rank_tails)
         c, oom = _oom_verdict(c, result, run, ooms, token)
         signature, evidence = _evidence(c.outcome, run, capture, result)
         if oom:
             evidence["oom"] = oom
+        if c.outcome is Outcome.FAIL:  # where it failed in the packages under test: the failure's identity
+            evidence["error_frames"] = list(package_frames(tail, c.reason, _import_names(env, point)))
         evidence["notes"] += run.cap_logs()  # after the evidence was read from them
         evidence["survivors"] += remote_left + list(escaped.survivors)
         left_tree = sorted(set(result.escaped) | set(escaped.stopped))
@@ -537,6 +541,28 @@ def _how_it_ended(outcome: Outcome, result: LaunchResult) -> str:
     if outcome is Outcome.PASS:
         return "exited 0"
     return f"exited {result.exit_code} and no rank died of a timeout" if result.exit_code is not None else "ended"
+
+
+def _import_names(env: Env, point: Point) -> tuple[str, ...]:
+    """The moving packages' top-level folders in the point's venv (from each one's RECORD:
+    'dsb-toy' -> 'dsb_toy', 'scikit-learn' -> 'sklearn'); the name with underscores where the
+    venv does not say."""
+    wanted = {canonicalize_name(n) for n, _ in point.versions} | ({canonicalize_name(point.source.package)}
+                                                                 if point.source else set())
+    found: list[str] = []
+    for info in Path(env.path).glob("lib/python*/site-packages/*.dist-info"):
+        if canonicalize_name(info.name.split("-", 1)[0]) not in wanted:  # name-version.dist-info
+            continue
+        try:
+            lines = (info / "RECORD").read_text().splitlines()
+        except OSError:
+            continue
+        for ln in lines:
+            top = ln.split(",", 1)[0].split("/", 1)
+            if len(top) == 2 and not top[0].endswith((".dist-info", ".data")) and top[0] != "..":
+                found.append(top[0])
+    found += [n.replace("-", "_") for n in sorted(wanted)]
+    return tuple(dict.fromkeys(found))
 
 
 def proven(why: str) -> str:

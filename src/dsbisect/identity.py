@@ -1,0 +1,257 @@
+"""What "this failure" is: the regression the bad end shows, and whether another run shows it.
+
+Pure: no I/O.  A bisection learns an ``Identity`` from the bad end's run (with ``--find-fix``:
+the broken end's) and counts an inner probe as bad only when its failure ``matches`` it; one
+that fails differently is stepped around like an untestable point.
+
+- a FAIL is its exception type and its message with numbers, paths, addresses and hex ids
+  normalised (``normalise``), plus the innermost frames in the package under test where the
+  run recorded them;
+- a HANG is where each rank waits, in one form whichever rule proved it: the early proof's
+  "rank 0 waits in ALLREDUCE #2 (1024), rank 1 in BARRIER #2" and the collective timeout's
+  "rank 0 in all_reduce, rank 1 in barrier" are both "rank 0 in ALLREDUCE, rank 1 in BARRIER"
+  (``hang_form``), plus the call-site frames of the signature.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .model import Outcome, RegressOn, Verdict
+from .outcome import verdict
+
+if TYPE_CHECKING:
+    from .store import RunRecord
+
+# torch.distributed's function names -> the OpType names of the flight recorder and watchdog
+C10D_OPS = {
+    "all_reduce": "ALLREDUCE", "allreduce": "ALLREDUCE", "all_reduce_coalesced": "ALLREDUCE_COALESCED",
+    "broadcast": "BROADCAST", "reduce": "REDUCE", "all_gather": "ALLGATHER",
+    "all_gather_into_tensor": "_ALLGATHER_BASE", "_all_gather_base": "_ALLGATHER_BASE",
+    "all_gather_object": "ALLGATHER", "gather": "GATHER", "gather_object": "GATHER",
+    "reduce_scatter": "REDUCE_SCATTER", "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE",
+    "_reduce_scatter_base": "_REDUCE_SCATTER_BASE", "scatter": "SCATTER", "scatter_object_list": "SCATTER",
+    "broadcast_object_list": "BROADCAST", "all_to_all": "ALLTOALL", "all_to_all_single": "ALLTOALL_BASE",
+    "barrier": "BARRIER", "monitored_barrier": "BARRIER", "send": "SEND", "recv": "RECV",
+    "isend": "SEND", "irecv": "RECV",
+}
+_OP_TYPES = frozenset(C10D_OPS.values()) | {"ALLTOALL_BASE", "COALESCED", "_ALLREDUCE_SPARSE"}
+
+
+def canonical_op(name: str) -> str:
+    """'all_reduce' -> 'ALLREDUCE', 'ALLREDUCE' -> 'ALLREDUCE'; an unknown name as given."""
+    if name in _OP_TYPES:
+        return name
+    return C10D_OPS.get(name.lower(), C10D_OPS.get(name, name))
+
+
+# ------------------------------------------------------------------ normalise
+
+_HEX = re.compile(r"\b0x[0-9a-fA-F]+\b|\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-F])[0-9a-fA-F]{8,}\b")
+_PATH = re.compile(r"(?:[A-Za-z]:\\|~?/)?(?:[\w.\-]+[/\\])+[\w.\-]+|(?<![\w.])/[\w.\-]+")
+_NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+_QUOTED = re.compile(r"'(<path>)'|\"(<path>)\"")
+
+
+def normalise(text: str) -> str:
+    """A failure message without what differs from run to run or release to release: hex ids
+    and addresses (<hex>), paths (<path>), numbers (<n>); spaces collapsed."""
+    text = _HEX.sub("<hex>", text)
+    text = _PATH.sub("<path>", text)
+    text = _QUOTED.sub(r"\1\2", text)
+    text = _NUMBER.sub("<n>", text)
+    return " ".join(text.split())
+
+
+# ------------------------------------------------------------------- identity
+
+
+@dataclass(frozen=True)
+class Identity:
+    kind: Outcome  # HANG or FAIL
+    error: str  # the exception type ("RuntimeError"); "" for a hang or a death by signal
+    message: str  # normalised: the message of a FAIL, the hang_form of a HANG
+    frames: tuple[str, ...] = ()  # "file.py:function", innermost first (package frames of a FAIL)
+    shown: str = ""  # the reason as the run gave it, for the report
+
+    def describe(self) -> str:
+        """'FAIL RuntimeError: Output 0 of ... at engine.py:step' (a failure as the run gave
+        it); 'HANG rank 0 in ALLREDUCE, rank 1 in BARRIER at ...' (a hang in its one form)."""
+        what = self.shown if self.kind is Outcome.FAIL and self.shown else (
+            f"{self.error}: {self.message}" if self.error else self.message)
+        what = what if len(what) <= 160 else what[:159] + "…"  # the whole reason is the run's (show)
+        where = f" at {' ← '.join(self.frames[:3])}" if self.frames else ""
+        return f"{self.kind.value.upper()} {what or '(no detail)'}{where}"
+
+    def as_json(self) -> dict:
+        return {"kind": self.kind.value, "error": self.error, "message": self.message,
+                "frames": list(self.frames), "identity": self.describe(), "shown": self.shown}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> Identity | None:
+        try:
+            return cls(Outcome(d["kind"]), str(d.get("error", "")), str(d.get("message", "")),
+                       tuple(str(f) for f in d.get("frames", ())), str(d.get("shown", "")))
+        except (KeyError, ValueError, TypeError):
+            return None
+
+
+_ERROR = re.compile(r"^((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit|Warning)\w*):\s*(.*)$", re.S)
+_WAITS = re.compile(r"\branks? ([\d][\d,\-]*) (?:waits |wait )?in (?:the )?([A-Za-z_][\w]*)")
+_LINE_NO = re.compile(r":\d+\b")
+
+
+def hang_form(text: str) -> str:
+    """Where each rank waits, in one form: 'rank 0 in ALLREDUCE, rank 1 in BARRIER', from the
+    head (before ' — ') of a hang signature of either rule; "" when it names no collective."""
+    head = text.split(" — ", 1)[0]
+    waits = []
+    for ranks, op in _WAITS.findall(head):
+        op = canonical_op(op)
+        if op in _OP_TYPES and (ranks, op) not in waits:
+            waits.append((ranks, op))
+    return ", ".join(f"rank{'s' if ',' in r or '-' in r else ''} {r} in {op}" for r, op in waits)
+
+
+def _hang_frames(text: str) -> tuple[str, ...]:
+    if " — " not in text:
+        return ()
+    tail = text.split(" — ", 1)[1].split(" (", 1)[0]
+    return tuple(_LINE_NO.sub("", f.strip()) for f in tail.split(" ← ") if f.strip())
+
+
+def learn(outcome: Outcome, reason: str, signature: str = "", frames: tuple[str, ...] = ()) -> Identity | None:
+    """The identity of one run's failure, or None for a run that did not fail or hang."""
+    if outcome is Outcome.HANG:
+        text = signature or reason
+        return Identity(Outcome.HANG, "", hang_form(text), _hang_frames(text), text)
+    if outcome is not Outcome.FAIL:
+        return None
+    text = reason.strip()
+    m = _ERROR.match(text)
+    error, message = (m[1].rsplit(".", 1)[-1], m[2]) if m else ("", text)
+    return Identity(Outcome.FAIL, error, normalise(message), tuple(frames), text)
+
+
+def matches(learned: Identity, seen: Identity | None) -> bool:
+    """Whether ``seen`` is the failure ``learned`` names.  A hang that names no collective (a
+    plain timeout) cannot be told apart from another hang: it matches; so does a failure in the
+    same innermost frame of the package whose message changed between releases, and a hang
+    whose ranks' waits are a part of the other's (a rank whose stack could not be read)."""
+    if seen is None or seen.kind is not learned.kind:
+        return False
+    if learned.kind is Outcome.HANG:  # where a rank's stack was not read, its clause is missing
+        a, b = set(learned.message.split(", ")) - {""}, set(seen.message.split(", ")) - {""}
+        return not a or not b or a <= b or b <= a
+    if learned.error != seen.error:
+        return False
+    if learned.message == seen.message:
+        return True
+    return bool(learned.frames and seen.frames and learned.frames[0] == seen.frames[0])
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
+
+
+def package_frames(text: str, reason: str, packages: tuple[str, ...], limit: int = 3) -> tuple[str, ...]:
+    """The innermost frames in ``packages`` (import names, e.g. 'deepspeed') of the traceback in
+    ``text`` that ends in ``reason``'s exception: 'deepspeed/runtime/engine.py:step', innermost
+    first; () where no traceback ends in it or none of its frames is in those packages."""
+    head = reason.split(" (from ", 1)[0]
+    name = head.split(":", 1)[0]
+    blocks: list[list[tuple[str, str]]] = []
+    frames: list[tuple[str, str]] = []
+    for ln in text.splitlines():
+        ln = re.sub(r"^\[rank\d+\]:\s*", "", ln).strip()
+        if ln.startswith("Traceback (most recent call last)"):
+            frames = []
+        elif m := _FRAME.match(ln):
+            frames.append((m[1].replace("\\", "/"), m[2]))
+        elif frames and name and (ln == name or ln.startswith(name + ":")) and _same_start(ln, head):
+            blocks.append(frames)
+            frames = []
+    if not blocks:
+        return ()
+    own = []
+    for file, function in reversed(blocks[0]):
+        for pkg in packages:
+            i = file.rfind(f"/{pkg}/")
+            if i >= 0:
+                own.append(f"{file[i + 1:]}:{function}")
+                break
+    return tuple(own[:limit])
+
+
+def _same_start(line: str, head: str) -> bool:
+    """The exception line a reason was made from (the reason may hold a later message line)."""
+    line, head = " ".join(line.split()), " ".join(head.split())
+    return head.startswith(line) or line.startswith(head[:80])
+
+
+# ------------------------------------------------------------------- one rule
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a bisection counts as bad, once the bad end is known."""
+    regress_on: RegressOn  # HANG, FAIL or ANY; AUTO only while the bad end is not known
+    wanted: str | None = None  # --signature
+    learned: Identity | None = None  # None: --any-failure, or nothing learned
+
+    def differs(self, outcome: Outcome, seen: Identity | None) -> bool:
+        """Whether a run of ``outcome`` fails otherwise than the learned failure (stepped around)."""
+        return (self.learned is not None and not self.wanted and seen is not None
+                and seen.kind is self.learned.kind and outcome is seen.kind and not matches(self.learned, seen))
+
+
+def resolve(regress_on: RegressOn, end: Identity | None) -> RegressOn:
+    """AUTO becomes the kind of the defining end's failure (ANY while it showed none)."""
+    if regress_on is not RegressOn.AUTO:
+        return regress_on
+    if end is None:
+        return RegressOn.ANY
+    return RegressOn.HANG if end.kind is Outcome.HANG else RegressOn.FAIL
+
+
+def judge(outcome: Outcome, text: str, rule: Rule, seen: Identity | None) -> Verdict:
+    """GOOD/BAD/SKIP of one run under ``rule``: BAD only for the learned failure (a failure of
+    the learned kind that differs is SKIP; one of the other kind under ``--regress-on any``
+    still counts, as asked)."""
+    rule_on = RegressOn.ANY if rule.regress_on is RegressOn.AUTO else rule.regress_on
+    v = verdict(outcome, rule_on, canonical_text(text), canonical_text(rule.wanted) if rule.wanted else None)
+    if v is not Verdict.BAD or rule.wanted or rule.learned is None:
+        return v
+    return Verdict.SKIP if rule.differs(outcome, seen) else v
+
+
+def run_identity(r: RunRecord) -> Identity | None:
+    """The failure of one recorded run (its reason, hang signature and, where the run recorded
+    them, the innermost frames of its traceback in the package under test)."""
+    if r.outcome is None:
+        return None
+    frames = r.evidence.get("error_frames") or ()
+    return learn(r.outcome, r.reason, r.signature, tuple(str(f) for f in frames))
+
+
+def judge_run(r: RunRecord, rule: Rule) -> Verdict:
+    """What a bisection takes the recorded run ``r`` for under ``rule`` (the search and
+    ``dsbisect log`` both): a run marked by hand is as the user said."""
+    marked = r.evidence.get("manual")
+    if marked in ("good", "bad", "skip"):
+        return Verdict(marked)
+    if r.outcome is None:
+        return Verdict.SKIP
+    text = " ".join(x for x in (r.signature, r.reason, r.evidence.get("error", "")) if x)
+    return judge(r.outcome, text, rule, run_identity(r))
+
+
+_OP_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def canonical_text(text: str) -> str:
+    """``text`` with torch.distributed's function names as OpType names, so that a --signature
+    (or a learned hang) matches both forms of one hang: 'all_reduce' reads 'ALLREDUCE'."""
+    return _OP_WORD.sub(lambda m: C10D_OPS.get(m[0], m[0]) if m[0] in C10D_OPS else m[0], text)
