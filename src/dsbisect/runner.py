@@ -34,13 +34,16 @@ from typing import Protocol
 from packaging.utils import canonicalize_name
 
 from . import facts, multinode, proc, reaper
+from .base import torch_cuda
 from .envs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from .errors import EnvBuildError, Interrupted, signal_of
 from .evidence import Capture, flight_recorder_env
 from .forensics import analyze
+from .inputs import Inputs, Interpreter, differences, digests, env_digests, imported_files, why_line
 from .launch import LaunchResult, LaunchSpec, free_port, launch
 from .model import (
     Accelerator,
+    BaseMode,
     Case,
     ImportCheck,
     Launcher,
@@ -167,8 +170,7 @@ class Runner:
     def _prepare(self, case: Case, point: Point) -> None:
         if self.executor is not None or not self._enough_gpus(case):
             return  # the run is not here, or cannot run here
-        recorded = [] if self.rerun else self.store.done_runs(self.effective(case).key, point.key)
-        if any(r.outcome is not Outcome.SKIP for r in recorded):
+        if self.reusable(self.effective(case), point)[0]:
             return  # recorded: it will not run again
         try:
             env = self.envs.ensure(point)
@@ -182,19 +184,81 @@ class Runner:
              enough: Callable[[list[RunRecord]], bool] | None = None, slot: Slot = Slot()) -> list[RunRecord]:
         """Up to ``want`` runs of ``point``: recorded ones first, then new ones until ``enough``."""
         case = self.effective(case) if self.executor is None else case  # a remote node applies its own GPU's
-        recorded = [] if self.rerun else [  # a skip marked by hand (dsbisect mark) is kept, as the user said
-            r for r in self.store.done_runs(case.key, point.key)
-            if r.outcome is not Outcome.SKIP or r.evidence.get("manual") == "skip"
-        ]
+        recorded, why = self.reusable(case, point)
         runs = recorded[:want]
         for r in runs:
             self.progress("reused", f"{case.name} · {point.label}: {r.outcome.value} (run {r.id}, recorded)")
+        if why and len(runs) < want:
+            self.progress("note", f"{case.name} · {point.label}: {why}; running it again")
         while len(runs) < want and not (enough and enough(runs)) and Outcome.SKIP not in {r.outcome for r in runs}:
             run = self.run_once(case, point, attempt=len(runs) + 1, slot=slot)
             runs.append(run)
             if run.outcome is Outcome.SKIP:
                 break
         return runs
+
+    # ------------------------------------------------------------------ reuse
+
+    def reusable(self, case: Case, point: Point) -> tuple[list[RunRecord], str]:
+        """The recorded runs that may stand for runs of ``point`` now (``inputs`` has the rule):
+        PASS, FAIL and HANG whose inputs are what would run now, and every run marked by hand
+        (a skip included: the user said so); with why the latest one set aside was ("" if none)."""
+        if self.rerun:
+            return [], ""
+        fresh, why = [], ""
+        done = self.store.done_runs(case.key, point.key)
+        for r in done:
+            if r.evidence.get("manual"):
+                fresh.append(r)
+            elif r.outcome is not Outcome.SKIP:
+                stale = self.stale(case, point, r)
+                if stale:
+                    why = stale
+                else:
+                    fresh.append(r)
+        if not done:
+            other = self.store.latest_of_other_case(case.name, case.key, point.key)
+            if other is not None:
+                why = self.stale(case, point, other) or f"recorded run {other.id} is for other settings of this case"
+        return fresh, why
+
+    def stale(self, case: Case, point: Point, run: RunRecord) -> str:
+        """Why ``run`` is not what running ``point`` of ``case`` now would run ("" when it is)."""
+        then = Inputs.from_json(run.facts.get("fingerprint"))
+        if then is None:
+            return f"recorded run {run.id} does not record its inputs (made by an older dsbisect)"
+        reasons = differences(then, self.inputs_now(case, point, extra=[p for p, _ in then.files]))
+        return why_line(run.id, reasons) if reasons else ""
+
+    def inputs_now(self, case: Case, point: Point, venv: Env | None = None, extra=(),
+                   imported: tuple[tuple[str, str], ...] = ()) -> Inputs:
+        """What a run of ``point`` runs now: the digests of the files the case names (and of
+        ``extra`` paths), ``imported`` ones as they are, the environment, the interpreter."""
+        files = dict(digests([*named_paths(case), *extra])) | dict(imported)
+        return Inputs(tuple(sorted(files.items())), env_digests(rank_environment(case), self.store.inputs_key()),
+                      self.interpreter(point, venv))
+
+    def interpreter(self, point: Point, venv: Env | None = None) -> Interpreter:
+        """The base python, and torch with its CUDA where they are known before a run: from the
+        point's venv (built, or ``venv``), else the base a layered venv takes them from."""
+        base = self.envs.base
+        venv = venv or self.envs.built(point)
+        own = venv.version_of("torch") if venv else None
+        if own:
+            return Interpreter(base.python, base.version, own, torch_cuda(venv.path.glob("lib/python3*/site-packages")))
+        moves_torch = any(canonicalize_name(n) == "torch" for n, _ in point.versions)
+        if self.envs.mode is BaseMode.LAYERED and (venv is not None or not moves_torch):
+            return Interpreter(base.python, base.version, base.version_of("torch"), torch_cuda(base.site_dirs))
+        return Interpreter(base.python, base.version)
+
+    def adopt(self, case: Case, found: dict) -> dict:
+        """A run's facts made elsewhere (a Slurm job, with a store of its own) as if made here:
+        its environment digests are this side's, the environment this dsbisect gave the job."""
+        record = found.get("fingerprint")
+        if not isinstance(record, dict):
+            return found
+        env = dict(env_digests(rank_environment(case), self.store.inputs_key()))
+        return found | {"fingerprint": record | {"env": env}}
 
     def effective(self, case: Case) -> Case:
         return case.for_gpu(self.gpus[0] if self.gpus else None)
@@ -247,7 +311,12 @@ class Runner:
                 if self.cancel.is_set():
                     raise KeyboardInterrupt
                 time.sleep(1.0)
-            if theirs.status is RunStatus.DONE and theirs.outcome is not Outcome.SKIP:
+            if theirs.status is not RunStatus.DONE or theirs.outcome is Outcome.SKIP:
+                continue
+            stale = self.stale(case, point, theirs)  # theirs may have run other files, variables, python
+            if stale:
+                self.progress("note", f"{case.name} · {point.label}: {stale}; running it again")
+            else:
                 self.progress("reused", f"{case.name} · {point.label}: {theirs.outcome.value} "
                                         f"(run {theirs.id}, by another dsbisect)")
                 return theirs
@@ -262,13 +331,13 @@ class Runner:
         try:
             env = self.envs.ensure(point)
         except EnvBuildError as e:
-            return self._skip(run, f"venv could not be built: {e}")
+            return self._skip(run, f"venv could not be built: {e}", case=case)
         if folds_check(case):  # made in the run, unless this venv's is recorded
             check = self.store.import_check(env.key, import_check_key(case, accel, check_wanted(point)))
         else:
             check = self._import_check(env, case, point, accel)
         if check is not None and not check.ok:
-            return self._skip(run, check.reason, env_key=env.key, found=check.facts)
+            return self._skip(run, check.reason, env_key=env.key, found=check.facts, case=case, env=env)
         if case.nodes.hostfile is not None:
             self.progress("env", f"{label}: checking the venv on every node of {case.nodes.hostfile.name}")
             problem = multinode.check_nodes(case, env.key, env.python, check.facts)
@@ -277,9 +346,10 @@ class Runner:
         return self._launch(run, case, point, env, check, accel, slot)
 
     def _skip(self, run: RunRecord, reason: str, env_key: str | None = None,
-              found: dict | None = None) -> RunRecord:
+              found: dict | None = None, case: Case | None = None, env: Env | None = None) -> RunRecord:
+        given = {"fingerprint": self._fingerprint(case, run.point, env, None)} if case is not None else {}
         done = self.store.finish_run(run.id, Outcome.SKIP, None, 0.0, reason=reason, env_key=env_key,
-                                     facts=(found or {}) | {"host": facts.host()})
+                                     facts=(found or {}) | given | {"host": facts.host()})
         self.progress("done", f"{run.case_name} · {run.point.label}: skip ({reason})")
         return done
 
@@ -367,7 +437,7 @@ class Runner:
         if check is None:
             check = self._check_of_run(run, env, case, point, accel)
             if not check.ok:
-                return self._skip(record, check.reason, env_key=env.key, found=check.facts)
+                return self._skip(record, check.reason, env_key=env.key, found=check.facts, case=case, env=env)
         c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, *run.tails())
         signature, evidence = _evidence(c.outcome, run, capture, result)
         evidence["notes"] += run.cap_logs()  # after the evidence was read from them
@@ -383,11 +453,18 @@ class Runner:
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
             signature=signature, evidence=evidence,
             facts=check.facts | given | {"accelerator": accel.value, "shadowed": [list(x) for x in env.shadowed],
-                                         "host": facts.host(), "index": self.envs.index.origin},
+                                         "host": facts.host(), "index": self.envs.index.origin,
+                                         "fingerprint": self._fingerprint(case, point, env, run)},
             env_key=env.key,
         )
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
         return done
+
+    def _fingerprint(self, case: Case, point: Point, env: Env | None, run: RunDir | None) -> dict:
+        """What the run ran (``inputs``): its named files, the modules its interpreters imported,
+        its environment, its interpreter."""
+        imported = imported_files(run.imports) if run is not None else ()
+        return self.inputs_now(case, point, env, imported=imported).to_json()
 
     def _base_env(self, case: Case, accel: Accelerator, venv: Env | None = None) -> dict[str, str]:
         env = clean_env({"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
@@ -527,6 +604,24 @@ def import_check_key(case: Case, accel: Accelerator, wanted: list[str]) -> tuple
 
     return (*case.compat, digest({"env": [list(e) for e in case.env], "accel": accel.value, "wanted": wanted,
                                   "dsbisect": __version__, "hook": hook_source()}))
+
+
+def named_paths(case: Case) -> list[Path]:
+    """The files a run of ``case`` names: its script, the files of a command line (``case.inputs``)
+    and the existing files its args and launcher args name (relative to the case's folder)."""
+    from .command import named_files
+
+    where = case.cwd or case.script.parent
+    found = [case.script] if case.script_digest != "none" else []
+    found += [Path(p) for p, _ in case.inputs]
+    found += named_files((*case.launcher_args, *case.args), where)
+    return [p.resolve() for p in found]
+
+
+def rank_environment(case: Case) -> dict[str, str]:
+    """The variables of dsbisect's environment and the case's ``env:`` that reach the ranks
+    (dsbisect's own additions follow from the case and the machine, and are left out)."""
+    return clean_env() | dict(case.env)
 
 
 def run_env(case: Case, run: RunDir) -> dict[str, str]:
