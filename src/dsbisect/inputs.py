@@ -117,7 +117,7 @@ class Inputs:
 
 def env_digests(env: Mapping[str, str], key: bytes) -> tuple[tuple[str, str], ...]:
     """The non-volatile variables of ``env``, each value as a keyed digest (16 hex digits)."""
-    return tuple(sorted((name, hmac.new(key, value.encode("utf-8", "surrogateescape"), hashlib.sha256)
+    return tuple(sorted((name, hmac.new(key, value.encode("utf-8", "surrogatepass"), hashlib.sha256)
                          .hexdigest()[:16]) for name, value in env.items() if not volatile(name)))
 
 
@@ -130,11 +130,14 @@ def differences(recorded: Inputs, now: Inputs) -> tuple[str, ...]:
 
 
 def same_inputs(a: Inputs, b: Inputs) -> bool:
-    """Whether two runs ran the same: the same environment and interpreter, and the same content
-    of every file both record (a run may import a module another did not)."""
+    """Whether two runs ran the same: no difference but in files one of them does not record
+    (a run may import a module another did not)."""
     shared = set(dict(a.files)) & set(dict(b.files))
-    fa, fb = dict(a.files), dict(b.files)
-    return a.env == b.env and a.interpreter == b.interpreter and all(fa[p] == fb[p] for p in shared)
+
+    def kept(x: Inputs) -> Inputs:
+        return Inputs(tuple(f for f in x.files if f[0] in shared), x.env, x.interpreter)
+
+    return not differences(kept(a), kept(b))
 
 
 def _file_changes(before: tuple[tuple[str, str], ...], now: tuple[tuple[str, str], ...]) -> list[str]:
@@ -184,6 +187,7 @@ def why_line(run_id: int, reasons: tuple[str, ...], most: int = 4) -> str:
 # --------------------------------------------------------------------------- files
 
 MISSING = "missing"
+CHANGED_DURING_RUN = "changed-during-run"  # the digest of a file that changed while the run ran: no file has it
 _CHUNK = 1 << 20
 
 
@@ -240,5 +244,5 @@ def _digest_if_unchanged(path: str, size: object, mtime_ns: object) -> str:
     except (OSError, ValueError):
         return MISSING
     if st.st_size != size or st.st_mtime_ns != mtime_ns:
-        return "changed-during-run"
+        return CHANGED_DURING_RUN
     return file_sha(path)

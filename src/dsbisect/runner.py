@@ -34,16 +34,13 @@ from typing import Protocol
 from packaging.utils import canonicalize_name
 
 from . import facts, multinode, proc, reaper
-from .base import torch_cuda
 from .envs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from .errors import EnvBuildError, Interrupted, signal_of
 from .evidence import Capture, flight_recorder_env
 from .forensics import analyze
-from .inputs import Inputs, Interpreter, differences, digests, env_digests, imported_files, why_line
 from .launch import LaunchResult, LaunchSpec, free_port, launch
 from .model import (
     Accelerator,
-    BaseMode,
     Case,
     ImportCheck,
     Launcher,
@@ -54,6 +51,7 @@ from .model import (
 )
 from .outcome import classify
 from .proc import clean_env
+from .reuse import Reuse, digests, named_paths
 from .rundir import RunDir
 from .store import RunRecord, Store
 
@@ -211,54 +209,20 @@ class Runner:
             if r.evidence.get("manual"):
                 fresh.append(r)
             elif r.outcome is not Outcome.SKIP:
-                stale = self.stale(case, point, r)
+                stale = self.reuse.stale(case, point, r)
                 if stale:
                     why = stale
                 else:
                     fresh.append(r)
         if not done:
             other = self.store.latest_of_other_case(case.name, case.key, point.key)
-            if other is not None:
-                why = self.stale(case, point, other) or f"recorded run {other.id} is for other settings of this case"
+            if other is not None:  # the case's script, args or settings changed since
+                why = self.reuse.stale(case, point, other) or f"recorded run {other.id} is for other case settings"
         return fresh, why
 
-    def stale(self, case: Case, point: Point, run: RunRecord) -> str:
-        """Why ``run`` is not what running ``point`` of ``case`` now would run ("" when it is)."""
-        then = Inputs.from_json(run.facts.get("fingerprint"))
-        if then is None:
-            return f"recorded run {run.id} does not record its inputs (made by an older dsbisect)"
-        reasons = differences(then, self.inputs_now(case, point, extra=[p for p, _ in then.files]))
-        return why_line(run.id, reasons) if reasons else ""
-
-    def inputs_now(self, case: Case, point: Point, venv: Env | None = None, extra=(),
-                   imported: tuple[tuple[str, str], ...] = ()) -> Inputs:
-        """What a run of ``point`` runs now: the digests of the files the case names (and of
-        ``extra`` paths), ``imported`` ones as they are, the environment, the interpreter."""
-        files = dict(digests([*named_paths(case), *extra])) | dict(imported)
-        return Inputs(tuple(sorted(files.items())), env_digests(rank_environment(case), self.store.inputs_key()),
-                      self.interpreter(point, venv))
-
-    def interpreter(self, point: Point, venv: Env | None = None) -> Interpreter:
-        """The base python, and torch with its CUDA where they are known before a run: from the
-        point's venv (built, or ``venv``), else the base a layered venv takes them from."""
-        base = self.envs.base
-        venv = venv or self.envs.built(point)
-        own = venv.version_of("torch") if venv else None
-        if own:
-            return Interpreter(base.python, base.version, own, torch_cuda(venv.path.glob("lib/python3*/site-packages")))
-        moves_torch = any(canonicalize_name(n) == "torch" for n, _ in point.versions)
-        if self.envs.mode is BaseMode.LAYERED and (venv is not None or not moves_torch):
-            return Interpreter(base.python, base.version, base.version_of("torch"), torch_cuda(base.site_dirs))
-        return Interpreter(base.python, base.version)
-
-    def adopt(self, case: Case, found: dict) -> dict:
-        """A run's facts made elsewhere (a Slurm job, with a store of its own) as if made here:
-        its environment digests are this side's, the environment this dsbisect gave the job."""
-        record = found.get("fingerprint")
-        if not isinstance(record, dict):
-            return found
-        env = dict(env_digests(rank_environment(case), self.store.inputs_key()))
-        return found | {"fingerprint": record | {"env": env}}
+    @property
+    def reuse(self) -> Reuse:
+        return Reuse(self.store, self.envs)
 
     def effective(self, case: Case) -> Case:
         return case.for_gpu(self.gpus[0] if self.gpus else None)
@@ -313,7 +277,7 @@ class Runner:
                 time.sleep(1.0)
             if theirs.status is not RunStatus.DONE or theirs.outcome is Outcome.SKIP:
                 continue
-            stale = self.stale(case, point, theirs)  # theirs may have run other files, variables, python
+            stale = self.reuse.stale(case, point, theirs)  # theirs may have run other files, variables, python
             if stale:
                 self.progress("note", f"{case.name} · {point.label}: {stale}; running it again")
             else:
@@ -347,7 +311,7 @@ class Runner:
 
     def _skip(self, run: RunRecord, reason: str, env_key: str | None = None,
               found: dict | None = None, case: Case | None = None, env: Env | None = None) -> RunRecord:
-        given = {"fingerprint": self._fingerprint(case, run.point, env, None)} if case is not None else {}
+        given = {"fingerprint": self.reuse.record(case, run.point, env)} if case is not None else {}
         done = self.store.finish_run(run.id, Outcome.SKIP, None, 0.0, reason=reason, env_key=env_key,
                                      facts=(found or {}) | given | {"host": facts.host()})
         self.progress("done", f"{run.case_name} · {run.point.label}: skip ({reason})")
@@ -422,6 +386,7 @@ class Runner:
             hooks = multinode.RemoteRanks.of(case, env.python, run, capture)
         remote_left: list[str] = []
         given = record_inputs(case, run)
+        named = digests(named_paths(case))  # as the run starts: what changes under it is its output
         how = "1 rank, no launcher" if direct else f"{case.nproc} ranks"
         self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {how}, {accel.value})")
         t0 = time.monotonic()
@@ -454,17 +419,11 @@ class Runner:
             signature=signature, evidence=evidence,
             facts=check.facts | given | {"accelerator": accel.value, "shadowed": [list(x) for x in env.shadowed],
                                          "host": facts.host(), "index": self.envs.index.origin,
-                                         "fingerprint": self._fingerprint(case, point, env, run)},
+                                         "fingerprint": self.reuse.record(case, point, env, run, named)},
             env_key=env.key,
         )
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
         return done
-
-    def _fingerprint(self, case: Case, point: Point, env: Env | None, run: RunDir | None) -> dict:
-        """What the run ran (``inputs``): its named files, the modules its interpreters imported,
-        its environment, its interpreter."""
-        imported = imported_files(run.imports) if run is not None else ()
-        return self.inputs_now(case, point, env, imported=imported).to_json()
 
     def _base_env(self, case: Case, accel: Accelerator, venv: Env | None = None) -> dict[str, str]:
         env = clean_env({"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
@@ -604,24 +563,6 @@ def import_check_key(case: Case, accel: Accelerator, wanted: list[str]) -> tuple
 
     return (*case.compat, digest({"env": [list(e) for e in case.env], "accel": accel.value, "wanted": wanted,
                                   "dsbisect": __version__, "hook": hook_source()}))
-
-
-def named_paths(case: Case) -> list[Path]:
-    """The files a run of ``case`` names: its script, the files of a command line (``case.inputs``)
-    and the existing files its args and launcher args name (relative to the case's folder)."""
-    from .command import named_files
-
-    where = case.cwd or case.script.parent
-    found = [case.script] if case.script_digest != "none" else []
-    found += [Path(p) for p, _ in case.inputs]
-    found += named_files((*case.launcher_args, *case.args), where)
-    return [p.resolve() for p in found]
-
-
-def rank_environment(case: Case) -> dict[str, str]:
-    """The variables of dsbisect's environment and the case's ``env:`` that reach the ranks
-    (dsbisect's own additions follow from the case and the machine, and are left out)."""
-    return clean_env() | dict(case.env)
 
 
 def run_env(case: Case, run: RunDir) -> dict[str, str]:
