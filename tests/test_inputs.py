@@ -127,3 +127,22 @@ def test_torch_cuda_is_read_without_importing_torch(tmp_path, text, cuda):
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "version.py").write_text(text)
     assert torch_cuda([tmp_path / "elsewhere", tmp_path]) == cuda
+
+
+def test_a_jobs_record_gets_the_submitters_environment_digests(tmp_path, monkeypatch):
+    """A Slurm job's store has a key of its own: its record is re-keyed with the main store's
+    digests of what the submitter gave the job, so that the main store can reuse it."""
+    from conftest import make_case
+
+    from dsbisect.reuse import Reuse, rank_environment
+    from dsbisect.store import Store
+
+    monkeypatch.setenv("MY_FIX", "1")
+    main, job = Store(tmp_path / "main"), Store(tmp_path / "job")
+    assert main.inputs_key() != job.inputs_key() and main.inputs_key() == Store(tmp_path / "main").inputs_key()
+    case = make_case(tmp_path, "c")
+    made = _with(env=env_digests(rank_environment(case), job.inputs_key())).to_json()
+    adopted = Reuse(main, None).adopt(case, {"fingerprint": made, "python": "3.11.7"})
+    assert adopted["python"] == "3.11.7"
+    assert Inputs.from_json(adopted["fingerprint"]).env == env_digests(rank_environment(case), main.inputs_key())
+    assert Reuse(main, None).adopt(case, {"python": "3.11.7"}) == {"python": "3.11.7"}  # nothing to re-key

@@ -446,7 +446,7 @@ def _start_import_log(run_dir):
     import threading
 
     folder = os.path.join(run_dir, "imports")
-    state = {"n": -1, "files": None}
+    state = {"n": -1, "seen": set(), "files": {}, "written": 0}
     skip = _foreign_roots(run_dir)
     atexit.register(_log_imports, folder, state, skip)
     t = threading.Thread(target=_import_log_loop, args=(folder, state, skip), name="dsbisect-imports",
@@ -477,29 +477,23 @@ def _import_log_loop(folder, state, skip):
 
 
 def _log_imports(folder, state, skip):
-    """Write this process's local modules when the set of loaded modules changed."""
-    n = len(sys.modules)
-    if n == state["n"]:
+    """Write this process's local modules when new ones were imported (each module looked at once)."""
+    if len(sys.modules) == state["n"]:
         return
-    state["n"] = n
-    files = {}
+    state["n"] = len(sys.modules)
+    files, seen = state["files"], state["seen"]
     # The script by its argv too: __main__ loses its __file__ when the script ends with an error.
     script = sys.argv[0] if sys.argv and str(sys.argv[0]).endswith(".py") else None
-    for path in [script, *(getattr(m, "__file__", None) for m in list(sys.modules.values()))]:
-        if not isinstance(path, str) or path in files or len(files) >= _IMPORTS_MAX:
-            continue
-        real = os.path.realpath(path)
-        parts = real.split(os.sep)
-        if real.startswith(skip) or "site-packages" in parts or "dist-packages" in parts:
-            continue
-        try:
-            st = os.stat(real)
-        except OSError:
-            continue
-        files[real] = [real, st.st_size, st.st_mtime_ns]
-    if files == state["files"] or (not files and state["files"] is None):
+    found = [(None, script)] + [(name, getattr(m, "__file__", None)) for name, m in list(sys.modules.items())
+                                if name not in seen]
+    for name, path in found:
+        if name is not None and (name != "__main__" or path):
+            seen.add(name)
+        if isinstance(path, str) and len(files) < _IMPORTS_MAX:
+            _note_local(files, path, skip)
+    if len(files) == state["written"]:
         return
-    state["files"] = files
+    state["written"] = len(files)
     import json
 
     os.makedirs(folder, exist_ok=True)
@@ -507,6 +501,21 @@ def _log_imports(folder, state, skip):
     with open(path + ".tmp", "w") as f:
         json.dump({"files": sorted(files.values())}, f)
     os.replace(path + ".tmp", path)
+
+
+def _note_local(files, path, skip):
+    """Add ``path`` as [real path, size, mtime_ns] when it is the repro's own file."""
+    if path.startswith(skip):  # the common case (the venv's, the base's), without a realpath
+        return
+    real = os.path.realpath(path)
+    parts = real.split(os.sep)
+    if real in files or real.startswith(skip) or "site-packages" in parts or "dist-packages" in parts:
+        return
+    try:
+        st = os.stat(real)
+    except OSError:
+        return
+    files[real] = [real, st.st_size, st.st_mtime_ns]
 
 
 def _decode_env():
