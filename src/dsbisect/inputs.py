@@ -26,7 +26,9 @@ the same now (``Inputs``, stored with every run as ``facts["fingerprint"]``):
   and a digest pasted with a report cannot be tested against guessed secrets.
 - **interpreter**: the base python's executable and version, torch's version and its CUDA
   (from the point venv, else the base it layers on; a field not known before the venv is
-  built is not compared).
+  built is not compared), and where the ranks ran (cpu or cuda: an ``auto`` case runs on the
+  CPU where no GPU is visible, so ``CUDA_VISIBLE_DEVICES`` itself can stay volatile; not
+  compared for an executor's runs, whose node decides).
 
 When they differ the run is made again and the progress line says why ("recorded run 4 is
 for other inputs: helper.py changed, MY_FIX set").  A run recorded before this record
@@ -97,10 +99,11 @@ class Inputs:
     files: tuple[tuple[str, str], ...]
     env: tuple[tuple[str, str], ...]
     interpreter: Interpreter
+    accelerator: str = ""  # cpu or cuda; "" where another machine decides (an executor's node)
 
     def to_json(self) -> dict:
         return {"format": 1, "files": [list(f) for f in self.files], "env": dict(self.env),
-                "interpreter": self.interpreter.to_json()}
+                "interpreter": self.interpreter.to_json(), "accelerator": self.accelerator}
 
     @classmethod
     def from_json(cls, d: object) -> Inputs | None:
@@ -112,7 +115,7 @@ class Inputs:
         except (TypeError, ValueError):
             return None
         return cls(files, tuple(sorted((str(k), str(v)) for k, v in d["env"].items())),
-                   Interpreter.from_json(d.get("interpreter") or {}))
+                   Interpreter.from_json(d.get("interpreter") or {}), str(d.get("accelerator") or ""))
 
 
 def env_digests(env: Mapping[str, str], key: bytes) -> tuple[tuple[str, str], ...]:
@@ -126,7 +129,10 @@ def differences(recorded: Inputs, now: Inputs) -> tuple[str, ...]:
     "MY_FIX set", "python changed (3.11.7 -> 3.12.1)"); () when it is the same.  ``now.files``
     holds the current digests of (at least) the paths ``recorded`` names."""
     out = [*_file_changes(recorded.files, now.files), *_env_changes(dict(recorded.env), dict(now.env))]
-    return tuple(out + _interpreter_changes(recorded.interpreter, now.interpreter))
+    out += _interpreter_changes(recorded.interpreter, now.interpreter)
+    if recorded.accelerator and now.accelerator and recorded.accelerator != now.accelerator:
+        out.append(f"accelerator changed ({recorded.accelerator} -> {now.accelerator})")
+    return tuple(out)
 
 
 def same_inputs(a: Inputs, b: Inputs) -> bool:
@@ -135,7 +141,7 @@ def same_inputs(a: Inputs, b: Inputs) -> bool:
     shared = set(dict(a.files)) & set(dict(b.files))
 
     def kept(x: Inputs) -> Inputs:
-        return Inputs(tuple(f for f in x.files if f[0] in shared), x.env, x.interpreter)
+        return Inputs(tuple(f for f in x.files if f[0] in shared), x.env, x.interpreter, x.accelerator)
 
     return not differences(kept(a), kept(b))
 

@@ -29,22 +29,23 @@ class Reuse:
     store: Store
     envs: EnvManager
 
-    def stale(self, case: Case, point: Point, run: RunRecord) -> str:
-        """Why ``run`` is not what running ``point`` of ``case`` now would run ("" when it is)."""
+    def stale(self, case: Case, point: Point, run: RunRecord, accelerator: str = "") -> str:
+        """Why ``run`` is not what running ``point`` of ``case`` now (on ``accelerator``, "" when
+        another machine decides) would run; "" when it is the same."""
         then = Inputs.from_json(run.facts.get("fingerprint"))
         if then is None:
             return f"recorded run {run.id} does not record its inputs (made by an older dsbisect)"
-        reasons = differences(then, self.now(case, point, paths=[p for p, _ in then.files]))
+        reasons = differences(then, self.now(case, point, paths=[p for p, _ in then.files], accelerator=accelerator))
         return why_line(run.id, reasons) if reasons else ""
 
     def now(self, case: Case, point: Point, venv: Env | None = None, paths: list[str] | None = None,
-            imported: tuple[tuple[str, str], ...] = ()) -> Inputs:
+            imported: tuple[tuple[str, str], ...] = (), accelerator: str = "") -> Inputs:
         """What a run of ``point`` runs now: the digests of the files the case names (or of
         ``paths``: those a recorded run holds), ``imported`` ones as they are, the environment,
-        the interpreter."""
+        the interpreter, the accelerator."""
         files = dict(digests(named_paths(case) if paths is None else paths)) | dict(imported)
         return Inputs(tuple(sorted(files.items())), env_digests(rank_environment(case), self.store.inputs_key()),
-                      self.interpreter(point, venv))
+                      self.interpreter(point, venv), accelerator)
 
     def interpreter(self, point: Point, venv: Env | None = None) -> Interpreter:
         """The base python, and torch with its CUDA where they are known before a run: from the
@@ -60,18 +61,18 @@ class Reuse:
         return Interpreter(base.python, base.version)
 
     def record(self, case: Case, point: Point, venv: Env | None, run: RunDir | None = None,
-               named: tuple[tuple[str, str], ...] = ()) -> dict:
+               named: tuple[tuple[str, str], ...] = (), accelerator: str = "") -> dict:
         """What a run ran: its named files, the modules its interpreters imported (the start-up
         hook's lists in ``run``), its environment, its interpreter.  ``named``: the named files'
         digests as the run started; one the run wrote (it differs now, or the run made it) is an
         output, not an input, and is left out (a log or checkpoint named in the args would
         otherwise never match again)."""
         imported = imported_files(run.imports) if run is not None else ()
-        ran = self.now(case, point, venv, imported=imported)
+        ran = self.now(case, point, venv, imported=imported, accelerator=accelerator)
         if named:
             at_start, modules = dict(named), dict(imported)
             files = {p: d for p, d in ran.files if p in modules or at_start.get(p, d) == d}
-            ran = Inputs(tuple(sorted(files.items())), ran.env, ran.interpreter)
+            ran = Inputs(tuple(sorted(files.items())), ran.env, ran.interpreter, ran.accelerator)
         return ran.to_json()
 
     def adopt(self, case: Case, found: dict) -> dict:

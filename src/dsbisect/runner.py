@@ -209,7 +209,7 @@ class Runner:
             if r.evidence.get("manual"):
                 fresh.append(r)
             elif r.outcome is not Outcome.SKIP:
-                stale = self.reuse.stale(case, point, r)
+                stale = self.reuse.stale(case, point, r, self._where(case))
                 if stale:
                     why = stale
                 else:
@@ -217,12 +217,17 @@ class Runner:
         if not done:
             other = self.store.latest_of_other_case(case.name, case.key, point.key)
             if other is not None:  # the case's script, args or settings changed since
-                why = self.reuse.stale(case, point, other) or f"recorded run {other.id} is for other case settings"
+                why = self.reuse.stale(case, point, other, self._where(case)) or \
+                    f"recorded run {other.id} is for other case settings"
         return fresh, why
 
     @property
     def reuse(self) -> Reuse:
         return Reuse(self.store, self.envs)
+
+    def _where(self, case: Case) -> str:
+        """The accelerator a run of ``case`` gets here ("" when an executor's node decides)."""
+        return self.accelerator(case).value if self.executor is None else ""
 
     def effective(self, case: Case) -> Case:
         return case.for_gpu(self.gpus[0] if self.gpus else None)
@@ -277,7 +282,7 @@ class Runner:
                 time.sleep(1.0)
             if theirs.status is not RunStatus.DONE or theirs.outcome is Outcome.SKIP:
                 continue
-            stale = self.reuse.stale(case, point, theirs)  # theirs may have run other files, variables, python
+            stale = self.reuse.stale(case, point, theirs, self._where(case))  # other files, variables, python?
             if stale:
                 self.progress("note", f"{case.name} · {point.label}: {stale}; running it again")
             else:
@@ -311,7 +316,8 @@ class Runner:
 
     def _skip(self, run: RunRecord, reason: str, env_key: str | None = None,
               found: dict | None = None, case: Case | None = None, env: Env | None = None) -> RunRecord:
-        given = {"fingerprint": self.reuse.record(case, run.point, env)} if case is not None else {}
+        given = {} if case is None else {
+            "fingerprint": self.reuse.record(case, run.point, env, accelerator=self._where(case))}
         done = self.store.finish_run(run.id, Outcome.SKIP, None, 0.0, reason=reason, env_key=env_key,
                                      facts=(found or {}) | given | {"host": facts.host()})
         self.progress("done", f"{run.case_name} · {run.point.label}: skip ({reason})")
@@ -419,7 +425,8 @@ class Runner:
             signature=signature, evidence=evidence,
             facts=check.facts | given | {"accelerator": accel.value, "shadowed": [list(x) for x in env.shadowed],
                                          "host": facts.host(), "index": self.envs.index.origin,
-                                         "fingerprint": self.reuse.record(case, point, env, run, named)},
+                                         "fingerprint": self.reuse.record(case, point, env, run, named,
+                                                                          accel.value)},
             env_key=env.key,
         )
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
