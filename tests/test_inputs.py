@@ -96,7 +96,8 @@ def test_equal_environments_and_only_they_give_no_reason(a, b):
 
 def test_the_record_round_trips_and_a_damaged_one_reads_as_none():
     assert Inputs.from_json(BASE.to_json()) == BASE
-    for damaged in (None, [], "x", {"files": "nope", "env": {}}, {"files": [[1]], "env": {}}, {"files": []}):
+    for damaged in (None, [], "x", {"files": "nope", "env": []}, {"files": [[1]], "env": []}, {"files": []},
+                    {"files": [], "env": [["A"]]}, {"files": [], "env": {"A": "b"}}):
         assert Inputs.from_json(damaged) is None
 
 

@@ -102,20 +102,22 @@ class Inputs:
     accelerator: str = ""  # cpu or cuda; "" where another machine decides (an executor's node)
 
     def to_json(self) -> dict:
-        return {"format": 1, "files": [list(f) for f in self.files], "env": dict(self.env),
+        # Pairs, not an object: ``"MY_DB_PASS": "<digest>"`` would read as a secret to a redactor
+        # of JSON shapes, and a masked digest would never match again.
+        return {"format": 1, "files": [list(f) for f in self.files], "env": [list(e) for e in self.env],
                 "interpreter": self.interpreter.to_json(), "accelerator": self.accelerator}
 
     @classmethod
     def from_json(cls, d: object) -> Inputs | None:
         """The record of a run's facts, or None when it has none (or a damaged one)."""
-        if not isinstance(d, dict) or not isinstance(d.get("files"), list) or not isinstance(d.get("env"), dict):
+        if not isinstance(d, dict) or not isinstance(d.get("files"), list) or not isinstance(d.get("env"), list):
             return None
         try:
             files = tuple(sorted((str(p), str(h)) for p, h in d["files"]))
+            env = tuple(sorted((str(k), str(v)) for k, v in d["env"]))
         except (TypeError, ValueError):
             return None
-        return cls(files, tuple(sorted((str(k), str(v)) for k, v in d["env"].items())),
-                   Interpreter.from_json(d.get("interpreter") or {}), str(d.get("accelerator") or ""))
+        return cls(files, env, Interpreter.from_json(d.get("interpreter") or {}), str(d.get("accelerator") or ""))
 
 
 def env_digests(env: Mapping[str, str], key: bytes) -> tuple[tuple[str, str], ...]:

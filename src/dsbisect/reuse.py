@@ -81,7 +81,7 @@ class Reuse:
         record = found.get("fingerprint")
         if not isinstance(record, dict):
             return found
-        env = dict(env_digests(rank_environment(case), self.store.inputs_key()))
+        env = [list(e) for e in env_digests(rank_environment(case), self.store.inputs_key())]
         return found | {"fingerprint": record | {"env": env}}
 
 
