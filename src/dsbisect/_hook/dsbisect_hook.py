@@ -446,9 +446,12 @@ def _start_import_log(run_dir):
     import threading
 
     folder = os.path.join(run_dir, "imports")
-    state = {"n": -1, "seen": set(), "files": {}, "written": 0}
+    # One scan at a time: at exit, the last one must not return early on a count the thread
+    # took before it was killed half-way through writing.
+    state = {"n": -1, "seen": set(), "files": {}, "written": 0, "lock": threading.Lock()}
     skip = _foreign_roots(run_dir)
     atexit.register(_log_imports, folder, state, skip)
+    os.register_at_fork(after_in_child=lambda: state.update(lock=threading.Lock()))  # the thread is not forked
     t = threading.Thread(target=_import_log_loop, args=(folder, state, skip), name="dsbisect-imports",
                          daemon=True)
     t.start()
@@ -478,9 +481,19 @@ def _import_log_loop(folder, state, skip):
 
 def _log_imports(folder, state, skip):
     """Write this process's local modules when new ones were imported (each module looked at once)."""
-    if len(sys.modules) == state["n"]:
+    lock = state["lock"]
+    if not lock.acquire(timeout=5):  # never hold a process up at its exit
         return
-    state["n"] = len(sys.modules)
+    try:
+        n = len(sys.modules)
+        if n != state["n"]:
+            _scan_imports(folder, state, skip)
+            state["n"] = n
+    finally:
+        lock.release()
+
+
+def _scan_imports(folder, state, skip):
     files, seen = state["files"], state["seen"]
     # The script by its argv too: __main__ loses its __file__ when the script ends with an error.
     script = sys.argv[0] if sys.argv and str(sys.argv[0]).endswith(".py") else None
