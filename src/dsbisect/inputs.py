@@ -9,7 +9,8 @@ the same now (``Inputs``, stored with every run as ``facts["fingerprint"]``):
 
   * the files the command line names: the script, and every argument (or ``--opt=VALUE``)
     that is an existing file, e.g. ``--deepspeed ds_config.json`` or a data file the script
-    opens by a path in its args;
+    opens by a path in its args (digested as the run starts; one the run changes or makes,
+    a log or a checkpoint, is its output and is left out);
   * the modules the run's interpreters actually imported from outside the interpreter and
     its site-packages (the repro's own ``helper.py``, a sibling package, an editable
     install), recorded by the start-up hook (``imports/pid<P>.json`` in the run folder).
@@ -31,7 +32,9 @@ the same now (``Inputs``, stored with every run as ``facts["fingerprint"]``):
   compared for an executor's runs, whose node decides).
 
 When they differ the run is made again and the progress line says why ("recorded run 4 is
-for other inputs: helper.py changed, MY_FIX set").  A run recorded before this record
+for other inputs: helper.py changed, MY_FIX set"); when the case key itself changed (the
+script, a matrix ``env:`` value, a config a ``-- COMMAND`` line names), the latest run of the
+case's point under its old key is compared the same way, to say what changed.  A run recorded before this record
 existed (no ``fingerprint``) is not reused: nothing says what it ran, and a wrong verdict
 costs more than one more run.  A run marked by hand (``dsbisect mark``) is the user's word and
 is always kept.
