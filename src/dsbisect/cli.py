@@ -34,7 +34,9 @@ from typer.core import TyperGroup
 from . import __version__
 from . import matrix as matrix_mod
 from . import report as rep
+from .disk import is_full, message as disk_message
 from .errors import DsbisectError, InputError, Stopped, signal_of
+from .files import read_small_text
 from .redact import redact
 from .marks import Mark
 from .model import Accelerator, BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend, RegressOn
@@ -150,11 +152,16 @@ def user_errors() -> Iterator[None]:
         err.print(f"[bold red]interrupted[/] by {signal.Signals(signum).name}; every run's processes were stopped",
                   highlight=False)
         raise typer.Exit(128 + signum) from None
+    except OSError as e:  # a write to a full disk that no layer below said in its own words
+        if not is_full(e):
+            raise
+        err.print(f"[bold red]error:[/] {redact(disk_message(e.filename))}", highlight=False)
+        raise typer.Exit(1) from None
 
 
 # ------------------------------------------------------------------ options
 
-StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE")]
+StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE", readable=False)]  # dsbisect says "permission denied" itself
 CasesOpt = Annotated[Optional[list[str]], typer.Option("--case", help="Only this case (repeatable).")]
 RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, help="Runs per point (for intermittent hangs); bad if any run is bad.")]
 CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", "--env-root", help="Where venvs, wheels and uv's cache live (default: the user cache dir; on a cluster, shared storage).", envvar="DSBISECT_CACHE_DIR")]
@@ -389,9 +396,11 @@ def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
     if runner.executor is not None:
         ui("note", f"{case.name}: up to {len(slots)} Slurm job(s) at once")
         return
-    if len(slots) > 1:
+    _, said = runner.memory_plan(case)
+    if len(slots) > 1 or said:
         where = ", ".join(",".join(map(str, s.devices)) for s in slots if s.devices) or "CPU"
-        ui("note", f"{case.name}: {len(slots)} points at once ({where})")
+        many = f"{len(slots)} points at once" if len(slots) > 1 else "1 point at a time"
+        ui("note", f"{case.name}: {many} ({where}{'; ' + said if said else ''})")
     cores = os.cpu_count() or 1
     if runner.accelerator(case) is Accelerator.CPU and len(slots) * case.nproc > cores:
         ui("note", f"{case.name}: {len(slots)} jobs x {case.nproc} ranks on {cores} cores: oversubscribed")
@@ -422,7 +431,10 @@ def report(
 ) -> None:
     """Print the grid of every recorded run again, from the store."""
     with user_errors():
-        records = _open_store(store).runs(case)
+        the_store = _open_store(store)
+        records = the_store.runs(case)
+        for note in the_store.notes:  # rows of the index that could not be read, named
+            err.print(note, highlight=False, markup=False)
         if not records:
             raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else ""))
         _print_grid(records, "dsbisect report", shown, [])
@@ -462,10 +474,11 @@ def store_repair(store: StoreOpt = Path(".dsbisect")) -> None:
 
     with user_errors():
         rebuilt, moved = repair(store)
+        rebuilt.close()
         if moved:
             err.print(f"the damaged database was moved to {moved}", highlight=False)
         for note in rebuilt.notes:
-            err.print(note, highlight=False)
+            err.print(note, highlight=False, markup=False)
 
 
 # --------------------------------------------------------------------- envs
@@ -523,6 +536,7 @@ def bisect(
     signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
+    prove: Annotated[bool, typer.Option("--prove/--no-prove", help="After the commit search: revert the first bad commit on top of the first bad release and run that (one more build and run).")] = True,
     pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases among the candidates.")] = False,
     include_yanked: Annotated[bool, typer.Option("--include-yanked", help="Include yanked releases among the candidates.")] = False,
     manual: Annotated[bool, typer.Option("--manual", help="Run nothing: build each point's venv, say how to run the case in it, and ask good/bad/skip.")] = False,
@@ -554,7 +568,7 @@ def bisect(
                       pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
                       repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
                       verify_commit_ends=verify_commit_ends, confirm=confirm, include_yanked=include_yanked,
-                      argv=tuple(_invocation()))
+                      prove=prove, argv=tuple(_invocation()))
         idx = index.options()
         env_options = envs.options(env_defaults)
         planned = plan(req, idx)  # everything checked before the store or the cache is touched
@@ -743,7 +757,7 @@ def replay(
 
     with user_errors():
         try:
-            text = file.read_text()
+            text = read_small_text(file)
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"{file}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
         lines = parse_log(text, str(file))
@@ -818,6 +832,32 @@ def run_one(
         record = run_job(spec, ProgressUI())
         err.print(f"run {record.id}: {record.outcome.value}" + (f" ({record.reason})" if record.reason else ""),
                   highlight=False)
+
+
+@app.command("diff")
+@bundled
+def diff_envs(
+    good: Annotated[Path, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder, a python, or - (stdin).")],
+    bad: Annotated[Path, typer.Argument(metavar="BAD", help="The environment that breaks (any of the same).")],
+    python: Annotated[Optional[str], typer.Option("--python", help="The interpreter trials are made from: what its environment provides is noted (default: dsbisect's own).")] = None,
+    shown: OutputArgs = OutputArgs(),
+) -> None:
+    """Print what changed between two environments (changed, added, removed), running nothing.
+    Exit 1 when they do not differ."""
+    from . import envreport
+
+    with user_errors():
+        if shown.output and not shown.output.parent.is_dir():
+            raise InputError(f"-o {shown.output}: there is no folder {shown.output.parent}")
+        d = envreport.compare(good, bad, python)
+        if shown.fmt is Format.json:
+            emit(json.dumps(envreport.to_json(d), indent=2) + "\n", shown.output)
+        elif shown.fmt is Format.markdown:
+            emit(envreport.markdown(d), shown.output)
+        else:
+            out.print(envreport.table(d))
+            if shown.output:
+                shown.output.write_text(envreport.markdown(d))
 
 
 @app.command("snapshot-base")

@@ -30,6 +30,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from . import base as base_env
+from . import disk
 from .builds import Builds
 from .cache import MARKER, CachePaths, disk_usage
 from .errors import EnvBuildError
@@ -129,7 +130,7 @@ class EnvManager:
             python=self.base.python,
             base_digest=self.base.digest if layered else self.base.version,
             requirements=reqs,
-            source=f"{point.source.package}@{point.source.commit}" if point.source else None,
+            source=f"{point.source.package}@{point.source.ident}" if point.source else None,
             hold=self.hold(reqs),
             index=tuple(self.index.uv_args()),
         )
@@ -138,8 +139,13 @@ class EnvManager:
         """The venv for ``point``, built if needed. Raises EnvBuildError with uv's reason."""
         spec = self.spec_for(point)
         final = self.paths.envs / spec.key
-        with FileLock(str(self.paths.lock(spec.key))):
-            return self._reuse(final, spec) or self._build(point, spec, final)
+        try:
+            with FileLock(str(self.paths.lock(spec.key))):
+                return self._reuse(final, spec) or self._build(point, spec, final)
+        except OSError as e:  # a full cache disk: the point cannot be tested here (a SKIP), said in one line
+            if not disk.is_full(e):
+                raise
+            raise EnvBuildError(disk.message(e.filename or final)) from None
 
     def built(self, point: Point) -> Env | None:
         """The finished venv of ``point`` if the cache holds it (nothing is built or changed)."""

@@ -11,7 +11,8 @@ import re
 from collections.abc import Mapping
 
 SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][\w+.-]*://)(?P<userinfo>[^/\s@'\"]+)@")
+# a scheme glued to what precedes it (1.0https://, _https://) is a URL too: no word boundary asked
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<userinfo>[^/\s@'\"]+)@")
 # NAME=value, but not a requirement's ==, <=, >=, != or ~= (tokenizers==0.15.2 is no secret)
 _ASSIGNMENT = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)(?<![=<>!~])=(?!=)(?P<value>\"[^\"]*\"|'[^']*'|[^\s'\";&|,]+)")
 HIDDEN = "***"
