@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterable, Iterator
@@ -94,6 +95,22 @@ def inspect_base(python: str | None) -> Base:
     data = json.loads(done.stdout)
     return Base(python=data["executable"], version=data["version"], site_dirs=tuple(data["site"]),
                 dists=tuple(tuple(d) for d in data["dists"]))
+
+
+_TORCH_CUDA = re.compile(r"""^cuda\s*(?::[^=]*)?=\s*(?:None|['"]([^'"]*)['"])""", re.MULTILINE)
+
+
+def torch_cuda(site_dirs: Iterable[str | Path]) -> str | None:
+    """``torch.version.cuda`` of the first torch in ``site_dirs``, read from its ``version.py``
+    without importing it: "12.1", "" for a build without CUDA, None when no torch is there."""
+    for d in site_dirs:
+        try:
+            text = (Path(d) / "torch" / "version.py").read_text(errors="replace")
+        except OSError:
+            continue
+        m = _TORCH_CUDA.search(text)
+        return (m[1] or "") if m else None
+    return None
 
 
 # ------------------------------------------------------------------- a venv's site

@@ -283,14 +283,14 @@ def _interpreter_options(argv: tuple[str, ...]) -> tuple[int, str | None, str | 
 
 def _script(argv: tuple[str, ...], start: int, cwd: Path) -> Command:
     return Command(argv, CommandKind.SCRIPT, script=_existing_script(argv[start], cwd, argv[0]),
-                   script_args=argv[start + 1:], files=_files(argv[start:], cwd), prefix=argv[:start],
+                   script_args=argv[start + 1:], files=named_files(argv[start:], cwd), prefix=argv[:start],
                    target=argv[start])
 
 
 def _executable(argv: tuple[str, ...], cwd: Path) -> Command:
     if "/" in argv[0] and not (cwd / argv[0]).exists():
         raise InputError(f"{argv[0]}: no such file (relative to {cwd})")
-    return Command(argv, CommandKind.EXECUTABLE, script_args=argv[1:], files=_files(argv, cwd), target=argv[0])
+    return Command(argv, CommandKind.EXECUTABLE, script_args=argv[1:], files=named_files(argv, cwd), target=argv[0])
 
 
 def _parse_launcher(argv: tuple[str, ...], kind: CommandKind, start: int, cwd: Path) -> Command:
@@ -306,7 +306,7 @@ def _parse_launcher(argv: tuple[str, ...], kind: CommandKind, start: int, cwd: P
     nproc, nnodes = _WORLD[kind](given, cwd)
     values = tuple(v for _, v in options if v)
     return Command(argv, kind, launcher_args=tokens[:end], script=script, script_args=rest[1:], nproc=nproc,
-                   nnodes=nnodes, files=_files(tokens[:end] + values + rest, cwd), prefix=argv[:start],
+                   nnodes=nnodes, files=named_files(tokens[:end] + values + rest, cwd), prefix=argv[:start],
                    target=rest[0], module=module, options=tuple(options))
 
 
@@ -317,7 +317,7 @@ def _existing_script(name: str, cwd: Path, who: str) -> Path:
     return path
 
 
-def _files(tokens: Sequence[str], cwd: Path) -> tuple[Path, ...]:
+def named_files(tokens: Sequence[str], cwd: Path) -> tuple[Path, ...]:
     """The existing files ``tokens`` name (also as the VALUE of ``--opt=VALUE``), in order, each once."""
     found: dict[Path, None] = {}
     for token in tokens:

@@ -147,6 +147,20 @@ class EnvManager:
                 raise
             raise EnvBuildError(disk.message(e.filename or final)) from None
 
+    def built(self, point: Point) -> Env | None:
+        """The finished venv of ``point`` if the cache holds it (nothing is built or changed)."""
+        spec = self.spec_for(point)
+        marker = self.paths.envs / spec.key / MARKER
+        try:
+            data = json.loads(marker.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or data.get("key") != spec.key:
+            return None
+        return Env(key=spec.key, path=marker.parent, spec=spec, seconds=0.0, reused=True,
+                   installed=tuple(tuple(x) for x in data.get("installed", [])),
+                   shadowed=tuple(tuple(x) for x in data.get("shadowed", [])))
+
     def hold(self, reqs: tuple[str, ...]) -> tuple[str, ...]:
         """Base packages held at their version in layered mode (torch, unless pinned)."""
         if self.mode is not BaseMode.LAYERED:

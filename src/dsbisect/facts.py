@@ -288,9 +288,13 @@ def describe_host(h: dict) -> str:
 
 
 def describe_env(facts: dict) -> str:
-    """One line: python, torch, CUDA, NCCL, GPUs."""
-    v = facts.get("versions", {})
-    parts = [f"python {facts.get('python', '?')}", f"torch {v.get('torch', '?')}"]
+    """One line: python (and which one, where the run records it), torch, CUDA, NCCL, GPUs."""
+    v = facts.get("versions") if isinstance(facts.get("versions"), dict) else {}
+    ran = facts.get("fingerprint") if isinstance(facts.get("fingerprint"), dict) else {}
+    interp = ran.get("interpreter") if isinstance(ran.get("interpreter"), dict) else {}
+    exe = f" ({interp['executable']})" if interp.get("executable") else ""
+    torch = v.get("torch") or interp.get("torch") or ("?" if v or not interp else "none")
+    parts = [f"python {facts.get('python') or interp.get('python') or '?'}{exe}", f"torch {torch}"]
     if facts.get("cuda"):
         parts.append(f"CUDA {facts['cuda']}")
     if facts.get("nccl"):

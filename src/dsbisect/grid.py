@@ -26,6 +26,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from .inputs import Inputs, same_inputs
 from .model import Outcome, Point
 from .redact import redact as _redact
 from .store import RunRecord
@@ -115,11 +116,22 @@ def grid(runs: list[RunRecord]) -> Grid:
 
 
 def _current(runs: list[RunRecord]) -> list[RunRecord]:
-    """Runs of one (case, point): a later SKIP or re-run replaces earlier attempts of the same number."""
+    """Runs of one (case, point): a later SKIP or re-run replaces earlier attempts of the same number,
+    and once a run was made again for other inputs (files, environment, python), only the runs of
+    the latest inputs stand (runs that record none, such as marks by hand, stay)."""
+    latest = next((_inputs_of(r) for r in reversed(runs) if _inputs_of(r) is not None), None)
     by_attempt: dict[int, RunRecord] = {}
     for r in runs:
+        mine = _inputs_of(r)
+        if latest is not None and mine is not None and not same_inputs(mine, latest):
+            continue
         by_attempt[r.attempt] = r
     return [by_attempt[a] for a in sorted(by_attempt)]
+
+
+def _inputs_of(run: RunRecord) -> Inputs | None:
+    """What a run records it ran (None: it records nothing)."""
+    return Inputs.from_json(run.facts.get("fingerprint")) if isinstance(run.facts, dict) else None
 
 
 # ------------------------------------------------------------------ one case

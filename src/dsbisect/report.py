@@ -61,7 +61,7 @@ class _Lines:
 def environment_lines(g: Grid) -> list[str]:
     seen = []
     for r in _runs(g):
-        if r.facts.get("versions"):
+        if r.facts.get("versions") or r.facts.get("fingerprint"):  # a skip before any import: its python
             text = describe_env(r.facts)
             if text not in seen:
                 seen.append(text)

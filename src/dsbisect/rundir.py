@@ -20,6 +20,7 @@
       .deepspeed_env                the run's variables for every node (multi-node)
       run.json                      the run's record (the store's index is rebuilt from these)
       inputs/NN-<name>              copies of the (small) files the command line named
+      imports/pid<P>.json           the local modules process P imported (the start-up hook's)
 
 Standard library only: ``forensics`` reads run folders with it on machines without torch.
 """
@@ -143,6 +144,12 @@ class RunDir:
     def inputs(self) -> Path:
         """Copies of the files the command line named (configs, the script)."""
         return self.path / "inputs"
+
+    @property
+    def imports(self) -> Path:
+        """The local modules each interpreter of the run imported (``pid<P>.json``, written by the
+        start-up hook in the point venv, which cannot import this)."""
+        return self.path / "imports"
 
     @property
     def deepspeed_env(self) -> Path:

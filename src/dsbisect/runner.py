@@ -53,6 +53,7 @@ from .model import (
 from .identity import package_frames
 from .outcome import Classified, classify
 from .proc import clean_env
+from .reuse import Reuse, digests, named_paths
 from .rundir import RunDir
 from .store import RunRecord, Store
 
@@ -195,8 +196,7 @@ class Runner:
     def _prepare(self, case: Case, point: Point) -> None:
         if self.executor is not None or not self._enough_gpus(case):
             return  # the run is not here, or cannot run here
-        recorded = [] if self.rerun else self.store.done_runs(self.effective(case).key, point.key)
-        if any(r.outcome is not Outcome.SKIP for r in recorded):
+        if self.reusable(self.effective(case), point)[0]:
             return  # recorded: it will not run again
         try:
             env = self.envs.ensure(point)
@@ -210,19 +210,52 @@ class Runner:
              enough: Callable[[list[RunRecord]], bool] | None = None, slot: Slot = Slot()) -> list[RunRecord]:
         """Up to ``want`` runs of ``point``: recorded ones first, then new ones until ``enough``."""
         case = self.effective(case) if self.executor is None else case  # a remote node applies its own GPU's
-        recorded = [] if self.rerun else [  # a skip marked by hand (dsbisect mark) is kept, as the user said
-            r for r in self.store.done_runs(case.key, point.key)
-            if r.outcome is not Outcome.SKIP or r.evidence.get("manual") == "skip"
-        ]
+        recorded, why = self.reusable(case, point)
         runs = recorded[:want]
         for r in runs:
             self.progress("reused", f"{case.name} · {point.label}: {r.outcome.value} (run {r.id}, recorded)")
+        if why and len(runs) < want:
+            self.progress("note", f"{case.name} · {point.label}: {why}; running it again")
         while len(runs) < want and not (enough and enough(runs)) and Outcome.SKIP not in {r.outcome for r in runs}:
             run = self.run_once(case, point, attempt=len(runs) + 1, slot=slot)
             runs.append(run)
             if run.outcome is Outcome.SKIP:
                 break
         return runs
+
+    # ------------------------------------------------------------------ reuse
+
+    def reusable(self, case: Case, point: Point) -> tuple[list[RunRecord], str]:
+        """The recorded runs that may stand for runs of ``point`` now (``inputs`` has the rule):
+        PASS, FAIL and HANG whose inputs are what would run now, and every run marked by hand
+        (a skip included: the user said so); with why the latest one set aside was ("" if none)."""
+        if self.rerun:
+            return [], ""
+        fresh, why = [], ""
+        done = self.store.done_runs(case.key, point.key)
+        for r in done:
+            if r.evidence.get("manual"):
+                fresh.append(r)
+            elif r.outcome is not Outcome.SKIP:
+                stale = self.reuse.stale(case, point, r, self._where(case))
+                if stale:
+                    why = stale
+                else:
+                    fresh.append(r)
+        if not done:
+            other = self.store.latest_of_other_case(case.name, case.key, point.key)
+            if other is not None:  # the case's script, args or settings changed since
+                why = self.reuse.stale(case, point, other, self._where(case)) or \
+                    f"recorded run {other.id} is for other case settings"
+        return fresh, why
+
+    @property
+    def reuse(self) -> Reuse:
+        return Reuse(self.store, self.envs)
+
+    def _where(self, case: Case) -> str:
+        """The accelerator a run of ``case`` gets here ("" when an executor's node decides)."""
+        return self.accelerator(case).value if self.executor is None else ""
 
     def effective(self, case: Case) -> Case:
         return case.for_gpu(self.gpus[0] if self.gpus else None)
@@ -289,7 +322,12 @@ class Runner:
                 if self.cancel.is_set():
                     raise KeyboardInterrupt
                 time.sleep(1.0)
-            if theirs.status is RunStatus.DONE and theirs.outcome is not Outcome.SKIP:
+            if theirs.status is not RunStatus.DONE or theirs.outcome is Outcome.SKIP:
+                continue
+            stale = self.reuse.stale(case, point, theirs, self._where(case))  # other files, variables, python?
+            if stale:
+                self.progress("note", f"{case.name} · {point.label}: {stale}; running it again")
+            else:
                 self.progress("reused", f"{case.name} · {point.label}: {theirs.outcome.value} "
                                         f"(run {theirs.id}, by another dsbisect)")
                 return theirs
@@ -305,13 +343,13 @@ class Runner:
         try:
             env = self.envs.ensure(point)
         except EnvBuildError as e:
-            return self._skip(run, f"venv could not be built: {e}")
+            return self._skip(run, f"venv could not be built: {e}", case=case)
         if folds_check(case):  # made in the run, unless this venv's is recorded
             check = self.store.import_check(env.key, import_check_key(case, accel, check_wanted(point)))
         else:
             check = self._import_check(env, case, point, accel)
         if check is not None and not check.ok:
-            return self._skip(run, check.reason, env_key=env.key, found=check.facts)
+            return self._skip(run, check.reason, env_key=env.key, found=check.facts, case=case, env=env)
         if case.nodes.hostfile is not None:
             self.progress("env", f"{label}: checking the venv on every node of {case.nodes.hostfile.name}")
             problem = multinode.check_nodes(case, env.key, env.python, check.facts)
@@ -320,9 +358,11 @@ class Runner:
         return self._launch(run, case, point, env, check, accel, slot, token or GateToken())
 
     def _skip(self, run: RunRecord, reason: str, env_key: str | None = None,
-              found: dict | None = None) -> RunRecord:
+              found: dict | None = None, case: Case | None = None, env: Env | None = None) -> RunRecord:
+        given = {} if case is None else {
+            "fingerprint": self.reuse.record(case, run.point, env, accelerator=self._where(case))}
         done = self.store.finish_run(run.id, Outcome.SKIP, None, 0.0, reason=reason, env_key=env_key,
-                                     facts=(found or {}) | {"host": facts.host()})
+                                     facts=(found or {}) | given | {"host": facts.host()})
         self.progress("done", f"{run.case_name} · {run.point.label}: skip ({reason})")
         return done
 
@@ -395,6 +435,7 @@ class Runner:
             hooks = multinode.RemoteRanks.of(case, env.python, run, capture)
         remote_left: list[str] = []
         given = record_inputs(case, run)
+        named = digests(named_paths(case))  # as the run starts: what changes under it is its output
         how = "1 rank, no launcher" if direct else f"{case.nproc} ranks"
         self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {how}, {accel.value})")
         t0 = time.monotonic()
@@ -411,7 +452,7 @@ class Runner:
         if check is None:
             check = self._check_of_run(run, env, case, point, accel)
             if not check.ok:
-                return self._skip(record, check.reason, env_key=env.key, found=check.facts)
+                return self._skip(record, check.reason, env_key=env.key, found=check.facts, case=case, env=env)
         tail, rank_tails = run.tails()
         c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, tail, rank_tails)
         c, oom = _oom_verdict(c, result, run, ooms, token)
@@ -434,7 +475,9 @@ class Runner:
             run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
             signature=signature, evidence=evidence,
             facts=check.facts | given | {"accelerator": accel.value, "shadowed": [list(x) for x in env.shadowed],
-                                         "host": facts.host(), "index": self.envs.index.origin},
+                                         "host": facts.host(), "index": self.envs.index.origin,
+                                         "fingerprint": self.reuse.record(case, point, env, run, named,
+                                                                          accel.value)},
             env_key=env.key,
         )
         said = f" ({c.reason})" if c.outcome is Outcome.SKIP else ""

@@ -267,7 +267,8 @@ def _import(runner: Runner, case: Case, point: Point, attempt: int, folder: Path
         slurm["started"] = round(done.started, 3)  # on the node (the main store's row starts now)
         run_id = store.start_run(case.name, case.key, point, done.env_key, attempt)
         store.finish_run(run_id, done.outcome, done.exit_code, done.seconds or 0.0, reason=done.reason,
-                         signature=done.signature, evidence=done.evidence, facts=done.facts | {"slurm": slurm},
+                         signature=done.signature, evidence=done.evidence,
+                         facts=runner.reuse.adopt(case, done.facts) | {"slurm": slurm},
                          env_key=done.env_key, run_dir=Path(done.run_dir) if done.run_dir else folder)
         return store.run(run_id)
     started = job_runs[-1] if job_runs else None

@@ -206,6 +206,7 @@ class Store:
         self.path = self.dir / DB
         self.notes: list[str] = []  # what the store did that a user should know (printed by the CLI)
         self.lock = threading.RLock()  # one connection shared by the runner's threads
+        self._inputs_key: bytes | None = None
         self.hold: StoreLock | None = None
         self._beating: threading.Event | None = None
         check_access(self.dir, write=not readonly)
@@ -278,6 +279,34 @@ class Store:
                     _relative_paths(db)
                 db.execute(f"PRAGMA user_version = {i}")
         return version == 0
+
+    # ------------------------------------------------------------- the inputs key
+
+    KEY = "inputs.key"
+
+    def inputs_key(self) -> bytes:
+        """The key of the digests of the environment values runs record (``inputs.key``: 32 random
+        bytes, made once per store, readable by its group at most): a digest pasted with a
+        report cannot be tested against guessed values without it.  A copied store keeps it."""
+        if self._inputs_key is None:
+            path = self.dir / self.KEY
+            if not path.is_file():  # written whole beside it, then linked in: never half a key
+                tmp = path.with_name(f"{self.KEY}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+                try:
+                    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o640)
+                    with os.fdopen(fd, "wb") as f:
+                        f.write(secrets.token_bytes(32))
+                    os.link(tmp, path)
+                except FileExistsError:  # another dsbisect made it first: theirs is the key
+                    pass
+                except OSError as e:
+                    if disk.is_full(e):
+                        raise DiskFull(disk.message(tmp)) from None
+                    raise
+                finally:
+                    tmp.unlink(missing_ok=True)
+            self._inputs_key = path.read_bytes()
+        return self._inputs_key
 
     # ------------------------------------------------------------- folders
 
@@ -450,6 +479,14 @@ class Store:
             if isinstance(value, int) and value > 0:
                 out.append(value)
         return out
+
+    def latest_of_other_case(self, case_name: str, case_key: str, point_key: str) -> RunRecord | None:
+        """The latest finished non-skip run of this point under the same case name and another
+        case key (the case's script or settings changed since)."""
+        rows = self._all("SELECT * FROM runs WHERE case_name=? AND point_key=? AND case_key<>? AND status='done'"
+                         " AND outcome<>'skip' ORDER BY id DESC LIMIT 1", (case_name, point_key, case_key))
+        found = self._records(rows)
+        return found[0] if found else None
 
     def same_skip(self, case_key: str, point_key: str, reason: str, host: str) -> RunRecord | None:
         """The last run of this point if it was skipped on this host for this very reason."""
