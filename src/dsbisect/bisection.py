@@ -16,6 +16,7 @@ from packaging.utils import canonicalize_name
 from . import gitrepo
 from .model import Answer, Case, GitSource, IndexOptions, Mode, Outcome, Point, RegressOn, Stage, Verdict, digest
 from .outcome import combine, verdict
+from .redact import redact_tree
 from .runner import Runner
 from .search import Search, Side, lookahead, search
 from .store import RunRecord
@@ -426,7 +427,10 @@ class Bisection:
                   "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature}
         if req.argv:  # for `dsbisect log`: the command, and where it ran (its relative paths are from there)
             params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
-        self.runner.store.save_bisection(req.key, req.package, req.good, req.bad, params, status, result)
+        # argv, a reason or a subject may hold credentials (an index URL's, a --hub_token): stored
+        # masked (the group reads the store); a rerun takes them from its own command line
+        self.runner.store.save_bisection(req.key, req.package, req.good, req.bad, redact_tree(params), status,
+                                         redact_tree(result))
 
 
 def _replace(result: Result, **changes) -> Result:
@@ -491,4 +495,5 @@ def result_json(r: Result) -> dict:
 
 
 def dumps(r: Result) -> str:
-    return json.dumps(result_json(r), indent=2)
+    """The result as JSON for stdout, secrets masked."""
+    return json.dumps(redact_tree(result_json(r)), indent=2)

@@ -29,13 +29,15 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from typer.core import TyperGroup
 
 from . import __version__
 from . import matrix as matrix_mod
 from . import report as rep
 from .errors import DsbisectError, InputError, Stopped, signal_of
-from .redact import redact
+from .outside import safe, safe_text
+from .redact import redact, remember, secret_values
 from .marks import Mark
 from .model import Accelerator, BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend, RegressOn
 from .session import cache_root, index_options, open_runner
@@ -50,8 +52,14 @@ class OneLineErrors(TyperGroup):
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         _plain_metavars(self)
+        argv = list(args[0] if args and args[0] is not None else kwargs.get("args") or sys.argv[1:])
+        remember(secret_values({}, argv))  # a --hub_token's value is masked in all this command shows
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        bad = next((i for i, a in enumerate(argv) if "\0" in str(a)), None)
+        if bad is not None:
+            say_error(f"argument {bad + 1} ({str(argv[bad])!r}) holds a NUL byte, which no program can be given")
+            sys.exit(2)
         try:
             with stop_on_signals():
                 code = super().main(*args, standalone_mode=False, **kwargs)
@@ -60,10 +68,10 @@ class OneLineErrors(TyperGroup):
                 e.show()
             else:
                 message = " ".join(e.format_message().replace("Value error, ", "").split()).rstrip(".")
-                err.print(f"[bold red]error:[/] {message} (see --help)", highlight=False)
+                say_error(f"{message} (see --help)")
             sys.exit(e.exit_code)
         except typer.Abort:
-            err.print("[bold red]aborted[/]")
+            say_error("", label="aborted")
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -107,8 +115,19 @@ app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True, 
 envs_app = typer.Typer(no_args_is_help=True, help="List or prune the cached point venvs.")
 app.add_typer(envs_app, name="envs")
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# No text printed is ever read as markup or emoji codes: what dsbisect styles, it styles with Text.
+out = Console(soft_wrap=True, markup=False, emoji=False, highlight=False)
+err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False, highlight=False)
+
+
+def say_error(message: str, label: str = "error:") -> None:
+    """One red-labelled line on stderr; the message is outside text (safe, never markup)."""
+    err.print(Text.assemble((label, "bold red"), " " if message else "", safe_text(message)))
+
+
+def say(text: str) -> None:
+    """A line of progress or a note on stderr (outside text: safe, never markup)."""
+    err.print(safe_text(text))
 
 
 class Format(str, Enum):
@@ -143,12 +162,11 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except DsbisectError as e:
-        err.print(f"[bold red]error:[/] {redact(str(e))}", highlight=False)
+        say_error(str(e))
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt as e:
         signum = signal_of(e)
-        err.print(f"[bold red]interrupted[/] by {signal.Signals(signum).name}; every run's processes were stopped",
-                  highlight=False)
+        say_error(f"by {signal.Signals(signum).name}; every run's processes were stopped", label="interrupted")
         raise typer.Exit(128 + signum) from None
 
 
@@ -298,19 +316,19 @@ class ProgressUI:
     def __call__(self, kind: str, text: str) -> None:
         if self.quiet:
             return
-        text = redact(text)
+        text = safe(text)
         if kind in ("done", "reused") and self.total:
             self.finished += 1
             text = f"[point {self.finished} of {self.total}] {text}"
         if kind in ("done", "reused", "note"):
-            err.print(f"  {text}", highlight=False)
+            err.print(Text(f"  {text}"))
             if self.status:
-                self.status.update("")
+                self.status.update(Text(""))
         elif self.status is not None:
             elapsed = int(time.monotonic() - self.t0)
-            self.status.update(f"{text}  {elapsed // 60:02d}:{elapsed % 60:02d} elapsed")
+            self.status.update(Text(f"{text}  {elapsed // 60:02d}:{elapsed % 60:02d} elapsed"))
         else:
-            err.print(f"  {text}", highlight=False, style="dim")
+            err.print(Text(f"  {text}", style="dim"))
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -463,9 +481,9 @@ def store_repair(store: StoreOpt = Path(".dsbisect")) -> None:
     with user_errors():
         rebuilt, moved = repair(store)
         if moved:
-            err.print(f"the damaged database was moved to {moved}", highlight=False)
+            say(f"the damaged database was moved to {moved}")
         for note in rebuilt.notes:
-            err.print(note, highlight=False)
+            say(note)
 
 
 # --------------------------------------------------------------------- envs
@@ -497,7 +515,7 @@ def envs_prune(
         if not (root / "envs").is_dir():
             raise InputError(f"no venv cache in {root}")
         removed, busy = EnvManager(root).prune(older_than_s=older_than * 86400 if older_than is not None else None)
-        err.print(f"removed {len(removed)} venv(s)" + (f"; kept {len(busy)} in use" if busy else ""))
+        say(f"removed {len(removed)} venv(s)" + (f"; kept {len(busy)} in use" if busy else ""))
 
 
 # ------------------------------------------------------------------- bisect
@@ -560,7 +578,7 @@ def bisect(
         planned = plan(req, idx)  # everything checked before the store or the cache is touched
         if bad == "latest":
             req = dataclasses.replace(req, bad=planned.versions[-1])
-            err.print(f"latest release of {package}: {req.bad}", highlight=False)
+            say(f"latest release of {package}: {req.bad}")
         ui = ProgressUI(shown.quiet)
         runner = open_runner(store, envs.cache_dir, env_options, idx, ui, jobs=where.jobs,
                              executor=_manual_executor(where, ui) if manual else executor)
@@ -577,7 +595,7 @@ def bisect(
             if shown.output:
                 shown.output.write_text(rep.bisect_markdown(result, command))
         if result.exit_code:
-            err.print(f"[bold red]{result.verdict.value}:[/] {result.message}", highlight=False)
+            say_error(result.message, label=f"{result.verdict.value}:")
             raise typer.Exit(result.exit_code)
 
 
@@ -634,7 +652,7 @@ def versions(
             raise InputError("give both GOOD and BAD, or neither")
         rels = listed(package, idx, pre) if good is None else candidates(package, good, bad, idx, pre)
         for v in rels:
-            out.print(str(v), highlight=False)
+            out.print(safe_text(str(v)))
 
 
 # ------------------------------------------------------- mark, log, replay
@@ -684,7 +702,7 @@ def mark(
         the_store = _marks_store(store)
         for point in plan.points:
             r = record(the_store, plan.case, point, plan.mark, plan.note)
-            err.print(f"run {r.id}: {plan.case.name} · {point.label} marked {plan.mark.value} by hand", highlight=False)
+            say(f"run {r.id}: {plan.case.name} · {point.label} marked {plan.mark.value} by hand")
 
 
 def _mark_plan(verdict, args, case, script, matrix, pin, nproc, accelerator, commit, git_repo, note,
@@ -714,7 +732,7 @@ def _marks_store(store: Path):
     make_shared(folder)
     the_store = Store(folder)
     for n in the_store.notes:
-        err.print(n, highlight=False)
+        say(n)
     return the_store
 
 
@@ -728,7 +746,7 @@ def log(
 
     with user_errors():
         the_store = _open_store(store)
-        emit(log_text(the_store, find_bisection(the_store.dir, key)), None)
+        emit(safe(log_text(the_store, find_bisection(the_store.dir, key))), None)
 
 
 @app.command()
@@ -770,8 +788,7 @@ def replay(
                     record(the_store, plan.case, point, plan.mark, plan.note or line.comment,
                            extra={"replayed": f"{file.name}:{line.number}"})
                     made += 1
-        err.print(f"{made} mark(s) recorded in {the_store.dir}"
-                  + (f"; {len(there)} already there" if there else ""), highlight=False)
+        say(f"{made} mark(s) recorded in {the_store.dir}" + (f"; {len(there)} already there" if there else ""))
 
 
 def _invocation() -> list[str]:
@@ -803,7 +820,7 @@ def _manual_executor(where: ExecArgs, ui: ProgressUI):
             if live is not None:
                 live.start()
 
-    return ManualExecutor(ask=ask, say=lambda text: err.print(text, highlight=False, markup=False))
+    return ManualExecutor(ask=ask, say=lambda text: err.print(safe_text(text)))
 
 
 
@@ -816,8 +833,7 @@ def run_one(
 
     with user_errors():
         record = run_job(spec, ProgressUI())
-        err.print(f"run {record.id}: {record.outcome.value}" + (f" ({record.reason})" if record.reason else ""),
-                  highlight=False)
+        say(f"run {record.id}: {record.outcome.value}" + (f" ({record.reason})" if record.reason else ""))
 
 
 @app.command("snapshot-base")
@@ -831,14 +847,14 @@ def snapshot_base(
     with user_errors():
         data = snapshot(python)
         output.write_text(json.dumps(data))
-        err.print(f"{len(data['dists'])} distributions of {data['python']} (python {data['python_version']}, "
-                  f"{data['platform']}) written to {output}")
+        say(f"{len(data['dists'])} distributions of {data['python']} (python {data['python_version']}, "
+            f"{data['platform']}) written to {output}")
 
 
 @app.command()
 @bundled
 def prefetch(
-    matrix: Annotated[Path, typer.Argument(help="The matrix file.")] = Path("matrix.yaml"),
+    matrix: Annotated[Optional[Path], typer.Argument(help="The matrix file (default matrix.yaml; with --no-cases, read only when there).")] = None,
     dest: Annotated[Path, typer.Option("--dest", help="The wheelhouse folder to fill.")] = Path("wheelhouse"),
     case: CasesOpt = None,
     with_candidates: Annotated[bool, typer.Option("--with-candidates", help="Also every release between the lowest and highest version of each axis.")] = False,
@@ -860,8 +876,10 @@ def prefetch(
     from .prefetch import Prefetcher, Target, load_snapshot, points_to_fetch
 
     with user_errors():
-        m = matrix_mod.load(matrix)
-        cases = m.select(case)
+        if not cases_too and case:
+            raise InputError("--case names cases to fetch: it cannot go with --no-cases")
+        m = _prefetch_matrix(matrix, cases_too)
+        cases = m.select(case) if m is not None else []
         if index.offline:
             raise InputError("prefetch downloads what --offline runs need: it cannot run --offline itself")
         idx = index.options()
@@ -871,11 +889,12 @@ def prefetch(
         repo = gitrepo.check_repo(git_repo) if git_repo else None
         target = Target(python_version, tuple(platform_tag or ()), load_snapshot(base_snapshot) if base_snapshot else None)
         points = points_to_fetch(cases, idx, with_candidates) if cases_too else []
-        say = lambda s: err.print(f"  {s}", highlight=False)  # noqa: E731
-        pf = Prefetcher(EnvManager(cache_root(cache_dir), m.env, idx, log=say), dest, target, log=say)
+        indented = lambda s: say(f"  {s}")  # noqa: E731
+        env_options = m.env if m is not None else EnvOptions()
+        pf = Prefetcher(EnvManager(cache_root(cache_dir), env_options, idx, log=indented), dest, target, log=indented)
         try:
             for p in points:
-                err.print(f"{p.label}", highlight=False)
+                say(f"{p.label}")
                 pf.point(p)
             if tool:
                 pf.tool()
@@ -886,9 +905,17 @@ def prefetch(
                 pf.commits(repo, package, old, new)
         finally:
             pf.close()
-        err.print(f"{len(pf.added)} file(s) added; {pf.dest} holds {pf.size() / 1e6:.1f} MB")
+        say(f"{len(pf.added)} file(s) added; {pf.dest} holds {pf.size() / 1e6:.1f} MB")
         for name in pf.added:
-            out.print(name, highlight=False)
+            out.print(safe_text(name))
+
+
+def _prefetch_matrix(matrix: Path | None, cases_too: bool):
+    """The matrix prefetch reads: the one named, else matrix.yaml; with --no-cases (only --tool,
+    --extra, --commits), matrix.yaml only for its settings, and only when there."""
+    if matrix is None and not cases_too and not Path("matrix.yaml").is_file():
+        return None
+    return matrix_mod.load(matrix or Path("matrix.yaml"))
 
 
 def version_callback(value: bool) -> None:

@@ -27,7 +27,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .model import Outcome, Point
-from .redact import redact as _redact
+from .outside import safe, safe_text
 from .store import RunRecord
 
 STYLE = {Outcome.PASS: "bold green", Outcome.FAIL: "bold red", Outcome.HANG: "bold magenta", Outcome.SKIP: "yellow"}
@@ -57,7 +57,7 @@ class Cell:
     @property
     def why(self) -> str:
         r = self.shown
-        return redact(r.signature or r.reason or "")
+        return safe(r.signature or r.reason or "")
 
     @property
     def head(self) -> str:
@@ -305,7 +305,7 @@ class GridView:
         width = options.max_width
         views = case_views(self.grid)
         if self.title:
-            yield Text(redact(self.title), style="bold")
+            yield safe_text(self.title, style="bold")
         for view in views:
             if view.skipped() is not None:
                 continue
@@ -327,18 +327,13 @@ class GridView:
 
 
 def line(text: str, piped: bool, style: str = "", indent: int = 0):
-    """One logical line: whole on one line when piped, wrapped under its indent on a terminal."""
-    text = redact(text)
+    """One logical line: whole on one line when piped, wrapped under its indent on a terminal
+    (outside text: redacted, inert, never markup)."""
+    text = safe(text)
     if piped:
         return Text(" " * indent + text, style=style, no_wrap=True, overflow="ignore")
     t = Text(text, style=style, no_wrap=False, overflow="fold")
     return Padding(t, (0, 0, 0, indent), expand=False) if indent else t
-
-
-def redact(text: str) -> str:
-    """``redact.redact``, except that a requirement's ``==`` is not an assignment
-    (``tokenizers==0.15.2`` would lose its version to the secret-looking name)."""
-    return _redact(text.replace("==", "\0EQ\0")).replace("\0EQ\0", "==") if text else text
 
 
 def tables(view: CaseView, width: int) -> Iterable[Table]:
@@ -358,15 +353,16 @@ def tables(view: CaseView, width: int) -> Iterable[Table]:
         used += col_w[col]
     for cols in chunks:
         table = Table(header_style="bold", show_lines=any(len(lines[k]) > 1 for k in lines))
-        table.add_column(redact(view.row_axis), overflow="fold")
+        table.add_column(safe_text(view.row_axis), overflow="fold")
         for col in cols:
-            table.add_column(heads[col], no_wrap=True)
+            table.add_column(safe_text(heads[col]), no_wrap=True)
         for row in view.rows:
             cells = []
             for col in cols:
                 c = view.cells.get((row, col))
-                cells.append(Text("\n".join(lines[(row, col)]), style=STYLE[c.outcome]) if c else Text("—", style="dim"))
-            table.add_row(redact(row), *cells)
+                cells.append(safe_text("\n".join(lines[(row, col)]), style=STYLE[c.outcome]) if c
+                             else Text("—", style="dim"))
+            table.add_row(safe_text(row), *cells)
         yield table
 
 
@@ -404,7 +400,7 @@ def markdown(g: Grid) -> list[str]:
             out.append(f"| {md(label)} | " + " | ".join(cells) + " |")
         out.append("")
         if view.held:
-            out += ["held fixed: " + ", ".join(f"`{h}`" for h in view.held), ""]
+            out += ["held fixed: " + ", ".join(f"`{md(h).replace('`', '')}`" for h in view.held), ""]
         for outcome, where, why in details(view):
             out.append(f"- {ICON[outcome]} {outcome.value.upper()} {md(where)}: {md(why)}")
         out.append("")
@@ -414,4 +410,5 @@ def markdown(g: Grid) -> list[str]:
 
 
 def md(s: str) -> str:
-    return redact(s or "").replace("|", "\\|").replace("\n", " ")
+    """Outside text for a Markdown table cell or list item: safe, on one line, no cell break."""
+    return safe(s or "").replace("|", "\\|").replace("\n", " ")

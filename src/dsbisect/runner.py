@@ -51,6 +51,7 @@ from .model import (
 )
 from .outcome import classify
 from .proc import clean_env
+from .redact import remember, scrub_folder, secret_values
 from .rundir import RunDir
 from .store import RunRecord, Store
 
@@ -233,6 +234,8 @@ class Runner:
         except KeyboardInterrupt as e:
             self.store.abandon_run(run.id, "interrupted")
             self.cancel.set()
+            if run.run_dir:  # its logs too are read by the group; known() holds the run's secrets
+                scrub_folder(Path(run.run_dir), skip=(RunDir.RECORD,))
             raise Interrupted("interrupted; the run's processes were stopped", signal_of(e)) from None
 
     def _claim(self, case: Case, point: Point, attempt: int) -> RunRecord:
@@ -333,6 +336,8 @@ class Runner:
                            f"{run.rank_log(0).relative_to(run.path)}): {' '.join(argv[4:])}\n")
         else:
             argv = launcher_argv(case, env.python, run, port, devices)
+        secrets = secret_values(variables, [*argv, *case.command])  # the ranks' and the command line's
+        remember(secrets)  # whatever this process shows from now on masks them too
         spec = LaunchSpec(
             argv=tuple(argv),
             env=variables,
@@ -371,6 +376,7 @@ class Runner:
         c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, *run.tails())
         signature, evidence = _evidence(c.outcome, run, capture, result)
         evidence["notes"] += run.cap_logs()  # after the evidence was read from them
+        evidence["notes"] += scrub_folder(run.path, secrets, skip=(RunDir.RECORD,))  # the group may read it
         evidence["survivors"] += remote_left + list(escaped.survivors)
         if escaped.stopped:
             evidence["escaped"] = list(escaped.stopped)

@@ -34,7 +34,7 @@ import psutil
 
 from .errors import InputError, StoreError
 from .model import ImportCheck, Outcome, Point, RunStatus
-from .redact import redact
+from .redact import redact, redact_tree
 from .rundir import RunDir
 
 DB = "dsbisect.sqlite3"
@@ -305,7 +305,7 @@ class Store:
                 " signature=?, evidence=?, facts=?, env_key=COALESCE(?, env_key), run_dir=COALESCE(?, run_dir)"
                 " WHERE id=?",
                 (outcome.value, exit_code, seconds, time.time(), redact(reason), redact(signature),
-                 json.dumps(evidence or {}), json.dumps(facts or {}), env_key,
+                 json.dumps(redact_tree(evidence or {})), json.dumps(redact_tree(facts or {})), env_key,
                  str(run_dir) if run_dir else None, run_id))
         return self._write_record(run_id)
 
