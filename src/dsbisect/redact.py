@@ -137,7 +137,14 @@ _OPTION = re.compile(r"(?P<head>(?<![\w-])--?(?P<name>[A-Za-z][\w-]*)[ \t]+)" + 
 
 
 def _mask_shape(m: re.Match) -> str:
-    return m["head"] + HIDDEN if secret_name(m["name"]) else m[0]
+    """The value hidden; a quoted one keeps its quotes, and a JSON key's value becomes a string
+    (a config copy stays valid JSON)."""
+    if not secret_name(m["name"]):
+        return m[0]
+    value = m["value"]
+    if value[0] in "\"'":
+        return f"{m['head']}{value[0]}{HIDDEN}{value[0]}"
+    return m["head"] + (f'"{HIDDEN}"' if m.groupdict().get("q") == '"' else HIDDEN)
 
 
 def redact(text: str, values: Iterable[str] = ()) -> str:
