@@ -104,7 +104,7 @@ def _tails(run_dir: Path, lines: int) -> list:
         text = tail_text(path, 256 << 10)
         if text is None:
             continue
-        text = "\n".join(text.splitlines()[-lines:]) if lines > 0 else ""
+        text = "\n".join(text.rstrip("\n").split("\n")[-lines:]) if lines > 0 else ""  # a \r is shown, not a break
         # A rule and plain text, not a panel: long lines wrap instead of being cut at the edge.
         out += [Rule(safe_text(str(path.relative_to(run_dir))), align="left", style="dim"),
                 safe_text(text, overflow="fold")]
