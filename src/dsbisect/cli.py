@@ -174,7 +174,9 @@ def user_errors() -> Iterator[None]:
 
 StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE")]
 CasesOpt = Annotated[Optional[list[str]], typer.Option("--case", help="Only this case (repeatable).")]
-RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, help="Runs per point (for intermittent hangs); bad if any run is bad.")]
+MAX_ID = 2**63 - 1  # SQLite's largest integer: a larger run id names no run
+MAX_COUNT = 100_000  # a --repeat, --confirm or --jobs beyond this is a typo, not a plan
+RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, max=MAX_COUNT, help="Runs per point (for intermittent hangs); bad if any run is bad.")]
 CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", "--env-root", help="Where venvs, wheels and uv's cache live (default: the user cache dir; on a cluster, shared storage).", envvar="DSBISECT_CACHE_DIR")]
 
 
@@ -261,7 +263,7 @@ class NodeArgs:
     """Multi-node options for the deepspeed launcher (override the matrix)."""
 
     hostfile: Annotated[Optional[Path], typer.Option("--hostfile", help="Multi-node: the deepspeed launcher's hostfile (overrides the matrix).")] = None
-    num_nodes: Annotated[Optional[int], typer.Option("--num-nodes", min=1, help="Multi-node: use the first N hosts of the hostfile.")] = None
+    num_nodes: Annotated[Optional[int], typer.Option("--num-nodes", min=1, max=MAX_COUNT, help="Multi-node: use the first N hosts of the hostfile.")] = None
     launcher_backend: Annotated[Optional[LauncherBackend], typer.Option("--launcher-backend", help="Multi-node back end of the deepspeed launcher.")] = None
     master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Multi-node: address of the node of rank 0.")] = None
     include: Annotated[Optional[str], typer.Option("--include", help="The deepspeed launcher's --include, e.g. 'node1@node2:0,1'.")] = None
@@ -278,11 +280,11 @@ class NodeArgs:
 class ExecArgs:
     """How many points at once, and where they run."""
 
-    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Points at once (default: one per free GPU slice, or per nproc CPU cores; 8 Slurm jobs with --executor slurm).")] = None
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, max=MAX_COUNT, help="Points at once (default: one per free GPU slice, or per nproc CPU cores; 8 Slurm jobs with --executor slurm).")] = None
     executor: Annotated[ExecutorKind, typer.Option("--executor", help="Where runs go: here, or one Slurm job per run (sbatch).")] = ExecutorKind.local
     partition: Annotated[Optional[str], typer.Option("--partition", help="Slurm partition of the jobs (--executor slurm).")] = None
-    slurm_time: Annotated[Optional[int], typer.Option("--slurm-time", min=1, help="Slurm time limit per job, minutes (default: the case timeout + 30).")] = None
-    gpus_per_job: Annotated[Optional[int], typer.Option("--gpus-per-job", min=0, help="GPUs per node of each Slurm job (default: nproc for accelerator: cuda, else 0).")] = None
+    slurm_time: Annotated[Optional[int], typer.Option("--slurm-time", min=1, max=10**7, help="Slurm time limit per job, minutes (default: the case timeout + 30).")] = None
+    gpus_per_job: Annotated[Optional[int], typer.Option("--gpus-per-job", min=0, max=MAX_COUNT, help="GPUs per node of each Slurm job (default: nproc for accelerator: cuda, else 0).")] = None
     slurm_arg: Annotated[Optional[list[str]], typer.Option("--slurm-arg", help="Another sbatch argument, e.g. --slurm-arg=--account=abc (repeatable).")] = None
 
     def executor_for(self):
@@ -302,6 +304,30 @@ class OutputArgs:
     fmt: Annotated[Format, typer.Option("--format", help="Report format on stdout.")] = Format.table
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")] = None
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False
+
+    def check(self) -> None:
+        """--output checked before anything runs (a bisection's hours are not lost to a typo)."""
+        if self.output is not None:
+            check_output(self.output)
+
+
+def check_output(path: Path, flag: str = "--output") -> None:
+    """A file we may write: its folder exists and is writable, and it is not itself a folder."""
+    folder = path.parent
+    if path.is_dir():
+        raise InputError(f"{flag} {path}: is a folder; name a file")
+    if not folder.is_dir():
+        raise InputError(f"{flag} {path}: no folder {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InputError(f"{flag} {path}: not writable")
+
+
+def write_output(text: str, path: Path, flag: str = "--output") -> None:
+    try:
+        path.write_text(text)
+    except OSError as e:  # checked before the work, so something changed since: say so, keep stdout's copy
+        raise DsbisectError(f"{flag} {path}: could not be written ({e.strerror or e}); the report is on "
+                            "stdout and the runs are in the store") from None
 
 
 class ProgressUI:
@@ -346,7 +372,7 @@ class ProgressUI:
 def emit(text: str, output: Path | None) -> None:
     out.print(text, markup=False, highlight=False, end="" if text.endswith("\n") else "\n")
     if output:
-        output.write_text(text)
+        write_output(text, output)
 
 
 # ---------------------------------------------------------------------- run
@@ -376,6 +402,7 @@ def run(
     from .versions import check_points
 
     with user_errors():
+        shown.check()
         if versions or pin:
             the_case = matrix_mod.command_points(args or [], Path.cwd(), versions or [], pin or [], nproc,
                                                  accelerator)
@@ -425,7 +452,7 @@ def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case]) -> No
     else:
         out.print(rep.grid_renderable(g, title))
         if shown.output:
-            shown.output.write_text(rep.grid_markdown(g, title, compat))
+            write_output(rep.grid_markdown(g, title, compat), shown.output)
 
 
 # ------------------------------------------------------------------- report
@@ -440,6 +467,7 @@ def report(
 ) -> None:
     """Print the grid of every recorded run again, from the store."""
     with user_errors():
+        shown.check()
         records = _open_store(store).runs(case)
         if not records:
             raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else ""))
@@ -450,13 +478,14 @@ def report(
 def show(
     run_id: Annotated[int, typer.Argument(help="A run id, as printed in reports.")],
     store: StoreOpt = Path(".dsbisect"),
-    lines: Annotated[int, typer.Option("--lines", help="Log lines to show per log.")] = 30,
+    lines: Annotated[int, typer.Option("--lines", min=0, help="Log lines to show per log.")] = 30,
 ) -> None:
     """Print one run: outcome, environment, hang signature, stacks and log tails."""
     from .show import render_run
 
     with user_errors():
-        record = _open_store(store).run(run_id)
+        the_store = _open_store(store)
+        record = the_store.run(run_id) if 0 < run_id <= MAX_ID else None
         if record is None:
             raise InputError(f"no run {run_id} in {store}")
         out.print(render_run(record, lines))
@@ -511,6 +540,8 @@ def envs_prune(
     with user_errors():
         if everything == (older_than is not None):
             raise InputError("say which venvs: --all, or --older-than DAYS")
+        if older_than is not None and not math.isfinite(older_than):  # nan would prune every venv
+            raise InputError(f"--older-than {older_than}: expected a number of days")
         root = cache_root(cache_dir)
         if not (root / "envs").is_dir():
             raise InputError(f"no venv cache in {root}")
@@ -537,7 +568,7 @@ def bisect(
     regress_on: Annotated[RegressOn, typer.Option("--regress-on", help="What counts as bad.")] = RegressOn.HANG,
     find_fix: Annotated[bool, typer.Option("--find-fix", help="Find the first release that fixed it instead.")] = False,
     repeat: RepeatOpt = 1,
-    confirm: Annotated[int, typer.Option("--confirm", min=1, help="At the end, run the last good and first bad points until each has this many runs; the answer stands only if all agree.")] = 1,
+    confirm: Annotated[int, typer.Option("--confirm", min=1, max=MAX_COUNT, help="At the end, run the last good and first bad points until each has this many runs; the answer stands only if all agree.")] = 1,
     signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
@@ -563,6 +594,7 @@ def bisect(
     from .bisection import Bisection, Request, dumps, plan
 
     with user_errors():
+        shown.check()
         the_case, env_defaults = _bisect_case(case, script, matrix, nproc, accelerator, command)
         the_case = nodes.apply(limits.apply(the_case))
         executor = where.executor_for()
@@ -593,7 +625,7 @@ def bisect(
         else:
             out.print(rep.bisect_renderable(result, command))
             if shown.output:
-                shown.output.write_text(rep.bisect_markdown(result, command))
+                write_output(rep.bisect_markdown(result, command), shown.output)
         if result.exit_code:
             say_error(result.message, label=f"{result.verdict.value}:")
             raise typer.Exit(result.exit_code)
@@ -845,8 +877,9 @@ def snapshot_base(
     from .prefetch import snapshot
 
     with user_errors():
+        check_output(output)
         data = snapshot(python)
-        output.write_text(json.dumps(data))
+        write_output(json.dumps(data), output)
         say(f"{len(data['dists'])} distributions of {data['python']} (python {data['python_version']}, "
             f"{data['platform']}) written to {output}")
 

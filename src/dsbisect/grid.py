@@ -13,10 +13,11 @@ Pure: records in, rich renderables and Markdown out; ``report`` adds the environ
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -88,6 +89,52 @@ class Grid:
         return [c for _, row in self.rows for c in row.values()]
 
 
+def displayable(r: RunRecord) -> RunRecord:
+    """``r`` with each field of the type the renderers expect: a record read from an odd or
+    hand-edited row (``seconds`` "abc", ``facts`` a list) is shown as far as it goes, never a
+    traceback.  (The store quarantines rows it cannot read at all.)"""
+    def number(v, kind=float):
+        return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+    def mapping(v) -> dict:
+        return v if isinstance(v, dict) else {}
+
+    def text(v) -> str:
+        return v if isinstance(v, str) else "" if v is None else str(v)
+
+    facts = _shaped(mapping(r.facts), _FACT_SHAPES)
+    for key in ("gpus", "command"):
+        if key in facts:
+            facts[key] = [text(x) for x in facts[key]]
+    if "host" in facts:
+        facts["host"] = _shaped(facts["host"], _HOST_SHAPES)
+        if "gpus" in facts["host"]:
+            facts["host"]["gpus"] = [text(x) for x in facts["host"]["gpus"]]
+    if "versions" in facts:
+        facts["versions"] = {text(k): text(v) for k, v in facts["versions"].items()}
+    if "inputs" in facts:
+        facts["inputs"] = [i for i in facts["inputs"] if isinstance(i, dict)]
+    return replace(
+        r, case_name=text(r.case_name), attempt=number(r.attempt, int) or 1, exit_code=number(r.exit_code, int),
+        seconds=number(r.seconds), started=number(r.started) or 0.0, finished=number(r.finished),
+        reason=text(r.reason), signature=text(r.signature), run_dir=r.run_dir if isinstance(r.run_dir, str) else None,
+        evidence=_shaped(mapping(r.evidence), _EVIDENCE_SHAPES), facts=facts,
+        outcome=r.outcome if isinstance(r.outcome, Outcome) else None)
+
+
+_FACT_SHAPES = {"command": list, "inputs": list, "host": dict, "versions": dict, "shadowed": list, "gpus": list,
+                "index": str, "python": str, "cuda": str, "nccl": str, "nvcc": str}
+_HOST_SHAPES = {"gpus": list, "name": str, "platform": str, "cpu_model": str, "driver": str, "topology": str,
+                "cpus": int, "ram_bytes": (int, float), "shm_bytes": (int, float)}
+_EVIDENCE_SHAPES = {"notes": list, "escaped": list, "manual": str, "note": str, "survivors": list}
+
+
+def _shaped(d: dict, shapes: dict) -> dict:
+    """``d`` without the known keys whose value is not of the known type (a bool is no number)."""
+    return {k: v for k, v in d.items()
+            if k not in shapes or (isinstance(v, shapes[k]) and not isinstance(v, bool))}
+
+
 def cell(runs: list[RunRecord]) -> Cell:
     counts = Counter(r.outcome for r in runs)
     worst = min(counts, key=lambda o: RANK[o])
@@ -98,6 +145,7 @@ def cell(runs: list[RunRecord]) -> Cell:
 
 def grid(runs: list[RunRecord]) -> Grid:
     """Rows are points in version order, columns cases; the latest version of a case wins."""
+    runs = [displayable(r) for r in runs]
     latest_key: dict[str, str] = {}
     for r in runs:
         latest_key[r.case_name] = r.case_key

@@ -105,8 +105,10 @@ def shadow_lines(runs: list[RunRecord]) -> list[str]:
     """Base packages that point venvs replaced: worth knowing when compiled ones are involved."""
     shadows = {}
     for r in runs:
-        for name, base, point in r.facts.get("shadowed", []):
-            shadows.setdefault(name, (base, set()))[1].add(point)
+        for item in r.facts.get("shadowed") or []:
+            if isinstance(item, list) and len(item) == 3:  # name, base version, point version
+                name, base, point = map(str, item)
+                shadows.setdefault(name, (base, set()))[1].add(point)
     return [f"point venvs shadow the base's {n} {b} with {', '.join(sorted(ps))}" for n, (b, ps) in sorted(shadows.items())]
 
 
@@ -182,7 +184,7 @@ def inputs_markdown(runs: list[RunRecord]) -> list[str]:
 def _input_markdown(item: dict, run: RunRecord) -> str:
     path = str(item["path"])
     sha = str(item.get("sha256") or "?")
-    n = item.get("bytes")
+    n = item.get("bytes") if isinstance(item.get("bytes"), int) else None  # an odd record: no size
     about = f"{size(n) if n else '? bytes'}, sha256 {sha[:16]}"
     text, why = _read_copy(item, run)
     if text is None:

@@ -11,6 +11,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from .facts import describe_env
+from .grid import displayable
 from .model import Outcome
 from .forensics import analyze, render_stack
 from .outside import safe_text
@@ -20,6 +21,7 @@ from .store import RunRecord
 
 
 def render_run(r: RunRecord, lines: int = 30) -> Group:
+    r = displayable(r)
     parts: list = []
     head = Text.assemble(
         (f"run {r.id}  ", "bold"),
