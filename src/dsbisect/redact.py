@@ -102,7 +102,14 @@ def remember(values: Iterable[str]) -> None:
 
 def known() -> frozenset[str]:
     """What this process masks by value: its environment's secrets and those remembered."""
-    return secret_values(os.environ) | frozenset(_remembered)
+    raw = getattr(os.environ, "_data", None)  # CPython's bytes mapping: a cheap key for the cache
+    found = _environ_secrets(tuple(raw.items())) if isinstance(raw, dict) else secret_values(os.environ)
+    return found | frozenset(_remembered) if _remembered else found
+
+
+@functools.lru_cache(maxsize=8)
+def _environ_secrets(_key: tuple) -> frozenset[str]:
+    return secret_values(os.environ)
 
 
 @functools.lru_cache(maxsize=64)
@@ -126,6 +133,7 @@ _FORMATS = re.compile("|".join((
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
     r"\bglpat-[A-Za-z0-9_-]{20,}",
 )))
+_FORMAT_ANCHORS = ("hf_", "gh", "github_pat_", "sk-", "AKIA", "ASIA", "eyJ", "xox", "glpat-")
 _BEARER = re.compile(r"(?i)(?P<word>\bbearer\s+)[A-Za-z0-9._~+/=-]{6,}")
 _AUTH_HEADER = re.compile(r"(?i)(?P<head>\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?)"
                           r"(?:[A-Za-z]+[ \t]+)?[^\s\"',;]+")
@@ -152,15 +160,22 @@ def redact(text: str, values: Iterable[str] = ()) -> str:
     and format."""
     if not text:
         return text
-    pattern = _value_pattern(known() | frozenset(v for v in values if _worth(v)))
+    pattern = _value_pattern(known() | frozenset(v for v in values if _worth(v)) if values else known())
     if pattern is not None:
         text = pattern.sub(HIDDEN, text)
-    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{HIDDEN}@", text)
-    text = _FORMATS.sub(HIDDEN, text)
-    text = _AUTH_HEADER.sub(lambda m: m["head"] + HIDDEN, text)
-    text = _BEARER.sub(lambda m: m["word"] + HIDDEN, text)
-    text = _ASSIGNMENT.sub(_mask_shape, text)
-    return _OPTION.sub(_mask_shape, text)
+    # each rule only where its anchor is (most text has none: a report calls this per cell)
+    if "@" in text:
+        text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{HIDDEN}@", text)
+    if any(a in text for a in _FORMAT_ANCHORS):
+        text = _FORMATS.sub(HIDDEN, text)
+    lower = text.lower()
+    if "authorization" in lower:
+        text = _AUTH_HEADER.sub(lambda m: m["head"] + HIDDEN, text)
+    if "bearer" in lower:
+        text = _BEARER.sub(lambda m: m["word"] + HIDDEN, text)
+    if "=" in text or ":" in text:
+        text = _ASSIGNMENT.sub(_mask_shape, text)
+    return _OPTION.sub(_mask_shape, text) if "-" in text else text
 
 
 _OWN_KEYS = frozenset({"key", "env_key", "case_key", "point_key"})  # dsbisect's own digests, no secrets
