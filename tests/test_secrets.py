@@ -215,3 +215,19 @@ def test_no_planted_secret_reaches_any_output_or_any_file(tmp_path, simple_index
         assert value not in shown, f"{what} shown"
         for p in files:
             assert value.encode() not in p.read_bytes(), f"{what} in {p}"
+
+
+def test_a_case_key_does_not_hang_on_a_token(tmp_path):
+    """Runs of one command with a rotated token, or replayed from a log that shows ***, are runs
+    of one case; the token's value never enters the key's input."""
+    from dsbisect.matrix import command_case
+
+    (tmp_path / "train.py").write_text("pass\n")
+
+    def key(token: str) -> str:
+        return command_case(["python", "train.py", "--hub_token", token, f"--api-key={token}", "--lr", "1"],
+                            tmp_path).key
+
+    assert key("hf_" + "a" * 34) == key("hf_" + "b" * 34) == key("***")
+    assert command_case(["python", "train.py", "--lr", "2"], tmp_path).key != \
+        command_case(["python", "train.py", "--lr", "1"], tmp_path).key

@@ -92,6 +92,23 @@ def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> frozenset
     return frozenset(found)
 
 
+def mask_args(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the values of its secret-looking options and ``NAME=value`` words masked,
+    and known token formats: a pure function of the words (a case's key is the same in every
+    process, whatever it was told or remembers)."""
+    out = [str(a) for a in argv]
+    for i, a in enumerate(out):
+        name, eq, value = a.lstrip("-").partition("=")
+        if eq and secret_name(name) and value:
+            out[i] = a[: len(a) - len(value)] + HIDDEN
+        elif not eq and a.startswith("-") and secret_name(name) and i + 1 < len(out) \
+                and not out[i + 1].startswith("-"):
+            out[i + 1] = HIDDEN
+        else:
+            out[i] = _FORMATS.sub(HIDDEN, out[i]) if any(x in a for x in _FORMAT_ANCHORS) else out[i]
+    return out
+
+
 _remembered: set[str] = set()
 
 
