@@ -155,10 +155,15 @@ _BEARER = re.compile(r"(?i)(?P<word>\bbearer\s+)[A-Za-z0-9._~+/=-]{6,}")
 _AUTH_HEADER = re.compile(r"(?i)(?P<head>\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?)"
                           r"(?:[A-Za-z]+[ \t]+)?[^\s\"',;]+")
 _VALUE = r"(?P<value>\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?![{\[(])[^\s'\",;&|}\])]+)"
+# A name whose last word is a secret word (``secret_name`` then decides): the pattern only
+# matches candidates, so a log full of ``lr=0.001`` costs no Python call per line.
+_TAIL = (r"(?i:token|secret|pass(?:wd|word|phrase)?|(?:api|access|secret|private)?key|credentials?"
+         r"|auth(?:orization|token)?|accesstoken|cookie)(?i:[_.-]?(?:value|b64|base64))*")
+_NAME = r"(?P<name>(?:[A-Za-z_][\w.-]*?)?" + _TAIL + r")(?![\w.-])"
 _ASSIGNMENT = re.compile(
-    r"(?P<head>(?P<q>[\"']?)(?<![\w.])(?P<name>[A-Za-z_][\w.-]*)(?P=q)\]?[ \t]*"
+    r"(?P<head>(?P<q>[\"']?)(?<![\w.])" + _NAME + r"(?P=q)\]?[ \t]*"
     r"(?:(?<![=<>!~])=(?!=)|:(?!//|:))[ \t]*)" + _VALUE)
-_OPTION = re.compile(r"(?P<head>(?<![\w-])--?(?P<name>[A-Za-z][\w-]*)[ \t]+)" + r"(?!-)" + _VALUE)
+_OPTION = re.compile(r"(?P<head>(?<![\w-])--?" + _NAME.replace(r"(?![\w.-])", r"(?![\w-])") + r"[ \t]+)(?!-)" + _VALUE)
 
 
 def _mask_shape(m: re.Match) -> str:
@@ -190,9 +195,39 @@ def redact(text: str, values: Iterable[str] = ()) -> str:
         text = _AUTH_HEADER.sub(lambda m: m["head"] + HIDDEN, text)
     if "bearer" in lower:
         text = _BEARER.sub(lambda m: m["word"] + HIDDEN, text)
-    if "=" in text or ":" in text:
-        text = _ASSIGNMENT.sub(_mask_shape, text)
-    return _OPTION.sub(_mask_shape, text) if "-" in text else text
+    return _shapes(text, lower)
+
+
+# a secret word and the letters that may follow it and still end a secret-looking name
+_TAIL_WORDS = {"token": ("",), "secret": ("",), "pass": ("", "wd", "word", "phrase"), "key": ("",),
+               "credential": ("", "s"), "auth": ("", "orization", "token"), "cookie": ("",)}
+_LETTERS = re.compile(r"[a-z]*")
+
+
+def _shapes(text: str, lower: str) -> str:
+    """The NAME=value and --name value rules, on the lines that hold a secret word only (no
+    shape spans lines, and most lines of a long log hold none: found with str.find, which is
+    far faster than a case-insensitive pattern)."""
+    spans = set()
+    for word, endings in _TAIL_WORDS.items():
+        i = lower.find(word)
+        while i != -1:
+            j = i + len(word)
+            if _LETTERS.match(lower, j).group() not in endings:  # tokens/s, keyboard: no name ends here
+                i = lower.find(word, j)
+                continue
+            start, end = lower.rfind("\n", 0, i) + 1, lower.find("\n", i)
+            end = len(text) if end == -1 else end
+            spans.add((start, end))
+            i = lower.find(word, end)
+    pieces, last = [], 0
+    for start, end in sorted(spans):
+        line = text[start:end]
+        if "=" in line or ":" in line:
+            line = _ASSIGNMENT.sub(_mask_shape, line)
+        pieces += [text[last:start], _OPTION.sub(_mask_shape, line) if "-" in line else line]
+        last = end
+    return "".join(pieces) + text[last:]
 
 
 _OWN_KEYS = frozenset({"key", "env_key", "case_key", "point_key"})  # dsbisect's own digests, no secrets
@@ -237,22 +272,28 @@ def scrub_folder(folder: Path, values: Iterable[str] = (), skip: tuple[str, ...]
     return notes
 
 
-def scrub_file(path: Path, values: frozenset[str] = frozenset()) -> bool:
-    """Redact one text file in place; True when it changed."""
+def scrub_file(path: Path, values: frozenset[str] = frozenset(), block: int = 1 << 20) -> bool:
+    """Redact one text file in place, a block of whole lines at a time (memory stays a few
+    blocks, whatever the log's size); True when it changed."""
     if path.stat().st_size > SCRUB_LIMIT:
         return False
-    raw = path.read_bytes()
-    if b"\0" in raw[:8192]:
-        return False
-    text = raw.decode("utf-8", errors="surrogateescape")
-    new = "".join(redact(ln, values) for ln in text.splitlines(keepends=True))
-    if new == text:
-        return False
     tmp = path.with_name(path.name + ".scrub.tmp")
+    changed = False
     try:
-        tmp.write_bytes(new.encode("utf-8", errors="surrogateescape"))
-        os.chmod(tmp, path.stat().st_mode & 0o7777)
-        os.replace(tmp, path)
+        with open(path, "rb") as src:
+            if b"\0" in src.read(8192):
+                return False
+            src.seek(0)
+            with open(tmp, "wb") as dst:
+                while chunk := src.read(block):
+                    chunk += src.readline(block)  # to the end of the line: a secret is not cut in two
+                    text = chunk.decode("utf-8", errors="surrogateescape")
+                    new = redact(text, values)
+                    changed |= new != text
+                    dst.write(new.encode("utf-8", errors="surrogateescape"))
+        if changed:
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+            os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
-    return True
+    return changed
