@@ -347,13 +347,17 @@ def test_kill_9_of_dsbisect_takes_the_run_with_it_and_the_next_start_says_so(tmp
     proc.wait()
     assert _gone_within(procs, 5) < 5  # every process of the run dies with its parent
 
-    # With that turned off, the processes outlive dsbisect: the next dsbisect on the store stops them.
+    # With that turned off and the run's guard killed with dsbisect (kill -9 of both), the
+    # processes outlive dsbisect: the next dsbisect on the store stops them.
     again = tmp_path / "again"
     again.mkdir()
     proc = _start(again, fault_house, cache_dir, "1.0.0", env={"DSBISECT_PDEATHSIG": "0"})
     procs = _wait_for_ranks(again)
+    (guard,) = [p for p in psutil.Process(proc.pid).children() if "dsbisect_guard.py" in " ".join(p.cmdline())]
+    guard.suspend()  # stopped, it cannot act on dsbisect's death before it dies too
     proc.kill()
     proc.wait()
+    guard.kill()
     time.sleep(1)
     assert live_pids([p.pid for p in procs])
     nxt = _start(again, fault_house, cache_dir, "1.0.0", "--timeout", "5")

@@ -150,8 +150,8 @@ def build_error(text: str) -> str:
 def export_commit(repo: Path, commit: str, dest: Path, paths: tuple[str, ...]) -> None:
     """Write the tree of ``commit`` (only ``paths`` if given) into ``dest``."""
     dest.mkdir(parents=True)
-    tree = proc.run(["git", "-C", repo, "ls-tree", "--name-only", commit])
-    if not tree.ok:
+    tree = proc.run(["git", "-C", repo, "ls-tree", "--name-only", commit], keep=proc.DATA)
+    if not tree.ok or tree.cut:
         raise EnvBuildError(f"git cannot read {commit[:10]} in {repo}: {tree.last_line()}")
     present = set(tree.stdout.split())
     chosen = [p for p in paths if p in present] if paths else []

@@ -36,6 +36,7 @@ from . import __version__
 from . import matrix as matrix_mod
 from . import report as rep
 from .errors import DsbisectError, InputError, Stopped, signal_of
+from .files import read_small_text
 from .outside import safe, safe_text
 from .redact import redact, remember, secret_values
 from .marks import Mark
@@ -793,7 +794,7 @@ def replay(
 
     with user_errors():
         try:
-            text = file.read_text()
+            text = read_small_text(file)
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"{file}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
         lines = parse_log(text, str(file))
@@ -866,6 +867,32 @@ def run_one(
     with user_errors():
         record = run_job(spec, ProgressUI())
         say(f"run {record.id}: {record.outcome.value}" + (f" ({record.reason})" if record.reason else ""))
+
+
+@app.command("diff")
+@bundled
+def diff_envs(
+    good: Annotated[Path, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder, a python, or - (stdin).")],
+    bad: Annotated[Path, typer.Argument(metavar="BAD", help="The environment that breaks (any of the same).")],
+    python: Annotated[Optional[str], typer.Option("--python", help="The interpreter trials are made from: what its environment provides is noted (default: dsbisect's own).")] = None,
+    shown: OutputArgs = OutputArgs(),
+) -> None:
+    """Print what changed between two environments (changed, added, removed), running nothing.
+    Exit 1 when they do not differ."""
+    from . import envreport
+
+    with user_errors():
+        if shown.output and not shown.output.parent.is_dir():
+            raise InputError(f"-o {shown.output}: there is no folder {shown.output.parent}")
+        d = envreport.compare(good, bad, python)
+        if shown.fmt is Format.json:
+            emit(json.dumps(envreport.to_json(d), indent=2) + "\n", shown.output)
+        elif shown.fmt is Format.markdown:
+            emit(envreport.markdown(d), shown.output)
+        else:
+            out.print(envreport.table(d))
+            if shown.output:
+                shown.output.write_text(envreport.markdown(d))
 
 
 @app.command("snapshot-base")

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from dsbisect import files
 from dsbisect.errors import InputError
 
 
@@ -434,7 +435,11 @@ def _hostfile(name: str | None, cwd: Path) -> dict[str, int] | None:
     if path is None or not _is_file(path):
         return None
     pool: dict[str, int] = {}
-    for line in path.read_text().splitlines():
+    try:
+        text = files.read_small_text(path, errors="replace")
+    except OSError as e:
+        raise InputError(f"deepspeed: hostfile {path}: {e.strerror or e}") from None
+    for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -473,7 +478,9 @@ def _accelerate_config(name: str | None, cwd: Path) -> dict:
         return {}
     path = cwd / name
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.safe_load(files.read_small_text(path))
+    except UnicodeDecodeError:
+        raise InputError(f"accelerate launch: config file {path} is not UTF-8 text") from None
     except OSError as e:
         raise InputError(f"accelerate launch: config file {path}: {e.strerror}") from None
     except yaml.YAMLError as e:

@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 
 from . import __version__, proc
+from .files import read_small
 from .model import ImportCheck
 
 
@@ -48,7 +49,9 @@ def check_code() -> str:
 
 
 _CHECK_MAIN = r"""
-import importlib.metadata as md, json, sys
+import importlib.metadata as md, json, os, sys
+answer = os.dup(1)  # the answer's own line; what the packages print goes to stderr (kept capped)
+os.dup2(2, 1)
 want = json.loads(sys.argv[1])
 out = {"python": sys.version.split()[0], "versions": {}, "error": _import_error(want)}
 for name in ["torch", "deepspeed", "transformers", "accelerate", "numpy", "pydantic", *want]:
@@ -73,13 +76,17 @@ if out.get("cuda"):  # the toolkit torch builds extensions with (DeepSpeed's JIT
         out["cuda_home"] = CUDA_HOME or ""
     except BaseException:
         out["cuda_home"] = ""
-print("DSBISECT-CHECK " + json.dumps(out))
+sys.stdout.flush()
+os.write(answer, ("DSBISECT-CHECK " + json.dumps(out) + "\n").encode())
 """
+
+
+MORTAL = {"DSBISECT_DIE_WITH_PARENT": "1"}  # the venv's start-up hook: dies with dsbisect, even of kill -9
 
 
 def import_check(python: Path, packages: list[str], env: dict[str, str], timeout: float = 600) -> ImportCheck:
     """Import ``packages`` (distribution names) in the venv of ``python`` and read its versions."""
-    done = proc.run([python, "-c", check_code(), json.dumps(packages)], env=env, timeout=timeout)
+    done = proc.run([python, "-c", check_code(), json.dumps(packages)], env=env | MORTAL, timeout=timeout)
     if done.returncode is None and done.error.startswith("no answer"):
         return ImportCheck(False, f"importing {', '.join(packages)} took over {timeout:g} s", {})
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("DSBISECT-CHECK ")), None)
@@ -97,7 +104,7 @@ def hook_check(path: Path) -> ImportCheck | None:
     ``import_check`` gives it; None when the run left none (it never reached an interpreter
     of the point venv, or the file is damaged)."""
     try:
-        found = json.loads(path.read_text())
+        found = json.loads(read_small(path))
     except (OSError, ValueError):
         return None
     if not isinstance(found, dict) or not isinstance(found.get("versions"), dict):

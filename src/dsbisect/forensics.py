@@ -26,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .files import DATA_LIMIT, read_small
 from .rundir import RunDir
 
 SOURCES = ("flight-recorder", "watchdog", "py-spy", "faulthandler", "traceback")  # stacks
@@ -202,7 +203,7 @@ def _read_flight_recorder(run_dir: Path, notes: list[str]) -> dict[int, tuple[_W
 
 
 def _load_dump(path: Path) -> object:
-    data = path.read_bytes()
+    data = read_small(path, DATA_LIMIT)
     if data.lstrip()[:1] == b"{":  # torch can also write the dump as JSON
         return json.loads(data)
     return _DataOnly(io.BytesIO(data)).load()

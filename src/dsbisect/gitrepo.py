@@ -21,14 +21,18 @@ class Commit:
 
 
 def _git(repo: Path, *args: str) -> str:
-    done = git(repo, *args)
+    """What git printed, read as data: whole, or refused (it is never used cut)."""
+    done = git(repo, *args, keep=proc.DATA)
     if not done.ok:
         raise InputError(f"git {' '.join(args[:2])} in {repo} failed: {done.last_line()}")
+    if done.cut:
+        raise InputError(f"git {' '.join(args[:2])} in {repo} printed over {proc.DATA.head >> 20} MB; "
+                         "bisect a shorter range")
     return done.stdout
 
 
-def git(repo: Path, *args: str) -> proc.Completed:
-    return proc.run(["git", "-C", repo, *args])
+def git(repo: Path, *args: str, keep: proc.Keep = proc.KEEP) -> proc.Completed:
+    return proc.run(["git", "-C", repo, *args], keep=keep)
 
 
 def check_repo(repo: Path) -> Path:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
+from .files import read_small_text
 from .model import IndexOptions
 from .redact import redact
 
@@ -360,7 +361,7 @@ def _uv_file(path: Path, home: Path, *, strict: bool, notes: list[str]) -> _UvOp
     if _toml is None:
         raise InputError(f"{where}: reading uv's configuration needs Python 3.11 (tomllib) or the tomli package")
     try:
-        data = _toml.loads(path.read_text(encoding="utf-8"))
+        data = _toml.loads(read_small_text(path))
     except OSError as e:
         raise InputError(f"{where}: cannot read it ({e.strerror or e})") from None
     except (_toml.TOMLDecodeError, UnicodeDecodeError) as e:
@@ -480,7 +481,7 @@ def _pip_layer(env: Mapping[str, str], cwd: Path, home: Path, etc: Path, notes: 
         files.append(where)
         parser = configparser.RawConfigParser()
         try:
-            parser.read_string(path.read_text(encoding="utf-8"), source=str(path))
+            parser.read_string(read_small_text(path), source=str(path))
         except OSError as e:
             raise InputError(f"{where}: cannot read it ({e.strerror or e})") from None
         except (configparser.Error, UnicodeDecodeError) as e:

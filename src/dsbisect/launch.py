@@ -18,9 +18,13 @@ reads every log as it grows and ends the run when:
 
 Before a hang is torn down, ``on_hang`` gets the live rank processes (for stacks), and
 when the output first goes quiet ``on_quiet`` does too (a snapshot taken while the ranks
-are still stuck, before a gloo timeout turns them into tracebacks).  Teardown sends
-SIGINT, SIGTERM then SIGKILL to the group and to every descendant ever seen, and checks
-that none survives.
+are still stuck, before a gloo timeout turns them into tracebacks).
+
+The launcher is started below a guard (``guard``: a child subreaper that kills everything
+below it when dsbisect closes its pipe or dies, even of SIGKILL).  Teardown sends SIGINT,
+SIGTERM then SIGKILL (``GRACE``: 1 s, 1 s) to the group, to every descendant ever seen and to
+every process that lost its parent (re-parented to the guard), then the guard kills what is
+left, and the pids still alive are returned.
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ import os
 import re
 import signal
 import socket
-import subprocess  # the launcher is the one long-lived child; proc.run runs the rest
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -39,6 +42,8 @@ from pathlib import Path
 import psutil
 
 from . import deadlock
+from .files import DATA_LIMIT, read_small
+from .guard import Guarded
 from .rundir import RunDir
 
 HANG_PATTERNS = (
@@ -85,6 +90,7 @@ class LaunchResult:
     survivors: tuple[int, ...] = ()
     pids: tuple[int, ...] = ()
     log: Path | None = None
+    escaped: tuple[int, ...] = ()  # processes that had left the launcher's tree (stopped below the guard)
 
 
 RankHook = Callable[[list[psutil.Process], str], None]
@@ -149,18 +155,48 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
     log_path = spec.run.launcher_log
     t0 = time.monotonic()
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            list(spec.argv), env=spec.env, cwd=spec.cwd, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-        )
+        proc = Guarded.start(spec.argv, spec.env, spec.cwd, log)
     seen: dict[int, psutil.Process] = {}
+    done = threading.Event()
+    if cancel is not None:
+        threading.Thread(target=_backstop, args=(proc, cancel, done), name="dsbisect-backstop", daemon=True).start()
     try:
         result = _watch(proc, spec, seen, t0, on_hang, on_quiet, on_idle, cancel)
     except BaseException:
-        stop_tree(proc.pid, seen)
+        teardown(proc, seen)
         raise
+    finally:
+        done.set()
+    survivors, escaped = teardown(proc, seen)
+    return LaunchResult(**(result | {"survivors": survivors, "pids": tuple(sorted(seen)), "log": log_path,
+                                     "escaped": escaped}))
+
+
+BACKSTOP_S = 3.0  # after a cancel, the longest the watch loop's own teardown may take to begin and end
+
+
+def _backstop(proc: Guarded, cancel: threading.Event, done: threading.Event) -> None:
+    """Once ``cancel`` is set (a signal stopped dsbisect), the launch's thread tears down as soon
+    as it looks; if it is held up (a stack snapshot of a stuck rank takes up to 20 s), the guard
+    kills the whole tree after BACKSTOP_S, so that the 5 s promise holds whatever the thread does."""
+    while not done.is_set():
+        if cancel.wait(0.25):
+            if not done.wait(BACKSTOP_S):
+                proc.kill_tree()
+            return
+
+
+def teardown(proc: Guarded, seen: dict[int, psutil.Process]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Stop the run's whole tree: the launcher's group, every descendant ever seen and every
+    process that lost its parent (below the guard), INT then TERM then KILL; then the guard
+    kills whatever is left.  (survivors, the pids that had left the launcher's tree)"""
+    orphans = proc.orphans()
+    for p in orphans:
+        seen.setdefault(p.pid, p)
     survivors = stop_tree(proc.pid, seen)
-    return LaunchResult(**(result | {"survivors": survivors, "pids": tuple(sorted(seen)), "log": log_path}))
+    closed = proc.close()
+    left = sorted(set(closed.left) | {pid for pid in survivors if pid not in closed.stopped})
+    return tuple(left), tuple(sorted({p.pid for p in orphans} | (set(closed.stopped) - set(seen))))
 
 
 def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel) -> dict:
@@ -369,7 +405,7 @@ def _read_answers(run: RunDir, n: int) -> dict[int, deadlock.RankSnapshot]:
     out = {}
     for rank, path in run.fr_answers(n).items():
         try:
-            out[rank] = deadlock.rank_snapshot(json.loads(path.read_text()), rank)
+            out[rank] = deadlock.rank_snapshot(json.loads(read_small(path, DATA_LIMIT)), rank)
         except (OSError, ValueError, TypeError, AttributeError):
             continue
     return out
@@ -521,7 +557,10 @@ def _safe_env(p: psutil.Process, key: str) -> str | None:
         return None
 
 
-def stop_tree(pid: int, seen: dict[int, psutil.Process], grace: tuple[float, float] = (2.0, 3.0)) -> tuple[int, ...]:
+GRACE = (1.0, 1.0)  # seconds after SIGINT, then after SIGTERM, before SIGKILL: all gone well within 5 s
+
+
+def stop_tree(pid: int, seen: dict[int, psutil.Process], grace: tuple[float, float] = GRACE) -> tuple[int, ...]:
     """Stop the group led by ``pid`` and every descendant ever seen: INT, TERM, KILL.
 
     Returns the pids still alive afterwards (empty unless something is unkillable).

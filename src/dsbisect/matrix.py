@@ -7,7 +7,6 @@ command line's settings are checked by the same functions (pins, multi-node opti
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,6 +18,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import files
 from .errors import InputError, MatrixError
 from .model import (
     DEFAULT_BUILD_PINS,
@@ -234,7 +234,9 @@ def load(path: Path) -> Matrix:
     if not _is_file(path):
         raise MatrixError(f"{path}: no such matrix file")
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = files.read_small(path).decode("utf-8")
+    except OSError as e:
+        raise MatrixError(f"{path.name}: cannot be read ({e.strerror or e})") from None
     except UnicodeDecodeError as e:
         raise MatrixError(f"{path.name}: not UTF-8 text (byte {e.start}); a matrix is a YAML file") from None
     try:
@@ -366,6 +368,9 @@ def with_nodes(case: Case, where: str, **given) -> Case:
     nodes = replace(case.nodes, **given)
     if "hostfile" in given:
         nodes = replace(nodes, hostfile_digest=file_digest(nodes.hostfile) if _is_file(nodes.hostfile) else None)
+        if _is_file(nodes.hostfile) and nodes.hostfile.stat().st_size > files.TEXT_LIMIT:
+            big = files.too_large(nodes.hostfile, nodes.hostfile.stat().st_size, files.TEXT_LIMIT)
+            raise MatrixError(f"{where}: hostfile {nodes.hostfile}: {big.strerror}")
     problem = _nodes_problem(nodes, case.launcher)
     if problem:
         raise MatrixError(f"{where}: {problem}")
@@ -467,7 +472,8 @@ def _command_name(cmd) -> str:
 
 
 def file_digest(path: Path) -> str:
+    """The digest of a file's content, read as a stream (any size costs 1 MB)."""
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+        return files.digest(path)
     except OSError:
         return "missing"

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from . import proc
+from . import files, proc
 from .evidence import Capture, main_thread, pyspy_bin
 from .model import Case, LauncherBackend
 from .rundir import RunDir
@@ -143,7 +143,7 @@ def hostfile_hosts(case: Case) -> list[str]:
     if n.hostfile is None:
         return []
     listed = []
-    for line in n.hostfile.read_text().splitlines():
+    for line in files.read_small_text(n.hostfile, errors="replace").splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             listed.append(line.split()[0])
@@ -171,10 +171,13 @@ def channel_env(case: Case) -> dict[str, str]:
     return dict(os.environ) | dict(case.env)
 
 
+ANSWER_KEEP = proc.Keep(64 << 10, 32 << 20)  # the tagged answer (stacks of every rank) is the last line
+
+
 def _on_host(case: Case, host: str, command: list[str], timeout: float) -> tuple[dict | None, str]:
     """Run ``command`` on ``host``; its tagged JSON line, or why there is none."""
     argv = remote_argv(case.nodes.backend, host, command, channel_env(case))
-    done = proc.run(argv, timeout=timeout)
+    done = proc.run(argv, timeout=timeout, keep=ANSWER_KEEP)
     if done.returncode is None:
         return None, done.error
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith(TAG)), None)
@@ -196,7 +199,7 @@ def check_nodes(case: Case, env_key: str, python: Path, local: dict) -> str:
     import check's facts.  Cached per (venv, hostfile content, hosts, back end).
     """
     listed = hostfile_hosts(case)
-    key = (env_key, hashlib.sha256(f"{case.nodes.hostfile.read_text()}|{listed}|{case.nodes.backend}".encode())
+    key = (env_key, hashlib.sha256(f"{files.digest(case.nodes.hostfile)}|{listed}|{case.nodes.backend}".encode())
            .hexdigest()[:16])
     with _checked_lock:
         if key in _checked:

@@ -31,6 +31,7 @@ from . import gitrepo, proc
 from .base import inspect_base, site_packages, write_stubs
 from .envs import EnvManager
 from .errors import EnvBuildError, InputError
+from .files import DATA_LIMIT, read_small
 from .indexes import pip_child_env
 from .model import Case, GitSource, IndexOptions, Point
 from .versions import exact_version, file_is, releases
@@ -56,10 +57,12 @@ def snapshot(python: str | None) -> dict:
 
 def load_snapshot(path: Path) -> dict:
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        data = json.loads(read_small(path, DATA_LIMIT))
+    except OSError as e:
+        raise InputError(f"--base-snapshot {path}: cannot read it ({e.strerror or e})") from None
+    except ValueError as e:  # not JSON, not UTF-8
         raise InputError(f"--base-snapshot {path}: cannot read it ({e})") from None
-    if data.get("format") != 1 or "dists" not in data:
+    if not isinstance(data, dict) or data.get("format") != 1 or "dists" not in data:
         raise InputError(f"--base-snapshot {path}: not a dsbisect base snapshot")
     return data
 

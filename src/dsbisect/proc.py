@@ -8,7 +8,10 @@ sbatch...) goes through ``run``; only ``launch`` starts the long-lived launcher 
 from __future__ import annotations
 
 import os
+import selectors
 import subprocess
+import time
+from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +21,26 @@ _NOT_INHERITED = ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "CONDA_PREFIX", "UV
 
 
 @dataclass(frozen=True)
+class Keep:
+    """How much of one output stream ``run`` keeps: its first ``head`` and last ``tail`` bytes
+    (what lies between is dropped as it arrives, so a chatty program costs time, not memory)."""
+
+    head: int
+    tail: int
+
+
+KEEP = Keep(256 << 10, 2 << 20)  # messages and reports: the start and, mostly, the end
+DATA = Keep(64 << 20, 0)  # output read as data (git log): whole or, past 64 MB, refused by the caller
+
+
+@dataclass(frozen=True)
 class Completed:
     argv: tuple[str, ...]
     returncode: int | None  # None: it ran past its timeout (and was killed) or could not start
     stdout: str
     stderr: str
     error: str = ""  # why it did not run to its end ("not found", "timed out after 20 s")
+    cut: int = 0  # bytes dropped from the middle of stdout and stderr (see Keep)
 
     @property
     def ok(self) -> bool:
@@ -39,18 +56,85 @@ class Completed:
 
 
 def run(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
-        timeout: float | None = None, stdout=None) -> Completed:
-    """Run ``argv`` to its end with stdin closed; output captured as text (or into ``stdout``)."""
+        timeout: float | None = None, stdout=None, keep: Keep = KEEP) -> Completed:
+    """Run ``argv`` to its end with stdin closed; each output stream read as it comes, at most
+    ``keep`` of it kept as text (or stdout written into the file ``stdout``)."""
     args = tuple(str(a) for a in argv)
     try:
-        proc = subprocess.run(args, env=dict(env) if env is not None else None, cwd=cwd, timeout=timeout,
-                              stdin=subprocess.DEVNULL, capture_output=stdout is None,
-                              stdout=stdout, stderr=subprocess.PIPE if stdout is not None else None)
-    except subprocess.TimeoutExpired as e:
-        return Completed(args, None, _text(e.stdout), _text(e.stderr), f"no answer within {timeout:g} s")
+        proc = subprocess.Popen(args, env=dict(env) if env is not None else None, cwd=cwd,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if stdout is None else stdout,
+                                stderr=subprocess.PIPE)
     except OSError as e:
         return Completed(args, None, "", "", f"{args[0]}: {e.strerror or e}")
-    return Completed(args, proc.returncode, _text(proc.stdout), _text(proc.stderr))
+    streams = {proc.stderr: _Kept(keep)} | ({proc.stdout: _Kept(keep)} if stdout is None else {})
+    try:
+        finished = _drain(streams, None if timeout is None else time.monotonic() + timeout)
+        if not finished:
+            proc.kill()
+            _drain(streams, time.monotonic() + 2.0)  # what it printed before; a grandchild may hold the pipe
+    except BaseException:  # Ctrl-C, SIGTERM: the command does not outlive the reason it ran
+        proc.kill()
+        raise
+    finally:
+        for f in streams:
+            f.close()
+        code = proc.wait()
+    out, err = streams.get(proc.stdout, _Kept(keep)), streams[proc.stderr]
+    error = "" if finished else f"no answer within {timeout:g} s"
+    return Completed(args, code if finished else None, out.text(), err.text(), error, out.cut + err.cut)
+
+
+def _drain(streams: dict, deadline: float | None) -> bool:
+    """Read every stream to its end (True), or until ``deadline`` (False)."""
+    with selectors.DefaultSelector() as sel:
+        for f in streams:
+            if not f.closed:
+                sel.register(f, selectors.EVENT_READ)
+        while sel.get_map():
+            wait = None if deadline is None else deadline - time.monotonic()
+            if wait is not None and wait <= 0:
+                return False
+            for key, _ in sel.select(wait):
+                data = os.read(key.fd, 1 << 16)
+                if data:
+                    streams[key.fileobj].add(data)
+                else:
+                    sel.unregister(key.fileobj)
+    return True
+
+
+class _Kept:
+    """The head and tail of one stream, within a ``Keep``."""
+
+    def __init__(self, keep: Keep) -> None:
+        self.keep, self.head, self.tail, self.held, self.cut = keep, bytearray(), deque(), 0, 0
+
+    def add(self, data: bytes) -> None:
+        room = self.keep.head - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self.tail.append(data)
+        self.held += len(data)
+        while self.held > self.keep.tail:
+            extra, first = self.held - self.keep.tail, self.tail[0]
+            if len(first) <= extra:
+                self.tail.popleft()
+                drop = len(first)
+            else:
+                self.tail[0], drop = first[extra:], extra
+            self.held -= drop
+            self.cut += drop
+
+    def text(self) -> str:
+        head = bytes(self.head).decode("utf-8", "replace")
+        tail = b"".join(self.tail)
+        if not self.cut:
+            return head + tail.decode("utf-8", "replace")
+        tail = tail.split(b"\n", 1)[-1] if b"\n" in tail else tail  # from the first whole line
+        return f"{head}\n[dsbisect: {self.cut} bytes of this output were cut here]\n{tail.decode('utf-8', 'replace')}"
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -62,9 +146,3 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 def last_line(text: str) -> str:
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     return lines[-1] if lines else ""
-
-
-def _text(data) -> str:
-    if data is None:
-        return ""
-    return data if isinstance(data, str) else data.decode("utf-8", "replace")

@@ -41,7 +41,7 @@ def tagged(run_dir: Path | str) -> list[psutil.Process]:
     return found
 
 
-def stop_tagged(run_dir: Path | str, grace: float = 2.0) -> Reaped:
+def stop_tagged(run_dir: Path | str, grace: float = 1.0) -> Reaped:
     """Stop every process carrying the run's tag: SIGTERM, ``grace`` seconds, SIGKILL."""
     procs = tagged(run_dir)
     for send, wait in ((psutil.Process.terminate, grace), (psutil.Process.kill, 5.0)):

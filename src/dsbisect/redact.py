@@ -60,7 +60,8 @@ def _worth(value: str) -> bool:
     return len(v) >= MIN_VALUE and v.lower() not in _NOT_A_VALUE and not v.isdigit() and HIDDEN not in v
 
 
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][\w+.-]*://)(?P<userinfo>[^/\s@'\"]+)@")
+# a scheme glued to what precedes it (1.0https://, _https://) is a URL too: no word boundary asked
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<userinfo>[^/\s@'\"]+)@")
 
 
 def _url_secrets(text: str) -> set[str]:

@@ -378,11 +378,12 @@ class Runner:
         evidence["notes"] += run.cap_logs()  # after the evidence was read from them
         evidence["notes"] += scrub_folder(run.path, secrets, skip=(RunDir.RECORD,))  # the group may read it
         evidence["survivors"] += remote_left + list(escaped.survivors)
-        if escaped.stopped:
-            evidence["escaped"] = list(escaped.stopped)
-            evidence["notes"].append(f"process(es) {', '.join(map(str, escaped.stopped))} left the run's process "
-                                     "tree (a daemon of their own session) and were stopped by their "
-                                     "DSBISECT_RUN_DIR tag")
+        left_tree = sorted(set(result.escaped) | set(escaped.stopped))
+        if left_tree:
+            evidence["escaped"] = left_tree
+            evidence["notes"].append(f"process(es) {', '.join(map(str, left_tree))} left the run's process "
+                                     "tree (their parent ended: a daemon, a fork child) and were stopped all the "
+                                     "same (by the run's guard, or by their DSBISECT_RUN_DIR tag)")
         if shm:  # DeepSpeed's CPU op never unlinks its workspace: RAM a run must not keep
             evidence["shm_removed"] = shm
         done = self.store.finish_run(
@@ -466,7 +467,7 @@ def precompile(env: Env, dists: list[str]) -> None:
         return
     import json
 
-    proc.run([env.python, "-c", PRECOMPILE, json.dumps(dists)], env=clean_env(), timeout=300)
+    proc.run([env.python, "-c", PRECOMPILE, json.dumps(dists)], env=clean_env(facts.MORTAL), timeout=300)
 
 
 def check_wanted(point: Point) -> list[str]:

@@ -22,6 +22,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from .errors import InputError, RangeError
+from .files import DATA_LIMIT, read_small
 from .model import Case, IndexOptions
 
 PYPI = "https://pypi.org/simple/"
@@ -252,7 +253,7 @@ def _local_page(url: str, name: str):
     page = folder / "index.html"
     if not page.is_file():
         raise NoSuchProjectError(name, url)
-    return ProjectPage.from_html(name, page.read_bytes(), base_url=folder.as_uri() + "/")
+    return ProjectPage.from_html(name, read_small(page, DATA_LIMIT), base_url=folder.as_uri() + "/")
 
 
 def _index(url: str, name: str) -> list[Release]:

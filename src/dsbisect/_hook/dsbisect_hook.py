@@ -11,9 +11,10 @@ variables are set, and it never raises.
   ``deepspeed.init_distributed`` (a script that passes its own keeps it).
 - ``DSBISECT_COMPAT=name,name``: compatibility shims for old releases on a new torch,
   applied right after the module they mend is imported.
-- ``DSBISECT_RUN_DIR`` (any process of a run): asks the kernel to kill this process when
-  its parent dies (``PR_SET_PDEATHSIG``), so that killing dsbisect (even with SIGKILL) takes
-  the launcher, and the launcher's death takes the ranks, with it.
+- ``DSBISECT_RUN_DIR`` (any process of a run) or ``DSBISECT_DIE_WITH_PARENT=1`` (the separate
+  import check and the precompile, which dsbisect runs itself): asks the kernel to kill this
+  process when its parent dies (``PR_SET_PDEATHSIG``).  A fork child loses it and a non-Python
+  child never has it: what keeps a run's whole tree is its guard (``dsbisect_guard.py``).
 - ``DSBISECT_RUN_DIR`` (in a rank, i.e. with ``RANK`` set): registers faulthandler on
   ``DSBISECT_STACK_SIGNAL`` (default SIGUSR1) writing to
   ``<run dir>/stacks/rank<R>.pid<P>.txt``, so dsbisect can ask every rank for its Python
@@ -447,7 +448,8 @@ def _main():
     if compat or timeout:
         _install_shims(compat, _timeout_patches(float(timeout)) if timeout else None)
     run_dir = os.environ.get("DSBISECT_RUN_DIR")
-    if run_dir and sys.platform.startswith("linux") and os.environ.get("DSBISECT_PDEATHSIG", "1") == "1":
+    mortal = run_dir or os.environ.get("DSBISECT_DIE_WITH_PARENT") == "1"  # the separate import check
+    if mortal and sys.platform.startswith("linux") and os.environ.get("DSBISECT_PDEATHSIG", "1") == "1":
         _die_with_parent()
     rank = os.environ.get("RANK")
     if run_dir and rank is not None and os.path.isdir(run_dir):
