@@ -210,3 +210,24 @@ def test_odd_values_read_from_a_database_row_do_not_crash_report_or_show(tmp_pat
     for command in (["report"], ["report", "--format", "json"], ["report", "--format", "markdown"], ["show", "1"]):
         res = cli(*command, "--store", str(store))
         assert res.exit_code == 0 and "Traceback" not in res.output, (command, res.output)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["run", "--versions", "dsb-toy=1.0.0", "--cache-dir", "afile", "--", "python", "x.py"], ["--cache-dir", "not a folder"]),
+    (["run", "--versions", "dsb-toy=1.0.0", "--cache-dir", "afile/below", "--", "python", "x.py"], ["--cache-dir"]),
+    (["envs", "list", "--cache-dir", "afile"], ["--cache-dir"]),
+    (["prefetch", "--no-cases", "--tool", "--dest", "afile"], ["--dest", "not a folder"]),
+    (["prefetch", "--no-cases", "--tool", "--dest", "afile/wh"], ["--dest"]),
+    (["run", "--versions", "dsb-toy=1.0.0", "--", "./afile"], ["./afile", "not an executable"]),
+    (["run", "--versions", "dsb-toy=1.0.0", "--", "./adir"], ["./adir", "not an executable"]),
+])
+def test_a_path_of_the_wrong_kind_is_one_line_before_anything_is_made(tmp_path, cli, wheelhouse, args, words):
+    """On main: NotADirectoryError, FileExistsError, PermissionError tracebacks (the last one
+    mid-run, with the store made)."""
+    (tmp_path / "x.py").write_text("pass\n")
+    (tmp_path / "afile").write_text("#!/bin/sh\n")  # not executable
+    (tmp_path / "adir").mkdir()
+    store = ["--store", str(tmp_path / "st"), "--offline", "--find-links", str(wheelhouse)] if args[0] == "run" else []
+    res = cli(*args[:1], *store, *args[1:], cwd=tmp_path)
+    _one_line_exit_2(res, *words)
+    assert not (tmp_path / "st").exists()

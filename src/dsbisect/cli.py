@@ -942,6 +942,9 @@ def prefetch(
         cases = m.select(case) if m is not None else []
         if index.offline:
             raise InputError("prefetch downloads what --offline runs need: it cannot run --offline itself")
+        there = next((p for p in (dest, *dest.absolute().parents) if p.exists()), None)
+        if there is not None and not there.is_dir():
+            raise InputError(f"--dest {dest}: {there} is a file, not a folder")
         idx = index.options()
         extras = matrix_mod.check_pins(extra or [], flag="--extra")
         if (git_repo or commits) and not (git_repo and commits and ".." in commits):
