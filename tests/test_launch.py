@@ -94,7 +94,7 @@ def test_grace_ends_when_the_dumps_are_in(tmp_path, dumps, low, high):
     spec = _spec(tmp_path, WATCHDOG_THEN_DUMPS, hang_grace=12.0, expected_ranks=2, dump_settle=4.0, wall_timeout=60.0)
     spec.env.update(DUMPS=str(dumps), RUN_DIR=str(spec.run.path))
     res = launch(spec)
-    assert res.hang_line and res.why == "collective timeout"
+    assert res.hang_line and res.timed_out and "then no output" in res.why
     after = res.seconds - res.hang_after
     assert low <= after <= high, after
     assert len(spec.run.fr_dumps()) == dumps

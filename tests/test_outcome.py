@@ -18,7 +18,10 @@ GLOO_TIMEOUT = (
     [
         (0, False, "", "", "", Outcome.PASS, ""),
         (1, False, "", "", "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: boom", Outcome.FAIL, "ValueError: boom"),
-        (1, False, GLOO_TIMEOUT, "", "", Outcome.HANG, "[rank0]: RuntimeError"),
+        # a rank died of the timeout (its last traceback): a hang; the line alone is no cause of death
+        (1, False, GLOO_TIMEOUT, "", "[rank0]: Traceback (most recent call last):\n[rank0]:   File \"x.py\", line 1\n"
+         + GLOO_TIMEOUT, Outcome.HANG, "RuntimeError: [../third_party/gloo"),
+        (1, False, GLOO_TIMEOUT, "", "", Outcome.FAIL, "exit 1"),
         (None, True, "", "no exit within the 30 s wall timeout", "", Outcome.HANG, "wall timeout"),
         (125, False, "", "", "", Outcome.SKIP, "exited 125"),
         (-9, False, "", "", "", Outcome.FAIL, "signal SIGKILL"),

@@ -435,9 +435,11 @@ def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
     if runner.executor is not None:
         ui("note", f"{case.name}: up to {len(slots)} Slurm job(s) at once")
         return
-    if len(slots) > 1:
+    _, said = runner.memory_plan(case)
+    if len(slots) > 1 or said:
         where = ", ".join(",".join(map(str, s.devices)) for s in slots if s.devices) or "CPU"
-        ui("note", f"{case.name}: {len(slots)} points at once ({where})")
+        many = f"{len(slots)} points at once" if len(slots) > 1 else "1 point at a time"
+        ui("note", f"{case.name}: {many} ({where}{'; ' + said if said else ''})")
     cores = os.cpu_count() or 1
     if runner.accelerator(case) is Accelerator.CPU and len(slots) * case.nproc > cores:
         ui("note", f"{case.name}: {len(slots)} jobs x {case.nproc} ranks on {cores} cores: oversubscribed")

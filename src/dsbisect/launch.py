@@ -5,8 +5,17 @@ in ``<run dir>/launcher.log`` and each rank's in ``<run dir>/ranks/``.  The watc
 reads every log as it grows and ends the run when:
 
 - the launcher exits;
-- a collective-timeout line appears (NCCL's watchdog, gloo's recv/send timeout): a
-  *hang*, ended after ``hang_grace`` seconds so that flight-recorder dumps get written;
+- a collective-timeout line appears (NCCL's watchdog, gloo's recv/send timeout) and the run
+  then makes no progress: the line is evidence, not a verdict (the words also turn up in config
+  dumps, warnings, and timeouts a script caught and retried).  A real timeout ends the job by
+  itself (gloo's raises and the rank exits, NCCL's watchdog aborts the process; the launcher
+  then stops the rest): the loop gives the ranks ``hang_grace`` seconds for that (and for the
+  flight-recorder dumps), or until every expected dump is written.  A run still going then is
+  ended as a hang only if no log grew for ``REPORT_S`` seconds after the last timeout line (the
+  report that comes with it, a traceback, does not count) and no rank's stack moved
+  (``on_idle``); else the line stops counting and the run is watched on as before (a later
+  line arms the check again).  ``outcome.classify`` then weighs the line: a run that exited
+  0 passed, and a failed one is a hang only when a rank died of the timeout;
 - no log grows for ``idle_timeout`` seconds and ``on_idle`` finds that no rank's stack
   moved since the last look (a silent but busy rank resets the clock): a hang;
 - the wall deadline passes: a hang;
@@ -30,7 +39,6 @@ left, and the pids still alive are returned.
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import threading
@@ -44,17 +52,13 @@ import psutil
 from . import deadlock
 from .files import DATA_LIMIT, read_small
 from .guard import Guarded
+from .outcome import HANG_PATTERNS, is_hang_text  # noqa: F401 - HANG_PATTERNS: its old home
 from .rundir import RunDir
 
-HANG_PATTERNS = (
-    re.compile(r"Watchdog caught collective operation timeout"),
-    re.compile(r"collective operation timeout", re.IGNORECASE),
-    re.compile(r"Timed out waiting \d+ms for (recv|send) operation"),
-    re.compile(r"NCCL watchdog thread terminated"),
-    re.compile(r"ProcessGroupGloo.*[Tt]imed out"),
-)
 
 POLL_S = 0.25
+REPORT_S = 1.0  # output within this long of a timeout line is its report, not progress
+RSS_EVERY_S = 1.0  # how often the run's memory (the RSS of its processes, summed) is sampled
 CHUNK = 1 << 20  # bytes of a log read at once
 LINE_LIMIT = 64 << 10  # the most of one unfinished line kept between reads
 
@@ -91,6 +95,7 @@ class LaunchResult:
     pids: tuple[int, ...] = ()
     log: Path | None = None
     escaped: tuple[int, ...] = ()  # processes that had left the launcher's tree (stopped below the guard)
+    peak_rss: int = 0  # the most memory the run's processes held at once (sum of RSS, sampled), bytes
 
 
 RankHook = Callable[[list[psutil.Process], str], None]
@@ -213,49 +218,111 @@ def _watch(proc, spec: LaunchSpec, seen, t0, on_hang, on_quiet, on_idle, cancel)
 
 def _watch_loop(proc, spec: LaunchSpec, seen, t0, on_hang, on_idle, cancel, watch, dumps, snapshot,
                 early) -> dict:
-    hang_line, hang_at, quiet_taken = "", None, False
+    words, quiet_taken, rss = _Words(), False, _Rss()
     while True:
         if cancel is not None and cancel.is_set():
             raise KeyboardInterrupt
         code = proc.poll()
         _track(proc.pid, seen)
+        rss.sample(seen)
         for line in watch.new_lines():
-            if not hang_line and any(p.search(line) for p in HANG_PATTERNS):
-                hang_line, hang_at = line.strip()[:500], time.monotonic()
+            if is_hang_text(line) and words.see(line, time.monotonic()):
                 snapshot.wait()
                 _call(on_hang, seen, "watchdog")
         now = time.monotonic()
         if code is not None:  # the snapshot's py-spy and faulthandler end with the ranks
             snapshot.wait(timeout=1.0)
-            return _ended(code, now - t0, hang_line, hang_at, t0)
-        if hang_at is not None and (now - hang_at > spec.hang_grace or dumps.ready(hang_at, now)):
-            return _ended(None, now - t0, hang_line, hang_at, t0, why="collective timeout")
+            return _ended(code, now - t0, words.first, words.first_at, t0, rss=rss.peak)
+        if words.armed_at is not None and (now - words.armed_at > spec.hang_grace
+                                           or dumps.ready(words.armed_at, now)):
+            if words.stalled(watch.last_growth) and _stuck(on_idle, seen, snapshot):
+                return _ended(None, now - t0, words.first, words.first_at, t0, timed_out=True, rss=rss.peak,
+                              why=f"{words.first[:300]} (then no output and no rank's stack moved "
+                                  f"for {now - words.last_at:.0f} s)")
+            words.disarm()  # the ranks went on: the line was no verdict; watch on
         if now - t0 > spec.wall_timeout:
             snapshot.wait()
             _call(on_hang, seen, "deadline")
-            return _ended(None, now - t0, hang_line, hang_at or now, t0, timed_out=True,
+            return _ended(None, now - t0, words.first, words.first_at or now, t0, timed_out=True, rss=rss.peak,
                           why=f"no exit within the {spec.wall_timeout:g} s wall timeout")
         quiet = now - watch.last_growth
-        if early is not None and not hang_line:
+        armed = words.armed_at is not None
+        if early is not None and not armed:
             found = early.proven(watch.last_growth, seen, now)
             if found is not None:
                 snapshot.wait()
                 _call(on_hang, seen, "deadlock")
                 early.keep(found)
-                return _ended(None, now - t0, "", t0 + found.proof.at, t0, timed_out=True, why=found.proof.text)
+                return _ended(None, now - t0, "", t0 + found.proof.at, t0, timed_out=True, why=found.proof.text,
+                              rss=rss.peak)
             early.poll(quiet, now)
-        if spec.quiet_after and not quiet_taken and quiet > spec.quiet_after and not hang_line:
+        if spec.quiet_after and not quiet_taken and quiet > spec.quiet_after and not armed:
             quiet_taken = snapshot.start(seen)
         if quiet_taken and quiet < 1:
             quiet_taken = False
-        if spec.idle_timeout and quiet > spec.idle_timeout and not hang_line:
-            snapshot.wait()
-            if on_idle is not None and not on_idle(rank_processes(seen)):
+        if spec.idle_timeout and quiet > spec.idle_timeout and not armed:
+            if not _stuck(on_idle, seen, snapshot):
                 watch.last_growth = time.monotonic()  # the ranks are busy, only silent
             else:
-                return _ended(None, now - t0, hang_line, now, t0, timed_out=True,
+                return _ended(None, now - t0, words.first, now, t0, timed_out=True, rss=rss.peak,
                               why=f"no output and no rank's stack moved for {spec.idle_timeout:g} s")
         time.sleep(POLL_S)
+
+
+def _stuck(on_idle: IdleCheck | None, seen: dict[int, psutil.Process], snapshot: _Snapshot) -> bool:
+    """Whether no rank's stack moved since the last look (True where stacks cannot be compared)."""
+    snapshot.wait()
+    return on_idle is None or on_idle(rank_processes(seen))
+
+
+@dataclass
+class _Words:
+    """The collective-timeout lines of a run: the first (evidence for the record) and, while the
+    check it arms is pending, when the first and the last of them came."""
+
+    first: str = ""
+    first_at: float | None = None
+    armed_at: float | None = None
+    last_at: float = 0.0
+
+    def see(self, line: str, now: float) -> bool:
+        """Note a timeout line; True when it arms the check (the stacks are then worth taking)."""
+        if not self.first:
+            self.first, self.first_at = line.strip()[:500], now
+        self.last_at = now
+        if self.armed_at is None:
+            self.armed_at = now
+            return True
+        return False
+
+    def stalled(self, last_growth: float) -> bool:
+        """No log grew after the last timeout line's report."""
+        return last_growth <= self.last_at + REPORT_S
+
+    def disarm(self) -> None:
+        self.armed_at = None
+
+
+@dataclass
+class _Rss:
+    """The peak of the run's memory: the RSS of its live processes, summed (shared pages count
+    once per process, so this errs high: what a slot count wants)."""
+
+    peak: int = 0
+    at: float = 0.0
+
+    def sample(self, seen: dict[int, psutil.Process]) -> None:
+        now = time.monotonic()
+        if now - self.at < RSS_EVERY_S:
+            return
+        self.at = now
+        total = 0
+        for p in list(seen.values()):
+            try:
+                total += p.memory_info().rss
+            except psutil.Error:
+                continue
+        self.peak = max(self.peak, total)
 
 
 @dataclass(frozen=True)
@@ -478,8 +545,9 @@ class _Dumps:
         return n > 0 and now - self.changed >= self.spec.dump_settle
 
 
-def _ended(code, seconds, hang_line, hang_at, t0, timed_out=False, why="") -> dict:
+def _ended(code, seconds, hang_line, hang_at, t0, timed_out=False, why="", rss=0) -> dict:
     return {
+        "peak_rss": rss,
         "exit_code": code,
         "seconds": seconds,
         "timed_out": timed_out,

@@ -2,6 +2,16 @@
 
 Three layers: ``launch`` gives the raw exit code, timeout flag and logs; ``classify``
 gives the Outcome; ``verdict`` maps outcomes to GOOD/BAD/SKIP for ``--regress-on``.
+
+A collective-timeout line (``HANG_PATTERNS``) is evidence, not a verdict: the words turn up in
+config dumps, ``print(os.environ)``, warnings and in the message of a timeout a script caught
+and retried.  A run is a HANG when it did not finish on its own (``timed_out``: the wall
+deadline, the idle limit, a deadlock proof, or a timeout line followed by no progress), or
+when a rank died *of* the timeout: the exception that ended the rank (the last traceback in
+its log, with the exceptions it was raised from) is a collective timeout, or the rank was
+aborted (SIGABRT: NCCL's watchdog takes the process down) after its log reported one.  A run
+that exited 0 passed, whatever it printed; a rank that failed of anything else is a FAIL with
+its own reason, whatever words another rank (or it, earlier) printed.
 """
 
 from __future__ import annotations
@@ -14,6 +24,20 @@ from dataclasses import dataclass
 from .model import Outcome, RegressOn, Verdict
 
 SKIP_EXIT = 125  # git bisect's "cannot test this commit"
+
+# What torch prints when a collective timed out: NCCL's watchdog, gloo's recv/send timeout.
+HANG_PATTERNS = (
+    re.compile(r"Watchdog caught collective operation timeout"),
+    re.compile(r"collective operation timeout", re.IGNORECASE),
+    re.compile(r"Timed out waiting \d+ms for (recv|send) operation"),
+    re.compile(r"NCCL watchdog thread terminated"),
+    re.compile(r"ProcessGroupGloo.*[Tt]imed out"),
+)
+
+
+def is_hang_text(line: str) -> bool:
+    """Whether ``line`` has the words of a collective timeout (evidence to weigh, not a verdict)."""
+    return any(p.search(line) for p in HANG_PATTERNS)
 
 
 @dataclass(frozen=True)
@@ -32,11 +56,9 @@ def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, t
              ranks: Mapping[int, str] | None = None) -> Classified:
     """The outcome of one run from what the launcher gave back; ``ranks`` holds each rank's
     own log (its tail), where a rank's fatal signal is named by faulthandler."""
-    if hang_line:
-        return Classified(Outcome.HANG, _clip(hang_line))
-    if timed_out:
-        return Classified(Outcome.HANG, why or "timed out")
-    if exit_code == 0:
+    if timed_out:  # it did not finish on its own: the line, if any, says what it waited on
+        return Classified(Outcome.HANG, _clip(why or hang_line or "timed out"))
+    if exit_code == 0:  # whatever it printed
         return Classified(Outcome.PASS, "")
     if exit_code == SKIP_EXIT:
         return Classified(Outcome.SKIP, first_error(tail) or "the script exited 125 (untestable)")
@@ -45,6 +67,9 @@ def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, t
         return Classified(Outcome.SKIP, first_error(tail) or _rank_text(first[0], "exited 125 (untestable)"))
     # A rank that died of a signal comes first: its peers' errors ("Connection closed by peer")
     # follow from it, whichever of them the launcher happened to see end first.
+    hung = died_of_timeout(tail, ranks or {}, first)
+    if hung:
+        return Classified(Outcome.HANG, hung)
     deaths = signal_deaths(ranks or {})
     if deaths:
         (sig, fatal), who = next(iter(deaths.items()))
@@ -53,6 +78,78 @@ def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, t
         return Classified(Outcome.FAIL, _rank_text(first[0], f"killed by {_signal_name(-first[1])}")
                           + (f" ({fatal})" if (fatal := fatal_error(tail)) else ""))
     return Classified(Outcome.FAIL, cause_error(tail, ranks or {}) or fatal_error(tail) or _exit_text(exit_code))
+
+
+def died_of_timeout(tail: str, ranks: Mapping[int, str], first: tuple[int | None, int] | None = None) -> str:
+    """The collective timeout that ended a failed run, or "" when no rank died of one.
+
+    A rank died of it when the exception that ended it (the last traceback of its log, at the
+    log's end, with what that was raised from) is a collective timeout, or when it was aborted
+    (SIGABRT: NCCL's watchdog) after its log reported one.  Where the launcher names the first
+    rank to fail (torchrun), that rank decides; a first failure by another signal (SIGKILL,
+    SIGSEGV) is no timeout; otherwise any rank that died of something else decides (a crash is
+    more telling than a peer's timeout).  A timeout line alone is no cause of death."""
+    logs = dict(ranks) or _prefixed_ranks(tail) or {0: tail}
+    if first is not None and first[1] < 0 and first[1] != -6:
+        return ""
+    if first is not None and first[0] in logs:
+        logs = {first[0]: logs[first[0]]}
+    timeouts, other = [], False
+    for rank in sorted(logs):
+        died = _died_of(logs[rank])
+        if died:
+            timeouts.append(died)
+        elif signal_deaths({rank: logs[rank]}) or (chain := fatal_chain(logs[rank])) and \
+                not _CONSEQUENCE.search(chain[0]) and _at_end(logs[rank], chain[-1]):
+            other = True
+    if not timeouts and first is not None and first[1] == -6 and (line := _hang_line(tail)):
+        return _clip(line)  # aborted without faulthandler's line: the launcher's code and the report
+    return "" if other or not timeouts else _clip(timeouts[0])
+
+
+def _died_of(text: str) -> str:
+    """The timeout this rank's log says it died of ("" if none)."""
+    chain = fatal_chain(text)
+    hit = next((e for e in chain if is_hang_text(e)), "")
+    if hit and _at_end(text, chain[-1]):
+        return hit
+    if _aborted(text):
+        return _hang_line(text)
+    return ""
+
+
+AFTER_DEATH = 10  # lines a log may have after the exception that ended its process (teardown warnings)
+
+
+def _at_end(text: str, error: str) -> bool:
+    """Whether ``error`` (an exception line) is at the end of ``text``: what an uncaught exception
+    leaves (the process prints it as it ends), unlike a traceback a script printed and went on."""
+    lines = [_RANK_PREFIX.sub("", ln) for ln in text.splitlines()]
+    for i in range(len(lines) - 1, -1, -1):
+        if _clip(lines[i]).startswith(error[:80]):
+            return sum(1 for ln in lines[i + 1:] if ln.strip()) <= AFTER_DEATH
+    return False
+
+
+def _aborted(text: str) -> bool:
+    m = _FATAL.search(text)
+    return bool(m) and m[1].strip() == "Aborted"
+
+
+def _hang_line(text: str) -> str:
+    return next((ln.strip() for ln in text.splitlines() if is_hang_text(ln)), "")
+
+
+_PREFIXED = re.compile(r"^\[rank(\d+)\]:\s?")
+
+
+def _prefixed_ranks(text: str) -> dict[int, str]:
+    """One combined log's lines by their ``[rankN]:`` prefix (torchrun's ``--tee``); {} without any."""
+    out: dict[int, list[str]] = {}
+    for ln in text.splitlines():
+        if m := _PREFIXED.match(ln):
+            out.setdefault(int(m[1]), []).append(ln)
+    return {rank: "\n".join(lines) for rank, lines in out.items()}
 
 
 def _rank_text(rank: int | None, what: str) -> str:
@@ -130,17 +227,51 @@ def first_error(text: str) -> str:
 
 def traceback_errors(text: str) -> list[str]:
     """The exception line of each traceback in ``text``, in order."""
+    return [error for error, _ in _tracebacks(text)]
+
+
+_DIRECT_CAUSE = "The above exception was the direct cause of the following exception"
+_DURING = "During handling of the above exception, another exception occurred"
+
+
+def _tracebacks(text: str) -> list[tuple[str, str]]:
+    """(exception line, how it is linked to the traceback before it: "cause", "context" or "")
+    of each traceback in ``text``, in order."""
     lines = [_RANK_PREFIX.sub("", ln) for ln in text.splitlines()]
-    out = []
+    out, link = [], ""
     for i, ln in enumerate(lines):
-        if ln.startswith("Traceback (most recent call last)"):
+        if ln.startswith(_DIRECT_CAUSE):
+            link = "cause"
+        elif ln.startswith(_DURING):
+            link = "context"
+        elif ln.startswith("Traceback (most recent call last)"):
             for after in lines[i + 1 :]:
                 if after and not after.startswith((" ", "\t", "Traceback")):
                     m = _ERROR_LINE.match(after)
                     if m:
-                        out.append(_clip(m.group(1)))
+                        out.append((_clip(m.group(1)), link))
                         break
+            link = ""
+        elif ln.strip() and not ln.startswith((" ", "\t")) and not _ERROR_LINE.match(ln):
+            link = ""  # other output between two tracebacks: they are not one chain
     return out
+
+
+def fatal_chain(text: str) -> list[str]:
+    """What the process of this log died of: the exception of its last traceback, preceded by
+    those it was raised from (``raise ... from``), in print order; [] without a traceback.  An
+    exception raised while handling another (an implicit context) ended the process by itself:
+    the one handled is not in the chain (a script that caught a timeout and then failed
+    otherwise died of the other failure)."""
+    found = _tracebacks(text)
+    if not found:
+        return []
+    chain = [found[-1][0]]
+    i = len(found) - 1
+    while i > 0 and found[i][1] == "cause":
+        i -= 1
+        chain.insert(0, found[i][0])
+    return chain
 
 
 # What a rank raises because a peer went away: the peer's own error is the cause.
@@ -150,13 +281,27 @@ _CONSEQUENCE = re.compile(
     re.IGNORECASE)
 
 
+def is_reaction(text: str) -> bool:
+    """Whether an error is a rank's reaction to a peer that went away ("Connection closed by peer")."""
+    return bool(_CONSEQUENCE.search(text))
+
+
 def cause_error(tail: str, ranks: Mapping[int, str]) -> str:
     """The error that explains a failed run: the first one, by rank, that is not a rank's
     reaction to a peer that went away ("Connection closed by peer"); else the first error.
-    Without the ranks' own logs, the same over every traceback in ``tail``."""
-    errors = [e for rank in sorted(ranks) for e in traceback_errors(ranks[rank])[:1]] or traceback_errors(tail)
-    cause = next((e for e in errors if not _CONSEQUENCE.search(e)), "")
-    return cause or first_error(tail)
+    Without the ranks' own logs, the same over every traceback in ``tail``.  A collective
+    timeout that its rank survived (caught, and the log went on) explains nothing: left out; one
+    that a rank died of comes after another rank's own error (the timeout waited on that rank)."""
+    logs = [ranks[rank] for rank in sorted(ranks)]
+    errors = [e for text in logs for e in fatal_chain(text)[:1] if not _survived(text, e)] \
+        or [e for e in traceback_errors(tail) if not _survived(tail, e)]
+    cause = next((e for e in errors if not _CONSEQUENCE.search(e) and not is_hang_text(e)), "") or \
+        next((e for e in errors if not _CONSEQUENCE.search(e)), "")
+    return cause or next((e for e in [first_error(tail)] if not _survived(tail, e)), "")
+
+
+def _survived(text: str, error: str) -> bool:
+    return is_hang_text(error) and not _at_end(text, error)
 
 
 def _exit_text(code: int | None) -> str:
@@ -205,3 +350,10 @@ def combine(verdicts: list[Verdict]) -> Verdict:
     if verdicts and all(v is Verdict.GOOD for v in verdicts):
         return Verdict.GOOD
     return Verdict.SKIP
+
+
+def sigkilled(exit_code: int | None, tail: str) -> bool:
+    """Whether the run, or the first of its ranks to end, was killed by SIGKILL (the exit code,
+    the deepspeed launcher's "return code = -9", torchrun's root cause; 137 from a shell)."""
+    first = first_rank_exit(tail)
+    return bool({exit_code, first[1] if first else None} & {-signal.SIGKILL, 128 + signal.SIGKILL})

@@ -20,12 +20,13 @@ subprocess, deepspeed runner, launch.py, rank: torch imported four times) to ~3-
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import shutil
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,7 @@ from typing import Protocol
 
 from packaging.utils import canonicalize_name
 
-from . import facts, multinode, proc, reaper
+from . import facts, memory, multinode, proc, reaper
 from .envs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from .errors import EnvBuildError, Interrupted, signal_of
 from .evidence import Capture, flight_recorder_env
@@ -49,7 +50,7 @@ from .model import (
     RunStatus,
     digest,
 )
-from .outcome import classify
+from .outcome import Classified, classify
 from .proc import clean_env
 from .redact import remember, scrub_folder, secret_values
 from .rundir import RunDir
@@ -91,27 +92,53 @@ class Runner:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ahead: ThreadPoolExecutor | None = None  # builds the venvs a bisection may need next
     _ahead_jobs: list = field(default_factory=list)
+    _gate: PointGate = field(default_factory=lambda: PointGate())
 
     # ---------------------------------------------------------- concurrency
 
     def slots(self, case: Case) -> list[Slot]:
         """Where runs of ``case`` can go at once: disjoint GPU slices, or CPU process budgets."""
         case = self.effective(case)
-        if case.nodes.multi:
-            return [Slot()]  # the run holds the hosts and slots it names
-        if case.command and self.accelerator(case) is Accelerator.CUDA and self.executor is None:
-            return [Slot()]  # the user's line picks its GPUs itself: one run at a time
+        if self._one_at_a_time(case):
+            return [Slot()]
         if self.executor is not None:
             return self.executor.slots(case)
+        n = self.memory_plan(case)[0]
         if self.accelerator(case) is Accelerator.CUDA:
             ids = self.gpu_ids or list(range(len(self.gpus)))
-            groups = len(ids) // case.nproc
-            n = max(1, min(groups, self.jobs or groups))
             if n == 1:
                 return [Slot()]
             return [Slot(tuple(ids[k * case.nproc:(k + 1) * case.nproc])) for k in range(n)]
-        fit = max(1, (os.cpu_count() or 1) // case.nproc)
-        return [Slot()] * max(1, self.jobs or fit)
+        return [Slot()] * n
+
+    def _one_at_a_time(self, case: Case) -> bool:
+        """A multi-node run holds the hosts and slots it names; a command line on GPUs picks its
+        GPUs itself: one run at a time."""
+        return case.nodes.multi or bool(case.command and self.accelerator(case) is Accelerator.CUDA
+                                        and self.executor is None)
+
+    def wanted_slots(self, case: Case) -> int:
+        """Points at once that the GPUs (one slice of nproc each), the cores (nproc each) or
+        ``--jobs`` allow, before memory is counted."""
+        if self.accelerator(case) is Accelerator.CUDA:
+            groups = len(self.gpu_ids or self.gpus) // case.nproc
+            return max(1, min(groups, self.jobs or groups))
+        return max(1, self.jobs or max(1, (os.cpu_count() or 1) // case.nproc))
+
+    def memory_plan(self, case: Case) -> tuple[int, str]:
+        """How many of the ``wanted_slots`` the memory here holds, and the figures, for the
+        progress line ("memory: 1.4 GB free of 1.4 GB limit, ~0.9 GB per point"): a point's
+        expected memory is the peak of the case's recorded runs, else a guess per rank."""
+        case = self.effective(case)
+        wanted = self.wanted_slots(case)
+        if wanted <= 1 or self._one_at_a_time(case) or self.executor is not None:
+            return 1, ""
+        room = memory.room()
+        if room is None:
+            return wanted, ""
+        peaks = self.store.peak_rss(case.name)
+        per_point = memory.expected(case.nproc, peaks)
+        return memory.points_at_once(wanted, room, per_point), memory.describe(room, per_point, bool(peaks))
 
     def run_many(self, case: Case, points: list[Point], want: int = 1,
                  enough: Callable[[list[RunRecord]], bool] | None = None) -> list[list[RunRecord]]:
@@ -226,17 +253,27 @@ class Runner:
             if same is not None:  # the machine has not changed: no new record every time
                 self.progress("reused", f"{case.name} · {point.label}: skip ({reason}; run {same.id}, recorded)")
                 return same
-        run = self._claim(case, point, attempt)
-        if run.status is RunStatus.DONE:
-            return run
-        try:
-            return self._prepare_and_launch(run, case, point, slot)
-        except KeyboardInterrupt as e:
-            self.store.abandon_run(run.id, "interrupted")
-            self.cancel.set()
-            if run.run_dir:  # its logs too are read by the group; known() holds the run's secrets
-                scrub_folder(Path(run.run_dir), skip=(RunDir.RECORD,))
-            raise Interrupted("interrupted; the run's processes were stopped", signal_of(e)) from None
+        done = self._run_gated(case, point, attempt, slot, alone=False)
+        if done.evidence.get("oom", {}).get("others"):  # killed while other points ran: once more, alone
+            self.progress("run", f"{case.name} · {point.label}: run {done.id} was killed by the out-of-memory "
+                                 "killer while other points ran; waiting for them to run it alone")
+            done = self._run_gated(case, point, attempt, slot, alone=True)
+        return done
+
+    def _run_gated(self, case: Case, point: Point, attempt: int, slot: Slot, alone: bool) -> RunRecord:
+        """One run, counted as running for the memory gate (``alone``: with no other point)."""
+        with self._gate.enter(alone) as token:
+            run = self._claim(case, point, attempt)
+            if run.status is RunStatus.DONE:
+                return run
+            try:
+                return self._prepare_and_launch(run, case, point, slot, token)
+            except KeyboardInterrupt as e:
+                self.store.abandon_run(run.id, "interrupted")
+                self.cancel.set()
+                if run.run_dir:  # its logs too are read by the group; known() holds the run's secrets
+                    scrub_folder(Path(run.run_dir), skip=(RunDir.RECORD,))
+                raise Interrupted("interrupted; the run's processes were stopped", signal_of(e)) from None
 
     def _claim(self, case: Case, point: Point, attempt: int) -> RunRecord:
         while True:
@@ -255,7 +292,8 @@ class Runner:
                                         f"(run {theirs.id}, by another dsbisect)")
                 return theirs
 
-    def _prepare_and_launch(self, run: RunRecord, case: Case, point: Point, slot: Slot) -> RunRecord:
+    def _prepare_and_launch(self, run: RunRecord, case: Case, point: Point, slot: Slot,
+                            token: GateToken | None = None) -> RunRecord:
         label = f"{case.name} · {point.label}"
         accel = self.accelerator(case)
         if not self._enough_gpus(case):
@@ -277,7 +315,7 @@ class Runner:
             problem = multinode.check_nodes(case, env.key, env.python, check.facts)
             if problem:
                 return self._skip(run, problem, env_key=env.key, found=check.facts)
-        return self._launch(run, case, point, env, check, accel, slot)
+        return self._launch(run, case, point, env, check, accel, slot, token or GateToken())
 
     def _skip(self, run: RunRecord, reason: str, env_key: str | None = None,
               found: dict | None = None) -> RunRecord:
@@ -314,7 +352,7 @@ class Runner:
         return found
 
     def _launch(self, record: RunRecord, case: Case, point: Point, env: Env, check: ImportCheck | None,
-                accel: Accelerator, slot: Slot) -> RunRecord:
+                accel: Accelerator, slot: Slot, token: GateToken) -> RunRecord:
         run_id, run = record.id, RunDir(Path(record.run_dir))
         with self._lock:
             port = free_port(self._ports)
@@ -360,6 +398,7 @@ class Runner:
         how = "1 rank, no launcher" if direct else f"{case.nproc} ranks"
         self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {how}, {accel.value})")
         t0 = time.monotonic()
+        ooms = memory.oom_counts()
         try:
             result = launch(spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=self.cancel)
         finally:
@@ -374,7 +413,10 @@ class Runner:
             if not check.ok:
                 return self._skip(record, check.reason, env_key=env.key, found=check.facts)
         c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, *run.tails())
+        c, oom = _oom_verdict(c, result, run, ooms, token)
         signature, evidence = _evidence(c.outcome, run, capture, result)
+        if oom:
+            evidence["oom"] = oom
         evidence["notes"] += run.cap_logs()  # after the evidence was read from them
         evidence["notes"] += scrub_folder(run.path, secrets, skip=(RunDir.RECORD,))  # the group may read it
         evidence["survivors"] += remote_left + list(escaped.survivors)
@@ -393,7 +435,8 @@ class Runner:
                                          "host": facts.host(), "index": self.envs.index.origin},
             env_key=env.key,
         )
-        self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s")
+        said = f" ({c.reason})" if c.outcome is Outcome.SKIP else ""
+        self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s{said}")
         return done
 
     def _base_env(self, case: Case, accel: Accelerator, venv: Env | None = None) -> dict[str, str]:
@@ -414,14 +457,73 @@ class Runner:
 # ------------------------------------------------------------------- helpers
 
 
+def _oom_verdict(c: Classified, result: LaunchResult, run: RunDir, before: tuple[memory.OomCount, ...],
+                 token: GateToken) -> tuple[Classified, dict]:
+    """``memory.oom_verdict`` with what this run's counters, logs and gate token say."""
+    kill = memory.rise(before, memory.oom_counts()) if c.outcome is Outcome.FAIL else None
+    if kill is None:
+        return c, {}
+    others = 0 if token.alone else token.others
+    return memory.oom_verdict(c, result.exit_code, result.timed_out, run.tails()[0], kill, others, token.alone,
+                              None if others else memory.room())
+
+
+@dataclass
+class GateToken:
+    """One run in the memory gate: whether it runs alone, and the most other points that ran
+    beside it at any moment."""
+
+    alone: bool = False
+    others: int = 0
+
+
+class PointGate:
+    """Counts the points running here, so that a run the out-of-memory killer ended while others
+    ran can run again with no other point: an ``alone`` entry waits until none runs, and no
+    other starts until it ends."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.active: list[GateToken] = []
+        self.exclusive = False
+        self.waiting = 0  # alone entries waiting: no other starts meanwhile
+
+    @contextlib.contextmanager
+    def enter(self, alone: bool) -> Iterator[GateToken]:
+        token = GateToken(alone=alone)
+        with self.cond:
+            self.waiting += alone
+            while self.exclusive or (alone and self.active) or (not alone and self.waiting):
+                self.cond.wait(0.5)
+            self.waiting -= alone
+            self.exclusive = alone
+            for t in self.active:
+                t.others = max(t.others, len(self.active))
+            token.others = len(self.active)
+            self.active.append(token)
+        try:
+            yield token
+        finally:
+            with self.cond:
+                self.active.remove(token)
+                if alone:
+                    self.exclusive = False
+                self.cond.notify_all()
+
+
 def _evidence(outcome: Outcome, run: RunDir, capture: Capture, result: LaunchResult) -> tuple[str, dict]:
     evidence = capture.as_json()
     evidence["survivors"] = list(result.survivors)
     evidence["pids"] = list(result.pids)
+    if result.peak_rss:
+        evidence["peak_rss"] = result.peak_rss
+    if outcome is not Outcome.HANG:
+        if result.hang_line:  # the words were printed, and the run says otherwise
+            evidence["notes"].append(f"a collective-timeout line at {result.hang_after or 0:.1f} s did not decide: "
+                                     f"the run {_how_it_ended(outcome, result)} ({result.hang_line[:200]})")
+        return "", evidence
     if result.hang_after is not None:
         evidence["hang_detected_after_s"] = round(result.hang_after, 2)
-    if outcome is not Outcome.HANG:
-        return "", evidence
     sig = analyze(run.path)
     proof = proven(result.why)
     if sig is None:
@@ -431,6 +533,12 @@ def _evidence(outcome: Outcome, run: RunDir, capture: Capture, result: LaunchRes
         where = sig.text.split(" — ", 1)[1] if " — " in sig.text else ""
         return f"{proof} — {where}" if where else proof, evidence
     return sig.text, evidence
+
+
+def _how_it_ended(outcome: Outcome, result: LaunchResult) -> str:
+    if outcome is Outcome.PASS:
+        return "exited 0"
+    return f"exited {result.exit_code} and no rank died of a timeout" if result.exit_code is not None else "ended"
 
 
 def proven(why: str) -> str:

@@ -334,6 +334,20 @@ class Store:
                          (case_key, point_key))
         return [_run(r) for r in rows]
 
+    def peak_rss(self, case_name: str, last: int = 50) -> list[int]:
+        """The peak memory (bytes) of the case's last runs that recorded one (evidence.peak_rss)."""
+        rows = self._all("SELECT evidence FROM runs WHERE case_name=? AND status='done' ORDER BY id DESC LIMIT ?",
+                         (case_name, last))
+        out = []
+        for row in rows:
+            try:
+                value = json.loads(row["evidence"]).get("peak_rss")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(value, int) and value > 0:
+                out.append(value)
+        return out
+
     def same_skip(self, case_key: str, point_key: str, reason: str, host: str) -> RunRecord | None:
         """The last run of this point if it was skipped on this host for this very reason."""
         rows = self._all("SELECT * FROM runs WHERE case_key=? AND point_key=? AND status='done' ORDER BY id DESC"
