@@ -22,7 +22,7 @@ def test_run_roundtrip(tmp_path):
     again = Store(tmp_path)
     (r,) = again.done_runs("case1", P.key)
     assert (r.outcome, r.seconds, r.signature, r.evidence["files"], r.point) == (Outcome.HANG, 61.5, "rank 0 in REDUCE", ["a"], P)
-    assert sqlite3.connect(again.path).execute("PRAGMA user_version").fetchone()[0] == 3
+    assert sqlite3.connect(again.path).execute("PRAGMA user_version").fetchone()[0] == 4
 
 
 def test_running_row_of_dead_process_reads_interrupted(tmp_path):

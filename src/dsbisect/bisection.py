@@ -17,6 +17,7 @@ from . import gitrepo
 from .model import Answer, Case, GitSource, IndexOptions, Mode, Outcome, Point, RegressOn, Stage, Verdict, digest
 from .outcome import combine, verdict
 from .redact import redact_tree
+from .proof import Proof, ProofVerdict, judge, proof_json
 from .runner import Runner
 from .search import Search, Side, lookahead, search
 from .store import RunRecord
@@ -41,6 +42,7 @@ class Request:
     width: int = 1
     confirm: int = 1  # runs of the final last-good / first-bad pair; 1 = the search's own
     argv: tuple[str, ...] = ()  # the bisect command line (marks.invocation), kept for `dsbisect log`; not in the key
+    prove: bool = True  # after a commit step: the revert proof (not in the key: it adds a step, changes no answer)
 
     @property
     def mode(self) -> Mode:
@@ -135,6 +137,7 @@ class Result:
     confirm: Confirmation | None = None
     good_end: str = ""  # how the good end was found, when it was not given (GOOD auto)
     caveats: tuple[str, ...] = ()  # what lies between the answer's ends and was not tested
+    proof: Proof | None = None  # the first bad commit reverted on the first bad release
 
     @property
     def exit_code(self) -> int:
@@ -196,6 +199,8 @@ class Bisection:
             result = self._commits(result, repo)
         if req.confirm > 1:
             result = self._confirm(result)
+        if repo and req.prove and result.verdict is Answer.FOUND and result.commit and result.commit.first_bad:
+            result = self._prove(result, repo)
         self._save("done", result_json(result))
         return result
 
@@ -419,6 +424,34 @@ class Bisection:
         src = GitSource(self.req.package, str(repo), c.hash, c.describe, c.subject)
         return Point(versions=((self.req.package, version),), pins=self._pins(), source=src)
 
+    # ------------------------------------------------------------------ proof
+
+    def _prove(self, result: Result, repo: Path) -> Result:
+        """Revert the first bad commit on top of the first bad release's tag and run that tree:
+        the answer stands whatever it shows (the search's boundary was tested); the proof says
+        whether the commit is what the release's regression comes from."""
+        req, c = self.req, result.commit
+        tag = gitrepo.tag_for(repo, req.package, result.first_bad)
+        onto = gitrepo.resolve(repo, tag)
+        self.runner.progress("note", f"proof: reverting {c.first_bad[:10]} on top of {tag}")
+        rev = gitrepo.revert_tree(repo, c.first_bad, onto)
+        base = Proof(c.first_bad, tag, onto, ProofVerdict.UNTESTABLE, req.find_fix, rev.merge)
+        if not rev.clean:
+            verdict_ = ProofVerdict.CONFLICT if rev.conflicts else ProofVerdict.UNTESTABLE
+            return _replace(result, proof=_replace(base, verdict=verdict_, conflicts=rev.conflicts, detail=rev.error))
+        src = GitSource(req.package, str(repo), onto, f"{tag} with {c.first_bad[:10]} reverted",
+                        f'Revert "{c.subject}"', reverted=c.first_bad, tree=rev.tree)
+        point = Point(versions=((req.package, result.first_bad),), pins=self._pins(), source=src)
+        runs = self.runner.runs(req.case, point, want=max(2, req.repeat, req.confirm),
+                                enough=lambda rs: any(self._side(self._verdict(r)) is Side.NEW for r in rs))
+        step = self._step(point, runs, Stage.PROVE)
+        observed = [(self._side(self._verdict(r)), r.outcome) for r in runs]
+        verdict_, outcome, agree = judge(observed)
+        detail = step.detail if verdict_ is not ProofVerdict.PROVEN else ""
+        proof = _replace(base, verdict=verdict_, outcome=outcome, runs=len(runs), agree=agree, detail=detail,
+                         run_ids=tuple(r.id for r in runs))
+        return _replace(result, steps=tuple(self.steps), proof=proof)
+
     # ------------------------------------------------------------------ store
 
     def _save(self, status: str, result: dict) -> None:
@@ -491,6 +524,7 @@ def result_json(r: Result) -> dict:
             **{e.name.replace(" ", "_"): {"point": e.point, "agree": e.agree, "runs": e.runs, "as": e.expected}
                for e in r.confirm.ends},
         },
+        "proof": None if r.proof is None else proof_json(r.proof),
     }
 
 

@@ -101,24 +101,30 @@ class Builds:
 
     def commit(self, src: GitSource, wheelhouses: tuple[str, ...], torch_site: tuple[str, ...],
                context: tuple[str, ...], hold: tuple[str, ...]) -> Path:
-        """A wheel of ``src.package`` at ``src.commit``: from a wheelhouse, the cache, or built."""
+        """A wheel of ``src.package`` at ``src.commit`` (with ``src.reverted`` reverted, for the
+        revert proof): from a wheelhouse, the cache, or built."""
         for d in wheelhouses:  # built ahead by ``dsbisect prefetch --git-repo``
-            ready = sorted((Path(d) / "commits" / src.commit).glob("*.whl"))
+            ready = sorted((Path(d) / "commits" / src.ident).glob("*.whl"))
             if ready:
                 return ready[0]
-        out = self.paths.commit_wheels / src.commit
-        with FileLock(str(self.paths.lock(f"commit-{src.commit}"))):
+        out = self.paths.commit_wheels / src.ident
+        with FileLock(str(self.paths.lock(f"commit-{src.ident}"))):
             found = sorted(out.glob("*.whl")) if out.is_dir() else []
             if found:
                 return found[0]
             builder = self.builder(torch_site, context, hold)
-            self.log(f"building {src.package} from commit {src.short}")
+            what = f"{src.commit[:10]} with {src.reverted[:10]} reverted" if src.reverted else src.short
+            self.log(f"building {src.package} from commit {what}")
             return self._build_commit(src, builder, out)
 
     def _build_commit(self, src: GitSource, builder: Path, out: Path) -> Path:
         with tempfile.TemporaryDirectory(prefix="dsbisect-src-") as tmp:
             checkout = Path(tmp) / "src"
-            export_commit(Path(src.repo), src.commit, checkout, SOURCE_PATHS.get(canonicalize_name(src.package), ()))
+            if src.reverted and not src.tree:
+                raise EnvBuildError(f"{src.package}@{src.short}: the tree of the revert is not known "
+                                    "(it is made by the bisection's revert proof)")
+            export_commit(Path(src.repo), src.tree or src.commit, checkout,
+                          SOURCE_PATHS.get(canonicalize_name(src.package), ()))
             staging = Path(tmp) / "wheel"
             self._pip_wheel(builder, [str(checkout)], staging)
             wheels = list(staging.glob("*.whl"))
@@ -148,7 +154,7 @@ def build_error(text: str) -> str:
 
 
 def export_commit(repo: Path, commit: str, dest: Path, paths: tuple[str, ...]) -> None:
-    """Write the tree of ``commit`` (only ``paths`` if given) into ``dest``."""
+    """Write the tree of ``commit`` (a commit or a tree object; only ``paths`` if given) into ``dest``."""
     dest.mkdir(parents=True)
     tree = proc.run(["git", "-C", repo, "ls-tree", "--name-only", commit], keep=proc.DATA)
     if not tree.ok or tree.cut:

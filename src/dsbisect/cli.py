@@ -35,6 +35,7 @@ from typer.core import TyperGroup
 from . import __version__
 from . import matrix as matrix_mod
 from . import report as rep
+from .disk import is_full, message as disk_message
 from .errors import DsbisectError, InputError, Stopped, signal_of
 from .files import read_small_text
 from .outside import safe, safe_text
@@ -169,11 +170,16 @@ def user_errors() -> Iterator[None]:
         signum = signal_of(e)
         say_error(f"by {signal.Signals(signum).name}; every run's processes were stopped", label="interrupted")
         raise typer.Exit(128 + signum) from None
+    except OSError as e:  # a write to a full disk that no layer below said in its own words
+        if not is_full(e):
+            raise
+        say_error(disk_message(e.filename))
+        raise typer.Exit(1) from None
 
 
 # ------------------------------------------------------------------ options
 
-StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE")]
+StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE", readable=False)]  # dsbisect says "permission denied" itself
 CasesOpt = Annotated[Optional[list[str]], typer.Option("--case", help="Only this case (repeatable).")]
 MAX_ID = 2**63 - 1  # SQLite's largest integer: a larger run id names no run
 MAX_COUNT = 100_000  # a --repeat, --confirm or --jobs beyond this is a typo, not a plan
@@ -471,7 +477,10 @@ def report(
     """Print the grid of every recorded run again, from the store."""
     with user_errors():
         shown.check()
-        records = _open_store(store).runs(case)
+        the_store = _open_store(store)
+        records = the_store.runs(case)
+        for note in the_store.notes:  # rows of the index that could not be read, named
+            say(note)
         if not records:
             raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else ""))
         _print_grid(records, "dsbisect report", shown, [])
@@ -512,6 +521,7 @@ def store_repair(store: StoreOpt = Path(".dsbisect")) -> None:
 
     with user_errors():
         rebuilt, moved = repair(store)
+        rebuilt.close()
         if moved:
             say(f"the damaged database was moved to {moved}")
         for note in rebuilt.notes:
@@ -575,6 +585,7 @@ def bisect(
     signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
+    prove: Annotated[bool, typer.Option("--prove/--no-prove", help="After the commit search: revert the first bad commit on top of the first bad release and run that (one more build and run).")] = True,
     pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases among the candidates.")] = False,
     include_yanked: Annotated[bool, typer.Option("--include-yanked", help="Include yanked releases among the candidates.")] = False,
     manual: Annotated[bool, typer.Option("--manual", help="Run nothing: build each point's venv, say how to run the case in it, and ask good/bad/skip.")] = False,
@@ -607,7 +618,7 @@ def bisect(
                       pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
                       repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
                       verify_commit_ends=verify_commit_ends, confirm=confirm, include_yanked=include_yanked,
-                      argv=tuple(_invocation()))
+                      prove=prove, argv=tuple(_invocation()))
         idx = index.options()
         env_options = envs.options(env_defaults)
         planned = plan(req, idx)  # everything checked before the store or the cache is touched

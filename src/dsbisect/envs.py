@@ -30,6 +30,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from . import base as base_env
+from . import disk
 from .builds import Builds
 from .cache import MARKER, CachePaths, disk_usage
 from .errors import EnvBuildError
@@ -130,7 +131,7 @@ class EnvManager:
             python=self.base.python,
             base_digest=self.base.digest if layered else self.base.version,
             requirements=reqs,
-            source=f"{point.source.package}@{point.source.commit}" if point.source else None,
+            source=f"{point.source.package}@{point.source.ident}" if point.source else None,
             hold=self.hold(reqs),
             # the index as the marker shows it (the group reads it): credentials masked; uv gets them
             index=tuple(redact(a) for a in self.index.uv_args()),
@@ -140,8 +141,13 @@ class EnvManager:
         """The venv for ``point``, built if needed. Raises EnvBuildError with uv's reason."""
         spec = self.spec_for(point)
         final = self.paths.envs / spec.key
-        with FileLock(str(self.paths.lock(spec.key))):
-            return self._reuse(final, spec) or self._build(point, spec, final)
+        try:
+            with FileLock(str(self.paths.lock(spec.key))):
+                return self._reuse(final, spec) or self._build(point, spec, final)
+        except OSError as e:  # a full cache disk: the point cannot be tested here (a SKIP), said in one line
+            if not disk.is_full(e):
+                raise
+            raise EnvBuildError(disk.message(e.filename or final)) from None
 
     def hold(self, reqs: tuple[str, ...]) -> tuple[str, ...]:
         """Base packages held at their version in layered mode (torch, unless pinned)."""

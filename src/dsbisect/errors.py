@@ -56,3 +56,7 @@ class Stopped(KeyboardInterrupt):
 def signal_of(e: BaseException) -> int:
     """The signal behind a KeyboardInterrupt: SIGTERM/SIGHUP for Stopped, else SIGINT."""
     return getattr(e, "signum", 2)
+
+
+class DiskFull(DsbisectError):
+    """A disk dsbisect writes to (store, cache, run folder) is full; the message names it."""

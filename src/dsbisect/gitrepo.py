@@ -1,7 +1,10 @@
-"""A local clone of a package's repository: release tags and the commits between them."""
+"""A local clone of a package's repository: release tags, the commits between them, and a
+commit reverted on top of another (the revert proof) in a scratch worktree of the clone."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,3 +90,88 @@ def commit(repo: Path, ref: str) -> Commit:
 
 def describe(repo: Path, ref: str) -> str:
     return git(repo, "describe", "--tags", "--always", ref).stdout.strip()
+
+
+# ---------------------------------------------------------------- revert proof
+
+# Conflict states of ``git status --porcelain``: both sides touched the path.
+UNMERGED = frozenset({"DD", "AU", "UD", "UA", "DU", "AA", "UU"})
+# The scratch worktree runs none of the clone's hooks (post-checkout, e.g. git-lfs's).
+NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
+
+
+@dataclass(frozen=True)
+class Revert:
+    """``commit`` reverted on top of ``onto``: the tree it gives, the files in conflict, or why
+    git could not try (``error``)."""
+
+    commit: str
+    onto: str
+    merge: bool = False  # a merge commit, reverted against its first parent (-m 1)
+    tree: str = ""
+    conflicts: tuple[str, ...] = ()
+    error: str = ""
+
+    @property
+    def clean(self) -> bool:
+        return bool(self.tree)
+
+
+def unmerged(status: str) -> tuple[str, ...]:
+    """The paths in conflict, from the output of ``git status --porcelain=v1 -z``."""
+    fields, out, i = status.split("\0"), [], 0
+    while i < len(fields):
+        entry, i = fields[i], i + 1
+        if len(entry) < 4:
+            continue
+        xy, path = entry[:2], entry[3:]
+        if xy[0] in "RC":  # a rename or copy: the path it came from follows
+            i += 1
+        if xy in UNMERGED:
+            out.append(path)
+    return tuple(sorted(set(out)))
+
+
+def parents(repo: Path, ref: str) -> tuple[str, ...]:
+    return tuple(_git(repo, "rev-list", "--parents", "-n", "1", resolve(repo, ref)).split()[1:])
+
+
+def revert_tree(repo: Path, commit: str, onto: str) -> Revert:
+    """Revert ``commit`` on top of ``onto`` (``git revert --no-commit``, ``-m 1`` for a merge) in
+    a scratch worktree of ``repo`` and write the result as a tree object.  The clone's own
+    working tree, index, HEAD and branches are not touched; the scratch worktree is removed
+    whatever happens (an error, Ctrl-C).  The tree and the merged files' blobs stay in the
+    clone's object store, unreferenced (``git gc`` drops them in time)."""
+    merge = len(parents(repo, commit)) > 1
+    scratch = Path(tempfile.mkdtemp(prefix="dsbisect-revert-")).resolve()
+    wt = scratch / "tree"
+    try:
+        added = git(repo, *NO_HOOKS, "worktree", "add", "--detach", "--quiet", str(wt), onto)
+        if not added.ok:
+            return Revert(commit, onto, merge, error=f"git worktree add failed: {added.last_line()}")
+        done = git(wt, *NO_HOOKS, "revert", "--no-commit", *(("-m", "1") if merge else ()), commit)
+        if not done.ok:
+            status = git(wt, "status", "--porcelain=v1", "-z", "--untracked-files=no")
+            conflicts = unmerged(status.stdout) if status.ok else ()
+            return Revert(commit, onto, merge, conflicts=conflicts,
+                          error="" if conflicts else f"git revert failed: {done.last_line()}")
+        tree = git(wt, "write-tree")
+        if not tree.ok:
+            return Revert(commit, onto, merge, error=f"git write-tree failed: {tree.last_line()}")
+        return Revert(commit, onto, merge, tree=tree.stdout.strip())
+    finally:
+        _drop_worktree(repo, wt)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _drop_worktree(repo: Path, wt: Path) -> None:
+    """Remove the scratch worktree and its entry in the clone (only that one: no ``prune``)."""
+    git(repo, "worktree", "remove", "--force", "--force", str(wt))
+    shutil.rmtree(wt, ignore_errors=True)
+    if str(wt) in worktrees(repo):  # the folder went first (an interrupted add): drop the entry
+        git(repo, "worktree", "remove", "--force", "--force", str(wt))
+
+
+def worktrees(repo: Path) -> tuple[str, ...]:
+    out = git(repo, "worktree", "list", "--porcelain").stdout
+    return tuple(ln.split(" ", 1)[1] for ln in out.splitlines() if ln.startswith("worktree "))

@@ -299,6 +299,10 @@ def log_text(store: Store, b: Logged) -> str:
             if run_id in seen:
                 continue
             seen.add(run_id)
+            if step.get("stage") == "prove":  # a reverted tree: no `dsbisect mark` can name it
+                lines.append(f"# run {run_id}: the revert proof ({_one_line(_shown(step.get('subject', '')), 120)}, "
+                             f"{step.get('outcome', '?')}); the bisection runs it again")
+                continue
             lines.append(_line(store.run(run_id), run_id, step, b.package, options, regress_on, signature))
     return "\n".join(lines) + "\n"
 

@@ -93,6 +93,7 @@ class Stage(enum.Enum):
     RELEASE = "release"
     COMMIT = "commit"
     CONFIRM = "confirm"
+    PROVE = "prove"  # the first bad release with the culprit commit reverted
 
 
 class Mode(enum.Enum):
@@ -129,10 +130,20 @@ class GitSource:
     commit: str
     describe: str = ""
     subject: str = ""
+    # The revert proof's variant: ``commit`` with the commit ``reverted`` reverted on top of it,
+    # whose tree (an object the scratch worktree wrote into the clone) is ``tree``.  The key is
+    # (commit, reverted); ``tree`` is how to build it, derived from the two, not part of the key.
+    reverted: str = ""
+    tree: str = ""
 
     @property
     def short(self) -> str:
-        return self.commit[:10]
+        return f"{self.commit[:10]}-{self.reverted[:10]}" if self.reverted else self.commit[:10]
+
+    @property
+    def ident(self) -> str:
+        """What is built, as a file name: the commit, or "<commit>-revert-<reverted>"."""
+        return f"{self.commit}-revert-{self.reverted}" if self.reverted else self.commit
 
 
 @dataclass(frozen=True)
@@ -175,6 +186,8 @@ class Point:
             src = self.source
             out["source"] = {"package": src.package, "commit": src.commit, "describe": src.describe,
                              "subject": src.subject} | ({"repo": src.repo} if with_repo else {})
+            if src.reverted:
+                out["source"] |= {"reverted": src.reverted, "tree": src.tree}
         return out
 
     @classmethod
@@ -194,7 +207,8 @@ class Point:
         its versions are ``--pin``s) share a key, so their runs are reused across commands.
         """
         reqs = sorted(str(Requirement(r)) for r in self.requirements())
-        return digest({"requirements": reqs, "source": self.source.commit if self.source else None})
+        reverted = {"reverted": self.source.reverted} if self.source and self.source.reverted else {}
+        return digest({"requirements": reqs, "source": self.source.commit if self.source else None} | reverted)
 
 
 # ------------------------------------------------------------------------- cases

@@ -28,6 +28,7 @@ from .grid import md as _md
 from .model import Answer, Outcome, Stage
 from .outside import safe, safe_text
 from .redact import redact_tree
+from .proof import ProofVerdict
 from .store import RunRecord
 
 __all__ = ["ICON", "RANK", "STYLE", "Cell", "Grid", "bisect_markdown", "bisect_renderable", "cell", "envs_table",
@@ -355,8 +356,9 @@ class BisectView:
                     yield line(f"{s.label} {s.outcome.value.upper()} {_run_ids(s)}:", piped, style=STYLE[s.outcome])
                     yield line(s.detail, piped, indent=2)
         style = {Answer.FOUND: "bold green", Answer.AMBIGUOUS: "bold yellow"}.get(result.verdict, "bold red")
+        doubt = _proof_doubt(result)
         for i, text in enumerate(bisect_summary(result)):
-            yield line(text, piped, style=style if i == 0 else "")
+            yield line(text, piped, style=style if i == 0 else ("bold yellow" if text == doubt else ""))
         for text in _bisect_env(result):
             yield line(text, piped, style="dim")
         yield Text("Reproduce with:")
@@ -380,6 +382,8 @@ def bisect_summary(result) -> list[str]:
         lines.append(f"{good_word} commit: {c.last_good}")
         if c.first_bad:
             lines.append(f"{bad_word} commit: {c.first_bad} {c.subject}")
+            if result.proof is not None:  # the revert proof, right under the commit it is about
+                lines.append(result.proof.describe())
         else:
             lines.append(f"commit range left ambiguous by untestable commits: {', '.join(h[:10] for h in c.maybe)}")
         lines.append(f"commits between the releases: {c.count}")
@@ -396,10 +400,16 @@ def bisect_summary(result) -> list[str]:
     return [safe(ln) for ln in lines]
 
 
+def _proof_doubt(result) -> str | None:
+    """The proof's line when it did not prove the commit (said loudly; the answer stands)."""
+    p = result.proof
+    return redact(p.describe()) if p is not None and p.verdict is not ProofVerdict.PROVEN else None
+
+
 def _first_bad_step(result):
     want = result.commit.first_bad if result.commit and result.commit.first_bad else None
     for s in reversed(result.steps):
-        if want and s.commit == want:
+        if want and s.commit == want and s.stage is not Stage.PROVE:
             return s
         if not want and s.stage is Stage.RELEASE and s.version == result.first_bad:
             return s
@@ -440,7 +450,8 @@ def bisect_markdown(result, command: str) -> str:
         point = s.label if s.stage is Stage.RELEASE else f"`{s.label}` {_md(s.subject[:60])}"
         lines.append(f"| {s.stage.value} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()}{by_hand(s.runs)} | {s.verdict.value} | "
                      f"{_run_ids(s)} | {s.seconds:.1f} | {_md((s.detail or '')[:200])} |")
-    lines += ["", "**Result**", ""] + [f"- {ln}" for ln in bisect_summary(result)]
+    doubt = _proof_doubt(result)
+    lines += ["", "**Result**", ""] + [f"- **{ln}**" if ln == doubt else f"- {ln}" for ln in bisect_summary(result)]
     lines += ["", "Reproduce with:", "", _fence(command), ""]
     lines += inputs_markdown(_bisect_runs(result))
     lines += ["**Environment**", ""] + [f"- {ln}" for ln in _bisect_env(result)] + [""]

@@ -187,31 +187,36 @@ LOG_KEEP = (4 << 20, 12 << 20)  # bytes kept of a large log: its head and its ta
 
 def cap_log(path: Path, head: int = LOG_KEEP[0], tail: int = LOG_KEEP[1]) -> int:
     """Cut the middle out of a log larger than ``head + tail`` bytes, leaving a line that says
-    how much was cut; the bytes cut (0 when the log was small enough).  Copied in chunks."""
+    how much was cut; the bytes cut (0 when the log was small enough).  Done in place (the
+    tail moved forward in chunks over the cut, then the file truncated), so it needs no free
+    space: a log that filled the disk is capped all the same."""
     try:
         size = path.stat().st_size
     except OSError:
         return 0
-    if size <= head + tail:
-        return 0
     cut = size - head - tail
-    tmp = path.with_name(path.name + ".cap")
-    with open(path, "rb") as src, open(tmp, "wb") as dst:
-        _copy(src, dst, head)
-        dst.write(f"\n[dsbisect: {cut} bytes ({cut / 1e6:.0f} MB) of this log were cut here]\n".encode())
-        src.seek(size - tail)
-        _copy(src, dst, tail)
-    tmp.replace(path)
+    line = f"\n[dsbisect: {cut} bytes ({cut / 1e6:.0f} MB) of this log were cut here]\n".encode()
+    if cut <= len(line):
+        return 0
+    with open(path, "r+b") as f:
+        f.seek(head)
+        f.write(line)
+        _move(f, size - tail, head + len(line), tail)
+        f.truncate(head + len(line) + tail)
     return cut
 
 
-def _copy(src, dst, n: int, chunk: int = 1 << 20) -> None:
-    while n > 0:
-        data = src.read(min(chunk, n))
+def _move(f, src: int, dst: int, n: int, chunk: int = 1 << 20) -> None:
+    """Copy ``n`` bytes of ``f`` from ``src`` to ``dst`` (< ``src``), front to back."""
+    done = 0
+    while done < n:
+        f.seek(src + done)
+        data = f.read(min(chunk, n - done))
         if not data:
             return
-        dst.write(data)
-        n -= len(data)
+        f.seek(dst + done)
+        f.write(data)
+        done += len(data)
 
 
 def tail_text(path: Path, max_bytes: int) -> str | None:

@@ -36,7 +36,7 @@ from packaging.utils import canonicalize_name
 
 from . import facts, memory, multinode, proc, reaper
 from .envs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
-from .errors import EnvBuildError, Interrupted, signal_of
+from .errors import DiskFull, EnvBuildError, Interrupted, StoreError, signal_of
 from .evidence import Capture, flight_recorder_env
 from .forensics import analyze
 from .launch import LaunchResult, LaunchSpec, free_port, launch
@@ -274,6 +274,10 @@ class Runner:
                 if run.run_dir:  # its logs too are read by the group; known() holds the run's secrets
                     scrub_folder(Path(run.run_dir), skip=(RunDir.RECORD,))
                 raise Interrupted("interrupted; the run's processes were stopped", signal_of(e)) from None
+            except DiskFull as e:  # the run is not left running: interrupted, saying why, where that can be written
+                with contextlib.suppress(DiskFull, StoreError):
+                    self.store.abandon_run(run.id, str(e))
+                raise
 
     def _claim(self, case: Case, point: Point, attempt: int) -> RunRecord:
         while True:

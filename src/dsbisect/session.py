@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import grp
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from platformdirs import user_cache_dir
 from . import facts, indexes, reaper
 from .envs import EnvManager
 from .errors import InputError
-from .model import EnvOptions, IndexOptions
+from .model import EnvOptions, IndexOptions, RunStatus
 from .runner import Executor, Runner
 from .store import Store, check_store_path
 
@@ -115,13 +116,17 @@ def open_runner(store_dir: Path, cache_dir: Path | None, env_options: EnvOptions
 
 
 def reap_orphans(store: Store, progress: Progress) -> None:
-    """Runs left ``running`` by a dsbisect of this machine that died: stop what is left of them
-    (found by their tag) and record them as interrupted, saying so."""
+    """Runs left ``running`` by a dsbisect that is gone (of this machine: stop what is left of
+    them, found by their tag; of another host whose lease expired: say so) are recorded as
+    interrupted, saying so.  A run whose record says it finished is indexed as it says."""
+    here = socket.gethostname()
     for r in store.orphans():
-        found = reaper.stop_tagged(r.run_dir) if r.run_dir else reaper.Reaped((), ())
-        note = f"the dsbisect that ran it (pid {r.pid}) died"
+        found = reaper.stop_tagged(r.run_dir) if r.run_dir and r.host == here else reaper.Reaped((), ())
+        note = r.abandoned or f"the dsbisect that ran it (pid {r.pid}) died"
         if found.stopped:
             note += (f"; {len(found.stopped)} of its processes were still running and were stopped at the "
                      f"next start (pids {', '.join(map(str, found.stopped))})")
-        store.abandon_run(r.id, note)
+        kept = store.abandon_run(r.id, note)
+        if kept.status is RunStatus.DONE:
+            note = f"it had finished ({kept.outcome.value}); its result is kept from its run folder"
         progress("note", f"run {r.id} ({r.case_name} · {r.point.label}): {note}")

@@ -10,21 +10,31 @@ when it is damaged), so nothing recorded is lost.  Bisections are kept the same 
 
 A run row is written when the run starts (status ``running``, with the pid and host of the
 dsbisect that runs it) and completed when it ends, each in its own transaction; rows left
-``running`` by a dead process read back as ``interrupted``.  ``claim`` starts a run only if
-no live process is running the same point already, so two dsbisects on one store wait for
-each other instead of running a point twice.
+``running`` by a dead process (or, on another host, whose heartbeat is older than the lease)
+read back as ``interrupted``.  ``claim`` starts a run only if no live process is running the
+same point already, so two dsbisects on one store wait for each other instead of running a
+point twice (``claims`` judges who is live).
+
+The record comes first: a run's ``run.json`` is written (whole, then renamed into place)
+before its row is committed, so a kill between the two leaves a record the index can be
+rebuilt from.  Paths inside the store are kept relative to it (``runs/000001``), so a copied
+or moved store is a store of its own.  A record that cannot be read is moved to
+``<store>/quarantine/`` and named; a bad row in the index is left out of what is read and
+named, never a traceback.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import secrets
 import socket
 import sqlite3
 import stat
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +42,9 @@ from pathlib import Path
 
 import psutil
 
-from .errors import InputError, StoreError
+from . import claims, disk
+from .claims import Liveness, StoreLock
+from .errors import DiskFull, InputError, StoreError
 from .model import ImportCheck, Outcome, Point, RunStatus
 from .redact import redact, redact_tree
 from .rundir import RunDir
@@ -97,10 +109,17 @@ SCHEMA = [
     """
     ALTER TABLE runs ADD COLUMN folder TEXT;
     """,
+    # 4: the lease of a running row (its writer's token and heartbeat); paths made relative to
+    # the store by _relative_paths, run once with it
+    """
+    ALTER TABLE runs ADD COLUMN heartbeat REAL;
+    ALTER TABLE runs ADD COLUMN writer TEXT;
+    """,
 ]
+RELATIVE_PATHS = 4  # the migration after which folder and run_dir are relative to the store
 _RUN_COLUMNS = ("id", "case_name", "case_key", "point_key", "point", "env_key", "attempt", "status", "outcome",
                 "exit_code", "seconds", "started", "finished", "reason", "run_dir", "signature", "evidence",
-                "facts", "pid", "host", "folder")
+                "facts", "pid", "host", "folder", "heartbeat", "writer")
 _JSON_COLUMNS = ("point", "evidence", "facts")
 
 
@@ -126,6 +145,8 @@ class RunRecord:
     host: str | None
     pid: int | None = None
     finished: float | None = None
+    heartbeat: float | None = None
+    abandoned: str = ""  # why a row left running reads as interrupted (its writer died, its lease expired)
 
 
 @dataclass(frozen=True)
@@ -169,7 +190,8 @@ def check_store_path(path: Path, writable: bool = True) -> Path:
     if writable:  # called once everything else is checked: the store is made here
         existing = next(p for p in (folder, *folder.parents) if p.exists())
         if not os.access(existing, os.W_OK | os.X_OK):
-            raise InputError(f"--store {path}: {existing} is not writable")
+            why = " (a read-only filesystem)" if _read_only_fs(existing) else f"; permission denied: {_who(existing)}"
+            raise InputError(f"--store {path}: {existing} is not writable{why}")
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -178,23 +200,35 @@ def check_store_path(path: Path, writable: bool = True) -> Path:
 
 
 class Store:
-    def __init__(self, directory: Path, readonly: bool = False):
+    def __init__(self, directory: Path, readonly: bool = False, lock: StoreLock | None = None):
         self.dir = store_dir(Path(directory)).resolve()
         self.readonly = readonly
         self.path = self.dir / DB
         self.notes: list[str] = []  # what the store did that a user should know (printed by the CLI)
         self.lock = threading.RLock()  # one connection shared by the runner's threads
+        self.hold: StoreLock | None = None
+        self._beating: threading.Event | None = None
+        check_access(self.dir, write=not readonly)
         if readonly:
             self.db = _open_readonly(self.path)
         else:
             self.dir.mkdir(parents=True, exist_ok=True)
-            self.db = self._open_writable()
+            self.hold = lock or _lock(self.dir)
+            try:
+                if lock is None:
+                    self._writer()  # who holds the store, for a repair to name
+                self.db = self._open_writable()
+            except BaseException:
+                if lock is None:
+                    self.hold.release()
+                raise
 
     # ------------------------------------------------------------ opening
 
     def _open_writable(self) -> sqlite3.Connection:
         fresh = not self.path.exists() or self.path.stat().st_size == 0
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        with _store_errors(self.path):
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
         if fresh and self.dir.stat().st_mode & stat.S_ISGID:  # a --shared-group store: SQLite makes 0644 at most
             os.chmod(self.path, 0o660)
         db.row_factory = sqlite3.Row
@@ -209,7 +243,11 @@ class Store:
         return db
 
     def close(self) -> None:
+        if self._beating is not None:
+            self._beating.set()
         self.db.close()
+        if self.hold is not None:
+            self.hold.release()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -236,6 +274,8 @@ class Store:
                 for stmt in script.split(";"):
                     if stmt.strip():
                         db.execute(stmt)
+                if i == RELATIVE_PATHS:
+                    _relative_paths(db)
                 db.execute(f"PRAGMA user_version = {i}")
         return version == 0
 
@@ -248,12 +288,14 @@ class Store:
     def _new_run_dir(self, run_id: int) -> RunDir:
         """A folder no run has used: ``runs/<id>``, or ``runs/<id>-<random>`` when a stale one
         (from a lost database, or a copied ``runs/``) already has that name."""
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        with _full_as_one_line(self.runs_dir):
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
         name = f"{run_id:06d}"
         while True:
             path = self.runs_dir / name
             try:
-                path.mkdir()
+                with _full_as_one_line(path):
+                    path.mkdir()
                 return RunDir(path)
             except FileExistsError:
                 name = f"{run_id:06d}-{secrets.token_hex(3)}"
@@ -261,6 +303,14 @@ class Store:
     def records(self) -> list[Path]:
         """Every run record in the run folders."""
         return sorted(self.runs_dir.glob(f"*/{RunDir.RECORD}")) if self.runs_dir.is_dir() else []
+
+    def _abs(self, path: str | None) -> Path | None:
+        """A path of the index (relative to the store, or absolute when outside it) as a path here."""
+        return None if not path else Path(path) if Path(path).is_absolute() else self.dir / path
+
+    def _rel(self, path: Path) -> str:
+        path = Path(path).resolve()
+        return path.relative_to(self.dir).as_posix() if path.is_relative_to(self.dir) else str(path)
 
     # -------------------------------------------------------------------- runs
 
@@ -271,8 +321,10 @@ class Store:
             rows = db.execute("SELECT * FROM runs WHERE case_key=? AND point_key=? AND status='running'",
                               (case_key, point.key)).fetchall()
             for row in rows:
-                if row["pid"] != os.getpid() and _writer_alive(row["pid"], row["host"], row["started"]):
-                    return Claim(busy=_run(row))
+                if row["pid"] != os.getpid() and self._liveness(dict(row)) is Liveness.ALIVE:
+                    busy = self._try_record(row)
+                    if busy is not None:
+                        return Claim(busy=busy)
             run_id = self._insert(db, case_name, case_key, point, attempt)
         return Claim(run=self.run(run_id))
 
@@ -284,55 +336,106 @@ class Store:
 
     def _insert(self, db, case_name: str, case_key: str, point: Point, attempt: int,
                 env_key: str | None = None) -> int:
+        now = time.time()
         cur = db.execute(
-            "INSERT INTO runs (case_name, case_key, point_key, point, env_key, attempt, status, started, pid, host)"
-            " VALUES (?,?,?,?,?,?,'running',?,?,?)",
-            (case_name, case_key, point.key, json.dumps(point.to_json()), env_key, attempt, time.time(),
-             os.getpid(), socket.gethostname()))
+            "INSERT INTO runs (case_name, case_key, point_key, point, env_key, attempt, status, started, pid, host,"
+            " heartbeat, writer) VALUES (?,?,?,?,?,?,'running',?,?,?,?,?)",
+            (case_name, case_key, point.key, json.dumps(point.to_json()), env_key, attempt, now,
+             os.getpid(), socket.gethostname(), now, self._writer()))
         run_id = int(cur.lastrowid)
-        folder = self._new_run_dir(run_id).path
-        db.execute("UPDATE runs SET run_dir=?, folder=? WHERE id=?", (str(folder), str(folder), run_id))
+        folder = self._rel(self._new_run_dir(run_id).path)
+        db.execute("UPDATE runs SET run_dir=?, folder=? WHERE id=?", (folder, folder, run_id))
+        self._start_heartbeat()
         return run_id
+
+    def _writer(self) -> str | None:
+        if self.hold is None:
+            return None
+        with _full_as_one_line(self.dir / claims.WRITERS):
+            return self.hold.writer()
 
     def finish_run(self, run_id: int, outcome: Outcome, exit_code: int | None, seconds: float,
                    reason: str = "", signature: str = "", evidence: dict | None = None,
                    facts: dict | None = None, env_key: str | None = None,
                    run_dir: Path | None = None) -> RunRecord:
         """Record the run's end; ``run_dir`` when its evidence lives elsewhere (a Slurm job's folder)."""
-        with self._tx() as db:
-            db.execute(
-                "UPDATE runs SET status='done', outcome=?, exit_code=?, seconds=?, finished=?, reason=?,"
-                " signature=?, evidence=?, facts=?, env_key=COALESCE(?, env_key), run_dir=COALESCE(?, run_dir)"
-                " WHERE id=?",
-                (outcome.value, exit_code, seconds, time.time(), redact(reason), redact(signature),
-                 json.dumps(redact_tree(evidence or {})), json.dumps(redact_tree(facts or {})), env_key,
-                 str(run_dir) if run_dir else None, run_id))
-        return self._write_record(run_id)
+        with self.lock:
+            values = self._values(run_id)
+            values |= {"status": "done", "outcome": outcome.value, "exit_code": exit_code, "seconds": seconds,
+                       "finished": time.time(), "reason": redact(reason), "signature": redact(signature),
+                       "evidence": redact_tree(evidence or {}), "facts": redact_tree(facts or {})}
+            if env_key is not None:
+                values["env_key"] = env_key
+            if run_dir is not None:
+                values["run_dir"] = self._rel(run_dir)
+            return self._commit(values)
 
     def abandon_run(self, run_id: int, note: str = "") -> RunRecord:
-        """A run stopped by a signal: not an outcome, so it is kept as interrupted, never reused."""
-        with self._tx() as db:
-            db.execute("UPDATE runs SET status='interrupted', finished=?, reason=? WHERE id=?",
-                       (time.time(), note, run_id))
-        return self._write_record(run_id)
+        """A run stopped by a signal: not an outcome, so it is kept as interrupted, never reused.
+        A run whose record says it finished (its dsbisect died before the index was updated)
+        is indexed as its record says instead."""
+        with self.lock:
+            values = self._values(run_id)
+            on_disk = self._record_file(values)
+            if on_disk is not None and on_disk.get("status") == "done" and on_disk.get("id") == run_id:
+                self.notes.append(f"run {run_id} had finished; its index entry is taken from its {RunDir.RECORD}")
+                return self._commit(values | {c: on_disk[c] for c in _RUN_COLUMNS if c in on_disk
+                                              and c not in ("folder", "run_dir")})
+            return self._commit(values | {"status": "interrupted", "finished": time.time(), "reason": note})
 
-    def _write_record(self, run_id: int) -> RunRecord:
-        """The run's row as ``run.json`` in its folder (written whole, then renamed into place)."""
+    def _values(self, run_id: int) -> dict:
         (row,) = self._all("SELECT * FROM runs WHERE id=?", (run_id,))
-        data = {"format": RECORD_FORMAT} | {c: row[c] for c in _RUN_COLUMNS}
+        values = dict(row)
         for c in _JSON_COLUMNS:
-            data[c] = json.loads(row[c])
-        if row["folder"]:
-            target = Path(row["folder"]) / RunDir.RECORD
-            tmp = target.with_name(target.name + ".tmp")
-            tmp.write_text(json.dumps(data, indent=1))
-            tmp.rename(target)
-        return _run(row)
+            values[c] = json.loads(values[c])
+        return values
+
+    def _commit(self, values: dict) -> RunRecord:
+        """The record first (the folders are the truth), then the index."""
+        self._write_record(values)
+        sets = [c for c in _RUN_COLUMNS if c != "id"]
+        with self._tx() as db:
+            db.execute(f"UPDATE runs SET {', '.join(f'{c}=?' for c in sets)} WHERE id=?",
+                       (*(_db_value(c, values[c]) for c in sets), values["id"]))
+        return self._record(values)
+
+    def _record_file(self, values: dict) -> dict | None:
+        folder = self._abs(values.get("folder"))
+        try:
+            data = json.loads((folder / RunDir.RECORD).read_text()) if folder else None
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) and _problem(data) is None else None
+
+    def _write_record(self, values: dict) -> None:
+        _write_record(self.dir, values)
+
+    def _start_heartbeat(self) -> None:
+        """Refresh this writer's running rows every HEARTBEAT_S while the store is open."""
+        if self._beating is not None or self.hold is None:
+            return
+        self._beating = stop = threading.Event()
+        ref = weakref.ref(self)
+
+        def beat() -> None:
+            while not stop.wait(claims.HEARTBEAT_S):
+                store = ref()
+                if store is None:
+                    return
+                try:
+                    with store._tx() as db:
+                        db.execute("UPDATE runs SET heartbeat=? WHERE status='running' AND writer=?",
+                                   (time.time(), store.hold.token))
+                except (StoreError, DiskFull, sqlite3.Error):
+                    pass  # the next beat tries again; the run itself reports what is wrong
+                del store
+
+        threading.Thread(target=beat, name="dsbisect-heartbeat", daemon=True).start()
 
     def done_runs(self, case_key: str, point_key: str) -> list[RunRecord]:
         rows = self._all("SELECT * FROM runs WHERE case_key=? AND point_key=? AND status='done' ORDER BY id",
                          (case_key, point_key))
-        return [_run(r) for r in rows]
+        return self._records(rows)
 
     def peak_rss(self, case_name: str, last: int = 50) -> list[int]:
         """The peak memory (bytes) of the case's last runs that recorded one (evidence.peak_rss)."""
@@ -352,18 +455,24 @@ class Store:
         """The last run of this point if it was skipped on this host for this very reason."""
         rows = self._all("SELECT * FROM runs WHERE case_key=? AND point_key=? AND status='done' ORDER BY id DESC"
                          " LIMIT 1", (case_key, point_key))
-        last = _run(rows[0]) if rows else None
+        last = self._try_record(rows[0]) if rows else None
         if last and last.outcome is Outcome.SKIP and last.reason == reason and \
                 (last.facts.get("host") or {}).get("name") == host:
             return last
         return None
 
     def run(self, run_id: int) -> RunRecord | None:
-        rows = self._all("SELECT * FROM runs WHERE id=?", (run_id,))
-        return _run(rows[0]) if rows else None
+        rows = self._all("SELECT * FROM runs WHERE id=?", (run_id,)) if -2**63 <= run_id < 2**63 else []
+        if not rows:
+            return None
+        values, problem = _row_values(rows[0])
+        if problem:
+            raise StoreError(f"run {run_id}'s entry in {self.path} is not readable ({problem}); "
+                             f"'dsbisect store repair --store {self.dir}' rebuilds the index from the run folders")
+        return self._record(values)
 
     def runs(self, case_names: list[str] | None = None, include_unfinished: bool = False) -> list[RunRecord]:
-        out = [_run(r) for r in self._all("SELECT * FROM runs ORDER BY id")]
+        out = self._records(self._all("SELECT * FROM runs ORDER BY id"))
         if case_names:
             out = [r for r in out if r.case_name in case_names]
         if not include_unfinished:
@@ -371,9 +480,53 @@ class Store:
         return out
 
     def orphans(self) -> list[RunRecord]:
-        """Runs of this host left ``running`` by a dsbisect that is gone (killed, or its machine rebooted)."""
+        """Runs left ``running`` by a dsbisect that is gone: of this host (killed, or its machine
+        rebooted, or the row came with a copy of the store), or of another host whose lease
+        expired."""
         return [r for r in self.runs(include_unfinished=True)
-                if r.status is RunStatus.INTERRUPTED and r.finished is None and r.host == socket.gethostname()]
+                if r.status is RunStatus.INTERRUPTED and r.finished is None]
+
+    # ------------------------------------------------------------ reading rows
+
+    def _records(self, rows: list[sqlite3.Row]) -> list[RunRecord]:
+        return [r for r in (self._try_record(row) for row in rows) if r is not None]
+
+    def _try_record(self, row: sqlite3.Row) -> RunRecord | None:
+        """The row as a record, or None (and a note) when it holds values no run has."""
+        values, problem = _row_values(row)
+        if problem:
+            note = (f"run {row['id']}: its entry in {self.path} is not readable ({problem}); left out "
+                    f"('dsbisect store repair --store {self.dir}' rebuilds the index from the run folders)")
+            if note not in self.notes:
+                self.notes.append(note)
+            return None
+        return self._record(values)
+
+    def _liveness(self, v: dict) -> Liveness:
+        return claims.judge(v.get("host"), socket.gethostname(), v.get("heartbeat") or v.get("started"),
+                            time.time(), _pid_alive(v.get("pid"), v.get("started") or 0.0),
+                            claims.writer_held(self.dir, v.get("writer")))
+
+    def _record(self, v: dict) -> RunRecord:
+        status, abandoned = RunStatus(v["status"]), ""
+        if status is RunStatus.RUNNING:
+            state = self._liveness(v)
+            if state is Liveness.EXPIRED:
+                age = time.time() - (v.get("heartbeat") or v["started"])
+                abandoned = (f"its host {v['host']} sent no heartbeat for {age:.0f} s (the lease is "
+                             f"{claims.LEASE_S:.0f} s): treated as abandoned")
+            elif state is Liveness.DEAD:
+                abandoned = f"the dsbisect that ran it (pid {v['pid']}) died"
+            status = RunStatus.INTERRUPTED if abandoned else status
+        return RunRecord(
+            id=v["id"], case_name=v["case_name"], case_key=v["case_key"], point=Point.from_json(v["point"]),
+            point_key=v["point_key"], env_key=v["env_key"], attempt=v["attempt"], status=status,
+            outcome=Outcome(v["outcome"]) if v["outcome"] else None, exit_code=v["exit_code"],
+            seconds=v["seconds"], started=v["started"], reason=v["reason"],
+            run_dir=str(self._abs(v["run_dir"])) if v["run_dir"] else None, signature=v["signature"],
+            evidence=v["evidence"], facts=v["facts"], host=v["host"], pid=v["pid"], finished=v["finished"],
+            heartbeat=v.get("heartbeat"), abandoned=abandoned,
+        )
 
     # ----------------------------------------------------------- import checks
 
@@ -397,78 +550,300 @@ class Store:
     def save_bisection(self, key: str, package: str, good: str, bad: str, params: dict,
                        status: str, result: dict) -> int:
         now = time.time()
+        folder = self.dir / "bisections"
+        old = self.bisection(key)
+        record = BisectionRecord(old.id if old else 0, key, package, good, bad, params, status, result,
+                                 old.created if old else now, now)
+        tmp = folder / f"{key}.json.tmp"
+        try:  # the file first (the folders are the truth), then the index
+            folder.mkdir(exist_ok=True)
+            tmp.write_text(json.dumps(record.__dict__, indent=1))
+            tmp.rename(folder / f"{key}.json")
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            if disk.is_full(e):
+                raise DiskFull(disk.message(tmp)) from None
+            raise
         with self._tx() as db:
             db.execute(
                 "INSERT INTO bisections (key, package, good, bad, params, status, result, created, updated)"
                 " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET status=excluded.status,"
                 " result=excluded.result, params=excluded.params, updated=excluded.updated",
-                (key, package, good, bad, json.dumps(params), status, json.dumps(result), now, now))
+                (key, package, good, bad, json.dumps(params), status, json.dumps(result), record.created, now))
             (rid,) = db.execute("SELECT id FROM bisections WHERE key=?", (key,)).fetchone()
-        folder = self.dir / "bisections"
-        folder.mkdir(exist_ok=True)
-        record = self.bisection(key)
-        tmp = folder / f"{key}.json.tmp"
-        tmp.write_text(json.dumps(record.__dict__, indent=1))
-        tmp.rename(folder / f"{key}.json")
         return int(rid)
 
     # ----------------------------------------------------------------- repair
 
     def _import_records(self) -> int:
-        """Index every run record and bisection file of the folders; the number of runs."""
+        """Index every run record and bisection file of the folders; the number of runs.  A
+        record that cannot be read as one is moved to ``quarantine/`` and named."""
         count = 0
         for path in self.records():
             try:
                 data = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError):
-                self.notes.append(f"{path}: not readable; left out")
+            except OSError as e:
+                self.notes.append(f"{path}: not readable ({e.strerror}); left out")
                 continue
-            values = {c: data.get(c) for c in _RUN_COLUMNS}
-            for c in _JSON_COLUMNS:
-                values[c] = json.dumps(values[c] if values[c] is not None else {})
-            values["folder"] = str(path.parent)
-            elsewhere = data.get("run_dir") and data.get("run_dir") != data.get("folder")
-            if not (elsewhere and Path(data["run_dir"]).is_dir()):  # the store may have moved
-                values["run_dir"] = str(path.parent)
-            sql = f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})"
-            with self._tx() as db:
-                try:
-                    db.execute(sql, tuple(values[c] for c in _RUN_COLUMNS))
-                except sqlite3.IntegrityError:  # two folders claim one id (a copied runs/): a new id
-                    db.execute(sql, tuple(None if c == "id" else values[c] for c in _RUN_COLUMNS))
+            except ValueError as e:
+                self._quarantine(path, f"not JSON ({e})")
+                continue
+            problem = _problem(data)
+            if problem:
+                self._quarantine(path, problem)
+                continue
+            self._index(data, path.parent)
             count += 1
         for path in sorted((self.dir / "bisections").glob("*.json")):
             try:
                 b = json.loads(path.read_text())
                 self.save_bisection(b["key"], b["package"], b["good"], b["bad"], b["params"], b["status"], b["result"])
-            except (OSError, json.JSONDecodeError, KeyError):
+            except (OSError, ValueError, KeyError, TypeError):
                 self.notes.append(f"{path}: not readable; left out")
         return count
 
+    def _index(self, data: dict, folder: Path) -> None:
+        values = {c: data.get(c) for c in _RUN_COLUMNS}
+        values["folder"] = self._rel(folder)
+        values["run_dir"] = self._evidence_dir(data.get("run_dir"), data.get("folder")) or values["folder"]
+        sql = f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})"
+        with self._tx() as db:
+            try:
+                db.execute(sql, tuple(_db_value(c, values[c]) for c in _RUN_COLUMNS))
+            except sqlite3.IntegrityError:  # two folders claim one id (a copied runs/): a new id
+                db.execute(sql, tuple(None if c == "id" else _db_value(c, values[c]) for c in _RUN_COLUMNS))
+
+    def _evidence_dir(self, run_dir: str | None, folder: str | None) -> str | None:
+        """Where a record says its evidence is, when that is not its own folder and is there:
+        a path of this store, or a folder outside every store (a Slurm job's); never another
+        store's run folder (the store may have moved, or be a copy)."""
+        run_dir = _relative_run_dir(run_dir, folder)
+        if not run_dir or run_dir == _relative_folder(folder):
+            return None
+        here = self._abs(run_dir)
+        if not here.is_dir() or (Path(run_dir).is_absolute() and _inside_runs(here)):
+            return None
+        return run_dir
+
+    def _quarantine(self, record: Path, problem: str) -> None:
+        """Move a run folder whose record cannot be read out of ``runs/`` (nothing is deleted)."""
+        where = self.dir / "quarantine"
+        target = where / record.parent.name
+        while target.exists():
+            target = where / f"{record.parent.name}-{secrets.token_hex(3)}"
+        try:
+            where.mkdir(exist_ok=True)
+            record.parent.rename(target)
+        except OSError as e:
+            self.notes.append(f"{self._rel(record)}: {problem}; left out (could not move it aside: {e.strerror})")
+            return
+        self.notes.append(f"{self._rel(record)}: {problem}; moved to {self._rel(target)}")
+
+
+def _write_record(store: Path, values: dict) -> None:
+    """The run's record as ``run.json`` in its folder (written whole, then renamed into place)."""
+    folder = store / values["folder"] if values.get("folder") else None
+    if folder is None:
+        return
+    target = folder / RunDir.RECORD
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)  # a run folder deleted by hand: the record still counts
+        tmp.write_text(json.dumps({"format": RECORD_FORMAT} | values, indent=1))
+        tmp.rename(target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        if disk.is_full(e):
+            raise DiskFull(disk.message(target)) from None
+        raise
+
+
+def _inside_runs(path: Path) -> bool:
+    """A run folder of some store (``.../runs/<id>``): never another store's evidence to read."""
+    return path.parent.name == "runs" and (path.parent.parent / DB).exists()
+
+
+def _lock(folder: Path) -> StoreLock:
+    with _full_as_one_line(folder / claims.LOCK):
+        return StoreLock(folder)
+
 
 def repair(directory: Path) -> tuple[Store, Path | None]:
-    """Move a damaged database aside and rebuild it from the run folders.  Returns the new
-    store and where the old database went (None if there was none)."""
+    """Rebuild the index from the run folders, with the store to itself (refused beside a live
+    dsbisect).  Rows of the old index whose folder has no record (a dsbisect killed before it
+    wrote one) get their record written first, so nothing the old index knew is lost.  The old
+    database is moved aside (None if there was none) and put back if the rebuild cannot finish."""
     folder = store_dir(Path(directory)).resolve()
     db = folder / DB
     if not folder.is_dir():
         raise InputError(f"no dsbisect store in {folder}")
-    moved = None
-    if db.exists():
-        moved = db.with_name(f"{DB}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
-        db.rename(moved)
-        for side in ("-wal", "-shm"):
-            extra = db.with_name(DB + side)
-            if extra.exists():
-                extra.rename(moved.with_name(moved.name + side))
-    store = Store(folder)
+    check_access(folder, write=True)
+    lock = StoreLock(folder, exclusive=True)
+    try:
+        salvage = _salvage(folder) if db.exists() else []
+        moved = _move_db(db, db.with_name(f"{DB}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")) if db.exists() else None
+        try:
+            store = Store(folder, lock=lock)
+        except (DiskFull, StoreError):
+            for side in ("", "-wal", "-shm"):
+                Path(str(db) + side).unlink(missing_ok=True)
+            if moved:
+                _move_db(moved, db)
+            raise
+    except BaseException:
+        lock.release()
+        raise
+    store.notes[:0] = salvage
     if not any("rebuilt from" in n for n in store.notes):
         store.notes.append(f"{db}: rebuilt from 0 run folders (none holds a run record)")
     return store, moved
 
 
+def _move_db(src: Path, dst: Path) -> Path:
+    src.rename(dst)
+    for side in ("-wal", "-shm"):
+        extra = src.with_name(src.name + side)
+        if extra.exists():
+            extra.rename(dst.with_name(dst.name + side))
+    return dst
+
+
+def _salvage(folder: Path) -> list[str]:
+    """Write the record of every row of the old index whose run folder has none: a finished
+    run's (its dsbisect was killed between index and record, or wrote no records: an older
+    dsbisect), an unfinished run's as interrupted.  A finished run whose folder is gone gets its
+    folder back with the record; a row that never finished and has no folder is dropped, and
+    said.  Returns notes."""
+    try:
+        old = sqlite3.connect(f"{(folder / DB).as_uri()}?mode=ro", uri=True)
+        old.row_factory = sqlite3.Row
+        rows = old.execute("SELECT * FROM runs ORDER BY id").fetchall()
+        old.close()
+    except sqlite3.Error as e:
+        return [f"{folder / DB}: its rows could not be read ({e}); only the run folders were used"]
+    notes, kept, dropped = [], [], []
+    for row in rows:
+        values, problem = _row_values(row)
+        if problem:
+            notes.append(f"run {row['id']}: its row in the old index is not readable ({problem}); left out "
+                         "(the old database is kept aside)")
+            continue
+        old_folder = values.get("folder") or values.get("run_dir")
+        values["folder"] = _relative_folder(old_folder)
+        if values["folder"] is None:
+            continue
+        values["run_dir"] = _relative_run_dir(values.get("run_dir"), old_folder) or values["folder"]
+        here = folder / values["folder"]
+        if (here / RunDir.RECORD).exists() or (folder / "quarantine" / here.name).exists():
+            continue
+        if values["status"] != "done":
+            if not here.is_dir():
+                dropped.append(str(values["id"]))
+                continue
+            values |= {"status": "interrupted", "finished": values.get("finished") or time.time(),
+                       "reason": values.get("reason") or "its dsbisect stopped before the run ended (kept by "
+                                                         "store repair from the old index)"}
+        elif not here.is_dir():
+            before = values["evidence"].get("notes")
+            values["evidence"] = values["evidence"] | {"notes": [*(before if isinstance(before, list) else []),
+                                                                 "its run folder was gone when the store was "
+                                                                 "repaired: record kept from the index"]}
+        _write_record(folder, values)
+        kept.append(str(values["id"]))
+    if kept:
+        notes.append(f"{len(kept)} run(s) of the old index had no {RunDir.RECORD} in their folder: written from "
+                     f"the index (runs {', '.join(kept)})")
+    if dropped:
+        notes.append(f"{len(dropped)} unfinished run(s) of the old index left no folder and no result: "
+                     f"dropped (runs {', '.join(dropped)})")
+    return notes
+
+
+def _relative_folder(path: str | None) -> str | None:
+    """``runs/<name>`` for a run folder of any store (an old index kept absolute paths)."""
+    if not path:
+        return None
+    p = Path(path)
+    return p.as_posix() if not p.is_absolute() else f"runs/{p.name}" if p.parent.name == "runs" else None
+
+
+def _relative_run_dir(run_dir: str | None, folder: str | None) -> str | None:
+    """``run_dir`` relative to its store when it lies in it; the store is the one ``folder`` (an
+    old index's absolute ``<store>/runs/<name>``) names.  Paths outside it stay as they are."""
+    if not run_dir or not Path(run_dir).is_absolute():
+        return run_dir
+    if folder and Path(folder).is_absolute() and Path(folder).parent.name == "runs":
+        old_store = Path(folder).parent.parent
+        if Path(run_dir).is_relative_to(old_store):
+            return Path(run_dir).relative_to(old_store).as_posix()
+    return run_dir
+
+
+def _relative_paths(db: sqlite3.Connection) -> None:
+    """Migration 4: the absolute folder and run_dir of every row relative to the store (what a
+    store made in its own folder always is); evidence kept outside the store stays absolute."""
+    for row in db.execute("SELECT id, folder, run_dir FROM runs").fetchall():
+        old = row["folder"] or row["run_dir"]  # before migration 3, run_dir was the run's folder
+        folder = _relative_folder(old) if row["folder"] or _inside_runs(Path(old or "/")) else row["folder"]
+        db.execute("UPDATE runs SET folder=?, run_dir=? WHERE id=?",
+                   (folder, _relative_run_dir(row["run_dir"], old if folder else None), row["id"]))
+
+
+def check_access(folder: Path, write: bool) -> None:
+    """'permission denied: ...' when this user may not read (or write) the store: not damage."""
+    db = folder / DB
+    try:
+        for p in (folder, *folder.parents):
+            if p.exists():
+                break
+        exists = db.exists()
+    except PermissionError:
+        blocker = next(p for p in (folder, *folder.parents) if _visible(p))
+        raise StoreError(f"permission denied: {db} cannot be read ({_who(blocker)} may not be entered); "
+                         "ask its owner, or pass a --store of your own") from None
+    if not exists:
+        return
+    need = os.R_OK | (os.W_OK if write else 0)
+    for p in [db] + ([Path(f"{db}-wal"), Path(f"{db}-shm"), folder] if write else []):
+        if p.exists() and not os.access(p, need | (os.X_OK if p == folder else 0)):
+            if _read_only_fs(p):
+                return  # a read-only mount: not permissions (writing says so when it is tried)
+            raise StoreError(f"permission denied: {_who(p)}; "
+                             + ("dsbisect can read it (report, show) but not write it; pass a --store of your own"
+                                if os.access(db, os.R_OK) else "ask its owner, or pass a --store of your own"))
+
+
+def _visible(p: Path) -> bool:
+    try:
+        p.stat()
+        return True
+    except OSError:
+        return False
+
+
+def _read_only_fs(p: Path) -> bool:
+    try:
+        return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+def _who(p: Path) -> str:
+    """``path (owner NAME, mode 0700)``."""
+    st = p.stat()
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = str(st.st_uid)
+    return f"{p} (owner {owner}, mode {stat.S_IMODE(st.st_mode):04o})"
+
+
 def _open_readonly(path: Path) -> sqlite3.Connection:
     if not path.is_file():
+        records = len(list(path.parent.glob(f"runs/*/{RunDir.RECORD}")))
+        if records:
+            raise StoreError(f"{path.parent} has no index ({DB}) but its runs/ folder holds {records} run "
+                             f"record(s): 'dsbisect store repair --store {path.parent}' indexes them")
         raise InputError(f"no dsbisect store in {path.parent} (run 'dsbisect run' first, or pass --store)")
     last: sqlite3.Error | None = None
     for query in ("mode=ro", "mode=ro&immutable=1"):  # immutable: a folder we may not even write -shm into
@@ -483,18 +858,36 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
 
 
 @contextmanager
+def _full_as_one_line(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except OSError as e:
+        if disk.is_full(e):
+            raise DiskFull(disk.message(path)) from None
+        raise
+
+
+@contextmanager
 def _store_errors(path: Path) -> Iterator[None]:
     """SQLite's errors about the file itself as one StoreError line, with what to do."""
     try:
         yield
     except sqlite3.OperationalError as e:
+        if disk.is_full(e):
+            raise DiskFull(disk.message(path)) from None
         if "readonly" in str(e) or "unable to open" in str(e):
             raise StoreError(f"{path}: cannot write ({e}); pass a writable --store") from None
         if "locked" in str(e) or "busy" in str(e):
             raise StoreError(f"{path}: still locked by another process after 30 s ({e})") from None
         raise _damaged(path, e) from None
     except sqlite3.DatabaseError as e:
+        if disk.is_full(e):
+            raise DiskFull(disk.message(path)) from None
         raise _damaged(path, e) from None
+    except OSError as e:
+        if disk.is_full(e):
+            raise DiskFull(disk.message(path)) from None
+        raise
 
 
 def _damaged(path: Path, e: BaseException | None) -> StoreError:
@@ -517,31 +910,123 @@ def _retry_locked(step: Callable[[], object], seconds: float = 30.0) -> None:
             time.sleep(0.05)
 
 
-def _run(row: sqlite3.Row) -> RunRecord:
-    status = RunStatus(row["status"])
-    if status is RunStatus.RUNNING and not _writer_alive(row["pid"], row["host"], row["started"]):
-        status = RunStatus.INTERRUPTED
-    return RunRecord(
-        id=row["id"], case_name=row["case_name"], case_key=row["case_key"],
-        point=Point.from_json(json.loads(row["point"])), point_key=row["point_key"], env_key=row["env_key"],
-        attempt=row["attempt"], status=status, outcome=Outcome(row["outcome"]) if row["outcome"] else None,
-        exit_code=row["exit_code"], seconds=row["seconds"], started=row["started"], reason=row["reason"],
-        run_dir=row["run_dir"], signature=row["signature"], evidence=json.loads(row["evidence"]),
-        facts=json.loads(row["facts"]), host=row["host"], pid=row["pid"], finished=row["finished"],
-    )
+# ------------------------------------------------------------- checking values
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "id": (int,), "case_name": (str,), "case_key": (str,), "point_key": (str,), "point": (dict,),
+    "env_key": (str, type(None)), "attempt": (int,), "status": (str,), "outcome": (str, type(None)),
+    "exit_code": (int, type(None)), "seconds": (int, float, type(None)), "started": (int, float),
+    "finished": (int, float, type(None)), "reason": (str,), "run_dir": (str, type(None)),
+    "signature": (str,), "evidence": (dict,), "facts": (dict,), "pid": (int, type(None)),
+    "host": (str, type(None)), "folder": (str, type(None)), "heartbeat": (int, float, type(None)),
+    "writer": (str, type(None)),
+}
+_OPTIONAL = {"env_key", "outcome", "exit_code", "seconds", "finished", "run_dir", "pid", "host", "folder",
+             "heartbeat", "writer", "signature", "reason", "evidence", "facts", "attempt"}
+_DEFAULTS = {"signature": "", "reason": "", "evidence": {}, "facts": {}, "attempt": 1}
 
 
-def _writer_alive(pid: int | None, host: str | None, started: float) -> bool:
-    """Is the dsbisect process that wrote a ``running`` row still at work?"""
-    if host != socket.gethostname():
-        return True  # another machine's run (a shared store): trust its row
+_NUM = (int, float)
+# The keys of facts and evidence that reports and show read, with the types they read them as
+# (a text or a number may be null, a list or an object may not): a record or row with anything
+# else there is not readable.
+_INNER: dict[str, dict[str, tuple[type, ...]]] = {
+    "facts": {"python": (str,), "versions": (dict,), "cuda": (str,), "nccl": (str,), "nvcc": (str,),
+              "gpus": (list,), "host": (dict,), "command": (list,), "inputs": (list,), "index": (str,),
+              "shadowed": (list,), "accelerator": (str,), "slurm": (dict,)},
+    "evidence": {"manual": (str,), "note": (str,), "notes": (list,), "survivors": (list,), "pids": (list,),
+                 "escaped": (list,), "shm_removed": (list,), "hang_detected_after_s": _NUM, "files": (list,),
+                 "taken": (list,)},
+    "host": {"name": (str,), "topology": (str,), "gpus": (list,), "driver": (str,), "cpu_model": (str,),
+             "ram_bytes": _NUM, "shm_bytes": _NUM},
+    "source": {"package": (str,), "repo": (str,), "commit": (str,), "describe": (str,), "subject": (str,)},
+}
+_ITEMS = {("facts", "versions"): (str,), ("facts", "gpus"): (str,), ("facts", "inputs"): (dict,),
+          ("facts", "command"): (str,), ("evidence", "notes"): (str,), ("evidence", "escaped"): (int,),
+          ("evidence", "pids"): (int,), ("evidence", "files"): (str,)}
+
+
+def _inner_problem(part: str, data: dict) -> str | None:
+    """What a known key of ``data`` (facts, evidence, a host, a commit) holds that no run writes."""
+    for key, types in _INNER[part].items():
+        v = data.get(key)
+        if v is None and key in data and types[0] in (list, dict):
+            return f"{part}.{key} is null, not a {types[0].__name__}"
+        if v is not None and (isinstance(v, bool) or not isinstance(v, types)):
+            return f"{part}.{key} {v!r:.40} is not a {' or '.join(t.__name__ for t in types)}"
+        items = _ITEMS.get((part, key))
+        if items and v is not None:
+            values = v.values() if isinstance(v, dict) else v
+            if any(isinstance(x, bool) or not isinstance(x, items) for x in values):
+                return f"{part}.{key} holds a value that is not a {items[0].__name__}"
+        if key in _INNER and isinstance(v, dict):
+            found = _inner_problem(key, v)
+            if found:
+                return found
+    return None
+
+
+def _problem(data: object) -> str | None:
+    """What makes ``data`` (a record or a row) not a run record, or None.  Fills defaults in."""
+    if not isinstance(data, dict):
+        return f"a JSON {type(data).__name__ if data is not None else 'null'}, not a run record"
+    for c in _RUN_COLUMNS:
+        if c not in data or data[c] is None and c in _DEFAULTS:
+            if c not in _OPTIONAL:
+                return f"no {c}"
+            data[c] = _DEFAULTS.get(c)
+        v = data[c]
+        if isinstance(v, bool) or not isinstance(v, _TYPES[c]):
+            return f"{c} {v!r:.60} is not a {' or '.join(t.__name__ for t in _TYPES[c] if t is not type(None))}"
+    if data["status"] not in {s.value for s in RunStatus}:
+        return f"status {data['status']!r:.40} is not one of {', '.join(s.value for s in RunStatus)}"
+    if data["outcome"] is not None and data["outcome"] not in {o.value for o in Outcome}:
+        return f"outcome {data['outcome']!r:.40} is not one of {', '.join(o.value for o in Outcome)}"
+    if data["status"] == "done" and data["outcome"] is None:
+        return "a finished run without an outcome"
+    versions, pins = data["point"].get("versions"), data["point"].get("pins", [])
+    if not isinstance(versions, list) or not all(isinstance(x, list) and len(x) == 2 and
+                                                 all(isinstance(y, str) for y in x) for x in versions):
+        return "point.versions is not a list of [name, version]"
+    if not isinstance(pins, list) or not all(isinstance(x, str) for x in pins):
+        return "point.pins is not a list of requirements"
+    source = data["point"].get("source")
+    for part, inner in (("facts", data["facts"]), ("evidence", data["evidence"]),
+                        ("source", source if isinstance(source, dict) else {})):
+        found = _inner_problem(part, inner)
+        if found:
+            return found
+    try:
+        Point.from_json(data["point"])
+    except (KeyError, TypeError, ValueError) as e:
+        return f"point is not a point ({type(e).__name__}: {e})"
+    return None
+
+
+def _row_values(row: sqlite3.Row) -> tuple[dict, str | None]:
+    """A row of the index as record values (JSON columns read), and what is wrong with it."""
+    values = {c: row[c] for c in row.keys() if c in _RUN_COLUMNS}
+    for c in _JSON_COLUMNS:
+        try:
+            values[c] = json.loads(values[c]) if isinstance(values.get(c), str) else values.get(c)
+        except ValueError:
+            return values, f"{c} is not JSON"
+    return values, _problem(values)
+
+
+def _db_value(column: str, value: object) -> object:
+    return json.dumps(value if value is not None else {}) if column in _JSON_COLUMNS else value
+
+
+def _pid_alive(pid: int | None, started: float) -> bool:
+    """Is the process ``pid`` of this machine the one that started at ``started``?"""
     if pid is None:
         return False
     if pid == os.getpid():
         return True
     try:
         return psutil.Process(pid).create_time() <= started + 1
-    except psutil.Error:
+    except (psutil.Error, OverflowError, ValueError):
         return False
 
 
