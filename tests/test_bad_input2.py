@@ -209,7 +209,9 @@ def test_odd_values_read_from_a_database_row_do_not_crash_report_or_show(tmp_pat
     db.close()
     for command in (["report"], ["report", "--format", "json"], ["report", "--format", "markdown"], ["show", "1"]):
         res = cli(*command, "--store", str(store))
-        assert res.exit_code == 0 and "Traceback" not in res.output, (command, res.output)
+        assert "Traceback" not in res.output, (command, res.output)
+        # rendered as far as it goes, or (the store's call) the row named as unreadable, in one line each
+        assert res.exit_code == 0 or (res.exit_code in (1, 2) and "run 1" in res.stderr), (command, res.output)
 
 
 @pytest.mark.parametrize("args, words", [

@@ -403,7 +403,7 @@ def bisect_summary(result) -> list[str]:
 def _proof_doubt(result) -> str | None:
     """The proof's line when it did not prove the commit (said loudly; the answer stands)."""
     p = result.proof
-    return redact(p.describe()) if p is not None and p.verdict is not ProofVerdict.PROVEN else None
+    return safe(p.describe()) if p is not None and p.verdict is not ProofVerdict.PROVEN else None
 
 
 def _first_bad_step(result):
