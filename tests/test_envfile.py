@@ -923,3 +923,16 @@ def test_any_requirements_text_is_read_or_one_input_error(text):
                            project_name=lambda p: None)
     except InputError as e:
         assert str(e).startswith("f.txt:") and "\n" not in str(e) and "u:p@" not in str(e)
+
+
+@pytest.mark.parametrize("text", ["-e file://[x/y#egg=a\n", "a @ file://[x/a-1.0.tar.gz\n"])
+def test_a_url_urllib_cannot_split_is_read_or_one_input_error(tmp_path, text):
+    """Hypothesis found ``ValueError: Invalid IPv6 URL`` from urllib on ``file://[x``: never a traceback."""
+    from dsbisect.errors import InputError
+
+    f = tmp_path / "req.txt"
+    f.write_text(text)
+    try:
+        read_environment(f)
+    except InputError:
+        pass

@@ -152,14 +152,17 @@ def _record_line(name: str, data: bytes) -> str:
     return f"{name},sha256={digest},{len(data)}"
 
 
-def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy", module: str = "dsb_toy") -> Path:
+def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy", module: str = "dsb_toy",
+                requires: tuple[str, ...] = ()) -> Path:
     """Write ``<dist>-<version>-py3-none-any.whl`` into ``out``.
 
     Every toy distribution provides the same module, ``dsb_toy``, which the repro imports,
-    unless ``module`` names another (a stand-in for a real package's top-level module)."""
+    unless ``module`` names another (a stand-in for a real package's top-level module).
+    ``requires``: its dependencies (``Requires-Dist``), which uv resolves as a real package's."""
     mod = module
     info = f"{dist.replace('-', '_')}-{version}.dist-info"
-    requires = "Requires-Dist: dsb-nonexistent-dependency>=99\n" if behaviour == "broken" else ""
+    deps = (*requires, *(("dsb-nonexistent-dependency>=99",) if behaviour == "broken" else ()))
+    requires = "".join(f"Requires-Dist: {r}\n" for r in deps)
     files = {
         f"{mod}/__init__.py": f'__version__ = "{version}"\nBEHAVIOUR = "{behaviour}"\n{DEVICE}{STEP[behaviour]}'.encode(),
         f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n{requires}"

@@ -30,7 +30,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.text import Text
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from . import __version__
 from . import matrix as matrix_mod
@@ -565,12 +565,22 @@ def envs_prune(
 # ------------------------------------------------------------------- bisect
 
 
-@app.command()
+class KeepsWords(TyperCommand):
+    """A command that keeps its command line's words as given (``ctx.meta["dsbisect.words"]``):
+    with --good-env, Click fills the optional PACKAGE GOOD BAD with the first words after ``--``,
+    and only the words themselves say whether any came before it."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta["dsbisect.words"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+@app.command(cls=KeepsWords)
 @bundled
 def bisect(
-    package: Annotated[str, typer.Argument(metavar="PACKAGE", help="The package whose releases move (deepspeed, transformers, accelerate, ...).")],
-    good: Annotated[str, typer.Argument(metavar="GOOD", help="A release that works (with --find-fix: the old broken one), or 'auto': found by walking back from BAD.")],
-    bad: Annotated[str, typer.Argument(metavar="BAD", help="A later release that is broken (with --find-fix: the fixed one), or 'latest'.")],
+    package: Annotated[Optional[str], typer.Argument(metavar="PACKAGE", help="The package whose releases move (deepspeed, transformers, accelerate, ...); not with --good-env.")] = None,
+    good: Annotated[Optional[str], typer.Argument(metavar="GOOD", help="A release that works (with --find-fix: the old broken one), or 'auto': found by walking back from BAD.")] = None,
+    bad: Annotated[Optional[str], typer.Argument(metavar="BAD", help="A later release that is broken (with --find-fix: the fixed one), or 'latest'.")] = None,
     command: Annotated[Optional[list[str]], typer.Argument(metavar="[-- COMMAND...]", help="Your own command line, after --: a deepspeed/torchrun/accelerate launch line, python x.py, or any executable (exit 0 good, 125 skip, else bad).")] = None,
     case: Annotated[Optional[str], typer.Option("--case", help="A case of the matrix file.")] = None,
     script: Annotated[Optional[Path], typer.Option("--script", help="Run this script instead of a case.")] = None,
@@ -589,6 +599,9 @@ def bisect(
     pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases among the candidates.")] = False,
     include_yanked: Annotated[bool, typer.Option("--include-yanked", help="Include yanked releases among the candidates.")] = False,
     manual: Annotated[bool, typer.Option("--manual", help="Run nothing: build each point's venv, say how to run the case in it, and ask good/bad/skip.")] = False,
+    good_env: Annotated[Optional[Path], typer.Option("--good-env", metavar="ENV", help="Instead of PACKAGE GOOD BAD: an environment that works (pip freeze, requirements of == pins, uv.lock, pylock.toml, a venv or its python); with --bad-env.")] = None,
+    bad_env: Annotated[Optional[Path], typer.Option("--bad-env", metavar="ENV", help="The environment that is broken: which change(s) do it (level 1), which release of each (level 2), which commit (level 3, --git-repo).")] = None,
+    hold: Annotated[Optional[list[str]], typer.Option("--hold", metavar="NAME", help="With --good-env: keep this package at the base's version instead of bisecting its change, e.g. torch (repeatable).")] = None,
     store: StoreOpt = Path(".dsbisect"),
     limits: TimeoutArgs = TimeoutArgs(),
     index: IndexArgs = IndexArgs(),
@@ -597,18 +610,28 @@ def bisect(
     nodes: NodeArgs = NodeArgs(),
     shown: OutputArgs = OutputArgs(),
 ) -> None:
-    """Find the first release of PACKAGE between GOOD and BAD that breaks the case (then the commit).
+    """Find the first release of PACKAGE between GOOD and BAD that breaks the case (then the commit);
+    or, with --good-env and --bad-env, which change between two environments breaks it, then its release and commit.
 
     \b
     Examples:
       dsbisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training --regress-on any
       dsbisect bisect deepspeed auto latest --regress-on fail -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
       dsbisect bisect transformers 4.36.2 4.39.2 --pin deepspeed==0.9.5 -- ./repro.sh
+      dsbisect bisect --good-env good.txt --bad-env bad.txt -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
     """
     from .bisection import Bisection, Request, dumps, plan
 
+    if good_env is not None or bad_env is not None or hold:
+        return _bisect_envs(good_env, bad_env, hold or [], [w for w in (package, good, bad) if w is not None] + (command or []),
+                            dict(case=case, script=script, matrix=matrix, nproc=nproc, accelerator=accelerator),
+                            dict(regress_on=regress_on, find_fix=find_fix, repeat=repeat, confirm=confirm,
+                                 signature=signature, git_repo=git_repo, verify_commit_ends=verify_commit_ends),
+                            bool(pin or pre or include_yanked), manual, store, limits, index, envs, where, nodes, shown)
     with user_errors():
         shown.check()
+        if package is None or good is None or bad is None:
+            raise InputError("give PACKAGE GOOD BAD (or --good-env and --bad-env)")
         the_case, env_defaults = _bisect_case(case, script, matrix, nproc, accelerator, command)
         the_case = nodes.apply(limits.apply(the_case))
         executor = where.executor_for()
@@ -643,6 +666,68 @@ def bisect(
         if result.exit_code:
             say_error(result.message, label=f"{result.verdict.value}:")
             raise typer.Exit(result.exit_code)
+
+
+def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], words: list[str], case_opts: dict,
+                 search: dict, release_only: bool, manual: bool, store: Path, limits: TimeoutArgs, index: IndexArgs,
+                 envs: EnvArgs, where: ExecArgs, nodes: NodeArgs, shown: OutputArgs) -> None:
+    """`bisect --good-env A --bad-env B`: the environment bisection (envbisect), checked first."""
+    from . import chainreport
+    from .envbisect import EnvBisection, EnvRequest, env_json, plan_envs
+    from .envfile import read_environment
+
+    with user_errors():
+        if good_env is None or bad_env is None:
+            raise InputError("give both --good-env and --bad-env" if good_env or bad_env else "--hold needs --good-env and --bad-env")
+        given = _click_context().meta.get("dsbisect.words", [])
+        after = given[given.index("--") + 1:] if "--" in given else []
+        if len(words) > len(after):
+            raise InputError("give either PACKAGE GOOD BAD or --good-env and --bad-env, not both")
+        shown.check()
+        if release_only:
+            raise InputError("--pin, --pre and --include-yanked are for PACKAGE GOOD BAD; the environments pin "
+                             "everything (--hold NAME keeps the base's version of a package)")
+        the_case, env_defaults = _bisect_case(command=words or None, **case_opts)
+        the_case = nodes.apply(limits.apply(the_case))
+        executor = where.executor_for()
+        if search["signature"] is not None and not search["signature"].strip():
+            raise InputError("--signature needs some text")
+        inv = _invocation()  # Click's PACKAGE GOOD BAD (the command's first words) first, then the options
+        argv = (inv[:inv.index("--")] if "--" in inv else inv)[min(3, len(words)):] + (["--", *words] if words else [])
+        req = EnvRequest(read_environment(good_env), read_environment(bad_env), the_case,
+                         hold=tuple(dict.fromkeys(hold)), argv=tuple(argv), **search)
+        idx, env_options = index.options(), envs.options(env_defaults)
+        planned = plan_envs(req, idx, env_options, cache_root(envs.cache_dir))  # nothing created before this
+        ui = ProgressUI(shown.quiet)
+        runner = open_runner(store, envs.cache_dir, env_options, idx, ui, jobs=where.jobs,
+                             executor=_manual_executor(where, ui) if manual else executor)
+        req = dataclasses.replace(req, width=len(runner.slots(the_case)))
+        for note in planned.notes:
+            say(f"note: {note}")
+        with ui.running():
+            result = EnvBisection(runner, idx, req, planned).run()
+        command = redact("dsbisect " + shlex.join(reproduce_args(sys.argv[1:]))) if sys.argv and "dsbisect" in sys.argv[0] \
+            else redact("dsbisect bisect " + shlex.join(argv))
+        if shown.fmt is Format.json:
+            emit(json.dumps(env_json(result), indent=2) + "\n", shown.output)
+        elif shown.fmt is Format.markdown:
+            emit(chainreport.env_markdown(result, command), shown.output)
+        else:
+            out.print(chainreport.env_renderable(result, command))
+            if shown.output:
+                write_output(chainreport.env_markdown(result, command), shown.output)
+        if result.exit_code:
+            verdict, message = result.failure
+            say_error(message, label=f"{verdict.value}:")
+            raise typer.Exit(result.exit_code)
+
+
+def _click_context():
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:  # a typer that does not vendor click
+        from click import get_current_context
+    return get_current_context()
 
 
 def _reproduce_command(package: str, good: str, bad: str) -> str:

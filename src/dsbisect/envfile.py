@@ -21,7 +21,6 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from packaging.markers import default_environment
 
@@ -29,7 +28,7 @@ from .base import inspect_base
 from .errors import InputError
 from .freeze import parse_requirements
 from .lockfiles import NotALock, is_toml, parse_toml, read_lock
-from .pins import EnvFormat, Environment, Pin, make_pin, parse_version
+from .pins import EnvFormat, Environment, Pin, make_pin, parse_version, url_path
 from .redact import redact
 
 __all__ = ["Change", "EnvFormat", "Environment", "Kind", "Pin", "apply", "diff", "read_environment"]
@@ -245,10 +244,14 @@ def _local_builds(pins: Iterable[Pin], options: Iterable[str]) -> list[str]:
     return notes
 
 
+def _exists(path: str) -> bool:
+    return bool(path) and Path(path).exists()
+
+
 def _elsewhere(pins: Iterable[Pin]) -> list[str]:
     """A note on file:// references that are not on this machine: no trial can install them here."""
     missing = [p for p in pins if (p.direct or "").startswith("file://")
-               and not Path(unquote(urlsplit(p.direct.split("#", 1)[0]).path)).exists()]
+               and not _exists(url_path(p.direct.split("#", 1)[0]))]
     if not missing:
         return []
     names = ", ".join(p.name for p in missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

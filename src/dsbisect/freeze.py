@@ -24,13 +24,13 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import InvalidSdistFilename, InvalidWheelFilename, parse_sdist_filename, parse_wheel_filename
 
 from .errors import InputError
-from .pins import Pin, make_pin, marker_holds
+from .pins import Pin, make_pin, marker_holds, url_path
 from .redact import redact
 
 # pip's own rule: a comment starts at a '#' at the start of a line or after whitespace, so
@@ -197,7 +197,7 @@ class _Reader:
         url = self.url(value)
         name = _egg(value) or (hint[0] if hint else None)
         if not name and url.startswith("file:"):
-            path = Path(unquote(urlsplit(url).path))
+            path = Path(url_path(url))
             name = self.project_name(path) or path.name
         if not name:
             raise InputError(f"{where}: cannot tell which distribution -e {redact(value)} is: add #egg=NAME")

@@ -262,7 +262,10 @@ class _UvLock:
 
 def _git_url(value: str) -> str:
     """uv.lock's ``https://host/repo?rev=main#<commit>`` as a requirement's ``git+https://host/repo@<commit>``."""
-    parts = urlsplit(value)
+    try:
+        parts = urlsplit(value)
+    except ValueError:  # a host urllib cannot read ("[x"): passed on whole, uv will say what it thinks
+        return f"git+{redact(value)}"
     query = parse_qs(parts.query)
     commit = parts.fragment or next((query[k][0] for k in ("rev", "tag", "branch") if k in query), "")
     url = redact(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")))

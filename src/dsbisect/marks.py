@@ -303,12 +303,19 @@ def log_text(store: Store, b: Logged) -> str:
                 lines.append(f"# run {run_id}: the revert proof ({_one_line(_shown(step.get('subject', '')), 120)}, "
                              f"{step.get('outcome', '?')}); the bisection runs it again")
                 continue
-            lines.append(_line(store.run(run_id), run_id, step, b.package, options, regress_on, signature))
+            lines.append(_line(store.run(run_id), run_id, step, b.package, options, regress_on, signature,
+                               every_pin=r.get("kind") == "environment"))
     return "\n".join(lines) + "\n"
 
 
 def _answer(b: Logged) -> str:
     r = b.result
+    if r.get("kind") == "environment":  # bisect --good-env: the culprits, then each one's release
+        culprits = (r.get("env_diff") or {}).get("culprits") or []
+        parts = [f"culprit{'s' if len(culprits) > 1 else ''} {' and '.join(culprits)}"] if culprits else []
+        return "; ".join(parts + [f"{x['package']}: " + _answer(Logged(b.key, x["package"], x["good"], x["bad"],
+                                                                        b.params, b.status, x, b.updated))
+                                  for x in r.get("releases", [])])
     words = ("last broken", "first fixed") if b.params.get("find_fix") else ("last good", "first bad")
     parts = []
     if r.get("last_good"):
@@ -331,11 +338,19 @@ def run_verdict(r: RunRecord, regress_on: RegressOn, signature: str | None) -> V
 
 
 def _line(r: RunRecord | None, run_id: int, step: dict, package: str, options: list[str],
-          regress_on: RegressOn, signature: str | None) -> str:
+          regress_on: RegressOn, signature: str | None, every_pin: bool = False) -> str:
+    """``every_pin``: the point's held pins are not in the command line (an environment
+    bisection's trial pins the whole environment): each becomes a ``--pin`` of the line."""
     if r is not None and r.outcome is not None:
         mark = run_verdict(r, regress_on, signature).value
         point = r.point
         items = [f"{n}=={v}" for n, v in point.versions]
+        if every_pin:
+            moved = {canonicalize_name(n) for n, _ in point.versions}
+            held = [p for p in point.pins if canonicalize_name(Requirement(p).name) not in moved]
+            if not items and held and "==" in held[0]:  # the good environment itself: a pin names the point
+                items, held = [held[0]], held[1:]
+            items += [f"--pin={p}" for p in held]
         commit = point.source.commit if point.source else None
         if is_manual(r):
             about = f"marked {r.evidence['manual']} by hand"

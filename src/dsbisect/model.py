@@ -94,6 +94,7 @@ class Stage(enum.Enum):
     COMMIT = "commit"
     CONFIRM = "confirm"
     PROVE = "prove"  # the first bad release with the culprit commit reverted
+    ENV = "env"  # a trial of an environment bisection: the good environment with some changes applied
 
 
 class Mode(enum.Enum):

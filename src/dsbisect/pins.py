@@ -120,3 +120,14 @@ def marker_holds(marker: str, values: Mapping[str, object], *, lock: bool = Fals
         return parsed.evaluate(dict(values))
     except (InvalidMarker, UndefinedEnvironmentName, UndefinedComparison):
         return None
+
+
+def url_path(url: str) -> str:
+    """The path part of a ``file:`` URL, unquoted; "" for one urllib cannot split (``file://[x/``
+    reads as a broken IPv6 host): such a reference names no file here."""
+    from urllib.parse import unquote, urlsplit
+
+    try:
+        return unquote(urlsplit(url).path)
+    except ValueError:
+        return ""

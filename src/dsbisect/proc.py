@@ -11,7 +11,6 @@ import os
 import selectors
 import subprocess
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,10 +103,13 @@ def _drain(streams: dict, deadline: float | None) -> bool:
 
 
 class _Kept:
-    """The head and tail of one stream, within a ``Keep``."""
+    """The head and tail of one stream, within a ``Keep``.  The tail is one buffer cut from its
+    front once it holds a megabyte (or its own size) more than it keeps: no small pieces come
+    and go, so a chatty program does not fragment the heap (a deque of slices grew to 100 MB)."""
 
     def __init__(self, keep: Keep) -> None:
-        self.keep, self.head, self.tail, self.held, self.cut = keep, bytearray(), deque(), 0, 0
+        self.keep, self.head, self.tail, self.cut = keep, bytearray(), bytearray(), 0
+        self.slack = max(keep.tail, 1 << 20)
 
     def add(self, data: bytes) -> None:
         room = self.keep.head - len(self.head)
@@ -116,21 +118,20 @@ class _Kept:
             data = data[room:]
         if not data:
             return
-        self.tail.append(data)
-        self.held += len(data)
-        while self.held > self.keep.tail:
-            extra, first = self.held - self.keep.tail, self.tail[0]
-            if len(first) <= extra:
-                self.tail.popleft()
-                drop = len(first)
-            else:
-                self.tail[0], drop = first[extra:], extra
-            self.held -= drop
-            self.cut += drop
+        self.tail += data
+        if len(self.tail) > self.keep.tail + self.slack:
+            self._trim()
+
+    def _trim(self) -> None:
+        extra = len(self.tail) - self.keep.tail
+        if extra > 0:
+            del self.tail[:extra]
+            self.cut += extra
 
     def text(self) -> str:
+        self._trim()
         head = bytes(self.head).decode("utf-8", "replace")
-        tail = b"".join(self.tail)
+        tail = bytes(self.tail)
         if not self.cut:
             return head + tail.decode("utf-8", "replace")
         tail = tail.split(b"\n", 1)[-1] if b"\n" in tail else tail  # from the first whole line
