@@ -26,6 +26,7 @@ def cwd(tmp_path):
     for name, text in FILES.items():
         (tmp_path / name).write_text(text)
     (tmp_path / "pkg").mkdir()
+    (tmp_path / "run.sh").chmod(0o755)  # ./run.sh runs only when it may be executed
     return tmp_path
 
 

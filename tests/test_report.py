@@ -228,8 +228,9 @@ def _command_run(st: Store, version: str, outcome: Outcome, **kw):
 
 def _assert_issue_body(md: str) -> None:
     # The command, as a block.
-    assert ("```sh\ndeepspeed --num_gpus 2 train.py --deepspeed ds_config.json --hub https://***@hub.example/x "
-            "HF_TOKEN=***\n```") in md
+    # (masked when recorded, so the command is quoted around the mask)
+    assert ("```sh\ndeepspeed --num_gpus 2 train.py --deepspeed ds_config.json --hub 'https://***@hub.example/x' "
+            "'HF_TOKEN=***'\n```") in md
     # The files it names, collapsed: content of small copies, name and hash of the rest.
     assert ("<details><summary>ds_config.json (63 B, sha256 abababababababab)</summary>\n\n```json\n"
             '{"train_batch_size": 8, "hub": "https://***@hub.example"}\n```\n\n</details>') in md

@@ -17,6 +17,7 @@ from . import gitrepo
 from .identity import Identity, Rule, judge_run, resolve, run_identity
 from .model import Answer, Case, GitSource, IndexOptions, Mode, Outcome, Point, RegressOn, Stage, Verdict, digest
 from .outcome import combine
+from .redact import redact_tree
 from .proof import Proof, ProofVerdict, judge, proof_json
 from .runner import Runner
 from .search import Search, Side, lookahead, search
@@ -537,7 +538,10 @@ class Bisection:
             params["regression"] = self.rule.learned.as_json()
         if req.argv:  # for `dsbisect log`: the command, and where it ran (its relative paths are from there)
             params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
-        self.runner.store.save_bisection(req.key, req.package, req.good, req.bad, params, status, result)
+        # argv, a reason or a subject may hold credentials (an index URL's, a --hub_token): stored
+        # masked (the group reads the store); a rerun takes them from its own command line
+        self.runner.store.save_bisection(req.key, req.package, req.good, req.bad, redact_tree(params), status,
+                                         redact_tree(result))
 
 
 def _replace(result: Result, **changes) -> Result:
@@ -605,4 +609,5 @@ def result_json(r: Result) -> dict:
 
 
 def dumps(r: Result) -> str:
-    return json.dumps(result_json(r), indent=2)
+    """The result as JSON for stdout, secrets masked."""
+    return json.dumps(redact_tree(result_json(r)), indent=2)

@@ -1,7 +1,7 @@
 """An environment bisection for people: the chain first, then the changes, the trials, and
 each culprit's release (and commit) bisection as ``bisect`` reports it.
 
-Nothing here prints; the CLI does.  Everything shown passes through ``redact``.
+Nothing here prints; the CLI does.  Everything shown passes through ``outside.safe`` (redacted, inert, never markup).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from . import report as rep
 from .bisection import Result
 from .envbisect import EnvResult, TrialRun
 from .grid import md as _md
-from .grid import redact
 from .model import Answer, Stage
+from .outside import safe, safe_text
 
 
 def chain(r: EnvResult) -> str:
@@ -24,7 +24,7 @@ def chain(r: EnvResult) -> str:
     n = len(r.changes)
     head = f"{n} change{'s' if n != 1 else ''}"
     if not r.culprits:
-        return redact(f"{head}; {r.verdict.value}: {r.message}" if r.message else f"{head}; {r.verdict.value}")
+        return safe(f"{head}; {r.verdict.value}: {r.message}" if r.message else f"{head}; {r.verdict.value}")
     trials = f"({len(r.trials)} trial{'s' if len(r.trials) != 1 else ''})"
     names = [r.changes[i].describe() for i in r.culprits if i not in r.required]
     needs = [r.changes[i].describe() for i in r.required]
@@ -39,7 +39,7 @@ def chain(r: EnvResult) -> str:
     seen = {i for t in (*r.ends, *r.trials) for i in t.run_ids}  # level 2 reuses these: not counted again
     for res in r.releases:
         parts += _release_parts(res, len(r.releases) > 1, seen, res.request.find_fix != r.request.find_fix)
-    return redact("; ".join(parts))
+    return safe("; ".join(parts))
 
 
 def _release_parts(res: Result, named: bool, seen: set[int], downgrade: bool) -> list[str]:
@@ -89,12 +89,12 @@ def level1_result(r: EnvResult) -> Result:
 
 def changes_table(r: EnvResult) -> Table:
     culprits = set(r.culprits)
-    table = Table(header_style="bold", title=redact(f"{len(r.changes)} changes: {r.request.good_env.source} → "
-                                                    f"{r.request.bad_env.source}"))
+    table = Table(header_style="bold", title=safe_text(f"{len(r.changes)} changes: {r.request.good_env.source} → "
+                                                       f"{r.request.bad_env.source}"))
     for col in ("#", "change", "kind", "culprit"):
         table.add_column(col, overflow="fold")
     for i, c in enumerate(r.changes):
-        table.add_row(str(i), redact(c.describe()), c.kind.value, "yes" if i in culprits else "",
+        table.add_row(Text(str(i)), safe_text(c.describe()), Text(c.kind.value), Text("yes" if i in culprits else ""),
                       style="bold red" if i in culprits else "")
     return table
 
@@ -104,8 +104,8 @@ def trials_table(r: EnvResult) -> Table:
     for col in ("trial", "applied", "outcome", "side", "runs", "detail"):
         table.add_column(col, overflow="fold")
     for k, t in _numbered(r):
-        table.add_row(k, redact(t.label), t.outcome.upper(), t.side.value, " ".join(f"#{i}" for i in t.run_ids),
-                      redact(t.detail[:200]))
+        table.add_row(Text(k), safe_text(t.label), Text(t.outcome.upper()), Text(t.side.value),
+                      Text(" ".join(f"#{i}" for i in t.run_ids)), safe_text(t.detail[:200]))
     return table
 
 
@@ -122,13 +122,13 @@ def notes(r: EnvResult) -> list[str]:
     lines += [f"confounder: {x.describe()}" for x in r.confounders]
     lines += [f"tied by dependency metadata (tried together): "
               + ", ".join(r.changes[i].name for i in u) for u in r.units]
-    return [redact(x) for x in lines]
+    return [safe(x) for x in lines]
 
 
 def env_renderable(r: EnvResult, command: str) -> Group:
     style = {Answer.FOUND: "bold green", Answer.AMBIGUOUS: "bold yellow"}.get(r.verdict, "bold red")
-    parts: list = [Text(chain(r), style=style), changes_table(r), trials_table(r)]
-    parts += [Text(x, style="dim") for x in notes(r)]
+    parts: list = [safe_text(chain(r), style=style), changes_table(r), trials_table(r)]
+    parts += [safe_text(x, style="dim") for x in notes(r)]
     if r.releases:
         parts += [rep.bisect_renderable(res, command) for res in r.releases]
     else:
@@ -147,12 +147,12 @@ def env_markdown(r: EnvResult, command: str) -> str:
     lines += ["<details><summary>" + f"{len(r.changes)} changes</summary>", "",
               "| # | change | kind | culprit |", "|---|---|---|---|"]
     culprits = set(r.culprits)
-    lines += [f"| {i} | {_md(redact(c.describe()))} | {c.kind.value} | {'**yes**' if i in culprits else ''} |"
+    lines += [f"| {i} | {_md(safe(c.describe()))} | {c.kind.value} | {'**yes**' if i in culprits else ''} |"
               for i, c in enumerate(r.changes)]
     lines += ["", "</details>", "", f"<details><summary>level 1: {len(r.trials)} trials</summary>", "",
               "| trial | applied | outcome | side | runs | detail |", "|---|---|---|---|---|---|"]
-    lines += [f"| {k} | {_md(redact(t.label))} | {t.outcome.upper()} | {t.side.value} | "
-              f"{' '.join(f'#{i}' for i in t.run_ids)} | {_md(redact(t.detail[:200]))} |" for k, t in _numbered(r)]
+    lines += [f"| {k} | {_md(safe(t.label))} | {t.outcome.upper()} | {t.side.value} | "
+              f"{' '.join(f'#{i}' for i in t.run_ids)} | {_md(safe(t.detail[:200]))} |" for k, t in _numbered(r)]
     lines += ["", "</details>", ""]
     text = "\n".join(lines) + "\n"
     if r.releases:

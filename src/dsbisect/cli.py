@@ -29,6 +29,7 @@ from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from typer.core import TyperCommand, TyperGroup
 
 from . import __version__
@@ -37,7 +38,8 @@ from . import report as rep
 from .disk import is_full, message as disk_message
 from .errors import DsbisectError, InputError, Stopped, signal_of
 from .files import read_small_text
-from .redact import redact
+from .outside import safe, safe_text
+from .redact import redact, remember, secret_values
 from .marks import Mark
 from .model import Accelerator, BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend, RegressOn
 from .session import cache_root, index_options, open_runner
@@ -52,8 +54,14 @@ class OneLineErrors(TyperGroup):
 
     def main(self, *args, standalone_mode: bool = True, **kwargs):
         _plain_metavars(self)
+        argv = list(args[0] if args and args[0] is not None else kwargs.get("args") or sys.argv[1:])
+        remember(secret_values({}, argv))  # a --hub_token's value is masked in all this command shows
         if not standalone_mode:
             return super().main(*args, standalone_mode=False, **kwargs)
+        bad = next((i for i, a in enumerate(argv) if "\0" in str(a)), None)
+        if bad is not None:
+            say_error(f"argument {bad + 1} ({str(argv[bad])!r}) holds a NUL byte, which no program can be given")
+            sys.exit(2)
         try:
             with stop_on_signals():
                 code = super().main(*args, standalone_mode=False, **kwargs)
@@ -62,10 +70,10 @@ class OneLineErrors(TyperGroup):
                 e.show()
             else:
                 message = " ".join(e.format_message().replace("Value error, ", "").split()).rstrip(".")
-                err.print(f"[bold red]error:[/] {message} (see --help)", highlight=False)
+                say_error(f"{message} (see --help)")
             sys.exit(e.exit_code)
         except typer.Abort:
-            err.print("[bold red]aborted[/]")
+            say_error("", label="aborted")
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
@@ -109,8 +117,19 @@ app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True, 
 envs_app = typer.Typer(no_args_is_help=True, help="List or prune the cached point venvs.")
 app.add_typer(envs_app, name="envs")
 
-out = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# No text printed is ever read as markup or emoji codes: what dsbisect styles, it styles with Text.
+out = Console(soft_wrap=True, markup=False, emoji=False, highlight=False)
+err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False, highlight=False)
+
+
+def say_error(message: str, label: str = "error:") -> None:
+    """One red-labelled line on stderr; the message is outside text (safe, never markup)."""
+    err.print(Text.assemble((label, "bold red"), " " if message else "", safe_text(message)))
+
+
+def say(text: str) -> None:
+    """A line of progress or a note on stderr (outside text: safe, never markup)."""
+    err.print(safe_text(text))
 
 
 class Format(str, Enum):
@@ -145,17 +164,16 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except DsbisectError as e:
-        err.print(f"[bold red]error:[/] {redact(str(e))}", highlight=False)
+        say_error(str(e))
         raise typer.Exit(e.exit_code) from None
     except KeyboardInterrupt as e:
         signum = signal_of(e)
-        err.print(f"[bold red]interrupted[/] by {signal.Signals(signum).name}; every run's processes were stopped",
-                  highlight=False)
+        say_error(f"by {signal.Signals(signum).name}; every run's processes were stopped", label="interrupted")
         raise typer.Exit(128 + signum) from None
     except OSError as e:  # a write to a full disk that no layer below said in its own words
         if not is_full(e):
             raise
-        err.print(f"[bold red]error:[/] {redact(disk_message(e.filename))}", highlight=False)
+        say_error(disk_message(e.filename))
         raise typer.Exit(1) from None
 
 
@@ -163,7 +181,9 @@ def user_errors() -> Iterator[None]:
 
 StoreOpt = Annotated[Path, typer.Option("--store", help="Folder of the SQLite store and run logs.", envvar="DSBISECT_STORE", readable=False)]  # dsbisect says "permission denied" itself
 CasesOpt = Annotated[Optional[list[str]], typer.Option("--case", help="Only this case (repeatable).")]
-RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, help="Runs per point (for intermittent hangs); bad if any run is bad.")]
+MAX_ID = 2**63 - 1  # SQLite's largest integer: a larger run id names no run
+MAX_COUNT = 100_000  # a --repeat, --confirm or --jobs beyond this is a typo, not a plan
+RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, max=MAX_COUNT, help="Runs per point (for intermittent hangs); bad if any run is bad.")]
 CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", "--env-root", help="Where venvs, wheels and uv's cache live (default: the user cache dir; on a cluster, shared storage).", envvar="DSBISECT_CACHE_DIR")]
 
 
@@ -250,7 +270,7 @@ class NodeArgs:
     """Multi-node options for the deepspeed launcher (override the matrix)."""
 
     hostfile: Annotated[Optional[Path], typer.Option("--hostfile", help="Multi-node: the deepspeed launcher's hostfile (overrides the matrix).")] = None
-    num_nodes: Annotated[Optional[int], typer.Option("--num-nodes", min=1, help="Multi-node: use the first N hosts of the hostfile.")] = None
+    num_nodes: Annotated[Optional[int], typer.Option("--num-nodes", min=1, max=MAX_COUNT, help="Multi-node: use the first N hosts of the hostfile.")] = None
     launcher_backend: Annotated[Optional[LauncherBackend], typer.Option("--launcher-backend", help="Multi-node back end of the deepspeed launcher.")] = None
     master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Multi-node: address of the node of rank 0.")] = None
     include: Annotated[Optional[str], typer.Option("--include", help="The deepspeed launcher's --include, e.g. 'node1@node2:0,1'.")] = None
@@ -267,11 +287,11 @@ class NodeArgs:
 class ExecArgs:
     """How many points at once, and where they run."""
 
-    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Points at once (default: one per free GPU slice, or per nproc CPU cores; 8 Slurm jobs with --executor slurm).")] = None
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, max=MAX_COUNT, help="Points at once (default: one per free GPU slice, or per nproc CPU cores; 8 Slurm jobs with --executor slurm).")] = None
     executor: Annotated[ExecutorKind, typer.Option("--executor", help="Where runs go: here, or one Slurm job per run (sbatch).")] = ExecutorKind.local
     partition: Annotated[Optional[str], typer.Option("--partition", help="Slurm partition of the jobs (--executor slurm).")] = None
-    slurm_time: Annotated[Optional[int], typer.Option("--slurm-time", min=1, help="Slurm time limit per job, minutes (default: the case timeout + 30).")] = None
-    gpus_per_job: Annotated[Optional[int], typer.Option("--gpus-per-job", min=0, help="GPUs per node of each Slurm job (default: nproc for accelerator: cuda, else 0).")] = None
+    slurm_time: Annotated[Optional[int], typer.Option("--slurm-time", min=1, max=10**7, help="Slurm time limit per job, minutes (default: the case timeout + 30).")] = None
+    gpus_per_job: Annotated[Optional[int], typer.Option("--gpus-per-job", min=0, max=MAX_COUNT, help="GPUs per node of each Slurm job (default: nproc for accelerator: cuda, else 0).")] = None
     slurm_arg: Annotated[Optional[list[str]], typer.Option("--slurm-arg", help="Another sbatch argument, e.g. --slurm-arg=--account=abc (repeatable).")] = None
 
     def executor_for(self):
@@ -292,6 +312,30 @@ class OutputArgs:
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")] = None
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False
 
+    def check(self) -> None:
+        """--output checked before anything runs (a bisection's hours are not lost to a typo)."""
+        if self.output is not None:
+            check_output(self.output)
+
+
+def check_output(path: Path, flag: str = "--output") -> None:
+    """A file we may write: its folder exists and is writable, and it is not itself a folder."""
+    folder = path.parent
+    if path.is_dir():
+        raise InputError(f"{flag} {path}: is a folder; name a file")
+    if not folder.is_dir():
+        raise InputError(f"{flag} {path}: no folder {folder}")
+    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise InputError(f"{flag} {path}: not writable")
+
+
+def write_output(text: str, path: Path, flag: str = "--output") -> None:
+    try:
+        path.write_text(text)
+    except OSError as e:  # checked before the work, so something changed since: say so, keep stdout's copy
+        raise DsbisectError(f"{flag} {path}: could not be written ({e.strerror or e}); the report is on "
+                            "stdout and the runs are in the store") from None
+
 
 class ProgressUI:
     """Progress on stderr: one line per finished step ("point 4 of 18" when the count is known),
@@ -305,19 +349,19 @@ class ProgressUI:
     def __call__(self, kind: str, text: str) -> None:
         if self.quiet:
             return
-        text = redact(text)
+        text = safe(text)
         if kind in ("done", "reused") and self.total:
             self.finished += 1
             text = f"[point {self.finished} of {self.total}] {text}"
         if kind in ("done", "reused", "note"):
-            err.print(f"  {text}", highlight=False)
+            err.print(Text(f"  {text}"))
             if self.status:
-                self.status.update("")
+                self.status.update(Text(""))
         elif self.status is not None:
             elapsed = int(time.monotonic() - self.t0)
-            self.status.update(f"{text}  {elapsed // 60:02d}:{elapsed % 60:02d} elapsed")
+            self.status.update(Text(f"{text}  {elapsed // 60:02d}:{elapsed % 60:02d} elapsed"))
         else:
-            err.print(f"  {text}", highlight=False, style="dim")
+            err.print(Text(f"  {text}", style="dim"))
 
     @contextmanager
     def running(self) -> Iterator[None]:
@@ -335,7 +379,7 @@ class ProgressUI:
 def emit(text: str, output: Path | None) -> None:
     out.print(text, markup=False, highlight=False, end="" if text.endswith("\n") else "\n")
     if output:
-        output.write_text(text)
+        write_output(text, output)
 
 
 # ---------------------------------------------------------------------- run
@@ -365,6 +409,7 @@ def run(
     from .versions import check_points
 
     with user_errors():
+        shown.check()
         if versions or pin:
             the_case = matrix_mod.command_points(args or [], Path.cwd(), versions or [], pin or [], nproc,
                                                  accelerator)
@@ -416,7 +461,7 @@ def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case]) -> No
     else:
         out.print(rep.grid_renderable(g, title))
         if shown.output:
-            shown.output.write_text(rep.grid_markdown(g, title, compat))
+            write_output(rep.grid_markdown(g, title, compat), shown.output)
 
 
 # ------------------------------------------------------------------- report
@@ -431,10 +476,11 @@ def report(
 ) -> None:
     """Print the grid of every recorded run again, from the store."""
     with user_errors():
+        shown.check()
         the_store = _open_store(store)
         records = the_store.runs(case)
         for note in the_store.notes:  # rows of the index that could not be read, named
-            err.print(note, highlight=False, markup=False)
+            say(note)
         if not records:
             raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else ""))
         _print_grid(records, "dsbisect report", shown, [])
@@ -444,13 +490,14 @@ def report(
 def show(
     run_id: Annotated[int, typer.Argument(help="A run id, as printed in reports.")],
     store: StoreOpt = Path(".dsbisect"),
-    lines: Annotated[int, typer.Option("--lines", help="Log lines to show per log.")] = 30,
+    lines: Annotated[int, typer.Option("--lines", min=0, help="Log lines to show per log.")] = 30,
 ) -> None:
     """Print one run: outcome, environment, hang signature, stacks and log tails."""
     from .show import render_run
 
     with user_errors():
-        record = _open_store(store).run(run_id)
+        the_store = _open_store(store)
+        record = the_store.run(run_id) if 0 < run_id <= MAX_ID else None
         if record is None:
             raise InputError(f"no run {run_id} in {store}")
         out.print(render_run(record, lines))
@@ -476,9 +523,9 @@ def store_repair(store: StoreOpt = Path(".dsbisect")) -> None:
         rebuilt, moved = repair(store)
         rebuilt.close()
         if moved:
-            err.print(f"the damaged database was moved to {moved}", highlight=False)
+            say(f"the damaged database was moved to {moved}")
         for note in rebuilt.notes:
-            err.print(note, highlight=False, markup=False)
+            say(note)
 
 
 # --------------------------------------------------------------------- envs
@@ -506,11 +553,13 @@ def envs_prune(
     with user_errors():
         if everything == (older_than is not None):
             raise InputError("say which venvs: --all, or --older-than DAYS")
+        if older_than is not None and not math.isfinite(older_than):  # nan would prune every venv
+            raise InputError(f"--older-than {older_than}: expected a number of days")
         root = cache_root(cache_dir)
         if not (root / "envs").is_dir():
             raise InputError(f"no venv cache in {root}")
         removed, busy = EnvManager(root).prune(older_than_s=older_than * 86400 if older_than is not None else None)
-        err.print(f"removed {len(removed)} venv(s)" + (f"; kept {len(busy)} in use" if busy else ""))
+        say(f"removed {len(removed)} venv(s)" + (f"; kept {len(busy)} in use" if busy else ""))
 
 
 # ------------------------------------------------------------------- bisect
@@ -543,7 +592,7 @@ def bisect(
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Count every failure of that kind as bad, not only the bad end's own (by default one that fails differently is stepped around).")] = False,
     find_fix: Annotated[bool, typer.Option("--find-fix", help="Find the first release that fixed it instead.")] = False,
     repeat: RepeatOpt = 1,
-    confirm: Annotated[int, typer.Option("--confirm", min=1, help="At the end, run the last good and first bad points until each has this many runs; the answer stands only if all agree.")] = 1,
+    confirm: Annotated[int, typer.Option("--confirm", min=1, max=MAX_COUNT, help="At the end, run the last good and first bad points until each has this many runs; the answer stands only if all agree.")] = 1,
     signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
@@ -581,6 +630,7 @@ def bisect(
                                  signature=signature, git_repo=git_repo, verify_commit_ends=verify_commit_ends),
                             bool(pin or pre or include_yanked), manual, store, limits, index, envs, where, nodes, shown)
     with user_errors():
+        shown.check()
         if package is None or good is None or bad is None:
             raise InputError("give PACKAGE GOOD BAD (or --good-env and --bad-env)")
         the_case, env_defaults = _bisect_case(case, script, matrix, nproc, accelerator, command)
@@ -598,7 +648,7 @@ def bisect(
         planned = plan(req, idx)  # everything checked before the store or the cache is touched
         if bad == "latest":
             req = dataclasses.replace(req, bad=planned.versions[-1])
-            err.print(f"latest release of {package}: {req.bad}", highlight=False)
+            say(f"latest release of {package}: {req.bad}")
         ui = ProgressUI(shown.quiet)
         runner = open_runner(store, envs.cache_dir, env_options, idx, ui, jobs=where.jobs,
                              executor=_manual_executor(where, ui) if manual else executor)
@@ -613,9 +663,9 @@ def bisect(
         else:
             out.print(rep.bisect_renderable(result, command))
             if shown.output:
-                shown.output.write_text(rep.bisect_markdown(result, command))
+                write_output(rep.bisect_markdown(result, command), shown.output)
         if result.exit_code:
-            err.print(f"[bold red]{result.verdict.value}:[/] {result.message}", highlight=False)
+            say_error(result.message, label=f"{result.verdict.value}:")
             raise typer.Exit(result.exit_code)
 
 
@@ -634,6 +684,7 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
         after = given[given.index("--") + 1:] if "--" in given else []
         if len(words) > len(after):
             raise InputError("give either PACKAGE GOOD BAD or --good-env and --bad-env, not both")
+        shown.check()
         if release_only:
             raise InputError("--pin, --pre and --include-yanked are for PACKAGE GOOD BAD; the environments pin "
                              "everything (--hold NAME keeps the base's version of a package)")
@@ -653,7 +704,7 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
                              executor=_manual_executor(where, ui) if manual else executor)
         req = dataclasses.replace(req, width=len(runner.slots(the_case)))
         for note in planned.notes:
-            err.print(f"note: {note}", highlight=False, markup=False)
+            say(f"note: {note}")
         with ui.running():
             result = EnvBisection(runner, idx, req, planned).run()
         command = redact("dsbisect " + shlex.join(reproduce_args(sys.argv[1:]))) if sys.argv and "dsbisect" in sys.argv[0] \
@@ -665,12 +716,10 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
         else:
             out.print(chainreport.env_renderable(result, command))
             if shown.output:
-                shown.output.write_text(chainreport.env_markdown(result, command))
+                write_output(chainreport.env_markdown(result, command), shown.output)
         if result.exit_code:
-            from rich.markup import escape
-
             verdict, message = result.failure
-            err.print(f"[bold red]{verdict.value}:[/] {escape(redact(message))}", highlight=False)
+            say_error(message, label=f"{verdict.value}:")
             raise typer.Exit(result.exit_code)
 
 
@@ -735,7 +784,7 @@ def versions(
             raise InputError("give both GOOD and BAD, or neither")
         rels = listed(package, idx, pre) if good is None else candidates(package, good, bad, idx, pre)
         for v in rels:
-            out.print(str(v), highlight=False)
+            out.print(safe_text(str(v)))
 
 
 # ------------------------------------------------------- mark, log, replay
@@ -785,7 +834,7 @@ def mark(
         the_store = _marks_store(store)
         for point in plan.points:
             r = record(the_store, plan.case, point, plan.mark, plan.note)
-            err.print(f"run {r.id}: {plan.case.name} · {point.label} marked {plan.mark.value} by hand", highlight=False)
+            say(f"run {r.id}: {plan.case.name} · {point.label} marked {plan.mark.value} by hand")
 
 
 def _mark_plan(verdict, args, case, script, matrix, pin, nproc, accelerator, commit, git_repo, note,
@@ -815,7 +864,7 @@ def _marks_store(store: Path):
     make_shared(folder)
     the_store = Store(folder)
     for n in the_store.notes:
-        err.print(n, highlight=False)
+        say(n)
     return the_store
 
 
@@ -829,7 +878,7 @@ def log(
 
     with user_errors():
         the_store = _open_store(store)
-        emit(log_text(the_store, find_bisection(the_store.dir, key)), None)
+        emit(safe(log_text(the_store, find_bisection(the_store.dir, key))), None)
 
 
 @app.command()
@@ -871,8 +920,7 @@ def replay(
                     record(the_store, plan.case, point, plan.mark, plan.note or line.comment,
                            extra={"replayed": f"{file.name}:{line.number}"})
                     made += 1
-        err.print(f"{made} mark(s) recorded in {the_store.dir}"
-                  + (f"; {len(there)} already there" if there else ""), highlight=False)
+        say(f"{made} mark(s) recorded in {the_store.dir}" + (f"; {len(there)} already there" if there else ""))
 
 
 def _invocation() -> list[str]:
@@ -904,7 +952,7 @@ def _manual_executor(where: ExecArgs, ui: ProgressUI):
             if live is not None:
                 live.start()
 
-    return ManualExecutor(ask=ask, say=lambda text: err.print(text, highlight=False, markup=False))
+    return ManualExecutor(ask=ask, say=lambda text: err.print(safe_text(text)))
 
 
 
@@ -917,8 +965,7 @@ def run_one(
 
     with user_errors():
         record = run_job(spec, ProgressUI())
-        err.print(f"run {record.id}: {record.outcome.value}" + (f" ({record.reason})" if record.reason else ""),
-                  highlight=False)
+        say(f"run {record.id}: {record.outcome.value}" + (f" ({record.reason})" if record.reason else ""))
 
 
 @app.command("diff")
@@ -956,16 +1003,17 @@ def snapshot_base(
     from .prefetch import snapshot
 
     with user_errors():
+        check_output(output)
         data = snapshot(python)
-        output.write_text(json.dumps(data))
-        err.print(f"{len(data['dists'])} distributions of {data['python']} (python {data['python_version']}, "
-                  f"{data['platform']}) written to {output}")
+        write_output(json.dumps(data), output)
+        say(f"{len(data['dists'])} distributions of {data['python']} (python {data['python_version']}, "
+            f"{data['platform']}) written to {output}")
 
 
 @app.command()
 @bundled
 def prefetch(
-    matrix: Annotated[Path, typer.Argument(help="The matrix file.")] = Path("matrix.yaml"),
+    matrix: Annotated[Optional[Path], typer.Argument(help="The matrix file (default matrix.yaml; with --no-cases, read only when there).")] = None,
     dest: Annotated[Path, typer.Option("--dest", help="The wheelhouse folder to fill.")] = Path("wheelhouse"),
     case: CasesOpt = None,
     with_candidates: Annotated[bool, typer.Option("--with-candidates", help="Also every release between the lowest and highest version of each axis.")] = False,
@@ -987,10 +1035,15 @@ def prefetch(
     from .prefetch import Prefetcher, Target, load_snapshot, points_to_fetch
 
     with user_errors():
-        m = matrix_mod.load(matrix)
-        cases = m.select(case)
+        if not cases_too and case:
+            raise InputError("--case names cases to fetch: it cannot go with --no-cases")
+        m = _prefetch_matrix(matrix, cases_too)
+        cases = m.select(case) if m is not None else []
         if index.offline:
             raise InputError("prefetch downloads what --offline runs need: it cannot run --offline itself")
+        there = next((p for p in (dest, *dest.absolute().parents) if p.exists()), None)
+        if there is not None and not there.is_dir():
+            raise InputError(f"--dest {dest}: {there} is a file, not a folder")
         idx = index.options()
         extras = matrix_mod.check_pins(extra or [], flag="--extra")
         if (git_repo or commits) and not (git_repo and commits and ".." in commits):
@@ -998,11 +1051,12 @@ def prefetch(
         repo = gitrepo.check_repo(git_repo) if git_repo else None
         target = Target(python_version, tuple(platform_tag or ()), load_snapshot(base_snapshot) if base_snapshot else None)
         points = points_to_fetch(cases, idx, with_candidates) if cases_too else []
-        say = lambda s: err.print(f"  {s}", highlight=False)  # noqa: E731
-        pf = Prefetcher(EnvManager(cache_root(cache_dir), m.env, idx, log=say), dest, target, log=say)
+        indented = lambda s: say(f"  {s}")  # noqa: E731
+        env_options = m.env if m is not None else EnvOptions()
+        pf = Prefetcher(EnvManager(cache_root(cache_dir), env_options, idx, log=indented), dest, target, log=indented)
         try:
             for p in points:
-                err.print(f"{p.label}", highlight=False)
+                say(f"{p.label}")
                 pf.point(p)
             if tool:
                 pf.tool()
@@ -1013,9 +1067,17 @@ def prefetch(
                 pf.commits(repo, package, old, new)
         finally:
             pf.close()
-        err.print(f"{len(pf.added)} file(s) added; {pf.dest} holds {pf.size() / 1e6:.1f} MB")
+        say(f"{len(pf.added)} file(s) added; {pf.dest} holds {pf.size() / 1e6:.1f} MB")
         for name in pf.added:
-            out.print(name, highlight=False)
+            out.print(safe_text(name))
+
+
+def _prefetch_matrix(matrix: Path | None, cases_too: bool):
+    """The matrix prefetch reads: the one named, else matrix.yaml; with --no-cases (only --tool,
+    --extra, --commits), matrix.yaml only for its settings, and only when there."""
+    if matrix is None and not cases_too and not Path("matrix.yaml").is_file():
+        return None
+    return matrix_mod.load(matrix or Path("matrix.yaml"))
 
 
 def version_callback(value: bool) -> None:

@@ -17,6 +17,7 @@ a DeepSpeed hostfile) and asking which of its arguments are files.
 from __future__ import annotations
 
 import enum
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -290,6 +291,8 @@ def _script(argv: tuple[str, ...], start: int, cwd: Path) -> Command:
 def _executable(argv: tuple[str, ...], cwd: Path) -> Command:
     if "/" in argv[0] and not (cwd / argv[0]).exists():
         raise InputError(f"{argv[0]}: no such file (relative to {cwd})")
+    if "/" in argv[0] and ((cwd / argv[0]).is_dir() or not os.access(cwd / argv[0], os.X_OK)):
+        raise InputError(f"{argv[0]}: not an executable file (chmod +x it, or run it with its interpreter)")
     return Command(argv, CommandKind.EXECUTABLE, script_args=argv[1:], files=named_files(argv, cwd), target=argv[0])
 
 

@@ -17,6 +17,7 @@ from rich.text import Text
 from .envfile import Change, Environment, Kind, diff, read_environment
 from .errors import DsbisectError, InputError
 from .pins import EnvFormat, Pin
+from .outside import safe, safe_text
 from .redact import redact
 
 # What `pip freeze` leaves out of its list (pip always; setuptools, wheel and distribute on python < 3.12).
@@ -87,13 +88,13 @@ def context_lines(d: EnvDiff) -> list[str]:
 
 
 def table(d: EnvDiff) -> Table:
-    t = Table(title=f"{summary(d.changes)}", title_justify="left", caption=Text("\n".join(context_lines(d))),
-              caption_justify="left")
+    t = Table(title=safe_text(summary(d.changes)), title_justify="left",
+              caption=safe_text("\n".join(context_lines(d))), caption_justify="left")
     for header in ("package", "good", "bad", "kind", "notes"):
         t.add_column(header, overflow="fold")
-    for c in d.changes:
-        t.add_row(Text(c.name), Text(_cell(c.good)), Text(_cell(c.bad)), Text(c.kind.value, style=_KIND_STYLE[c.kind]),
-                  Text("; ".join(d.notes(c))))
+    for c in d.changes:  # names, versions and notes come from the files read: outside text
+        t.add_row(safe_text(c.name), safe_text(_cell(c.good)), safe_text(_cell(c.bad)),
+                  Text(c.kind.value, style=_KIND_STYLE[c.kind]), safe_text("; ".join(d.notes(c))))
     return t
 
 
@@ -108,7 +109,7 @@ def markdown(d: EnvDiff) -> str:
 
 
 def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return safe(text).replace("|", "\\|").replace("\n", " ")
 
 
 def to_json(d: EnvDiff) -> dict:

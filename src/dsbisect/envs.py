@@ -35,6 +35,7 @@ from .builds import Builds
 from .cache import MARKER, CachePaths, disk_usage
 from .errors import EnvBuildError
 from .model import BaseMode, EnvOptions, GitSource, IndexOptions, Point, digest
+from .redact import redact
 from .uv import Uv
 from .versions import exact_version, file_is
 
@@ -132,7 +133,8 @@ class EnvManager:
             requirements=reqs,
             source=f"{point.source.package}@{point.source.ident}" if point.source else None,
             hold=self.hold(reqs),
-            index=tuple(self.index.uv_args()),
+            # the index as the marker shows it (the group reads it): credentials masked; uv gets them
+            index=tuple(redact(a) for a in self.index.uv_args()),
         )
 
     def ensure(self, point: Point) -> Env:

@@ -13,10 +13,11 @@ Pure: records in, rich renderables and Markdown out; ``report`` adds the environ
 
 from __future__ import annotations
 
+import math
 import shlex
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -28,7 +29,7 @@ from rich.text import Text
 
 from .inputs import Inputs, same_inputs
 from .model import Outcome, Point
-from .redact import redact as _redact
+from .outside import safe, safe_text
 from .store import RunRecord
 
 STYLE = {Outcome.PASS: "bold green", Outcome.FAIL: "bold red", Outcome.HANG: "bold magenta", Outcome.SKIP: "yellow"}
@@ -58,7 +59,7 @@ class Cell:
     @property
     def why(self) -> str:
         r = self.shown
-        return redact(r.signature or r.reason or "")
+        return safe(r.signature or r.reason or "")
 
     @property
     def head(self) -> str:
@@ -89,6 +90,52 @@ class Grid:
         return [c for _, row in self.rows for c in row.values()]
 
 
+def displayable(r: RunRecord) -> RunRecord:
+    """``r`` with each field of the type the renderers expect: a record read from an odd or
+    hand-edited row (``seconds`` "abc", ``facts`` a list) is shown as far as it goes, never a
+    traceback.  (The store quarantines rows it cannot read at all.)"""
+    def number(v, kind=float):
+        return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+    def mapping(v) -> dict:
+        return v if isinstance(v, dict) else {}
+
+    def text(v) -> str:
+        return v if isinstance(v, str) else "" if v is None else str(v)
+
+    facts = _shaped(mapping(r.facts), _FACT_SHAPES)
+    for key in ("gpus", "command"):
+        if key in facts:
+            facts[key] = [text(x) for x in facts[key]]
+    if "host" in facts:
+        facts["host"] = _shaped(facts["host"], _HOST_SHAPES)
+        if "gpus" in facts["host"]:
+            facts["host"]["gpus"] = [text(x) for x in facts["host"]["gpus"]]
+    if "versions" in facts:
+        facts["versions"] = {text(k): text(v) for k, v in facts["versions"].items()}
+    if "inputs" in facts:
+        facts["inputs"] = [i for i in facts["inputs"] if isinstance(i, dict)]
+    return replace(
+        r, case_name=text(r.case_name), attempt=number(r.attempt, int) or 1, exit_code=number(r.exit_code, int),
+        seconds=number(r.seconds), started=number(r.started) or 0.0, finished=number(r.finished),
+        reason=text(r.reason), signature=text(r.signature), run_dir=r.run_dir if isinstance(r.run_dir, str) else None,
+        evidence=_shaped(mapping(r.evidence), _EVIDENCE_SHAPES), facts=facts,
+        outcome=r.outcome if isinstance(r.outcome, Outcome) else None)
+
+
+_FACT_SHAPES = {"command": list, "inputs": list, "host": dict, "versions": dict, "shadowed": list, "gpus": list,
+                "index": str, "python": str, "cuda": str, "nccl": str, "nvcc": str}
+_HOST_SHAPES = {"gpus": list, "name": str, "platform": str, "cpu_model": str, "driver": str, "topology": str,
+                "cpus": int, "ram_bytes": (int, float), "shm_bytes": (int, float)}
+_EVIDENCE_SHAPES = {"notes": list, "escaped": list, "manual": str, "note": str, "survivors": list}
+
+
+def _shaped(d: dict, shapes: dict) -> dict:
+    """``d`` without the known keys whose value is not of the known type (a bool is no number)."""
+    return {k: v for k, v in d.items()
+            if k not in shapes or (isinstance(v, shapes[k]) and not isinstance(v, bool))}
+
+
 def cell(runs: list[RunRecord]) -> Cell:
     counts = Counter(r.outcome for r in runs)
     worst = min(counts, key=lambda o: RANK[o])
@@ -99,6 +146,7 @@ def cell(runs: list[RunRecord]) -> Cell:
 
 def grid(runs: list[RunRecord]) -> Grid:
     """Rows are points in version order, columns cases; the latest version of a case wins."""
+    runs = [displayable(r) for r in runs]
     latest_key: dict[str, str] = {}
     for r in runs:
         latest_key[r.case_name] = r.case_key
@@ -317,7 +365,7 @@ class GridView:
         width = options.max_width
         views = case_views(self.grid)
         if self.title:
-            yield Text(redact(self.title), style="bold")
+            yield safe_text(self.title, style="bold")
         for view in views:
             if view.skipped() is not None:
                 continue
@@ -339,18 +387,13 @@ class GridView:
 
 
 def line(text: str, piped: bool, style: str = "", indent: int = 0):
-    """One logical line: whole on one line when piped, wrapped under its indent on a terminal."""
-    text = redact(text)
+    """One logical line: whole on one line when piped, wrapped under its indent on a terminal
+    (outside text: redacted, inert, never markup)."""
+    text = safe(text)
     if piped:
         return Text(" " * indent + text, style=style, no_wrap=True, overflow="ignore")
     t = Text(text, style=style, no_wrap=False, overflow="fold")
     return Padding(t, (0, 0, 0, indent), expand=False) if indent else t
-
-
-def redact(text: str) -> str:
-    """``redact.redact``, except that a requirement's ``==`` is not an assignment
-    (``tokenizers==0.15.2`` would lose its version to the secret-looking name)."""
-    return _redact(text.replace("==", "\0EQ\0")).replace("\0EQ\0", "==") if text else text
 
 
 def tables(view: CaseView, width: int) -> Iterable[Table]:
@@ -370,15 +413,16 @@ def tables(view: CaseView, width: int) -> Iterable[Table]:
         used += col_w[col]
     for cols in chunks:
         table = Table(header_style="bold", show_lines=any(len(lines[k]) > 1 for k in lines))
-        table.add_column(redact(view.row_axis), overflow="fold")
+        table.add_column(safe_text(view.row_axis), overflow="fold")
         for col in cols:
-            table.add_column(heads[col], no_wrap=True)
+            table.add_column(safe_text(heads[col]), no_wrap=True)
         for row in view.rows:
             cells = []
             for col in cols:
                 c = view.cells.get((row, col))
-                cells.append(Text("\n".join(lines[(row, col)]), style=STYLE[c.outcome]) if c else Text("—", style="dim"))
-            table.add_row(redact(row), *cells)
+                cells.append(safe_text("\n".join(lines[(row, col)]), style=STYLE[c.outcome]) if c
+                             else Text("—", style="dim"))
+            table.add_row(safe_text(row), *cells)
         yield table
 
 
@@ -416,7 +460,7 @@ def markdown(g: Grid) -> list[str]:
             out.append(f"| {md(label)} | " + " | ".join(cells) + " |")
         out.append("")
         if view.held:
-            out += ["held fixed: " + ", ".join(f"`{h}`" for h in view.held), ""]
+            out += ["held fixed: " + ", ".join(f"`{md(h).replace('`', '')}`" for h in view.held), ""]
         for outcome, where, why in details(view):
             out.append(f"- {ICON[outcome]} {outcome.value.upper()} {md(where)}: {md(why)}")
         out.append("")
@@ -426,4 +470,5 @@ def markdown(g: Grid) -> list[str]:
 
 
 def md(s: str) -> str:
-    return redact(s or "").replace("|", "\\|").replace("\n", " ")
+    """Outside text for a Markdown table cell or list item: safe, on one line, no cell break."""
+    return safe(s or "").replace("|", "\\|").replace("\n", " ")

@@ -404,6 +404,8 @@ def parse_log(text: str, name: str = "log") -> list[LogLine]:
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        if "\0" in line:  # no argument can hold one
+            raise InputError(f"{name}:{number}: holds a NUL byte")
         try:
             words = shlex.split(line, comments=True)
         except ValueError as e:

@@ -67,9 +67,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _check_env(env: dict[str, str] | None) -> dict[str, str] | None:
+    for name in env or {}:
+        if not name or "=" in name:
+            raise ValueError(f"{name!r} is not a variable name (a name is not empty and holds no '=')")
+    return env
+
+
+Env = Annotated[dict[str, str], AfterValidator(_check_env)]
+
+
 class _GpuOverride(_Strict):
     args: list[str] = []
-    env: dict[str, str] = {}
+    env: Env = {}
 
 
 class _Slurm(_Strict):
@@ -88,7 +98,7 @@ class _Settings(_Strict):
     exclude: str | None = None
     slurm: _Slurm | None = None
     args: list[str] | None = None
-    env: dict[str, str] | None = None
+    env: Env | None = None
     nproc: int | None = Field(default=None, ge=1, le=1024)
     accelerator: Accelerator | None = None
     timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -238,6 +248,10 @@ def load(path: Path) -> Matrix:
         raise MatrixError(f"{path.name}:{where}: not valid YAML ({problem})") from None
     if not isinstance(raw, dict):
         raise MatrixError(f"{path.name}: expected a mapping with a 'cases' key")
+    nul = _nul_at(raw)
+    if nul is not None:  # no argument, variable or path can hold one: exec would fail mid-run
+        raise MatrixError(f"{path.name}: {'.'.join(nul)}: holds a NUL byte, which no argument, variable or "
+                          "path can hold")
     try:
         model = _Matrix.model_validate(raw)
     except ValidationError as e:
@@ -246,6 +260,21 @@ def load(path: Path) -> Matrix:
         msg = " ".join(err["msg"].removeprefix("Value error, ").split())
         raise MatrixError(f"{path.name}: {loc}: {msg}") from None
     return _to_matrix(path.resolve(), model)
+
+
+def _nul_at(value, loc: tuple[str, ...] = ()) -> tuple[str, ...] | None:
+    """Where in the parsed YAML a text (key or value) holds a NUL byte, or None."""
+    if isinstance(value, str):
+        return loc if "\0" in value else None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for k, v in items:
+        here = (*loc, str(k))
+        if isinstance(k, str) and "\0" in k:
+            return here
+        found = _nul_at(v, here)
+        if found is not None:
+            return found
+    return None
 
 
 def _to_matrix(path: Path, m: _Matrix) -> Matrix:

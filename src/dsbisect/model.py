@@ -16,6 +16,8 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from .redact import HIDDEN, mask_args, secret_name
+
 
 def digest(obj: object) -> str:
     """The 16-hex-digit key of a JSON-able value (sorted keys, compact separators)."""
@@ -303,8 +305,9 @@ class Case:
         """What makes two runs of this case comparable: script content and settings."""
         fields = {
             "script": self.script_digest,
-            "args": list(self.args),
-            "env": [list(e) for e in self.env],
+            # a token's value is not the repro: masked, so a rotated token (or a replayed log's ***) keeps the key
+            "args": mask_args(self.args),
+            "env": [[k, HIDDEN if secret_name(k) else v] for k, v in self.env],
             "nproc": self.nproc,
             "accelerator": self.accelerator.value,
             "timeout": self.timeout,
@@ -315,7 +318,7 @@ class Case:
             "compat": list(self.compat),
         }
         if self.command:  # only for those, so that script cases keep the keys their runs were recorded under
-            fields["command"] = list(self.command)
+            fields["command"] = mask_args(self.command)
         if self.inputs:
             fields["inputs"] = [list(i) for i in self.inputs]
         nodes = self.nodes.key_fields()

@@ -1,31 +1,300 @@
-"""Secrets out of what dsbisect shows: URL credentials and secret-looking variables.
+"""Secrets out of what dsbisect shows and keeps: by value, by shape and by known format.
 
-Reports are pasted into public GitHub issues.  Whatever dsbisect prints, records for
-display (a skip's reason, a signature) or renders (the "Reproduce with" line, log tails) goes
-through ``redact``; the runs themselves still get the real values.
+Reports are pasted into public GitHub issues, and stores are shared with a group.  Three
+rules, applied together by ``redact``:
+
+- by value: every value of a secret-looking environment variable (of this process, and of
+  the ranks' environment) and of a secret-looking option of a command line (``--hub_token v``,
+  ``--api-key=v``) is masked wherever it appears, whatever surrounds it;
+- by shape: ``NAME=value``, ``NAME = 'value'``, ``NAME: value``, ``"NAME": "value"``,
+  ``'NAME': 'value'``, ``--name value``, ``Authorization: Bearer v`` and URL credentials
+  (``https://user:pass@host``), where NAME is secret-looking;
+- by format: Hugging Face, GitHub, OpenAI, Slack and GitLab tokens, AWS access key ids,
+  JWTs and ``Bearer`` tokens, anywhere.
+
+A name is secret-looking when its last word (split at ``_``, ``-``, ``.`` and camelCase) is
+one of ``SECRET_WORDS``: ``HF_TOKEN``, ``WANDB_API_KEY``, ``MY_DB_PASS``, ``hubToken`` are;
+``KEYBOARD``, ``MONKEY``, ``TOKENIZERS_PARALLELISM``, ``SSH_AUTH_SOCK``, ``KeyError``,
+``pad_token_id`` and ``eos_token`` are not.  The runs themselves still get the real values.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH", re.I)
+HIDDEN = "***"
+SECRET_WORDS = frozenset({
+    "TOKEN", "SECRET", "PASS", "PASSWD", "PASSWORD", "PASSPHRASE", "KEY", "APIKEY", "CREDENTIAL", "CREDENTIALS",
+    "AUTH", "AUTHORIZATION", "AUTHTOKEN", "ACCESSTOKEN", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "COOKIE"})
+_TRAILING = frozenset({"VALUE", "B64", "BASE64"})  # API_KEY_VALUE is still the key
+_TOKEN_NOT_SECRET = frozenset({"EOS", "BOS", "PAD", "UNK", "SEP", "CLS", "MASK", "SPECIAL", "START", "END",
+                               "NEXT", "MAX", "NUM", "IMAGE", "DECODER", "PREFIX", "SUFFIX", "MIDDLE"})
+_KEY_NOT_SECRET = frozenset({"ENV", "CASE", "POINT", "CACHE", "SORT", "PRIMARY", "FOREIGN", "DICT", "MAP", "HASH",
+                             "PARTITION", "ROUTING", "GROUP", "LOOKUP", "STATE", "RUN", "BISECTION", "SHARD",
+                             "MODEL", "INPUT", "OUTPUT", "LABEL", "TEXT", "IMAGE", "CONFIG", "LOG", "METRIC"})
+_NOT_A_VALUE = frozenset({"true", "false", "none", "null", "yes", "no", "on", "off", "unset", "default"})
+MIN_VALUE = 6  # shorter values are masked by shape only (masking "abc" everywhere would hide the report)
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+
+
+@functools.lru_cache(maxsize=4096)
+def secret_name(name: str) -> bool:
+    """Does ``name`` (a variable, an option, a config key) look like it holds a secret?"""
+    words = [w.upper() for w in _WORD.findall(name)]
+    while len(words) > 1 and words[-1] in _TRAILING:
+        words.pop()
+    if not words or words[-1] not in SECRET_WORDS:
+        return False
+    if words[-1] == "KEY":  # a bare "key" or an env_key is a name, an API_KEY a secret
+        return len(words) > 1 and words[-2] not in _KEY_NOT_SECRET
+    return not (words[-1] == "TOKEN" and len(words) > 1 and words[-2] in _TOKEN_NOT_SECRET)
+
+
+def _worth(value: str) -> bool:
+    v = value.strip()
+    return len(v) >= MIN_VALUE and v.lower() not in _NOT_A_VALUE and not v.isdigit() and HIDDEN not in v
+
+
 # a scheme glued to what precedes it (1.0https://, _https://) is a URL too: no word boundary asked
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][\w+.-]*://)(?P<userinfo>[^/\s@'\"]+)@")
-# NAME=value, but not a requirement's ==, <=, >=, != or ~= (tokenizers==0.15.2 is no secret)
-_ASSIGNMENT = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)(?<![=<>!~])=(?!=)(?P<value>\"[^\"]*\"|'[^']*'|[^\s'\";&|,]+)")
-HIDDEN = "***"
 
 
-def redact(text: str) -> str:
-    """``text`` with URL credentials and the values of secret-looking ``NAME=value`` hidden."""
+def _url_secrets(text: str) -> set[str]:
+    out = set()
+    for m in _URL_USERINFO.finditer(text):
+        user, _, password = m["userinfo"].partition(":")
+        out |= {x for x in (m["userinfo"], password or user) if _worth(x)}
+    return out
+
+
+def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> frozenset[str]:
+    """The values to mask everywhere: of ``env``'s secret-looking variables, of ``argv``'s
+    secret-looking options (``--x_token v``, ``--x-token=v``, ``X_TOKEN=v``), and the
+    credentials of URLs in either."""
+    found: set[str] = set()
+    for name, value in env.items():
+        if secret_name(name) and _worth(value):
+            found.add(value)
+        found |= _url_secrets(value)
+    args = [str(a) for a in argv]
+    for i, a in enumerate(args):
+        found |= _url_secrets(a)
+        name, eq, value = a.lstrip("-").partition("=")
+        if eq and secret_name(name) and _worth(value):
+            found.add(value)
+        elif not eq and a.startswith("-") and secret_name(name) and i + 1 < len(args) \
+                and not args[i + 1].startswith("-") and _worth(args[i + 1]):
+            found.add(args[i + 1])
+    return frozenset(found)
+
+
+def mask_args(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the values of its secret-looking options and ``NAME=value`` words masked,
+    and known token formats: a pure function of the words (a case's key is the same in every
+    process, whatever it was told or remembers)."""
+    out = [str(a) for a in argv]
+    for i, a in enumerate(out):
+        name, eq, value = a.lstrip("-").partition("=")
+        if eq and secret_name(name) and value:
+            out[i] = a[: len(a) - len(value)] + HIDDEN
+        elif not eq and a.startswith("-") and secret_name(name) and i + 1 < len(out) \
+                and not out[i + 1].startswith("-"):
+            out[i + 1] = HIDDEN
+        else:
+            out[i] = _FORMATS.sub(HIDDEN, out[i]) if any(x in a for x in _FORMAT_ANCHORS) else out[i]
+    return out
+
+
+_remembered: set[str] = set()
+
+
+def remember(values: Iterable[str]) -> None:
+    """Mask these values too, for the rest of this process (a command line's, a case's)."""
+    _remembered.update(v for v in values if _worth(v))
+
+
+def known() -> frozenset[str]:
+    """What this process masks by value: its environment's secrets and those remembered."""
+    raw = getattr(os.environ, "_data", None)  # CPython's bytes mapping: a cheap key for the cache
+    found = _environ_secrets(tuple(raw.items())) if isinstance(raw, dict) else secret_values(os.environ)
+    return found | frozenset(_remembered) if _remembered else found
+
+
+@functools.lru_cache(maxsize=8)
+def _environ_secrets(_key: tuple) -> frozenset[str]:
+    return secret_values(os.environ)
+
+
+@functools.lru_cache(maxsize=64)
+def _value_pattern(values: frozenset[str]) -> re.Pattern | None:
+    forms = set()
+    for v in values:
+        forms |= {v, json.dumps(v)[1:-1], repr(v)[1:-1]}
+    forms = {f for f in forms if len(f) >= MIN_VALUE}
+    if not forms:
+        return None
+    return re.compile("|".join(re.escape(f) for f in sorted(forms, key=len, reverse=True)))
+
+
+_FORMATS = re.compile("|".join((
+    r"\bhf_[A-Za-z0-9]{20,}",
+    r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}",
+    r"\bgithub_pat_[A-Za-z0-9_]{20,}",
+    r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}",
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    r"\beyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}",
+    r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
+    r"\bglpat-[A-Za-z0-9_-]{20,}",
+)))
+_FORMAT_ANCHORS = ("hf_", "gh", "github_pat_", "sk-", "AKIA", "ASIA", "eyJ", "xox", "glpat-")
+_BEARER = re.compile(r"(?i)(?P<word>\bbearer\s+)[A-Za-z0-9._~+/=-]{6,}")
+_AUTH_HEADER = re.compile(r"(?i)(?P<head>\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?)"
+                          r"(?:[A-Za-z]+[ \t]+)?[^\s\"',;]+")
+_VALUE = r"(?P<value>\"(?:[^\"\\\n]|\\.)*\"|'[^'\n]*'|(?![{\[(])[^\s'\",;&|}\])]+)"
+# A name whose last word is a secret word (``secret_name`` then decides): the pattern only
+# matches candidates, so a log full of ``lr=0.001`` costs no Python call per line.
+_TAIL = (r"(?i:token|secret|pass(?:wd|word|phrase)?|(?:api|access|secret|private)?key|credentials?"
+         r"|auth(?:orization|token)?|accesstoken|cookie)(?i:[_.-]?(?:value|b64|base64))*")
+_NAME = r"(?P<name>(?:[A-Za-z_][\w.-]*?)?" + _TAIL + r")(?![\w.-])"
+_ASSIGNMENT = re.compile(
+    r"(?P<head>(?P<q>[\"']?)(?<![\w.])" + _NAME + r"(?P=q)\]?[ \t]*"
+    r"(?:(?<![=<>!~])=(?!=)|:(?!//|:))[ \t]*)" + _VALUE)
+_OPTION = re.compile(r"(?P<head>(?<![\w-])--?" + _NAME.replace(r"(?![\w.-])", r"(?![\w-])") + r"[ \t]+)(?!-)" + _VALUE)
+
+
+def _mask_shape(m: re.Match) -> str:
+    """The value hidden; a quoted one keeps its quotes, and a JSON key's value becomes a string
+    (a config copy stays valid JSON)."""
+    if not secret_name(m["name"]):
+        return m[0]
+    value = m["value"]
+    if value[0] in "\"'":
+        return f"{m['head']}{value[0]}{HIDDEN}{value[0]}"
+    return m["head"] + (f'"{HIDDEN}"' if m.groupdict().get("q") == '"' else HIDDEN)
+
+
+def redact(text: str, values: Iterable[str] = ()) -> str:
+    """``text`` with every secret this process knows of (and ``values``) masked, by value, shape
+    and format."""
     if not text:
         return text
-    text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{HIDDEN}@", text)
-    return _ASSIGNMENT.sub(lambda m: f"{m['name']}={HIDDEN}" if SECRET_NAME.search(m["name"]) else m[0], text)
+    pattern = _value_pattern(known() | frozenset(v for v in values if _worth(v)) if values else known())
+    if pattern is not None:
+        text = pattern.sub(HIDDEN, text)
+    # each rule only where its anchor is (most text has none: a report calls this per cell)
+    if "@" in text:
+        text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{HIDDEN}@", text)
+    if any(a in text for a in _FORMAT_ANCHORS):
+        text = _FORMATS.sub(HIDDEN, text)
+    lower = text.lower()
+    if "authorization" in lower:
+        text = _AUTH_HEADER.sub(lambda m: m["head"] + HIDDEN, text)
+    if "bearer" in lower:
+        text = _BEARER.sub(lambda m: m["word"] + HIDDEN, text)
+    return _shapes(text, lower)
+
+
+# a secret word and the letters that may follow it and still end a secret-looking name
+_TAIL_WORDS = {"token": ("",), "secret": ("",), "pass": ("", "wd", "word", "phrase"), "key": ("",),
+               "credential": ("", "s"), "auth": ("", "orization", "token"), "cookie": ("",)}
+_LETTERS = re.compile(r"[a-z]*")
+
+
+def _shapes(text: str, lower: str) -> str:
+    """The NAME=value and --name value rules, on the lines that hold a secret word only (no
+    shape spans lines, and most lines of a long log hold none: found with str.find, which is
+    far faster than a case-insensitive pattern)."""
+    spans = set()
+    for word, endings in _TAIL_WORDS.items():
+        i = lower.find(word)
+        while i != -1:
+            j = i + len(word)
+            if _LETTERS.match(lower, j).group() not in endings:  # tokens/s, keyboard: no name ends here
+                i = lower.find(word, j)
+                continue
+            start, end = lower.rfind("\n", 0, i) + 1, lower.find("\n", i)
+            end = len(text) if end == -1 else end
+            spans.add((start, end))
+            i = lower.find(word, end)
+    pieces, last = [], 0
+    for start, end in sorted(spans):
+        line = text[start:end]
+        if "=" in line or ":" in line:
+            line = _ASSIGNMENT.sub(_mask_shape, line)
+        pieces += [text[last:start], _OPTION.sub(_mask_shape, line) if "-" in line else line]
+        last = end
+    return "".join(pieces) + text[last:]
+
+
+_OWN_KEYS = frozenset({"key", "env_key", "case_key", "point_key"})  # dsbisect's own digests, no secrets
+
+
+def redact_tree(obj, values: Iterable[str] = ()):
+    """A JSON-like value with every string redacted, and the values under secret-looking keys
+    hidden whole (``{"hub_token": "x"}``)."""
+    values = frozenset(values)
+    if isinstance(obj, str):
+        return redact(obj, values)
+    if isinstance(obj, Mapping):
+        return {k: HIDDEN if isinstance(k, str) and k not in _OWN_KEYS and secret_name(k)
+                and isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v)
+                else redact_tree(v, values) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [redact_tree(v, values) for v in obj]
+    return obj
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of ``env`` for display: secret-looking names get ``***``, URLs lose their credentials."""
-    return {k: HIDDEN if SECRET_NAME.search(k) else redact(v) for k, v in env.items()}
+    """A copy of ``env`` for display: secret-looking names get ``***``, the rest is redacted."""
+    return {k: HIDDEN if secret_name(k) else redact(v) for k, v in env.items()}
+
+
+SCRUB_LIMIT = 64 << 20  # larger files (none is, once logs are capped) are left as they are
+
+
+def scrub_folder(folder: Path, values: Iterable[str] = (), skip: tuple[str, ...] = ()) -> list[str]:
+    """Redact every text file under ``folder`` in place (each rewritten whole, then renamed into
+    place); binary files (a NUL in their first 8 KB) and those named in ``skip`` are left.
+    Returns notes on files that could not be rewritten."""
+    values = frozenset(values)
+    notes = []
+    for path in sorted(p for p in Path(folder).rglob("*") if p.is_file() and not p.is_symlink()):
+        if path.name in skip or path.name.endswith(".tmp"):
+            continue
+        try:
+            scrub_file(path, values)
+        except OSError as e:
+            notes.append(f"{path.relative_to(folder)}: secrets not masked ({e.strerror or e})")
+    return notes
+
+
+def scrub_file(path: Path, values: frozenset[str] = frozenset(), block: int = 1 << 20) -> bool:
+    """Redact one text file in place, a block of whole lines at a time (memory stays a few
+    blocks, whatever the log's size); True when it changed."""
+    if path.stat().st_size > SCRUB_LIMIT:
+        return False
+    tmp = path.with_name(path.name + ".scrub.tmp")
+    changed = False
+    try:
+        with open(path, "rb") as src:
+            if b"\0" in src.read(8192):
+                return False
+            src.seek(0)
+            with open(tmp, "wb") as dst:
+                while chunk := src.read(block):
+                    chunk += src.readline(block)  # to the end of the line: a secret is not cut in two
+                    text = chunk.decode("utf-8", errors="surrogateescape")
+                    new = redact(text, values)
+                    changed |= new != text
+                    dst.write(new.encode("utf-8", errors="surrogateescape"))
+        if changed:
+            os.chmod(tmp, path.stat().st_mode & 0o7777)
+            os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return changed

@@ -2,7 +2,8 @@
 
 Nothing here prints; the CLI does.  The grid's layout is ``grid``'s; this module adds what
 a report says around it (the command, the repro's files, the environment) and renders
-bisections.  Everything shown passes through ``redact``: the only I/O is reading run
+bisections.  Everything shown passes through ``outside.safe`` (redacted, inert, never
+markup); JSON through ``redact.redact_tree``.  The only I/O is reading run
 folders (stacks, the copies of a command's files).
 """
 
@@ -21,10 +22,12 @@ from rich.text import Text
 from . import __version__
 from .compat import describe as describe_shims
 from .facts import describe_env, describe_host, size
-from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, cell, grid, line, redact
+from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, cell, grid, line
 from .grid import markdown as grid_tables_markdown
 from .grid import md as _md
 from .model import Answer, Outcome, Stage
+from .outside import safe, safe_text
+from .redact import redact_tree
 from .proof import ProofVerdict
 from .store import RunRecord
 
@@ -103,8 +106,10 @@ def shadow_lines(runs: list[RunRecord]) -> list[str]:
     """Base packages that point venvs replaced: worth knowing when compiled ones are involved."""
     shadows = {}
     for r in runs:
-        for name, base, point in r.facts.get("shadowed", []):
-            shadows.setdefault(name, (base, set()))[1].add(point)
+        for item in r.facts.get("shadowed") or []:
+            if isinstance(item, list) and len(item) == 3:  # name, base version, point version
+                name, base, point = map(str, item)
+                shadows.setdefault(name, (base, set()))[1].add(point)
     return [f"point venvs shadow the base's {n} {b} with {', '.join(sorted(ps))}" for n, (b, ps) in sorted(shadows.items())]
 
 
@@ -116,7 +121,7 @@ def envs_table(envs: list) -> Table:
     for e in envs:
         shadows = ", ".join(f"{n} {b}→{p}" for n, b, p in e.shadowed)
         reqs = "; ".join(e.requirements) + (f" @{e.source}" if e.source else "")
-        table.add_row(e.key, e.mode, redact(reqs), shadows, f"{e.bytes / 1e6:.0f}", f"{e.seconds:.1f} s")
+        table.add_row(*(safe_text(x) for x in (e.key, e.mode, reqs, shadows, f"{e.bytes / 1e6:.0f}", f"{e.seconds:.1f} s")))
     return table
 
 
@@ -146,7 +151,7 @@ def _join(lines: list[str]) -> str:
         ln = ln.rstrip("\n") if ln.strip() else ""
         if ln or (out and out[-1]):
             out.append(ln)
-    return redact("\n".join(out).rstrip() + "\n")
+    return safe("\n".join(out).rstrip() + "\n")
 
 
 def inputs_markdown(runs: list[RunRecord]) -> list[str]:
@@ -180,7 +185,7 @@ def inputs_markdown(runs: list[RunRecord]) -> list[str]:
 def _input_markdown(item: dict, run: RunRecord) -> str:
     path = str(item["path"])
     sha = str(item.get("sha256") or "?")
-    n = item.get("bytes")
+    n = item.get("bytes") if isinstance(item.get("bytes"), int) else None  # an odd record: no size
     about = f"{size(n) if n else '? bytes'}, sha256 {sha[:16]}"
     text, why = _read_copy(item, run)
     if text is None:
@@ -271,7 +276,7 @@ def run_json(r: RunRecord) -> dict:
 
 
 def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
-    return _redacted({
+    return redact_tree({
         "dsbisect": __version__,
         "hosts": run_hosts(_runs(g)),
         "compat": list(compat),
@@ -285,16 +290,6 @@ def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
         ],
         "runs": [run_json(r) for r in _runs(g)],
     })
-
-
-def _redacted(obj):
-    if isinstance(obj, str):
-        return redact(obj)
-    if isinstance(obj, dict):
-        return {k: _redacted(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_redacted(v) for v in obj]
-    return obj
 
 
 # ------------------------------------------------------------------ bisection
@@ -326,19 +321,20 @@ def _run_ids(step) -> str:
     return " ".join(f"#{i}" for i in ids)
 
 
-def _point(step, width: int) -> str:
-    return redact(step.label if step.stage is Stage.RELEASE else f"{step.label} {step.subject[:width]}")
+def _point(step, width: int) -> Text:
+    return safe_text(step.label if step.stage is Stage.RELEASE else f"{step.label} {step.subject[:width]}")
 
 
 def bisect_table(result, detail: bool = True) -> Table:
     """The steps; ``detail``: with each step's reason in a column (a wide terminal)."""
     req = result.request
-    table = Table(header_style="bold", title=redact(f"dsbisect bisect {req.package} {req.good} {req.bad}"))
+    table = Table(header_style="bold", title=safe_text(f"dsbisect bisect {req.package} {req.good} {req.bad}"))
     for col in ("stage", "point", "outcome", "verdict", "runs", "seconds") + (("detail",) if detail else ()):
         table.add_column(col, overflow="fold")
     for s in result.steps:
-        row = [s.stage.value, _point(s, 50), _step_cell(s), s.verdict.value, _run_ids(s), f"{s.seconds:.1f}"]
-        table.add_row(*row, *((redact(_cut(s.detail or "", 160)),) if detail else ()))
+        row = [Text(s.stage.value), _point(s, 50), _step_cell(s), Text(s.verdict.value), Text(_run_ids(s)),
+               Text(f"{s.seconds:.1f}")]
+        table.add_row(*row, *((safe_text(_cut(s.detail or "", 160)),) if detail else ()))
     return table
 
 
@@ -405,13 +401,13 @@ def bisect_summary(result) -> list[str]:
     first = _first_bad_step(result)
     if first is not None:
         lines.append(f"at the {bad_word.split()[1]} point: {first.detail or first.outcome.value}")
-    return [redact(ln) for ln in lines]
+    return [safe(ln) for ln in lines]
 
 
 def _proof_doubt(result) -> str | None:
     """The proof's line when it did not prove the commit (said loudly; the answer stands)."""
     p = result.proof
-    return redact(p.describe()) if p is not None and p.verdict is not ProofVerdict.PROVEN else None
+    return safe(p.describe()) if p is not None and p.verdict is not ProofVerdict.PROVEN else None
 
 
 def _first_bad_step(result):
@@ -442,7 +438,7 @@ def _bisect_env(result) -> list[str]:
     lines += host_lines(_bisect_runs(result))
     lines.append(f"dsbisect {__version__}; case {req.case.name} ({req.case.nproc} ranks, "
                  f"collective timeout {req.case.collective_timeout:g} s)")
-    return [redact(ln) for ln in lines]
+    return [safe(ln) for ln in lines]
 
 
 def bisect_renderable(result, command: str, piped: bool | None = None) -> Group:

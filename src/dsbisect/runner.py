@@ -53,6 +53,7 @@ from .model import (
 from .identity import package_frames
 from .outcome import Classified, classify
 from .proc import clean_env
+from .redact import remember, scrub_folder, secret_values
 from .reuse import Reuse, digests, named_paths
 from .rundir import RunDir
 from .store import RunRecord, Store
@@ -304,6 +305,8 @@ class Runner:
             except KeyboardInterrupt as e:
                 self.store.abandon_run(run.id, "interrupted")
                 self.cancel.set()
+                if run.run_dir:  # its logs too are read by the group; known() holds the run's secrets
+                    scrub_folder(Path(run.run_dir), skip=(RunDir.RECORD,))
                 raise Interrupted("interrupted; the run's processes were stopped", signal_of(e)) from None
             except DiskFull as e:  # the run is not left running: interrupted, saying why, where that can be written
                 with contextlib.suppress(DiskFull, StoreError):
@@ -416,6 +419,8 @@ class Runner:
                            f"{run.rank_log(0).relative_to(run.path)}): {' '.join(argv[4:])}\n")
         else:
             argv = launcher_argv(case, env.python, run, port, devices)
+        secrets = secret_values(variables, [*argv, *case.command])  # the ranks' and the command line's
+        remember(secrets)  # whatever this process shows from now on masks them too
         spec = LaunchSpec(
             argv=tuple(argv),
             env=variables,
@@ -462,6 +467,7 @@ class Runner:
         if c.outcome is Outcome.FAIL:  # where it failed in the packages under test: the failure's identity
             evidence["error_frames"] = list(package_frames(tail, c.reason, _import_names(env, point)))
         evidence["notes"] += run.cap_logs()  # after the evidence was read from them
+        evidence["notes"] += scrub_folder(run.path, secrets, skip=(RunDir.RECORD,))  # the group may read it
         evidence["survivors"] += remote_left + list(escaped.survivors)
         left_tree = sorted(set(result.escaped) | set(escaped.stopped))
         if left_tree:

@@ -57,8 +57,13 @@ def make_shared(folder: Path) -> None:
 
 
 def cache_root(cache_dir: Path | None) -> Path:
-    """The env root: ``--cache-dir``, else the user's cache dir."""
-    return (cache_dir or Path(user_cache_dir("dsbisect"))).expanduser()
+    """The env root: ``--cache-dir``, else the user's cache dir; an InputError when it, or the
+    folder it would be made in, is a file."""
+    root = (cache_dir or Path(user_cache_dir("dsbisect"))).expanduser()
+    there = next((p for p in (root, *root.parents) if p.exists()), None)
+    if there is not None and not there.is_dir():
+        raise InputError(f"--cache-dir {root}: {there} is a file, not a folder")
+    return root
 
 
 def index_options(offline: bool, find_links: list[Path] | None, index_url: str | None,
@@ -99,9 +104,10 @@ def open_runner(store_dir: Path, cache_dir: Path | None, env_options: EnvOptions
                 progress: Progress, **kw) -> Runner:
     """The runner of ``run`` and ``bisect``: the store at ``store_dir``, venvs under the cache.
     What an earlier dsbisect of this store left running when it died is stopped first."""
+    root = cache_root(cache_dir)  # checked before the store is made
     folder = check_store_path(store_dir)
     make_shared(folder)
-    make_shared(cache_root(cache_dir))
+    make_shared(root)
     store = Store(folder)
     for note in store.notes:
         progress("note", note)

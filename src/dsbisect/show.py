@@ -11,21 +11,23 @@ from rich.rule import Rule
 from rich.text import Text
 
 from .facts import describe_env
+from .grid import displayable
 from .model import Outcome
 from .forensics import analyze, render_stack
-from .redact import redact
+from .outside import safe_text
 from .report import STYLE
 from .rundir import RunDir, tail_text
 from .store import RunRecord
 
 
 def render_run(r: RunRecord, lines: int = 30) -> Group:
+    r = displayable(r)
     parts: list = []
     head = Text.assemble(
         (f"run {r.id}  ", "bold"),
         (r.outcome.value.upper() if r.outcome else r.status.value, STYLE.get(r.outcome, "")),
         (" (marked by hand)" if r.evidence.get("manual") else "", "yellow"),
-        f"  {r.case_name} · {r.point.label}",
+        safe_text(f"  {r.case_name} · {r.point.label}"),
     )
     parts.append(head)
     rows = [
@@ -43,12 +45,12 @@ def render_run(r: RunRecord, lines: int = 30) -> Group:
     if r.evidence.get("manual"):  # dsbisect mark, bisect --manual: a result given, not a run of dsbisect
         rows.insert(0, ("marked", f"{r.evidence['manual']} by hand" + (f": {r.evidence['note']}" if r.evidence.get("note") else "")))
     for k, v in rows:
-        parts.append(Text.assemble((f"  {k:<12}", "dim"), v))
-    for note in r.evidence.get("notes", []):
-        parts.append(Text(f"  note: {note}", style="yellow"))
+        parts.append(Text.assemble((f"  {k:<12}", "dim"), safe_text(v)))
+    for note in _listed(r.evidence.get("notes")):
+        parts.append(safe_text(f"  note: {note}", style="yellow"))
     if r.evidence.get("escaped"):
-        parts.append(Text(f"  escaped the process tree, stopped by their tag: pid(s) "
-                          f"{', '.join(map(str, r.evidence['escaped']))}", style="yellow"))
+        parts.append(safe_text(f"  escaped the process tree, stopped by their tag: pid(s) "
+                               f"{', '.join(map(str, _listed(r.evidence['escaped'])))}", style="yellow"))
     if r.run_dir and Path(r.run_dir).is_dir():
         parts += _deadlock_proof(Path(r.run_dir))
         parts += _stacks(Path(r.run_dir), hung=r.outcome is Outcome.HANG)
@@ -74,7 +76,7 @@ def _deadlock_proof(run_dir: Path) -> list:
         for rank, state in sorted(ranks.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0):
             lines.append(f"  rank {rank}: {state}")
     lines.append(f"(answers in {path.parent.relative_to(run_dir)}/rank<R>.<request>.json)")
-    return [Panel(Text("\n".join(lines)), title="deadlock proof", title_align="left", border_style="red")]
+    return [Panel(safe_text("\n".join(lines)), title="deadlock proof", title_align="left", border_style="red")]
 
 
 def _stacks(run_dir: Path, hung: bool) -> list:
@@ -92,7 +94,8 @@ def _stacks(run_dir: Path, hung: bool) -> list:
         else:
             title = f"rank {st.rank}: last stack seen ({', '.join(st.sources)}), before the run ended"
             body = "\n".join(render_stack(st).splitlines()[1:])  # no claim about a collective it failed in
-        out.append(Panel(body, title=title, title_align="left", border_style="magenta" if hung else "dim"))
+        out.append(Panel(safe_text(body), title=safe_text(title), title_align="left",
+                         border_style="magenta" if hung else "dim"))
     return out
 
 
@@ -103,7 +106,15 @@ def _tails(run_dir: Path, lines: int) -> list:
         text = tail_text(path, 256 << 10)
         if text is None:
             continue
-        text = redact("\n".join(text.splitlines()[-lines:]))
+        text = "\n".join(text.rstrip("\n").split("\n")[-lines:]) if lines > 0 else ""  # a \r is shown, not a break
         # A rule and plain text, not a panel: long lines wrap instead of being cut at the edge.
-        out += [Rule(str(path.relative_to(run_dir)), align="left", style="dim"), Text(text, overflow="fold")]
+        out += [Rule(safe_text(str(path.relative_to(run_dir))), align="left", style="dim"),
+                safe_text(text, overflow="fold")]
     return out
+
+
+def _listed(value) -> list:
+    """A record's list (notes, pids) as a list, whatever an odd record holds there."""
+    if isinstance(value, list):
+        return value
+    return [] if value in (None, "", {}) else [value]

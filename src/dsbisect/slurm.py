@@ -33,6 +33,8 @@ from pathlib import Path
 from . import proc
 from .errors import InputError, Interrupted
 from .model import Accelerator, Case, EnvOptions, IndexOptions, Outcome, Point, RunStatus
+from .redact import scrub_folder
+from .rundir import RunDir
 from .runner import Progress, Runner, Slot
 from .store import RunRecord, Store
 
@@ -89,6 +91,7 @@ class SlurmExecutor:
             _scancel(job_id)
             raise Interrupted(f"interrupted; slurm job {job_id} was cancelled") from None
         record = _import(runner, case, point, attempt, folder, job_id, state)
+        scrub_folder(folder, skip=(RunDir.RECORD,))  # job.json carried the index's credentials and the command's tokens
         runner.progress("done", f"{label}: {record.outcome.value} (slurm job {job_id}"
                                 f"{' on ' + state.node if state.node else ''}){_why(record)}")
         return record

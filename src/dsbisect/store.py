@@ -46,7 +46,7 @@ from . import claims, disk
 from .claims import Liveness, StoreLock
 from .errors import DiskFull, InputError, StoreError
 from .model import ImportCheck, Outcome, Point, RunStatus
-from .redact import redact
+from .redact import redact, redact_tree
 from .rundir import RunDir
 
 DB = "dsbisect.sqlite3"
@@ -392,7 +392,7 @@ class Store:
             values = self._values(run_id)
             values |= {"status": "done", "outcome": outcome.value, "exit_code": exit_code, "seconds": seconds,
                        "finished": time.time(), "reason": redact(reason), "signature": redact(signature),
-                       "evidence": evidence or {}, "facts": facts or {}}
+                       "evidence": redact_tree(evidence or {}), "facts": redact_tree(facts or {})}
             if env_key is not None:
                 values["env_key"] = env_key
             if run_dir is not None:
