@@ -650,7 +650,8 @@ if given is not None:
         else:
             new = json.dumps(value) if column in ("point", "evidence", "facts") else \
                 value if not isinstance(value, (list, dict)) else json.dumps(value)
-        assume(new is not None or column not in ("case_name", "started", "status", "point", "attempt"))
+        not_null = {name for _, name, _, notnull, *_ in db.execute("PRAGMA table_info(runs)") if notnull}
+        assume(new is not None or column not in not_null)  # a NULL the schema refuses cannot be in a row
         db.execute(f"UPDATE runs SET {column}=? WHERE id=1", (new,))
         db.commit()
         db.close()
