@@ -293,8 +293,8 @@ class EnvBisection:
     def _point(self, applied: frozenset[int], trials: _Trials) -> Point:
         moved = tuple((c.name, c.bad.version) for c in (self.changes[i] for i in sorted(applied))
                       if c.bad is not None and c.bad.version and c.bad.plain)
-        point = Point(versions=moved, pins=self._reqs(applied))
-        trials.labels[point.key] = self._describe(applied)
+        point = Point(versions=moved, pins=self._reqs(applied), name=self._describe(applied))
+        trials.labels[point.key] = point.name
         return point
 
     def _describe(self, applied: frozenset[int]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -155,6 +155,7 @@ class Point:
     versions: tuple[tuple[str, str], ...]
     pins: tuple[str, ...] = ()
     source: GitSource | None = None
+    name: str = field(default="", compare=False)  # what progress lines call it (an environment trial); not stored
 
     def requirements(self) -> tuple[str, ...]:
         moved = {canonicalize_name(n) for n, _ in self.versions}
@@ -166,6 +167,8 @@ class Point:
 
     @property
     def label(self) -> str:
+        if self.name:
+            return self.name
         parts = [f"{n} {v}" for n, v in self.versions if not self._is_source(n)]
         if self.source:
             parts.insert(0, f"{self.source.package} @{self.source.short}")
