@@ -627,7 +627,8 @@ def bisect(
         return _bisect_envs(good_env, bad_env, hold or [], [w for w in (package, good, bad) if w is not None] + (command or []),
                             dict(case=case, script=script, matrix=matrix, nproc=nproc, accelerator=accelerator),
                             dict(regress_on=regress_on, find_fix=find_fix, repeat=repeat, confirm=confirm,
-                                 signature=signature, git_repo=git_repo, verify_commit_ends=verify_commit_ends),
+                                 signature=signature, git_repo=git_repo, verify_commit_ends=verify_commit_ends,
+                                 any_failure=any_failure, prove=prove),
                             bool(pin or pre or include_yanked), manual, store, limits, index, envs, where, nodes, shown)
     with user_errors():
         shown.check()

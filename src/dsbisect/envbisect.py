@@ -337,7 +337,8 @@ class EnvBisection:
                      pins=self._context(c, partners), regress_on=self.req.regress_on,
                      find_fix=self.req.find_fix != backwards, repeat=self.req.repeat, signature=self.req.signature,
                      pre=_parse(low).is_prerelease or _parse(high).is_prerelease, git_repo=self._repo_for(c),
-                     verify_commit_ends=self.req.verify_commit_ends, width=self.req.width, confirm=self.req.confirm)
+                     verify_commit_ends=self.req.verify_commit_ends, width=self.req.width, confirm=self.req.confirm,
+                     any_failure=self.req.any_failure, prove=self.req.prove)
         planned = plan(rq, self.index)
         self.runner.progress("note", f"level 2: {c.describe()}: {len(planned.versions)} releases")
         pins, confounders = self._release_pins(c, planned, rq.pins)

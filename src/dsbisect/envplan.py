@@ -39,7 +39,7 @@ class EnvRequest:
     bad_env: Environment
     case: Case
     hold: tuple[str, ...] = ()  # names kept at the base's version (torch): not changes, not installed
-    regress_on: RegressOn = RegressOn.HANG
+    regress_on: RegressOn = RegressOn.AUTO
     find_fix: bool = False
     repeat: int = 1
     signature: str | None = None
@@ -47,6 +47,8 @@ class EnvRequest:
     verify_commit_ends: bool = True
     confirm: int = 1
     width: int = 1
+    any_failure: bool = False  # as bisect's: every failure of the rule's kind counts, not only the bad end's own
+    prove: bool = True  # as bisect's: the revert proof after level 3
     argv: tuple[str, ...] = ()  # the command line, for `dsbisect log`; not in the key
 
     @property
@@ -57,13 +59,14 @@ class EnvRequest:
             "hold": sorted(canonicalize_name(h) for h in self.hold), "regress_on": self.regress_on.value,
             "find_fix": self.find_fix, "repeat": self.repeat, "signature": self.signature,
             "git": str(self.git_repo) if self.git_repo else None,
+            **({"any_failure": True} if self.any_failure else {}),
         })
 
     def trial_request(self) -> Request:
         """The request level 1 runs its trials under (verdicts, repeats, signature as ``bisect``'s)."""
         return Request(package=ENV_PACKAGE, good=self.good_env.source, bad=self.bad_env.source, case=self.case,
                        regress_on=self.regress_on, find_fix=self.find_fix, repeat=self.repeat,
-                       signature=self.signature, width=self.width, argv=self.argv)
+                       signature=self.signature, width=self.width, argv=self.argv, any_failure=self.any_failure)
 
 
 @dataclass(frozen=True)
