@@ -64,8 +64,9 @@ def test_a_wheelhouse_for_two_environments_answers_the_bisection_offline(tmp_pat
     assert set(res.stdout.split()) >= level2  # the files added are listed
     simple_index.close()  # nothing from the index from here on
 
+    # one rank, no launcher: what is tested is where the wheels come from
     res = cli("bisect", "--good-env", "good.txt", "--bad-env", "bad.txt", "--offline", "--find-links", "house",
-              "--regress-on", "fail", "--cache-dir", str(tmp_path / "cache"), "--store", str(tmp_path / "store"),
+              "--regress-on", "fail", "--nproc", "1", "--accelerator", "cpu", "--cache-dir", str(tmp_path / "cache"), "--store", str(tmp_path / "store"),
               "-q", "--format", "json", "--", "python", "check.py", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
