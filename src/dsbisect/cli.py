@@ -1017,7 +1017,7 @@ def prefetch(
     matrix: Annotated[Optional[Path], typer.Argument(help="The matrix file (default matrix.yaml; with --no-cases, read only when there).")] = None,
     dest: Annotated[Path, typer.Option("--dest", help="The wheelhouse folder to fill.")] = Path("wheelhouse"),
     case: CasesOpt = None,
-    with_candidates: Annotated[bool, typer.Option("--with-candidates", help="Also every release between the lowest and highest version of each axis.")] = False,
+    with_candidates: Annotated[bool, typer.Option("--with-candidates", help="Also every release between the lowest and highest version of each axis (with --good-env: of each change).")] = False,
     python_version: Annotated[Optional[str], typer.Option("--python-version", help="The target's Python, e.g. 3.12.")] = None,
     platform_tag: Annotated[Optional[list[str]], typer.Option("--platform", help="The target's platform tags, e.g. manylinux_2_17_x86_64 (repeatable).")] = None,
     base_snapshot: Annotated[Optional[Path], typer.Option("--base-snapshot", help="The target's base (from `dsbisect snapshot-base`): only what it lacks is fetched.")] = None,
@@ -1027,17 +1027,22 @@ def prefetch(
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="Build wheels of commits of this clone (with --commits).")] = None,
     commits: Annotated[Optional[str], typer.Option("--commits", help="OLD..NEW: tags or hashes; every first-parent commit in between.")] = None,
     package: Annotated[str, typer.Option("--package", help="The package the clone builds (with --git-repo).")] = "deepspeed",
+    good_env: Annotated[Optional[Path], typer.Option("--good-env", metavar="ENV", help="With --bad-env: what `bisect --good-env/--bad-env` installs: every pin of both (level 1); with --with-candidates every release between each change's two versions (level 2). The matrix's cases only with --case.")] = None,
+    bad_env: Annotated[Optional[Path], typer.Option("--bad-env", metavar="ENV", help="The broken environment (with --good-env).")] = None,
+    hold: Annotated[Optional[list[str]], typer.Option("--hold", metavar="NAME", help="As bisect's: keep this package at the target base's version, not fetched (repeatable).")] = None,
     cache_dir: CacheOpt = None,
     index: IndexArgs = IndexArgs(),
 ) -> None:
-    """Download (and build) everything the matrix's points need into a wheelhouse for --offline use."""
+    """Download (and build) everything the matrix's points (or two environments) need into a wheelhouse for --offline use."""
     from . import gitrepo
     from .envs import EnvManager
-    from .prefetch import Prefetcher, Target, load_snapshot, points_to_fetch
+    from .prefetch import Prefetcher, Target, env_fetch, env_holding, load_snapshot, points_to_fetch
 
     with user_errors():
         if not cases_too and case:
             raise InputError("--case names cases to fetch: it cannot go with --no-cases")
+        envs = _prefetch_envs(good_env, bad_env, hold or [])
+        cases_too = cases_too and (bool(case) or envs is None)  # an env bisection runs no axis point
         m = _prefetch_matrix(matrix, cases_too)
         cases = m.select(case) if m is not None else []
         if index.offline:
@@ -1054,11 +1059,17 @@ def prefetch(
         points = points_to_fetch(cases, idx, with_candidates) if cases_too else []
         indented = lambda s: say(f"  {s}")  # noqa: E731
         env_options = m.env if m is not None else EnvOptions()
+        fetch = env_fetch(*envs, env_holding(*envs, tuple(dict.fromkeys(hold or ())), target, env_options.python),
+                          idx, with_candidates) if envs else None
         pf = Prefetcher(EnvManager(cache_root(cache_dir), env_options, idx, log=indented), dest, target, log=indented)
         try:
             for p in points:
                 say(f"{p.label}")
                 pf.point(p)
+            if fetch is not None:
+                say(f"{envs[0].source} -> {envs[1].source}")
+                for label in pf.environments(fetch):
+                    say(f"  {label}: uv cannot install it in either environment's pins: not fetched")
             if tool:
                 pf.tool()
             if extras:
@@ -1071,6 +1082,19 @@ def prefetch(
         say(f"{len(pf.added)} file(s) added; {pf.dest} holds {pf.size() / 1e6:.1f} MB")
         for name in pf.added:
             out.print(safe_text(name))
+
+
+def _prefetch_envs(good_env: Path | None, bad_env: Path | None, hold: list[str]):
+    """The two environments of `prefetch --good-env/--bad-env`, read; None without them."""
+    from .envfile import read_environment
+
+    if good_env is None or bad_env is None:
+        if good_env or bad_env:
+            raise InputError("give both --good-env and --bad-env")
+        if hold:
+            raise InputError("--hold needs --good-env and --bad-env")
+        return None
+    return read_environment(good_env), read_environment(bad_env)
 
 
 def _prefetch_matrix(matrix: Path | None, cases_too: bool):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import tempfile
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,17 +87,11 @@ def plan_envs(req: EnvRequest, index: IndexOptions, options: EnvOptions, cache_d
     """Check a request without touching the store or creating the cache (InputError, exit 2):
     the environments differ, the held packages are in the base, the clone exists, and both
     environments resolve here (uv's dry run, against the base)."""
-    changes = diff(req.good_env, req.bad_env)
-    if not changes:
-        raise InputError(f"{req.good_env.source} and {req.bad_env.source}: no difference (the same pins)")
+    changes = changes_of(req.good_env, req.bad_env)
     repo = gitrepo.check_repo(req.git_repo) if req.git_repo else None
     base = base_env.inspect_base(options.python)
-    tool = [n for n in ALWAYS_HELD if base.version_of(n) and (req.good_env.get(n) or req.bad_env.get(n))]
-    names = tuple(dict.fromkeys(canonicalize_name(h) for h in (*req.hold, *tool)))
-    held = _held(names, base)
-    moving = tuple(c for c in changes if canonicalize_name(c.name) not in names)
-    if not moving:
-        raise InputError(f"the only changes are of held packages ({', '.join(names)}): nothing to bisect")
+    holding = hold_against(req.good_env, req.bad_env, changes, req.hold, base.version_of, base.python)
+    moving, held, names, tool = holding.moving, holding.held, holding.names, holding.tool
     uv_cache = CachePaths(cache_dir).uv_cache
     with tempfile.TemporaryDirectory(prefix="dsbisect-plan-") as tmp:
         cache = uv_cache if uv_cache.is_dir() else Path(tmp) / "uv"
@@ -111,6 +105,38 @@ def plan_envs(req: EnvRequest, index: IndexOptions, options: EnvOptions, cache_d
     return EnvPlan(moving, held, notes + costs(moving, req, base, _layered(options, base), names), repo, names)
 
 
+@dataclass(frozen=True)
+class Holding:
+    """What a base keeps of two environments: the held packages and the changes left to bisect."""
+
+    moving: tuple[Change, ...]  # the changes a bisection applies (none of a held package)
+    held: tuple[str, ...]       # requirement strings of the held packages, at the base's version
+    names: tuple[str, ...]      # their canonical names (--hold, and dsbisect itself)
+    tool: tuple[str, ...]       # those held because they are the tool, not the job
+
+
+def changes_of(good: Environment, bad: Environment) -> tuple[Change, ...]:
+    """``diff``, or an InputError when the two are the same pins."""
+    changes = diff(good, bad)
+    if not changes:
+        raise InputError(f"{good.source} and {bad.source}: no difference (the same pins)")
+    return changes
+
+
+def hold_against(good: Environment, bad: Environment, changes: Sequence[Change], hold: Sequence[str],
+                 version_of: Callable[[str], str | None], where: str) -> Holding:
+    """What a base (``version_of`` its distributions; ``where``: its python, for errors) holds:
+    ``hold`` and dsbisect itself where the base has it; InputError for a held name the base
+    lacks, or when nothing but held packages changed."""
+    tool = tuple(n for n in ALWAYS_HELD if version_of(n) and (good.get(n) or bad.get(n)))
+    names = tuple(dict.fromkeys(canonicalize_name(h) for h in (*hold, *tool)))
+    held = _held(names, version_of, where)
+    moving = tuple(c for c in changes if canonicalize_name(c.name) not in names)
+    if not moving:
+        raise InputError(f"the only changes are of held packages ({', '.join(names)}): nothing to bisect")
+    return Holding(moving, held, names, tool)
+
+
 def _hold_hint(problem: str, env: Environment, base: base_env.Base) -> str:
     """``; --hold torch keeps the base's torch 2.13.0`` where uv's error names a package the base
     provides at another version (a CUDA torch of another build, say)."""
@@ -119,12 +145,12 @@ def _hold_hint(problem: str, env: Environment, base: base_env.Base) -> str:
     return "".join(f"; --hold {n} keeps the base's {n} {base.version_of(n)}" for n in found)
 
 
-def _held(hold: Sequence[str], base: base_env.Base) -> tuple[str, ...]:
+def _held(hold: Sequence[str], version_of: Callable[[str], str | None], where: str) -> tuple[str, ...]:
     out = []
     for name in hold:
-        version = base.version_of(name)
+        version = version_of(name)
         if version is None:
-            raise InputError(f"--hold {name}: the base environment ({base.python}) has no {name} to keep")
+            raise InputError(f"--hold {name}: the base environment ({where}) has no {name} to keep")
         out.append(f"{canonicalize_name(name)}=={version}")
     return tuple(out)
 

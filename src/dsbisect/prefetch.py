@@ -29,12 +29,14 @@ from packaging.version import Version
 
 from . import gitrepo, proc
 from .base import inspect_base, site_packages, write_stubs
+from .envfile import Environment, Kind
+from .envplan import Holding, changes_of, hold_against, requirements
 from .envs import EnvManager
 from .errors import EnvBuildError, InputError
 from .files import DATA_LIMIT, read_small
 from .indexes import pip_child_env
 from .model import Case, GitSource, IndexOptions, Point
-from .versions import exact_version, file_is, releases
+from .versions import candidates, exact_version, file_is, releases
 
 _WOULD = re.compile(r"^\s*\+\s+(\S+)==(\S+)\s*$")
 
@@ -144,7 +146,10 @@ class Prefetcher:
 
     def point(self, point: Point) -> list[tuple[str, str]]:
         """Put into ``dest`` every distribution ``point`` needs beyond the target's base."""
-        reqs = list(point.requirements())
+        return self._fetch(list(point.requirements()))
+
+    def _fetch(self, reqs: list[str]) -> list[tuple[str, str]]:
+        """Every distribution ``reqs`` resolve to beyond the target's base (torch sdists built)."""
         torchy = {canonicalize_name(n) for n in self.mgr.options.build_with_torch}
         self._context = tuple(r for r in reqs if canonicalize_name(Requirement(r).name) not in torchy)
         for r in reqs:
@@ -179,10 +184,7 @@ class Prefetcher:
 
     def _base_version(self, name: str) -> str | None:
         if self.target.snapshot:
-            for d in self.target.snapshot["dists"]:
-                if canonicalize_name(d["name"]) == canonicalize_name(name):
-                    return d["version"]
-            return None
+            return snapshot_version(self.target.snapshot, name)
         return self.mgr.base.version_of(name)
 
     def _resolution_venv(self) -> Path:
@@ -238,6 +240,31 @@ class Prefetcher:
         for f in self.dest.iterdir():
             if file_is(f.name, name, version) and f.name not in self.added:
                 self.added.append(f.name)
+
+    # ----------------------------------------------------------- environments
+
+    def environments(self, fetch: EnvFetch) -> list[str]:
+        """What an environment bisection of ``fetch`` installs (``EnvFetch``); the releases that
+        resolve in none of their contexts are returned (level 2 skips them there too)."""
+        for reqs, word in zip(fetch.ends, ("good", "bad")):
+            self.log(f"the {word} environment ({len(reqs)} pins)")
+            self._fetch(list(reqs))
+        skipped = []
+        for c in fetch.releases:
+            reqs = next((ctx for ctx in c.contexts if self._resolves(ctx)), None)
+            if reqs is None:
+                skipped.append(c.label)
+                continue
+            self.log(f"{c.label}")
+            self._fetch(list(reqs))
+        return skipped
+
+    def _resolves(self, reqs: tuple[str, ...]) -> bool:
+        try:
+            self._resolve(list(reqs))
+        except EnvBuildError:
+            return False
+        return True
 
     # ---------------------------------------------------------------- commits
 
@@ -299,3 +326,75 @@ def points_to_fetch(cases: list[Case], index: IndexOptions, with_candidates: boo
                     q = Point(versions=moved, pins=first.pins)
                     points.setdefault(q.key, q)
     return list(points.values())
+
+
+def snapshot_version(snap: dict, name: str) -> str | None:
+    """The version of ``name`` in a base snapshot; None when it has none."""
+    return next((d["version"] for d in snap["dists"] if canonicalize_name(d["name"]) == canonicalize_name(name)), None)
+
+
+# --------------------------------------------------------------- environments
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One release a level-2 bisection may install, with the pins around it to resolve it in."""
+
+    label: str                            # "dsb-c 1.2"
+    contexts: tuple[tuple[str, ...], ...]  # tried in order; the first uv can satisfy is fetched
+
+
+@dataclass(frozen=True)
+class EnvFetch:
+    """What an environment bisection installs, as requirement sets.
+
+    Level 1: both ends and every trial are the good environment with a subset of the changes
+    applied, so each trial is a mix of the two environments' exact pins (held packages at the
+    base's version) and the union of what the two ends resolve to is enough, for a full freeze
+    or lock.  A requirements file that leaves a transitive dependency unpinned gets it at the
+    version either end resolves to: a mix that needs a third version of it is untestable offline.
+    Level 2 (``with_candidates``): every release between the good and the bad version of each
+    bisectable change, in the good environment's pins, else the bad's, else alone (uv picks
+    what it needs), as the release bisection moves what a release forces to move.
+    Direct references (URLs, paths, editables) are not downloaded: the target must reach them.
+    """
+
+    ends: tuple[tuple[str, ...], tuple[str, ...]]
+    releases: tuple[Candidate, ...] = ()
+
+
+def env_fetch(good: Environment, bad: Environment, holding: Holding, index: IndexOptions,
+              with_candidates: bool) -> EnvFetch:
+    ends = tuple(requirements(env, (), holding.held, holding.names) for env in (good, bad))
+    if not with_candidates:
+        return EnvFetch(ends)
+    found: list[Candidate] = []
+    for c in holding.moving:
+        if c.kind is not Kind.CHANGED or not c.bisectable:
+            continue
+        low, high = sorted((c.good.version, c.bad.version), key=Version)
+        pre = Version(low).is_prerelease or Version(high).is_prerelease
+        try:
+            listed = candidates(c.name, low, high, index, pre)
+        except InputError:  # an end the index does not list (a local build): the ends only
+            continue
+        for v in listed:
+            if v in (Version(low), Version(high)):
+                continue  # the ends are in the environments already
+            mine = f"{canonicalize_name(c.name)}=={v}"
+            around = [tuple(r for r in reqs if canonicalize_name(Requirement(r).name) != c.name) for reqs in ends]
+            found.append(Candidate(f"{c.name} {v}", (*((*a, mine) for a in around), (*holding.held, mine))))
+    return EnvFetch(ends, tuple(found))
+
+
+def env_holding(good: Environment, bad: Environment, hold: tuple[str, ...], target: Target,
+                python: str | None) -> Holding:
+    """``envplan``'s holding against the target's base: its snapshot's, else this machine's
+    (InputError: the same pins, a held name the base lacks, only held packages changed)."""
+    changes = changes_of(good, bad)
+    if target.snapshot:
+        snap = target.snapshot
+        return hold_against(good, bad, changes, hold, lambda n: snapshot_version(snap, n),
+                            str(snap.get("python", "the snapshot")))
+    base = inspect_base(python)
+    return hold_against(good, bad, changes, hold, base.version_of, base.python)
