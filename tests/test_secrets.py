@@ -231,3 +231,14 @@ def test_a_case_key_does_not_hang_on_a_token(tmp_path):
     assert key("hf_" + "a" * 34) == key("hf_" + "b" * 34) == key("***")
     assert command_case(["python", "train.py", "--lr", "2"], tmp_path).key != \
         command_case(["python", "train.py", "--lr", "1"], tmp_path).key
+
+
+def test_a_count_under_a_secret_looking_key_is_not_a_secret():
+    """A bisect step's ``counts: {"pass": 1}`` was shown as ``{"pass": "***"}`` (the full suite of the
+    merged tree: test_bisect_cli's --confirm test); a string under it, or a number under any other
+    secret-looking key, is still hidden."""
+    from dsbisect.redact import HIDDEN, redact_tree
+
+    got = redact_tree({"counts": {"pass": 1, "hang": 2}, "pass": "hunter22", "db_pass": 12345678, "password": True})
+    assert got["counts"] == {"pass": 1, "hang": 2}
+    assert got["pass"] == HIDDEN and got["db_pass"] == HIDDEN and got["password"] is True

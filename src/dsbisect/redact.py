@@ -241,12 +241,22 @@ def redact_tree(obj, values: Iterable[str] = ()):
     if isinstance(obj, str):
         return redact(obj, values)
     if isinstance(obj, Mapping):
-        return {k: HIDDEN if isinstance(k, str) and k not in _OWN_KEYS and secret_name(k)
-                and isinstance(v, (str, int, float)) and not isinstance(v, bool) and str(v)
+        return {k: HIDDEN if isinstance(k, str) and k not in _OWN_KEYS and secret_name(k) and _could_be_secret(k, v)
                 else redact_tree(v, values) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [redact_tree(v, values) for v in obj]
     return obj
+
+
+_COUNTS = frozenset({"pass", "fail", "hang", "skip"})  # outcome names: a count under them is no secret
+
+
+def _could_be_secret(key: str, v) -> bool:
+    """A value under a secret-looking key that is hidden whole: any non-empty string, and a number
+    unless the key is an outcome's name (``counts: {"pass": 1}`` of a bisect step is a count)."""
+    if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+        return False
+    return bool(v) if isinstance(v, str) else key.lower() not in _COUNTS
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
