@@ -110,8 +110,9 @@ def test_a_utf16_freeze_from_windows_powershell(tmp_path):
 
 
 def test_a_conda_envs_freeze_names_its_build_folders(tmp_path):
-    env = read_environment(write(tmp_path, "certifi @ file:///croot/certifi_1700501669400/work/certifi\n"
-                                           "numpy==1.26.4\nmkl-service @ file:///croot/mkl-service_1698/work\n"))
+    gone = tmp_path / "croot"  # a conda build folder of another machine: not here
+    env = read_environment(write(tmp_path, f"certifi @ file://{gone}/certifi_1700501669400/work/certifi\n"
+                                           f"numpy==1.26.4\nmkl-service @ file://{gone}/mkl-service_1698/work\n"))
     (note,) = env.notes
     assert note.startswith("2 direct references to paths not on this machine (certifi, mkl-service)")
     assert "pip list --format=freeze" in note

@@ -657,14 +657,8 @@ def bisect(
         with ui.running():
             result = Bisection(runner, idx, req).run(planned)
         command = _reproduce_command(package, good, bad)
-        if shown.fmt is Format.json:
-            emit(dumps(result) + "\n", shown.output)
-        elif shown.fmt is Format.markdown:
-            emit(rep.bisect_markdown(result, command), shown.output)
-        else:
-            out.print(rep.bisect_renderable(result, command))
-            if shown.output:
-                write_output(rep.bisect_markdown(result, command), shown.output)
+        _show_result(shown, lambda: dumps(result), lambda: rep.bisect_markdown(result, command),
+                     lambda: rep.bisect_renderable(result, command))
         if result.exit_code:
             say_error(result.message, label=f"{result.verdict.value}:")
             raise typer.Exit(result.exit_code)
@@ -710,14 +704,8 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
             result = EnvBisection(runner, idx, req, planned).run()
         command = redact("dsbisect " + shlex.join(reproduce_args(sys.argv[1:]))) if sys.argv and "dsbisect" in sys.argv[0] \
             else redact("dsbisect bisect " + shlex.join(argv))
-        if shown.fmt is Format.json:
-            emit(json.dumps(env_json(result), indent=2) + "\n", shown.output)
-        elif shown.fmt is Format.markdown:
-            emit(chainreport.env_markdown(result, command), shown.output)
-        else:
-            out.print(chainreport.env_renderable(result, command))
-            if shown.output:
-                write_output(chainreport.env_markdown(result, command), shown.output)
+        _show_result(shown, lambda: json.dumps(env_json(result), indent=2),
+                     lambda: chainreport.env_markdown(result, command), lambda: chainreport.env_renderable(result, command))
         if result.exit_code:
             verdict, message = result.failure
             say_error(message, label=f"{verdict.value}:")
@@ -730,6 +718,18 @@ def _click_context():
     except ImportError:  # a typer that does not vendor click
         from click import get_current_context
     return get_current_context()
+
+
+def _show_result(shown: OutputArgs, as_json, as_markdown, renderable) -> None:
+    """A bisection's report on stdout in the chosen format (and the Markdown in ``-o`` for a table)."""
+    if shown.fmt is Format.json:
+        emit(as_json() + "\n", shown.output)
+    elif shown.fmt is Format.markdown:
+        emit(as_markdown(), shown.output)
+    else:
+        out.print(renderable())
+        if shown.output:
+            write_output(as_markdown(), shown.output)
 
 
 def _reproduce_command(package: str, good: str, bad: str) -> str:
