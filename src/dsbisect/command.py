@@ -405,7 +405,7 @@ def _split(token: str, g: _Grammar) -> tuple[str, str | None]:
     """An option token's name and inline value: ``--opt=VALUE``, or ``-HVALUE`` for a short option with a value."""
     if token[:2] != "--" and len(token) > 2:
         short = g.find(token[:2])
-        if short and short.arity not in ("flag", "optional"):
+        if short and short.arity != "flag":
             return token[:2], token[2:].removeprefix("=")
     name, eq, value = token.partition("=")
     return name, value if eq else None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from .command import PYTHON, Command, CommandKind, with_options
+from .command import PYTHON, CommandKind, options_of, with_options
 from .model import Accelerator, Case, Launcher, Nodes, Point
 from .redact import redact
 from .rundir import RankLogs, RunDir, flight_recorder_env
@@ -170,12 +170,11 @@ class Srun(LaunchLine):
     folds_check = False  # every task is a first interpreter: the check is made before the launch
 
     def argv(self, case: Case, t: Target) -> list[str]:
-        cmd = case.command
         add = {"--output": f"{t.run.ranks}/rank%t.log", "--kill-on-bad-exit": "1"}
-        if cmd.kind is CommandKind.SRUN:
-            program = _with_python(cmd.script_args and (cmd.target, *cmd.script_args) or (cmd.target,), t.python)
+        if case.command:
+            cmd, program = case.command, _with_python((case.command.target, *case.command.script_args), t.python)
         else:  # a script case with launcher: srun (its ranks per node are the tasks, on one node)
-            add = {"--ntasks": str(case.nproc), **add}
+            cmd, add = options_of(CommandKind.SRUN, case.launcher_args), {"--ntasks": str(case.nproc), **add}
             program = [str(t.python), "-u", str(case.script), *case.args]
         return ["srun", *with_options(cmd, add, inline=True), "/bin/sh", "-c", SRUN_RANK, "dsbisect-rank", *program]
 
