@@ -294,3 +294,12 @@ def test_a_matrix_hostfile_is_read_when_the_case_is_made(tmp_path):
     s = matrix.script_case(tmp_path / "t.py", 2)
     with pytest.raises(MatrixError, match=r"where: hostfile .*hosts: bad line 'n1'"):
         matrix.with_nodes(s, "where", hostfile=tmp_path / "hosts")
+
+
+@pytest.mark.parametrize("name", ["cmd-ds", "cmd-tr", "cmd-acc", "cmd-exe", "cmd-srun", "ds-cpu", "srun-script"])
+def test_a_case_crosses_json_with_its_parsed_command(tmp_path, name):
+    """A Slurm job gets its case as JSON: the command line is parsed again there, to the same Command."""
+    case = _cases(tmp_path)[name][0]
+    again = Case.from_json(case.to_json())
+    assert again == case and again.key == case.key
+    assert again.command is None or again.command.argv == case.command.argv

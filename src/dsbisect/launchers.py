@@ -11,6 +11,11 @@ user's program, run as it is).  Each owns:
 - ``rank_logs``: where the ranks' own logs go (``rundir.RankLogs``: the run folder's one naming);
 - the manual instructions (``instructions``), made from the same ``plan`` that the runner runs.
 
+The lines a launcher prints when a rank fails (deepspeed's "exits with return code", torch
+elastic's root cause, srun's "task R: Exited with exit code N") are read by
+``outcome.first_rank_exit``, below this module: ``outcome`` importing it would lift ``launch``
+and everything over it by a floor.
+
 ``line_for(case)`` picks the line: a command line's kind, else the direct run for one rank,
 else the case's ``launcher``.  A new launcher is one class here (and its grammar in ``command``).
 
@@ -29,6 +34,7 @@ from .command import PYTHON, CommandKind, options_of, with_options
 from .model import Accelerator, Case, Launcher, Nodes, Point
 from .redact import redact
 from .rundir import RankLogs, RunDir, flight_recorder_env
+
 
 @dataclass(frozen=True)
 class Target:
@@ -64,6 +70,7 @@ class LaunchLine:
     def rank_env(self, case: Case, t: Target, cuda: bool, visible: str | None) -> dict[str, str]:
         """What the ranks get from dsbisect (a launcher gives them the rest)."""
         return {}
+
 
 # ------------------------------------------------------------------ deepspeed
 

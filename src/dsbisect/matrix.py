@@ -337,16 +337,21 @@ def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -
         cwd=base.cwd if base else None,
         inputs=base.inputs if base else (),
     )
-    if case.launcher is Launcher.SRUN and not case.command:  # srun's options are read when the case is made
-        try:
-            options_of(CommandKind.SRUN, case.launcher_args)
-        except InputError as e:
-            raise MatrixError(f"{where}.launcher_args: {e}") from None
+    _check_launcher_args(case, where)
     return with_nodes(case, where, hostfile=(path.parent / hostfile).resolve() if hostfile else None,
                       num_nodes=_first(c.num_nodes, d.num_nodes, None),
                       backend=_first(c.launcher_backend, d.launcher_backend, None),
                       master_addr=_first(c.master_addr, d.master_addr, None),
                       include=_first(c.include, d.include, None), exclude=_first(c.exclude, d.exclude, None))
+
+
+def _check_launcher_args(case: Case, where: str) -> None:
+    """srun's options are read when the case is made (its line adds to them when it runs)."""
+    if case.launcher is Launcher.SRUN and not case.command:
+        try:
+            options_of(CommandKind.SRUN, case.launcher_args)
+        except InputError as e:
+            raise MatrixError(f"{where}.launcher_args: {e}") from None
 
 
 def _points(c: _Case, axes: Axes | None, pins: tuple[str, ...], where: str) -> tuple[Point, ...]:
