@@ -456,7 +456,7 @@ def test_bisect_manual_asks_at_each_point(tmp_path, cli, cache_dir, wheelhouse):
     assert [(s["version"], s["verdict"]) for s in out["steps"]] == [
         ("1.0.0", "good"), ("1.3.0", "bad"), ("1.1.0", "skip"), ("1.2.0", "good")]
     assert res.stderr.count("good, bad or skip [g/b/s]") == 5 and "activate  source " in res.stderr
-    assert "python -m deepspeed.launcher.runner --num_gpus 2" in res.stderr
+    assert "/bin/python -u -m deepspeed.launcher.runner --num_gpus 2 --master_port 29500 --enable_each_rank_log=" in res.stderr
     runs = _runs(tmp_path / ".dsbisect")
     assert [r["evidence"]["manual"] for r in runs] == ["good", "bad", "skip", "good"]
     assert all(r["env_key"] for r in runs)

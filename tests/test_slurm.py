@@ -310,3 +310,14 @@ def test_an_srun_line_runs_each_task_as_a_rank(tmp_path, house, cache_dir):
         assert env["DSBISECT_RUN_DIR"] == ok["run_dir"]
     assert bad["outcome"] == "fail" and "ValueError: dsb_toy: the loss went NaN" in bad["reason"], bad["reason"]
     assert "task 0: Exited with exit code 1" in (Path(bad["run_dir"]) / "launcher.log").read_text()
+
+    # The same line from matrix.yaml: a script case with launcher: srun (its nproc are the tasks).
+    write_matrix(tmp_path / "m", ["7.0.0"], package="dsb-slurm", extra="    launcher: srun\n")
+    alloc, options = cmd[:cmd.index(sys.executable) + 1], cmd[cmd.index("--accelerator"):cmd.index("--")]
+    out = subprocess.run([*alloc, "-m", "dsbisect", "run", "matrix.yaml", *options], cwd=tmp_path / "m",
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    (run,) = json.loads(out.stdout)["runs"]
+    assert run["outcome"] == "pass", run["reason"]
+    logs = {p.name: p.read_text() for p in (Path(run["run_dir"]) / "ranks").iterdir()}
+    assert set(logs) == {"rank0.log", "rank1.log"} and "rank 1 of 2: dsb_toy 7.0.0" in logs["rank1.log"], logs
