@@ -229,7 +229,8 @@ def test_srun_lines_are_read_as_srun_reads_them(tmp_path, line, nproc, nnodes, s
     ("srun -n", "srun: -n needs a value"),
     ("srun --nodes x python train.py", "srun: --nodes needs N or MIN-MAX"),
     ("srun -n 2", "srun: no script after its options"),
-    ("srun -n 2 python missing.py", "script"),
+    ("srun -n 2 python missing.py", "srun: python: script .*missing.py does not exist"),
+    ("srun -n 2 ./nothere.sh", "srun: ./nothere.sh: no such file"),
     ("srun --nta 2 python train.py", "srun: unknown option --nta"),  # a prefix of several: getopt refuses it too
     ("srun -n 2 --label=yes python train.py", "srun: --label takes no value"),
 ])

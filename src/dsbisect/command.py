@@ -332,7 +332,10 @@ def _parse_launcher(argv: tuple[str, ...], kind: CommandKind, start: int, cwd: P
     given = dict(options)  # the last of a repeated option wins, as in argparse
     module = rest[0] if "--module" in given else None
     if kind is CommandKind.SRUN:  # the program: python x.py … names its script
-        script = parse(rest, cwd).script
+        try:
+            script = parse(rest, cwd).script
+        except InputError as e:
+            raise InputError(f"srun: {e}") from None
     else:
         script = None if module or "--no_python" in given else _existing_script(rest[0], cwd, grammar.launcher)
     nproc, nnodes = _WORLD[kind](given, cwd)
