@@ -96,9 +96,9 @@ def _order_table(lad: Ladder) -> str:
         t = rung.tested
         runs = " ".join(f"<a href=\"#run-{i}\">#{i}</a>" for i in t.run_ids[:6]) + (" …" if len(t.run_ids) > 6 else "")
         rows.append(f"<tr class=\"tested-point\" data-label=\"{esc(label)}\"><td>{t.order}</td>"
-                    f"<td><code>{esc(label)}</code> {esc(rung.subject[:80])}</td>"
+                    f"<td><code>{esc(label)}</code> {esc(rung.subject, 80)}</td>"
                     f"<td><span class=\"pill {mark(t)}\">{esc(mark(t).upper())}</span></td><td>{esc(t.verdict)}</td>"
-                    f"<td>{runs}</td><td class=\"detail\">{esc(t.detail[:300])}</td></tr>")
+                    f"<td>{runs}</td><td class=\"detail\">{esc(t.detail, 300)}</td></tr>")
     return ("<details class=\"order\"><summary>test order</summary><table><thead><tr><th>#</th><th>point</th>"
             "<th>outcome</th><th>verdict</th><th>runs</th><th>detail</th></tr></thead><tbody>"
             + "".join(rows) + "</tbody></table></details>")
@@ -177,7 +177,7 @@ def _run_row(r: RunPage) -> str:
     secs = "—" if r.seconds is None else f"{r.seconds:.1f}"
     return (f"<tr id=\"run-{r.id}\"><td>#{r.id}</td><td>{esc(r.title)}</td><td><span class=\"pill "
             f"{'marked' if r.manual else esc(r.outcome)}\">{esc(r.outcome.upper())}</span></td><td>{secs}</td>"
-            f"<td class=\"detail\">{esc((r.signature or r.reason)[:400])}</td></tr>")
+            f"<td class=\"detail\">{esc(r.signature or r.reason, 400)}</td></tr>")
 
 
 _LEGEND = ("<p class=\"legend\"><span class=\"pill pass\">PASS</span> <span class=\"pill fail\">FAIL</span> "

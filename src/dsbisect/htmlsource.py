@@ -83,17 +83,25 @@ def _at(proof: Mapping, n: int) -> str:
 
 
 def _dump_look(folder: Path) -> Look | None:
-    """The ranks' flight-recorder dumps (``nccl_trace_rank_<R>``), with the stacks ``analyze`` found."""
+    """The ranks' flight-recorder dumps (``nccl_trace_rank_<R>``).  A rank's stack is its
+    oldest waiting entry's (the recorder keeps the Python stack of each collective), else what
+    ``analyze`` found (py-spy, faulthandler, the watchdog) for the ranks without one."""
     works = forensics._read_flight_recorder(folder, [])  # noqa: SLF001 - the one reader of the dumps
     if not works:
         return None
-    sig = forensics.analyze(folder)
-    states = {st.rank: st for st in (sig.ranks if sig else ())}
-    ranks = []
+    ranks, frames_of = [], {}
     for rank, ws in sorted(works.items()):
         colls = tuple(Coll(w.group, w.seq, _op(w.op), w.numel_in, w.numel_out, State.of(w.state)) for w in ws if not w.p2p)
-        frames = states[rank].frames if rank in states else ()
-        ranks.append(RankLook(rank=rank, colls=colls, where=_where(frames), stack=_stack(frames)))
+        waiting = [w for w in ws if w.state != "completed" and not w.p2p]
+        frames_of[rank] = min(waiting, key=lambda w: w.seq).frames if waiting else ()
+        ranks.append(RankLook(rank=rank, colls=colls))
+    if not all(frames_of.values()):
+        sig = forensics.analyze(folder)
+        for st in sig.ranks if sig else ():
+            if not frames_of.get(st.rank):
+                frames_of[st.rank] = st.frames
+    ranks = [RankLook(rank=r.rank, colls=r.colls, where=_where(frames_of[r.rank]), stack=_stack(frames_of[r.rank]))
+             for r in ranks]
     return Look("flight-recorder dumps (written when the collective timed out)", tuple(ranks))
 
 
@@ -262,11 +270,11 @@ def _pair(a: object, b: object) -> tuple[str, str] | None:
 
 
 def store_bisections(store) -> list:
-    """The store's bisection records, oldest first (``store.Store``)."""
-    from .marks import bisections
-
-    found = bisections(store.dir)
-    return [b for b in (store.bisection(x.key) for x in found) if b is not None]
+    """The store's bisection records (``store.BisectionRecord``), oldest first, from its index
+    (a copied store may hold the database alone, without ``bisections/*.json``).
+    Issue 19 gives the store a ``bisections()``: this is the one call to change then."""
+    rows = store._all("SELECT key FROM bisections ORDER BY updated, id")  # noqa: SLF001
+    return [b for b in (store.bisection(row["key"]) for row in rows) if b is not None]
 
 
 # ------------------------------------------------------------------ pages

@@ -48,9 +48,13 @@ class Ladder:
     note: str
 
 
-def esc(text: object) -> str:
-    """Outside text as inert HTML: secrets masked, control characters shown, markup escaped."""
-    return html.escape(safe("" if text is None else str(text)), quote=True)
+def esc(text: object, limit: int | None = None) -> str:
+    """Outside text as inert HTML: secrets masked, control characters shown, markup escaped;
+    cut to ``limit`` characters only after the masking (a cut secret no longer looks like one)."""
+    shown = safe("" if text is None else str(text))
+    if limit is not None and len(shown) > limit:
+        shown = shown[: limit - 1] + "…"
+    return html.escape(shown, quote=True)
 
 
 def mark(t: Tested) -> str:
@@ -98,7 +102,7 @@ def _boundary(gap: int, caveats: tuple[str, ...]) -> list[str]:
         y = AXIS_Y - 14 - 12 * k
         out.append(f'<g class="caveat"><title>{esc(caveat)}</title>'
                    f'<path d="M{x - 6} {y + 5} L{x + 6} {y + 5} L{x} {y - 6} Z"/>'
-                   f'<text x="{x + 9}" y="{y + 4}">{esc(_short(caveat))}</text></g>')
+                   f'<text x="{x + 9}" y="{y + 4}">{esc(_short(caveat), 40)}</text></g>')
     return out
 
 
@@ -108,7 +112,7 @@ def _short(caveat: str) -> str:
         return caveat.split(" lie", 1)[0]
     if "wheelhouse" in caveat and caveat.startswith("the index has "):
         return "not in the wheelhouse: " + caveat.removeprefix("the index has ").split(" between", 1)[0]
-    return caveat[:40] + ("…" if len(caveat) > 40 else "")
+    return caveat
 
 
 def _rung(i: int, rung: Rung) -> str:
@@ -121,11 +125,11 @@ def _rung(i: int, rung: Rung) -> str:
                f'<circle cx="{x}" cy="{AXIS_Y}" r="5"/>{label}</g>'
     tip = f"{rung.label} {rung.subject} — test {t.order}: {t.outcome.upper()}" + \
         (" (marked by hand)" if t.manual else "") + (f", {t.verdict}" if t.verdict else "") + \
-        (f" — {t.detail[:300]}" if t.detail else "")
+        (f" — {t.detail}" if t.detail else "")
     body = (f'<circle class="point {mark(t)}" cx="{x}" cy="{AXIS_Y}" r="11"/>'
             f'<text class="order" x="{x}" y="{AXIS_Y + 4}" text-anchor="middle">{t.order}</text>'
             f'<text class="outcome-word" x="{x}" y="{AXIS_Y - 18}" text-anchor="middle">{esc(mark(t).upper())}</text>')
-    inner = f'<title>{esc(tip)}</title>{body}{label}'
+    inner = f'<title>{esc(tip, 400)}</title>{body}{label}'
     if t.run_ids:
         return f'<a class="rung tested" href="#run-{t.run_ids[0]}" data-label="{esc(rung.label)}">{inner}</a>'
     return f'<g class="rung tested" data-label="{esc(rung.label)}">{inner}</g>'

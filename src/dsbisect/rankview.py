@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from rich.console import Group
 from rich.table import Table
@@ -79,11 +80,25 @@ class RankLook:
         return min(waiting, key=lambda c: (c.group not in _DEFAULT_GROUPS, c.group, c.seq), default=None)
 
     def entry(self, group: str, seq: int) -> Coll | None:
-        return next((c for c in self.colls if c.group == group and c.seq == seq), None)
+        return self._index.get((group, seq))
 
     def span(self, group: str) -> tuple[int, int] | None:
-        seqs = [c.seq for c in self.colls if c.group == group]
-        return (min(seqs), max(seqs)) if seqs else None
+        return self._spans.get(group)
+
+    @cached_property
+    def _index(self) -> dict[tuple[str, int], Coll]:
+        out: dict[tuple[str, int], Coll] = {}
+        for c in self.colls:
+            out.setdefault((c.group, c.seq), c)
+        return out
+
+    @cached_property
+    def _spans(self) -> dict[str, tuple[int, int]]:
+        out: dict[str, tuple[int, int]] = {}
+        for c in self.colls:
+            lo, hi = out.get(c.group, (c.seq, c.seq))
+            out[c.group] = (min(lo, c.seq), max(hi, c.seq))
+        return out
 
 
 @dataclass(frozen=True)
@@ -173,7 +188,7 @@ def _mismatch_at(members: Sequence[RankLook], group: str, seq: int) -> Mismatch 
     if behind and waiting:
         first = next(iter(there.values()))
         by_place = _by_key(behind, lambda r: (_waits(r), r.where))
-        said = "; ".join(f"{ranks_label(rs)} never entered {first.op} #{seq}; "
+        said = "; ".join(f"{ranks_label([r.rank for r in rs])} never entered {first.op} #{seq}; "
                          f"{'it' if len(rs) == 1 else 'they'} {_place(rs[0], len(rs) > 1)}" for rs in by_place)
         return Mismatch(group, seq, "missing", said)
     kinds = _by_key([r for r in members if r.rank in there], lambda r: (there[r.rank].op, there[r.rank].numel_in))
