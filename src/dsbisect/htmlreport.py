@@ -210,7 +210,7 @@ article{border:1px solid var(--line);border-radius:6px;padding:4px 14px 12px;mar
 .signature,.proof{font-family:ui-monospace,monospace;font-size:12px;word-break:break-word}.k{color:var(--muted)}
 .looks{display:flex;flex-wrap:wrap;gap:12px}.looks>figure{flex:1 1 420px;margin:0;min-width:0}
 table{border-collapse:collapse}td,th{border:1px solid var(--line);padding:2px 6px;vertical-align:top;text-align:left}
-.ranks .c{text-align:center;min-width:64px;line-height:1.2}.c .op,.c .n,.c .st{display:block}.c .st{font-size:10px;color:var(--muted)}
+.ranks .c{text-align:center;min-width:56px;line-height:1.2}.c .op{font-size:10px}.c .n{font-size:13px;font-weight:600}.c .op,.c .n,.c .st{display:block}.c .st{font-size:10px;color:var(--muted)}
 .c.completed{background:var(--done)}.c.started{background:var(--started)}.c.pending{background:var(--pending)}
 .c.not-entered,.c.unknown{color:var(--muted);background:repeating-linear-gradient(45deg,transparent 0 4px,var(--card) 4px 8px)}
 .c.head{outline:2px solid var(--fg);outline-offset:-2px;font-weight:700}

@@ -15,7 +15,7 @@ from .outside import safe
 
 OUTCOMES = ("pass", "fail", "hang", "skip")
 STEP_X = 64
-LEFT = 24
+LEFT = 44
 HEIGHT = 150
 AXIS_Y = 70
 
@@ -96,7 +96,7 @@ def _boundary_index(labels: list[str], boundary: tuple[str, str] | None) -> int 
 
 def _boundary(gap: int, caveats: tuple[str, ...]) -> list[str]:
     x = _x(gap) - STEP_X / 2
-    out = [f'<line class="boundary" x1="{x}" y1="18" x2="{x}" y2="{HEIGHT - 36}"/>',
+    out = [f'<line class="boundary" x1="{x}" y1="18" x2="{x}" y2="{AXIS_Y + 14}"/>',
            f'<text class="boundary-label" x="{x}" y="14" text-anchor="middle">boundary</text>']
     for k, caveat in enumerate(caveats[:3]):
         y = AXIS_Y - 14 - 12 * k

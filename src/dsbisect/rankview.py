@@ -21,7 +21,7 @@ from rich.text import Text
 
 from .outside import safe
 
-MAX_COLUMNS = 10
+MAX_COLUMNS = 7
 MAX_ROWS = 48  # groups drawn; the rest are counted
 _UNEVEN = frozenset({"GATHER", "SCATTER", "ALLTOALL", "ALLTOALL_BASE", "SEND", "RECV"})  # sizes may differ by rank
 _DEFAULT_GROUPS = ("default_pg", "0")
