@@ -98,8 +98,8 @@ def _boundary(gap: int, caveats: tuple[str, ...]) -> list[str]:
     x = _x(gap) - STEP_X / 2
     out = [f'<line class="boundary" x1="{x}" y1="18" x2="{x}" y2="{AXIS_Y + 14}"/>',
            f'<text class="boundary-label" x="{x}" y="14" text-anchor="middle">boundary</text>']
-    for k, caveat in enumerate(caveats[:3]):
-        y = AXIS_Y - 14 - 12 * k
+    for k, caveat in enumerate(caveats[:2]):
+        y = 30 + 13 * k
         out.append(f'<g class="caveat"><title>{esc(caveat)}</title>'
                    f'<path d="M{x - 6} {y + 5} L{x + 6} {y + 5} L{x} {y - 6} Z"/>'
                    f'<text x="{x + 9}" y="{y + 4}">{esc(_short(caveat), 40)}</text></g>')
