@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import forensics
 from .files import DATA_LIMIT, read_small
+from .grid import displayable
 from .htmlreport import Page, RunPage
 from .ladder import Ladder, Rung, Tested
 from .model import Outcome
@@ -30,6 +31,7 @@ STACK_LINES = 40
 
 def run_page(record, store_dir: Path | None, tail_lines: int = 40) -> RunPage:
     """A store record (``store.RunRecord``) and what its folder holds."""
+    record = displayable(record)  # an odd record's values as they can be shown
     folder = run_folder(record, store_dir)
     looks, early, proof, note = (), False, "", ""
     if folder is None:
