@@ -279,3 +279,39 @@ def test_a_bisection_with_skips_and_a_yanked_release_as_a_ladder(tmp_path, cli, 
     for run_id in re.findall(r'href="#run-(\d+)"', seen.dom):
         assert f'id="run-{run_id}"' in seen.dom
     assert all(f'data-label="{v}"' in seen.dom for v in tested)
+
+
+# ------------------------------------------------------------------ odd records, fast
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+JSONS = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+                     lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=6), kids, max_size=3),
+                     max_leaves=6)
+STEP = {"stage": "release", "version": "1.0.0", "commit": None, "subject": "", "verdict": "good", "outcome": "pass",
+        "run_ids": [1], "detail": ""}
+RESULT = {"candidates": ["1.0.0", "1.1.0"], "steps": [STEP, STEP | {"version": "1.1.0", "verdict": "bad", "stage": "commit",
+          "commit": "abc"}], "last_good": "1.0.0", "first_bad": "1.1.0", "caveats": ["x"], "mode": "regression",
+          "commit": {"last_good": "a", "first_bad": "b", "commits_in_range": 3}, "verdict": "found",
+          "env_diff": {"trials": [{"applied": [0], "label": "t", "outcome": "fail", "run_ids": [2]}], "culprits": ["a"]},
+          "releases": [{"steps": [STEP]}]}
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.sampled_from([*RESULT, "steps.0", "steps.0.run_ids", "env_diff.trials", "env_diff.culprits",
+                            "commit.first_bad", "releases.0"]), value=JSONS, package=st.sampled_from(["dsb", "environment"]))
+def test_no_value_in_a_stored_bisection_breaks_the_page(key, value, package):
+    from dsbisect.store import BisectionRecord
+
+    result = json.loads(json.dumps(RESULT))
+    inner, *path = key.split(".")
+    if not path:
+        result[inner] = value
+    else:
+        holder = result[inner]
+        for k in path[:-1]:
+            holder = holder[int(k)] if isinstance(holder, list) else holder[k]
+        holder[int(path[-1]) if isinstance(holder, list) else path[-1]] = value
+    record = BisectionRecord(1, "k", package, "1.0.0", "1.1.0", {}, "done", result, 0.0, 0.0)
+    render(Page(title="t", ladders=(("h", htmlsource.ladders(record), htmlsource._summary(record)),), runs=()))

@@ -78,7 +78,7 @@ def folder_looks(folder: Path) -> tuple[tuple[Look, ...], bool, str]:
 
 
 def _at(proof: Mapping, n: int) -> str:
-    for snap in proof.get("snapshots") or []:
+    for snap in _list(proof.get("snapshots")):
         if isinstance(snap, dict) and snap.get("request") == n and isinstance(snap.get("at"), (int, float)):
             return f" at {snap['at']:.1f} s"
     return ""
@@ -121,8 +121,8 @@ def _answers_look(run: RunDir, n: int, title: str) -> Look:
 def _answer_rank(rank: int, answer: Mapping) -> RankLook:
     """One rank's answer to a request of the early verdict (the start-up hook's JSON)."""
     colls = []
-    for dump in answer.get("dumps") or []:
-        for entry in (dump.get("entries") if isinstance(dump, dict) else None) or []:
+    for dump in _list(answer.get("dumps")):
+        for entry in _list(dump.get("entries") if isinstance(dump, dict) else None):
             w = forensics._work(entry)  # noqa: SLF001 - the one flight-recorder entry parser
             if w is None or w.p2p:
                 continue
@@ -188,7 +188,7 @@ def _tail(folder: Path, lines: int) -> str:
 def ladders(record) -> tuple[Ladder, ...]:
     """A stored bisection (``store.BisectionRecord``: its result JSON) as one ladder per stage."""
     r = record.result if isinstance(record.result, dict) else {}
-    steps = [s for s in r.get("steps") or [] if isinstance(s, dict)]
+    steps = [s for s in _list(r.get("steps")) if isinstance(s, dict)]
     title = f"{record.package} {record.good} → {record.bad}"
     if isinstance(r.get("env_diff"), dict) or record.package == "environment":
         return _env_ladders(record, r, steps)
@@ -200,7 +200,7 @@ def ladders(record) -> tuple[Ladder, ...]:
 
 
 def _tested(order: int, s: Mapping) -> Tested:
-    ids = tuple(i for i in s.get("run_ids") or [] if isinstance(i, int))
+    ids = tuple(i for i in _list(s.get("run_ids")) if isinstance(i, int))
     return Tested(order=order, outcome=str(s.get("outcome") or "skip"), verdict=str(s.get("verdict") or ""),
                   run_ids=ids, manual=bool(s.get("manual")), detail=str(s.get("detail") or ""))
 
@@ -210,12 +210,12 @@ def release_ladder(title: str, r: Mapping, steps: Sequence[Mapping]) -> Ladder:
     for i, s in enumerate(steps):
         if s.get("stage") == "release":
             order.setdefault(str(s.get("version")), _tested(i + 1, s))
-    candidates = [str(c) for c in r.get("candidates") or []] or list(order)
+    candidates = [str(c) for c in _list(r.get("candidates"))] or list(order)
     rungs = [Rung(label=c, tested=order.get(c)) for c in candidates]
     rungs += [Rung(label=v, tested=t) for v, t in order.items() if v not in candidates]
     return Ladder(title=f"{title}: releases", stage="release", rungs=tuple(rungs),
                   boundary=_pair(r.get("last_good"), r.get("first_bad")),
-                  caveats=tuple(str(c) for c in r.get("caveats") or []),
+                  caveats=tuple(str(c) for c in _list(r.get("caveats"))),
                   verdict=str(r.get("verdict") or ""), note="")
 
 
@@ -242,7 +242,7 @@ def commit_ladder(title: str, r: Mapping, steps: Sequence[Mapping]) -> Ladder:
 
 def _env_ladders(record, r: Mapping, steps: Sequence[Mapping]) -> tuple[Ladder, ...]:
     diff = r.get("env_diff") if isinstance(r.get("env_diff"), dict) else {}
-    trials = [t for t in (diff.get("ends") or []) + (diff.get("trials") or []) if isinstance(t, dict)]
+    trials = [t for t in _list(diff.get("ends")) + _list(diff.get("trials")) if isinstance(t, dict)]
     if not trials:
         trials = [{"label": s.get("version"), "outcome": s.get("outcome"), "run_ids": s.get("run_ids"),
                    "side": s.get("verdict"), "detail": s.get("detail"), "applied": []}
@@ -251,20 +251,25 @@ def _env_ladders(record, r: Mapping, steps: Sequence[Mapping]) -> tuple[Ladder, 
     for i, t in enumerate(trials):
         applied = t.get("applied") if isinstance(t.get("applied"), list) else []
         tested = Tested(order=i + 1, outcome=str(t.get("outcome") or "skip"), verdict=str(t.get("side") or ""),
-                        run_ids=tuple(x for x in t.get("run_ids") or [] if isinstance(x, int)), manual=False,
+                        run_ids=tuple(x for x in _list(t.get("run_ids")) if isinstance(x, int)), manual=False,
                         detail=str(t.get("detail") or ""))
         rungs.append(Rung(label=str(t.get("label") or f"{len(applied)} changes"), tested=tested))
     out = [Ladder(title=f"environment {record.good} → {record.bad}: trials", stage="env", rungs=tuple(rungs),
                   boundary=None, caveats=(), verdict=str(r.get("verdict") or ""),
                   note="Each trial is the good environment with some of the changes applied, in test order.")]
-    for rel in r.get("releases") or []:
+    for rel in _list(r.get("releases")):
         if isinstance(rel, dict):
             title = f"{rel.get('package')} {rel.get('good')} → {rel.get('bad')}"
-            rs = [s for s in rel.get("steps") or [] if isinstance(s, dict)]
+            rs = [s for s in _list(rel.get("steps")) if isinstance(s, dict)]
             out.append(release_ladder(title, rel, rs))
             if any(s.get("stage") == "commit" for s in rs):
                 out.append(commit_ladder(title, rel, [s for s in rs if s.get("stage") == "commit"]))
     return tuple(out)
+
+
+def _list(value: object) -> list:
+    """A record's list, whatever an odd record holds there."""
+    return value if isinstance(value, list) else []
 
 
 def _pair(a: object, b: object) -> tuple[str, str] | None:
@@ -319,11 +324,11 @@ def rank_tables(record, store_dir: Path | None = None) -> list:
 
 def _run_ids(b) -> list[int]:
     r = b.result if isinstance(b.result, dict) else {}
-    steps = list(r.get("steps") or [])
-    for rel in r.get("releases") or []:
+    steps = _list(r.get("steps"))
+    for rel in _list(r.get("releases")):
         if isinstance(rel, dict):
-            steps += rel.get("steps") or []
-    return [i for s in steps if isinstance(s, dict) for i in s.get("run_ids") or [] if isinstance(i, int)]
+            steps += _list(rel.get("steps"))
+    return [i for s in steps if isinstance(s, dict) for i in _list(s.get("run_ids")) if isinstance(i, int)]
 
 
 def _summary(b) -> str:
@@ -338,5 +343,5 @@ def _summary(b) -> str:
     if c and c.get("first_bad"):
         parts.append(f"{word[1]} commit {str(c['first_bad'])[:12]} {c.get('subject') or ''}".rstrip())
     if isinstance(r.get("env_diff"), dict) and r["env_diff"].get("culprits"):
-        parts.append("culprits: " + ", ".join(map(str, r["env_diff"]["culprits"])))
+        parts.append("culprits: " + ", ".join(map(str, _list(r["env_diff"]["culprits"]))))
     return "; ".join(parts)
