@@ -221,22 +221,24 @@ def release_ladder(title: str, r: Mapping, steps: Sequence[Mapping]) -> Ladder:
 
 def commit_ladder(title: str, r: Mapping, steps: Sequence[Mapping]) -> Ladder:
     """Tested commits in history order, as the search's verdicts place them: every commit on
-    the old end's side before every one on the new end's; on a side, later tests lie nearer
-    the boundary (the record keeps the tested commits, not the whole chain)."""
+    the old end's side before every one on the new end's, the answer's two commits at the
+    boundary, the others in the order they were tested (the record keeps the tested commits,
+    not the whole chain, so an order within a side is not known)."""
+    c = r.get("commit") if isinstance(r.get("commit"), dict) else {}
+    last_good, first_bad = str(c.get("last_good") or ""), str(c.get("first_bad") or "")
     tested = [(i + 1, s) for i, s in enumerate(steps)]
     old_verdict = "bad" if r.get("mode") == "find-fix" else "good"
     old = [(i, s) for i, s in tested if s.get("verdict") == old_verdict]
     new = [(i, s) for i, s in tested if s.get("verdict") not in (old_verdict, "skip")]
     skip = [(i, s) for i, s in tested if s.get("verdict") == "skip"]
-    ordered = old + skip + list(reversed(new))
+    old.sort(key=lambda t: str(t[1].get("commit")) == last_good)  # stable: the answer's commit last
+    new.sort(key=lambda t: str(t[1].get("commit")) != first_bad)
     rungs = tuple(Rung(label=str(s.get("commit") or "")[:10], tested=_tested(i, s), subject=str(s.get("subject") or ""))
-                  for i, s in ordered)
-    c = r.get("commit") if isinstance(r.get("commit"), dict) else {}
+                  for i, s in old + skip + new)
     count = c.get("commits_in_range")
     note = (f"{count} commits between the releases; {len(rungs)} tested. " if isinstance(count, int) else "") + \
         "Untested commits are not drawn; the order comes from the verdicts."
-    return Ladder(title=f"{title}: commits", stage="commit", rungs=rungs,
-                  boundary=_pair(str(c.get("last_good") or "")[:10], str(c.get("first_bad") or "")[:10]),
+    return Ladder(title=f"{title}: commits", stage="commit", rungs=rungs, boundary=_pair(last_good[:10], first_bad[:10]),
                   caveats=(), verdict=str(c.get("verdict") or ""), note=note)
 
 

@@ -118,7 +118,7 @@ def _short(caveat: str) -> str:
 def _rung(i: int, rung: Rung) -> str:
     x = _x(i)
     label = f'<text class="rung-label" x="{x}" y="{AXIS_Y + 26}" text-anchor="end" ' \
-            f'transform="rotate(-35 {x} {AXIS_Y + 26})">{esc(rung.label)}</text>'
+            f'transform="rotate(-35 {x} {AXIS_Y + 26})">{esc(rung.label, 22)}</text>'
     t = rung.tested
     if t is None:
         return f'<g class="rung untested"><title>{esc(rung.label)}: not tested</title>' \
