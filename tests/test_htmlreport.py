@@ -315,3 +315,63 @@ def test_no_value_in_a_stored_bisection_breaks_the_page(key, value, package):
         holder[int(path[-1]) if isinstance(holder, list) else path[-1]] = value
     record = BisectionRecord(1, "k", package, "1.0.0", "1.1.0", {}, "done", result, 0.0, 0.0)
     render(Page(title="t", ladders=(("h", htmlsource.ladders(record), htmlsource._summary(record)),), runs=()))
+
+
+# ------------------------------------------------------------------ recorded results, fast
+
+
+def _seed2_store(tmp_path: Path) -> Path:
+    """The committed seed-2 store (2×H200), with run 2's folder put back where the store keeps
+    run folders (tests/data/nccl-hang-gpu is that folder: the pids of the record's evidence)."""
+    import shutil
+
+    store = tmp_path / "seed2"
+    (store / "runs").mkdir(parents=True)
+    shutil.copy(Path(__file__).parents[1] / "docs/results/stores/2026-11-30-h200x2-seed2.sqlite3",
+                store / "dsbisect.sqlite3")
+    shutil.copytree(DATA / "nccl-hang-gpu", store / "runs" / "000002")
+    return store
+
+
+def test_the_committed_seed2_store_as_a_page(tmp_path):
+    from dsbisect.store import Store
+
+    store = Store(_seed2_store(tmp_path), readonly=True)
+    page = htmlsource.store_page(store, store.runs())
+    (release,), (fix_release, fix_commits) = (ls for _, ls, _ in page.ladders)
+    assert release.boundary == ("4.36.2", "4.37.0") and fix_commits.boundary == ("78b7693591", "f8551b439e")
+    labels = [r.label for r in fix_commits.rungs]
+    assert labels.index("f8551b439e") == labels.index("78b7693591") + 1
+    html = render(page)
+    assert html.count('class="boundary"') == 3
+    run2 = next(r for r in page.runs if r.id == 2)
+    assert run2.looks and "at #121 the ranks disagree (sizes)" in html
+    run3 = next(r for r in page.runs if r.id == 3)  # no folder kept: its record's signature, said so
+    assert not run3.looks and "folder is not here" in run3.note and "at SeqNum 119" in run3.signature
+    store.close()
+
+
+def test_an_environment_bisection_as_ladders():
+    """The recorded CPU env-diff bisection (docs/results): trials, then the culprit's releases and commits."""
+    from dsbisect.store import BisectionRecord
+
+    d = json.loads((Path(__file__).parents[1] / "docs/results/2026-12-02-cpu-envdiff-accelerate.json").read_text())
+    trials, releases, commits = htmlsource.ladders(BisectionRecord(1, "k", "environment", d["good_env"], d["bad_env"],
+                                                                  {}, "done", d, 0.0, 0.0))
+    assert [r.label for r in trials.rungs[:2]] == ["good env", "bad env"] and len(trials.rungs) == 8
+    assert releases.boundary == ("0.24.1", "0.25.0") and [r.tested is None for r in releases.rungs].count(True) == 1
+    assert commits.boundary is None and "61 commits between the releases; 12 tested" in commits.note
+
+
+@pytest.mark.slow
+@needs_browser
+def test_the_seed2_page_in_the_browser(tmp_path, cli):
+    store = _seed2_store(tmp_path)
+    res = cli("report", "--store", str(store), "--format", "html", "-o", "seed2.html", cwd=tmp_path)
+    assert res.exit_code == 0 and res.stdout == "", res.output
+    seen = _loaded((tmp_path / "seed2.html").read_text(), tmp_path)
+    assert ("at #121 the ranks disagree (sizes): rank 0 waits in _ALLGATHER_BASE #121 with 2048 elements "
+            "at partition_parameters.py:1315; rank 1 passed _ALLGATHER_BASE #121 with 32 elements") in seen.text
+    assert "first fixed commit f8551b439ea4 Fix racing condition in GatheredParameters (#3819)" in seen.text
+    for run_id in re.findall(r'href="#run-(\d+)"', seen.dom):
+        assert f'id="run-{run_id}"' in seen.dom
