@@ -375,3 +375,15 @@ def test_the_seed2_page_in_the_browser(tmp_path, cli):
     assert "first fixed commit f8551b439ea4 Fix racing condition in GatheredParameters (#3819)" in seen.text
     for run_id in re.findall(r'href="#run-(\d+)"', seen.dom):
         assert f'id="run-{run_id}"' in seen.dom
+
+
+def test_report_selects_one_bisection_by_its_key(tmp_path, cli):
+    store = str(_seed2_store(tmp_path))
+    res = cli("report", "--store", store, "--bisection", "384d", "--format", "html", "-o", "one.html", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    html = (tmp_path / "one.html").read_text()
+    assert "transformers 4.36.2 → 4.39.2" in html and "deepspeed 0.9.5 → 0.10.0" not in html
+    assert 'id="run-2"' in html and 'id="run-7"' not in html  # its runs only (#7 is a commit probe of the other)
+    res = cli("report", "--store", store, "--bisection", "zz", "--format", "html", "-o", "two.html", cwd=tmp_path)
+    assert res.exit_code == 2 and "--bisection zz: no bisection with a key starting so" in res.stderr, res.output
+    assert not (tmp_path / "two.html").exists()

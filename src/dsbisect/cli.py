@@ -499,7 +499,7 @@ def report(
             raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else "")
                                 + (f" for bisection {key}" if key else ""))
         if shown.fmt is Format.html or html_file is not None:
-            page = _html_page(the_store, records, key)
+            page = _html_page(the_store, records, key, tuple(case or ()))
             if html_file is not None:
                 write_output(page, html_file, "--html")
             if shown.fmt is Format.html:
@@ -511,16 +511,17 @@ def report(
 def _bisection_key(store, prefix: str | None) -> str | None:
     if prefix is None:
         return None
-    from .marks import find_bisection
+    from .htmlsource import find_bisection
 
-    return find_bisection(store.dir, prefix).key
+    return find_bisection(store, prefix)
 
 
-def _html_page(store, records, key: str | None) -> str:
+def _html_page(store, records, key: str | None, cases: tuple[str, ...]) -> str:
     from .htmlreport import render
     from .htmlsource import store_page
 
-    return render(store_page(store, records, key, title="dsbisect report" + (f" · bisection {key}" if key else "")))
+    title = "dsbisect report" + (f" · bisection {key}" if key else "")
+    return render(store_page(store, records, key, title=title, cases=cases))
 
 
 def _emit_html(page: str, output: Path | None) -> None:

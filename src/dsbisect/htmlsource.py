@@ -289,17 +289,37 @@ def store_bisections(store) -> list:
 # ------------------------------------------------------------------ pages
 
 
+def find_bisection(store, prefix: str) -> str:
+    """The key of the store's bisection whose key starts with ``prefix`` (the last one for "")."""
+    from .errors import DsbisectError, InputError
+
+    found = store_bisections(store)
+    if not found:
+        raise DsbisectError(f"no bisection recorded in {store.dir}")
+    hits = [b for b in found if b.key.startswith(prefix)]
+    if len(hits) == 1 or (hits and not prefix):
+        return hits[-1].key
+    known = "; ".join(f"{b.key} ({b.package} {b.good} {b.bad})" for b in reversed(found[-5:]))
+    if not hits:
+        raise InputError(f"--bisection {prefix}: no bisection with a key starting so in {store.dir} (latest: {known})")
+    raise InputError(f"--bisection {prefix}: names {len(hits)} bisections; give more of the key ({known})")
+
+
 def bisection_runs(store, key: str, records: Sequence) -> list:
     """The records of the runs the bisection ``key`` tested."""
     wanted = {i for b in store_bisections(store) if b.key == key for i in _run_ids(b)}
     return [r for r in records if r.id in wanted]
 
 
-def store_page(store, records, bisection_key: str | None = None, title: str = "dsbisect report") -> Page:
-    """The whole store (its bisections and ``records``), or one bisection (and the runs given)."""
+def store_page(store, records, bisection_key: str | None = None, title: str = "dsbisect report",
+               cases: Sequence[str] = ()) -> Page:
+    """The whole store (its bisections and ``records``), or one bisection (and the runs given);
+    ``cases``: only the bisections of those cases."""
     found = store_bisections(store)
     if bisection_key is not None:
         found = [b for b in found if b.key == bisection_key]
+    if cases:
+        found = [b for b in found if isinstance(b.params, dict) and b.params.get("case") in cases]
     sections = tuple((f"{b.package} {b.good} → {b.bad} ({b.status})", ladders(b), _summary(b)) for b in found)
     runs = tuple(run_page(r, store.dir) for r in records)
     return Page(title=title, ladders=sections, runs=runs)
