@@ -387,3 +387,18 @@ def test_report_selects_one_bisection_by_its_key(tmp_path, cli):
     res = cli("report", "--store", store, "--bisection", "zz", "--format", "html", "-o", "two.html", cwd=tmp_path)
     assert res.exit_code == 2 and "--bisection zz: no bisection with a key starting so" in res.stderr, res.output
     assert not (tmp_path / "two.html").exists()
+
+
+def test_the_terminal_table_groups_the_ranks_the_same_way(tmp_path):
+    import io
+
+    from rich.console import Console
+
+    (look,), _, _ = htmlsource.folder_looks(frsets.split_hang(tmp_path / "run", world=64))
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    console.print(rankview.rank_text(build(look, max_columns=6)))
+    text = console.file.getvalue()
+    assert "ranks 32–63 never entered _ALLGATHER_BASE #120; they wait in _ALLGATHER_BASE #119" in text
+    rows = [ln for ln in text.splitlines() if ln.startswith("│ ranks")]
+    assert [r.split("│")[1].strip() for r in rows] == ["ranks 0–31", "ranks 32–63"]
+    assert "#120!" in text  # the mismatch column
