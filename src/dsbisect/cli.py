@@ -136,6 +136,7 @@ class Format(str, Enum):
     table = "table"
     markdown = "markdown"
     json = "json"
+    html = "html"  # dsbisect report and dsbisect show only (OutputArgs.check)
 
 
 class ExecutorKind(str, Enum):
@@ -312,8 +313,11 @@ class OutputArgs:
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")] = None
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False
 
-    def check(self) -> None:
+    def check(self, html: bool = False) -> None:
         """--output checked before anything runs (a bisection's hours are not lost to a typo)."""
+        if self.fmt is Format.html and not html:
+            raise InputError("--format html is for dsbisect report and dsbisect show; run dsbisect report "
+                             "--format html -o FILE when this is done")
         if self.output is not None:
             check_output(self.output)
 
@@ -451,17 +455,18 @@ def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
         ui("note", f"{case.name}: {len(slots)} jobs x {case.nproc} ranks on {cores} cores: oversubscribed")
 
 
-def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case]) -> None:
+def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case], html_link: str = "") -> None:
     g = rep.grid(records)
     compat = tuple(dict.fromkeys(s for c in cases for s in c.compat))
+    markdown = lambda: rep.grid_markdown(g, title, compat) + (f"\n{html_link}\n" if html_link else "")  # noqa: E731
     if shown.fmt is Format.json:
         emit(json.dumps(rep.grid_json(g, compat), indent=2) + "\n", shown.output)
     elif shown.fmt is Format.markdown:
-        emit(rep.grid_markdown(g, title, compat), shown.output)
+        emit(markdown(), shown.output)
     else:
         out.print(rep.grid_renderable(g, title))
         if shown.output:
-            write_output(rep.grid_markdown(g, title, compat), shown.output)
+            write_output(markdown(), shown.output)
 
 
 # ------------------------------------------------------------------- report
@@ -472,18 +477,68 @@ def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case]) -> No
 def report(
     store: StoreOpt = Path(".dsbisect"),
     case: CasesOpt = None,
+    bisection: Annotated[Optional[str], typer.Option("--bisection", metavar="KEY", help="Only this bisection (its key, or the start of it) and its runs.")] = None,
+    html_file: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Also write the HTML report (ladders, rank views) to FILE; the Markdown links it.")] = None,
     shown: OutputArgs = OutputArgs(),
 ) -> None:
     """Print the grid of every recorded run again, from the store."""
     with user_errors():
-        shown.check()
+        shown.check(html=True)
+        if html_file is not None:
+            check_output(html_file, "--html")
         the_store = _open_store(store)
         records = the_store.runs(case)
         for note in the_store.notes:  # rows of the index that could not be read, named
             say(note)
+        key = _bisection_key(the_store, bisection)
+        if key is not None:
+            from .htmlsource import bisection_runs
+
+            records = bisection_runs(the_store, key, records)
         if not records:
-            raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else ""))
-        _print_grid(records, "dsbisect report", shown, [])
+            raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else "")
+                                + (f" for bisection {key}" if key else ""))
+        if shown.fmt is Format.html or html_file is not None:
+            page = _html_page(the_store, records, key, tuple(case or ()))
+            if html_file is not None:
+                write_output(page, html_file, "--html")
+            if shown.fmt is Format.html:
+                _emit_html(page, shown.output)
+                return
+        _print_grid(records, "dsbisect report", shown, [], html_link=_html_link(html_file, shown.output))
+
+
+def _bisection_key(store, prefix: str | None) -> str | None:
+    if prefix is None:
+        return None
+    from .htmlsource import find_bisection
+
+    return find_bisection(store, prefix)
+
+
+def _html_page(store, records, key: str | None, cases: tuple[str, ...]) -> str:
+    from .htmlreport import render
+    from .htmlsource import store_page
+
+    title = "dsbisect report" + (f" · bisection {key}" if key else "")
+    return render(store_page(store, records, key, title=title, cases=cases))
+
+
+def _emit_html(page: str, output: Path | None) -> None:
+    """The page into -o (its name said on stderr), else on stdout for a pipe."""
+    if output is None:
+        emit(page, None)
+        return
+    write_output(page, output)
+    say(f"HTML report: {output}")
+
+
+def _html_link(html_file: Path | None, markdown: Path | None) -> str:
+    """The Markdown's line that points at the HTML page (relative to the Markdown's folder)."""
+    if html_file is None:
+        return ""
+    target = Path(os.path.relpath(html_file.resolve(), (markdown.resolve().parent if markdown else Path.cwd())))
+    return f"The whole report as one page (bisection ladders, rank × collective views of the hangs): [{target.name}]({target.as_posix()})"
 
 
 @app.command()
@@ -491,15 +546,29 @@ def show(
     run_id: Annotated[int, typer.Argument(help="A run id, as printed in reports.")],
     store: StoreOpt = Path(".dsbisect"),
     lines: Annotated[int, typer.Option("--lines", min=0, help="Log lines to show per log.")] = 30,
+    fmt: Annotated[Format, typer.Option("--format", help="table (the terminal) or html (one self-contained page).")] = Format.table,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the HTML page to this file.")] = None,
 ) -> None:
     """Print one run: outcome, environment, hang signature, stacks and log tails."""
     from .show import render_run
 
     with user_errors():
+        if fmt not in (Format.table, Format.html):
+            raise InputError(f"--format {fmt.value}: show prints a table, or an HTML page with --format html")
+        if output is not None:
+            if fmt is not Format.html:
+                raise InputError("-o needs --format html (the table is for the terminal)")
+            check_output(output)
         the_store = _open_store(store)
         record = the_store.run(run_id) if 0 < run_id <= MAX_ID else None
         if record is None:
             raise InputError(f"no run {run_id} in {store}")
+        if fmt is Format.html:
+            from .htmlreport import render
+            from .htmlsource import one_run_page
+
+            _emit_html(render(one_run_page(record, the_store.dir, lines)), output)
+            return
         out.print(render_run(record, lines))
 
 
@@ -984,6 +1053,8 @@ def diff_envs(
     with user_errors():
         if shown.output and not shown.output.parent.is_dir():
             raise InputError(f"-o {shown.output}: there is no folder {shown.output.parent}")
+        if shown.fmt is Format.html:
+            raise InputError("--format html is for dsbisect report and dsbisect show")
         d = envreport.compare(good, bad, python)
         if shown.fmt is Format.json:
             emit(json.dumps(envreport.to_json(d), indent=2) + "\n", shown.output)
