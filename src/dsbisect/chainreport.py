@@ -11,11 +11,11 @@ from rich.table import Table
 from rich.text import Text
 
 from . import report as rep
-from .bisection import Result
 from .envbisect import EnvResult, TrialRun
 from .grid import md as _md
 from .model import Answer, Stage
 from .outside import safe, safe_text
+from .results import Result
 
 
 def chain(r: EnvResult) -> str:
@@ -76,7 +76,7 @@ def _count(runs: int) -> str:
 
 def _runs(res: Result, stage: Stage, seen: set[int]) -> int:
     """Runs this stage made (not those of level 1 it reused)."""
-    return len({run.id for s in res.steps if s.stage is stage for run in s.runs} - seen)
+    return len({i for s in res.steps if s.stage is stage for i in s.tally.run_ids} - seen)
 
 
 def level1_result(r: EnvResult) -> Result:

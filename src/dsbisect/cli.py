@@ -690,7 +690,8 @@ def bisect(
       dsbisect bisect transformers 4.36.2 4.39.2 --pin deepspeed==0.9.5 -- ./repro.sh
       dsbisect bisect --good-env good.txt --bad-env bad.txt -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
     """
-    from .bisection import Bisection, Request, dumps, plan
+    from .bisection import Bisection, plan
+    from .results import Request, dumps
 
     if good_env is not None or bad_env is not None or hold:
         return _bisect_envs(good_env, bad_env, hold or [], [w for w in (package, good, bad) if w is not None] + (command or []),

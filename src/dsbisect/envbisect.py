@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import gitrepo
-from .bisection import Bisection, Plan, Request, Result, plan, result_json, step_json
+from .bisection import Bisection, Plan, plan
 from .envfile import Change, Kind
 from .envplan import ENV_PACKAGE, EnvPlan, EnvRequest, Resolver, named_in, plan_envs, requirements
 from .envs import EnvManager
@@ -37,6 +37,7 @@ from .envsearch import EnvSearch, find_culprits
 from .errors import DsbisectError, InputError
 from .model import Answer, BaseMode, IndexOptions, Point, Stage
 from .runner import Runner
+from .results import Request, Result, Step
 from .search import Side
 
 __all__ = ["EnvBisection", "EnvPlan", "EnvRequest", "EnvResult", "env_json", "plan_envs"]
@@ -84,7 +85,7 @@ class EnvResult:
     skipped: tuple[str, ...] = ()  # culprits not bisected below the change, and why
     confounders: tuple[Confounder, ...] = ()
     notes: tuple[str, ...] = ()
-    steps: tuple = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
+    steps: tuple[Step, ...] = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
 
     @property
     def exit_code(self) -> int:
@@ -467,9 +468,9 @@ def env_json(r: EnvResult) -> dict:
             "units": [list(u) for u in r.units],
             "notes": list(r.notes),
         },
-        "releases": [result_json(x) for x in r.releases],
+        "releases": [x.to_json() for x in r.releases],
         "not_bisected": list(r.skipped),
         "confounders": [{"package": x.package, "version": x.version, "moved": list(x.moved), "reason": x.reason}
                         for x in r.confounders],
-        "steps": [step_json(s) for s in r.steps] + [step_json(s) for x in r.releases for s in x.steps],
+        "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps],
     }

@@ -36,6 +36,20 @@ class Outcome(enum.Enum):
     HANG = "hang"
     SKIP = "skip"  # could not be tested: env build, import, not enough GPUs, exit 125
 
+    @property
+    def rank(self) -> int:
+        """The worst-outcome order (0 the worst): what stands for several runs of one point."""
+        return WORST_FIRST.index(self)
+
+
+# A hang is worse than a failure, a failure than a pass; a skip says the least (it tested nothing).
+WORST_FIRST = (Outcome.HANG, Outcome.FAIL, Outcome.PASS, Outcome.SKIP)
+
+
+def worst(outcomes) -> Outcome:
+    """The outcome that stands for ``outcomes`` (None, a run still going, is passed over); SKIP when none."""
+    return min((o for o in outcomes if o is not None), key=lambda o: o.rank, default=Outcome.SKIP)
+
 
 class Verdict(enum.Enum):
     """What one run (or one point's runs) means for a bisection."""
