@@ -79,6 +79,20 @@ def test_committed_outputs_read_back_and_write_the_same_json(path):
         assert [a.request.package for a in recorded.answers] == [r["package"] for r in out["releases"]]
 
 
+def test_an_environment_bisections_trials_and_confounders_read_back():
+    from dsbisect.envbisect import Confounder, TrialRun
+
+    envs = [json.loads(p.read_text()) for p in OUTPUTS if json.loads(p.read_text()).get("kind") == "environment"]
+    assert envs
+    for out in envs:
+        trials = out["env_diff"]["ends"] + out["env_diff"]["trials"]
+        assert trials and all(TrialRun.from_json(t).to_json() == t for t in trials)
+        assert all(isinstance(TrialRun.from_json(t).outcome, Outcome) for t in trials)
+        assert all(Confounder.from_json(c).to_json() == c for c in out["confounders"])
+    made = Confounder("dsb-a", "1.2", ("c 1.0 -> 2.0",), "uv: no solution")
+    assert Confounder.from_json(made.to_json() | {"later": 1}) == made
+
+
 def _with_manual(step: dict) -> dict:
     return {"manual": False} | step  # an older step has no "manual": read back, it was not marked by hand
 

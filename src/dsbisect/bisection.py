@@ -142,7 +142,7 @@ class Bisection:
                         message=f"not confirmed: {conf.describe()} — the boundary is flaky here; "
                                 f"bisect again with --repeat {want}")
 
-    def _final_pair(self, result: Result):
+    def _final_pair(self, result: Result) -> list[tuple[str, Point]] | None:
         c = result.commit
         if c is not None and c.first_bad:
             return [(h[:10], self._points[h]) for h in (c.last_good, c.first_bad)]
@@ -223,7 +223,7 @@ class Bisection:
                                           + (f" at {' ← '.join(seen.frames[:2])}" if seen.frames else "")
                                           + "): not counted; --any-failure counts it")
 
-    def _why_ambiguous(self, maybe) -> str:
+    def _why_ambiguous(self, maybe: tuple[str, ...]) -> str:
         why = [self._different[m] for m in maybe if m in self._different]
         return f" ({'; '.join(why)})" if why else ""
 
@@ -335,7 +335,8 @@ class Bisection:
         )
         return _replace(result, commit=cr, steps=tuple(self.steps), commit_message=note)
 
-    def _check_commit_ends(self, chain, points, both: bool) -> tuple[Answer, str] | None:
+    def _check_commit_ends(self, chain: list[gitrepo.Commit], points: list[Point],
+                           both: bool) -> tuple[Answer, str] | None:
         if both:
             return self._check_ends([c.short for c in chain], points, Stage.COMMIT)
         step = self._test(points[0], Stage.COMMIT)

@@ -104,7 +104,7 @@ def trials_table(r: EnvResult) -> Table:
     for col in ("trial", "applied", "outcome", "side", "runs", "detail"):
         table.add_column(col, overflow="fold")
     for k, t in _numbered(r):
-        table.add_row(Text(k), safe_text(t.label), Text(t.outcome.upper()), Text(t.side.value),
+        table.add_row(Text(k), safe_text(t.label), Text(t.outcome.value.upper()), Text(t.side.value),
                       Text(" ".join(f"#{i}" for i in t.run_ids)), safe_text(t.detail[:200]))
     return table
 
@@ -151,7 +151,7 @@ def env_markdown(r: EnvResult, command: str) -> str:
               for i, c in enumerate(r.changes)]
     lines += ["", "</details>", "", f"<details><summary>level 1: {len(r.trials)} trials</summary>", "",
               "| trial | applied | outcome | side | runs | detail |", "|---|---|---|---|---|---|"]
-    lines += [f"| {k} | {_md(safe(t.label))} | {t.outcome.upper()} | {t.side.value} | "
+    lines += [f"| {k} | {_md(safe(t.label))} | {t.outcome.value.upper()} | {t.side.value} | "
               f"{' '.join(f'#{i}' for i in t.run_ids)} | {_md(safe(t.detail[:200]))} |" for k, t in _numbered(r)]
     lines += ["", "</details>", ""]
     text = "\n".join(lines) + "\n"

@@ -19,7 +19,7 @@ because another culprit requires it is named as that one's requirement, not as a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +35,7 @@ from .envplan import ENV_PACKAGE, EnvPlan, EnvRequest, Resolver, named_in, plan_
 from .envs import EnvManager
 from .envsearch import EnvSearch, find_culprits
 from .errors import DsbisectError, InputError
-from .model import Answer, BaseMode, IndexOptions, Point, Stage
+from .model import Answer, BaseMode, IndexOptions, Outcome, Point, Stage
 from .runner import Runner
 from .results import Request, Result, Step
 from .search import Side
@@ -51,8 +51,19 @@ class TrialRun:
     side: Side
     label: str
     run_ids: tuple[int, ...]
-    outcome: str
+    outcome: Outcome
     detail: str  # the skip's reason (uv's, when the pins could not be satisfied), the signature...
+
+    def to_json(self) -> dict:
+        return {"applied": sorted(self.applied), "side": self.side.value, "label": self.label,
+                "outcome": self.outcome.value, "run_ids": list(self.run_ids), "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> TrialRun:
+        """A recorded trial (keys it does not know are passed over)."""
+        return cls(frozenset(int(i) for i in d.get("applied") or ()), Side(d.get("side", Side.SKIP.value)),
+                   str(d.get("label") or ""), tuple(int(i) for i in d.get("run_ids") or ()),
+                   Outcome(d.get("outcome", Outcome.SKIP.value)), str(d.get("detail") or ""))
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,14 @@ class Confounder:
 
     def describe(self) -> str:
         return f"at {self.package} {self.version} uv had to move {', '.join(self.moved)} ({self.reason[:200]})"
+
+    def to_json(self) -> dict:
+        return {"package": self.package, "version": self.version, "moved": list(self.moved), "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> Confounder:
+        return cls(str(d.get("package") or ""), str(d.get("version") or ""),
+                   tuple(str(m) for m in d.get("moved") or ()), str(d.get("reason") or ""))
 
 
 @dataclass(frozen=True)
@@ -90,6 +109,9 @@ class EnvResult:
     @property
     def exit_code(self) -> int:
         return max([self.verdict.exit_code, *(r.exit_code for r in self.releases)])
+
+    def to_json(self) -> dict:
+        return env_json(self)
 
     @property
     def failure(self) -> tuple[Answer, str]:
@@ -118,7 +140,7 @@ class _Trials(Bisection):
     def _save(self, status: str, result: dict) -> None:
         self.env.save(status, result)
 
-    def _ends_message(self, step, name: str, label: str, fix: bool) -> tuple[Answer, str]:
+    def _ends_message(self, step: Step, name: str, label: str, fix: bool) -> tuple[Answer, str]:
         env = self.req.good if name in ("good", "broken") else self.req.bad
         shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}[step.outcome.value]
         if name in ("bad", "fixed"):
@@ -135,7 +157,7 @@ class _Trials(Bisection):
         found = self.runner.run_many(self.req.case, points, want=self.req.repeat, enough=self._enough)
         return [self._step(p, runs, Stage.ENV) for p, runs in zip(points, found)]
 
-    def side(self, step) -> Side:
+    def side(self, step: Step) -> Side:
         return self._side(step.verdict)
 
 
@@ -236,7 +258,7 @@ class EnvBisection:
 
     def _finish(self, result: EnvResult) -> EnvResult:
         result = dataclasses.replace(result, steps=tuple(self._steps))
-        self.save("done", env_json(result))
+        self.save("done", result.to_json())
         return result
 
     # ------------------------------------------------------------ trials
@@ -258,9 +280,9 @@ class EnvBisection:
         chosen = list(subsets)[:2 * max(1, self.req.width)]
         self.runner.prepare_ahead(self.req.case, [self._point(frozenset(s), trials) for s in chosen])
 
-    def _trial(self, applied, step, trials: _Trials) -> TrialRun:
-        return TrialRun(frozenset(applied), trials.side(step), step.label, tuple(r.id for r in step.runs),
-                        step.outcome.value, step.detail)
+    def _trial(self, applied: frozenset[int], step: Step, trials: _Trials) -> TrialRun:
+        return TrialRun(frozenset(applied), trials.side(step), step.label, step.tally.run_ids, step.outcome,
+                        step.detail)
 
     def _closure(self, subset: frozenset[int]) -> tuple[frozenset[int], str]:
         """``subset`` with the changes uv's error names added until uv can satisfy it (at most
@@ -440,12 +462,8 @@ def change_json(c: Change) -> dict:
             "bad": c.bad.requirement if c.bad else None, "bisectable": c.bisectable, "describe": c.describe()}
 
 
-def trial_json(t: TrialRun) -> dict:
-    return {"applied": sorted(t.applied), "side": t.side.value, "label": t.label,
-            "outcome": t.outcome, "run_ids": list(t.run_ids), "detail": t.detail}
-
-
 def env_json(r: EnvResult) -> dict:
+    """``bisect --good-env --format json`` (the result column of an environment bisection)."""
     req = r.request
     return {
         "kind": "environment",
@@ -458,8 +476,8 @@ def env_json(r: EnvResult) -> dict:
         "message": r.message,
         "env_diff": {
             "changes": [change_json(c) for c in r.changes],
-            "ends": [trial_json(t) for t in r.ends],
-            "trials": [trial_json(t) for t in r.trials],
+            "ends": [t.to_json() for t in r.ends],
+            "trials": [t.to_json() for t in r.trials],
             "culprits": [r.changes[i].name for i in r.culprits],
             "culprit_changes": [change_json(r.changes[i]) for i in r.culprits],
             "required": [r.changes[i].name for i in r.required],
@@ -470,7 +488,6 @@ def env_json(r: EnvResult) -> dict:
         },
         "releases": [x.to_json() for x in r.releases],
         "not_bisected": list(r.skipped),
-        "confounders": [{"package": x.package, "version": x.version, "moved": list(x.moved), "reason": x.reason}
-                        for x in r.confounders],
+        "confounders": [x.to_json() for x in r.confounders],
         "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps],
     }
