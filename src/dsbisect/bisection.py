@@ -203,10 +203,9 @@ class Bisection:
             return
         req = self.req
         seen = [i for r in runs if not r.evidence.get("manual") and (i := run_identity(r)) is not None]
-        order = {Outcome.HANG: 0, Outcome.FAIL: 1}
         if req.regress_on in (RegressOn.HANG, RegressOn.FAIL):
             seen = [i for i in seen if i.kind.value == req.regress_on.value]
-        end = min(seen, key=lambda i: order[i.kind], default=None)
+        end = min(seen, key=lambda i: i.kind.rank, default=None)  # a hang before a failure (model.WORST_FIRST)
         rule_on = resolve(req.regress_on, end)
         learned = None if (req.any_failure or req.signature or end is None) else end
         self.rule = Rule(rule_on, req.signature, learned)
