@@ -111,6 +111,42 @@ def test_old_stores_result_column_reads_back(tmp_path, path):
         assert status == "done" and back.verdict is Answer(out["verdict"]) and back.steps
 
 
+OLD_ANSWERS = {  # what `dsbisect log` says of the committed stores' bisections (as main said it before results.py)
+    "ff21480344b2c7cb": "# answer: last good 0.12.3, first bad 0.12.4, first bad commit 2afa1c7f2f Communication "
+                        "Optimization for Large-Scale Training (#4695)",
+    "b1dc43688309ac3b": None,  # not reproduced: no answer line
+    "384d4b5038e236c8": "# answer: last good 4.36.2, first bad 4.37.0",
+    "c36b1d076da92350": "# answer: last broken 0.9.5, first fixed 0.10.0, first fixed commit f8551b439e Fix racing "
+                        "condition in GatheredParameters (#3819)",
+}
+
+
+def test_log_reads_the_bisections_of_old_stores(tmp_path, cli):
+    """The GPU sessions' stores (an older dsbisect): each bisection's log names its answer and
+    one mark line per run, with the step's stage for commit steps."""
+    seen = {}
+    for path in STORES:
+        store = tmp_path / path.stem
+        store.mkdir()
+        shutil.copy(path, store / "dsbisect.sqlite3")
+        with sqlite3.connect(store / "dsbisect.sqlite3") as con:
+            con.row_factory = sqlite3.Row
+            rows = [dict(r) for r in con.execute("SELECT * FROM bisections")]
+        (store / "bisections").mkdir()
+        for row in rows:  # the folder form the store keeps beside the index
+            row |= {"params": json.loads(row["params"]), "result": json.loads(row["result"])}
+            (store / "bisections" / f"{row['key']}.json").write_text(json.dumps(row))
+        for row in rows:
+            res = cli("log", row["key"], "--store", str(store), cwd=tmp_path)
+            assert res.exit_code == 0, res.output
+            lines = res.stdout.splitlines()
+            seen[row["key"]] = next((ln for ln in lines if ln.startswith("# answer:")), None)
+            ran = {i for s in row["result"]["steps"] for i in s["run_ids"]}
+            assert len([ln for ln in lines if ln.startswith("dsbisect mark ")]) == len(ran)
+            assert f"(done: {row['result']['verdict']})" in lines[0]
+    assert seen == OLD_ANSWERS
+
+
 def test_unknown_keys_are_passed_over_and_missing_ones_defaulted():
     out = json.loads(next(p for p in OUTPUTS if "zoo-runs" in str(p)).read_text())
     noisy = out | {"from_the_future": {"x": 1}, "commit": (out["commit"] or {}) | {"new": 1},
