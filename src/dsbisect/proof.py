@@ -15,7 +15,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .model import Outcome
+from .model import Outcome, read_enum, read_int, read_ints
 from .search import Side
 
 
@@ -51,12 +51,12 @@ class Proof:
     @classmethod
     def from_json(cls, d: Mapping, find_fix: bool = False) -> Proof:
         """A recorded proof (keys it does not know are passed over; missing ones take their defaults)."""
-        outcome = d.get("outcome")
+        conflicts = d.get("conflicts")
         return cls(str(d.get("commit") or ""), str(d.get("onto") or ""), str(d.get("onto_commit") or ""),
-                   ProofVerdict(d.get("verdict", ProofVerdict.UNTESTABLE.value)), find_fix, bool(d.get("merge")),
-                   Outcome(outcome) if outcome else None, int(d.get("runs") or 0), int(d.get("agree") or 0),
-                   tuple(str(c) for c in d.get("conflicts") or ()), str(d.get("detail") or ""),
-                   tuple(int(i) for i in d.get("run_ids") or ()))
+                   read_enum(ProofVerdict, d.get("verdict"), ProofVerdict.UNTESTABLE), find_fix, bool(d.get("merge")),
+                   read_enum(Outcome, d.get("outcome"), None), read_int(d.get("runs")), read_int(d.get("agree")),
+                   tuple(str(c) for c in conflicts) if isinstance(conflicts, list) else (), str(d.get("detail") or ""),
+                   read_ints(d.get("run_ids")))
 
     def describe(self) -> str:
         what = f"reverting {'merge ' if self.merge else ''}{self.commit[:10]}"

@@ -23,7 +23,8 @@ from typing import Any
 from packaging.utils import canonicalize_name
 
 from .identity import Identity
-from .model import Answer, Case, Mode, Outcome, RegressOn, Stage, Verdict, digest, worst
+from .model import (Answer, Case, Mode, Outcome, RegressOn, Stage, Verdict, digest, read_enum, read_int, read_ints,
+                    worst)
 from .proof import Proof
 from .redact import redact_tree
 from .store import RunRecord
@@ -44,6 +45,11 @@ def _str(d: Mapping, key: str) -> str:
 def _opt(d: Mapping, key: str) -> str | None:
     value = d.get(key)
     return None if value is None else str(value)
+
+
+def _maps(value: Any) -> tuple[Mapping, ...]:
+    """The objects of a recorded list (an odd record's other values are passed over)."""
+    return tuple(x for x in value if isinstance(x, Mapping)) if isinstance(value, (list, tuple)) else ()
 
 
 def _dict(d: Mapping, key: str) -> Mapping | None:
@@ -169,13 +175,15 @@ class Step:
     def from_json(cls, d: Mapping) -> Step:
         commit = _opt(d, "commit")
         version = _str(d, "version")
-        counts = d.get("counts") if isinstance(d.get("counts"), Mapping) else {}
-        tally = Tally(Outcome(d.get("outcome", Outcome.SKIP.value)),
-                      tuple((o, int(counts[o.value])) for o in Outcome if counts.get(o.value)),
-                      tuple(int(i) for i in d.get("run_ids") or ()), float(d.get("seconds") or 0.0),
+        counts = _dict(d, "counts") or {}
+        seconds = d.get("seconds")
+        tally = Tally(read_enum(Outcome, d.get("outcome"), Outcome.SKIP),
+                      tuple((o, n) for o in Outcome if (n := read_int(counts.get(o.value))) > 0),
+                      read_ints(d.get("run_ids")),
+                      float(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else 0.0,
                       _str(d, "detail"), bool(d.get("manual")))
-        return cls(Stage(d.get("stage", Stage.RELEASE.value)), commit[:10] if commit else version, version, commit,
-                   _str(d, "subject"), Verdict(d.get("verdict", Verdict.SKIP.value)), (), tally)
+        return cls(read_enum(Stage, d.get("stage"), Stage.RELEASE), commit[:10] if commit else version, version,
+                   commit, _str(d, "subject"), read_enum(Verdict, d.get("verdict"), Verdict.SKIP), (), tally)
 
 
 # ---------------------------------------------------------------- the answer
@@ -207,9 +215,9 @@ class Regression:
     @classmethod
     def from_json(cls, d: Mapping, find_fix: bool = False) -> Regression:
         failure = _dict(d, "failure")
-        return cls(RegressOn(d.get("kind", RegressOn.ANY.value)), Identity.from_json(failure) if failure else None,
+        return cls(read_enum(RegressOn, d.get("kind"), RegressOn.ANY), Identity.from_json(failure) if failure else None,
                    _str(d, "learned_from"), "broken end" if find_fix else "bad end",
-                   RegressOn(d.get("asked", RegressOn.AUTO.value)))
+                   read_enum(RegressOn, d.get("asked"), RegressOn.AUTO))
 
 
 @dataclass(frozen=True)
@@ -228,7 +236,7 @@ class CommitResult:
     @classmethod
     def from_json(cls, d: Mapping) -> CommitResult:
         return cls(_str(d, "last_good"), _opt(d, "first_bad"), _str(d, "subject"), _strs(d.get("maybe")),
-                   int(d.get("commits_in_range") or 0), Answer(d.get("verdict", Answer.AMBIGUOUS.value)))
+                   read_int(d.get("commits_in_range")), read_enum(Answer, d.get("verdict"), Answer.AMBIGUOUS))
 
 
 @dataclass(frozen=True)
@@ -263,9 +271,9 @@ class Confirmation:
 
     @classmethod
     def from_json(cls, d: Mapping) -> Confirmation:
-        ends = tuple(Agreement(k.replace("_", " "), _str(v, "point"), _str(v, "as"), int(v.get("agree") or 0),
-                               int(v.get("runs") or 0)) for k, v in d.items() if isinstance(v, Mapping))
-        return cls(int(d.get("runs") or 0), ends)
+        ends = tuple(Agreement(str(k).replace("_", " "), _str(v, "point"), _str(v, "as"), read_int(v.get("agree")),
+                               read_int(v.get("runs"))) for k, v in d.items() if isinstance(v, Mapping))
+        return cls(read_int(d.get("runs")), ends)
 
 
 @dataclass(frozen=True)
@@ -318,11 +326,11 @@ class Result:
         """A recorded result (``bisect --format json``, a bisection's ``result`` column), of any version."""
         find_fix = d.get("mode") == Mode.FIND_FIX.value
         regression = Regression.from_json(d["regression"], find_fix) if _dict(d, "regression") else None
-        asked = regression.asked if regression else RegressOn(d.get("regress_on", RegressOn.AUTO.value))
+        asked = regression.asked if regression else read_enum(RegressOn, d.get("regress_on"), RegressOn.AUTO)
         commit, confirm, proof = (_dict(d, k) for k in ("commit", "confirm", "proof"))
         return cls(Request.from_json(d, asked), _strs(d.get("candidates")),
-                   tuple(Step.from_json(s) for s in d.get("steps") or () if isinstance(s, Mapping)),
-                   Answer(d.get("verdict", Answer.UNTESTABLE.value)), _opt(d, "last_good"), _opt(d, "first_bad"),
+                   tuple(Step.from_json(s) for s in _maps(d.get("steps"))),
+                   read_enum(Answer, d.get("verdict"), Answer.UNTESTABLE), _opt(d, "last_good"), _opt(d, "first_bad"),
                    _strs(d.get("maybe")), _str(d, "message"), CommitResult.from_json(commit) if commit else None,
                    _str(d, "commit_message"), Confirmation.from_json(confirm) if confirm else None,
                    _str(d, "good_end"), _strs(d.get("caveats")),
@@ -347,10 +355,10 @@ class Recorded:
 
     @classmethod
     def from_json(cls, d: Mapping) -> Recorded:
-        verdict = Answer(d["verdict"]) if d.get("verdict") else None
-        steps = tuple(Step.from_json(s) for s in d.get("steps") or () if isinstance(s, Mapping))
+        verdict = read_enum(Answer, d.get("verdict"), None) if d.get("verdict") else None
+        steps = tuple(Step.from_json(s) for s in _maps(d.get("steps")))
         if d.get("kind") == "environment":
             diff = _dict(d, "env_diff") or {}
-            answers = tuple(Result.from_json(x) for x in d.get("releases") or () if isinstance(x, Mapping))
+            answers = tuple(Result.from_json(x) for x in _maps(d.get("releases")))
             return cls(verdict, steps, answers, _strs(diff.get("culprits")), True)
         return cls(verdict, steps, (Result.from_json(d),) if verdict else ())
