@@ -80,7 +80,7 @@ def test_committed_outputs_read_back_and_write_the_same_json(path):
 
 
 def test_an_environment_bisections_trials_and_confounders_read_back():
-    from dsbisect.envbisect import Confounder, TrialRun
+    from dsbisect.results import Confounder, TrialRun
 
     envs = [json.loads(p.read_text()) for p in OUTPUTS if json.loads(p.read_text()).get("kind") == "environment"]
     assert envs
@@ -157,7 +157,8 @@ def test_unknown_keys_are_passed_over_and_missing_ones_defaulted():
     step = Step.from_json({"stage": "commit", "commit": "a" * 40, "verdict": "bad"})
     assert (step.label, step.outcome, step.tally.run_ids, step.detail) == ("a" * 10, Outcome.SKIP, (), "")
     running = Recorded.from_json({"candidates": ["1.0", "1.1"], "steps": [out["steps"][0]]})
-    assert running.verdict is None and running.answers == () and len(running.steps) == 1
+    assert running.verdict is None and len(running.steps) == 1 and not running.environment
+    assert (running.answers[0].candidates, running.answers[0].first_bad) == (("1.0", "1.1"), None)  # so far
 
 
 def _run(st: Store, version: str, outcome: Outcome, seconds: float = 1.0, **kw):

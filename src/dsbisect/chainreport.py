@@ -11,11 +11,11 @@ from rich.table import Table
 from rich.text import Text
 
 from . import report as rep
-from .envbisect import EnvResult, TrialRun
+from .envbisect import EnvResult
 from .grid import md as _md
 from .model import Answer, Stage
 from .outside import safe, safe_text
-from .results import Result
+from .results import Result, TrialRun
 
 
 def chain(r: EnvResult) -> str:

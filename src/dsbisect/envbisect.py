@@ -19,7 +19,7 @@ because another culprit requires it is named as that one's requirement, not as a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,56 +35,12 @@ from .envplan import ENV_PACKAGE, EnvPlan, EnvRequest, Resolver, named_in, plan_
 from .envs import EnvManager
 from .envsearch import EnvSearch, find_culprits
 from .errors import DsbisectError, InputError
-from .model import Answer, BaseMode, IndexOptions, Outcome, Point, Stage
+from .model import Answer, BaseMode, IndexOptions, Point, Stage
 from .runner import Runner
-from .results import Request, Result, Step
+from .results import Confounder, Request, Result, Step, TrialRun
 from .search import Side
 
 __all__ = ["EnvBisection", "EnvPlan", "EnvRequest", "EnvResult", "env_json", "plan_envs"]
-
-
-@dataclass(frozen=True)
-class TrialRun:
-    """One level-1 trial: the changes applied on top of the good environment, and how it went."""
-
-    applied: frozenset[int]
-    side: Side
-    label: str
-    run_ids: tuple[int, ...]
-    outcome: Outcome
-    detail: str  # the skip's reason (uv's, when the pins could not be satisfied), the signature...
-
-    def to_json(self) -> dict:
-        return {"applied": sorted(self.applied), "side": self.side.value, "label": self.label,
-                "outcome": self.outcome.value, "run_ids": list(self.run_ids), "detail": self.detail}
-
-    @classmethod
-    def from_json(cls, d: Mapping) -> TrialRun:
-        """A recorded trial (keys it does not know are passed over)."""
-        return cls(frozenset(int(i) for i in d.get("applied") or ()), Side(d.get("side", Side.SKIP.value)),
-                   str(d.get("label") or ""), tuple(int(i) for i in d.get("run_ids") or ()),
-                   Outcome(d.get("outcome", Outcome.SKIP.value)), str(d.get("detail") or ""))
-
-
-@dataclass(frozen=True)
-class Confounder:
-    """A pin uv had to move for a release of a culprit (level 2)."""
-
-    package: str
-    version: str
-    moved: tuple[str, ...]  # "c 1.0 -> 2.0"
-    reason: str
-
-    def describe(self) -> str:
-        return f"at {self.package} {self.version} uv had to move {', '.join(self.moved)} ({self.reason[:200]})"
-
-    def to_json(self) -> dict:
-        return {"package": self.package, "version": self.version, "moved": list(self.moved), "reason": self.reason}
-
-    @classmethod
-    def from_json(cls, d: Mapping) -> Confounder:
-        return cls(str(d.get("package") or ""), str(d.get("version") or ""),
-                   tuple(str(m) for m in d.get("moved") or ()), str(d.get("reason") or ""))
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ from .model import (Answer, Case, Mode, Outcome, RegressOn, Stage, Verdict, dige
                     worst)
 from .proof import Proof
 from .redact import redact_tree
+from .search import Side
 from .store import RunRecord
 
-__all__ = ["Agreement", "CommitResult", "Confirmation", "Regression", "Request", "Result", "Step", "Tally",
-           "dumps"]
+__all__ = ["Agreement", "CommitResult", "Confirmation", "Confounder", "Recorded", "Regression", "Request", "Result",
+           "Step", "Tally", "TrialRun", "dumps"]
 
 
 def _strs(value: Any) -> tuple[str, ...]:
@@ -342,6 +343,51 @@ def dumps(r: Result) -> str:
     return json.dumps(redact_tree(r.to_json()), indent=2)
 
 
+# ------------------------------------------------------- environment bisection
+
+
+@dataclass(frozen=True)
+class TrialRun:
+    """One level-1 trial: the changes applied on top of the good environment, and how it went."""
+
+    applied: frozenset[int]
+    side: Side
+    label: str
+    run_ids: tuple[int, ...]
+    outcome: Outcome
+    detail: str  # the skip's reason (uv's, when the pins could not be satisfied), the signature...
+
+    def to_json(self) -> dict:
+        return {"applied": sorted(self.applied), "side": self.side.value, "label": self.label,
+                "outcome": self.outcome.value, "run_ids": list(self.run_ids), "detail": self.detail}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> TrialRun:
+        """A recorded trial (keys it does not know are passed over)."""
+        return cls(frozenset(read_ints(d.get("applied"))), read_enum(Side, d.get("side"), Side.SKIP), _str(d, "label"),
+                   read_ints(d.get("run_ids")), read_enum(Outcome, d.get("outcome"), Outcome.SKIP), _str(d, "detail"))
+
+
+@dataclass(frozen=True)
+class Confounder:
+    """A pin uv had to move for a release of a culprit (level 2)."""
+
+    package: str
+    version: str
+    moved: tuple[str, ...]  # "c 1.0 -> 2.0"
+    reason: str
+
+    def describe(self) -> str:
+        return f"at {self.package} {self.version} uv had to move {', '.join(self.moved)} ({self.reason[:200]})"
+
+    def to_json(self) -> dict:
+        return {"package": self.package, "version": self.version, "moved": list(self.moved), "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, d: Mapping) -> Confounder:
+        return cls(_str(d, "package"), _str(d, "version"), _strs(d.get("moved")), _str(d, "reason"))
+
+
 @dataclass(frozen=True)
 class Recorded:
     """What a bisection's ``result`` column holds, finished or not, of a release bisection or of an
@@ -349,16 +395,18 @@ class Recorded:
 
     verdict: Answer | None  # None: not finished
     steps: tuple[Step, ...]  # every step, in order (an environment bisection's: level 1, then each release's)
-    answers: tuple[Result, ...] = ()  # the finished release bisection; an environment one's per culprit
+    answers: tuple[Result, ...] = ()  # the release bisection as recorded so far; an environment one's per culprit
     culprits: tuple[str, ...] = ()  # an environment bisection's changes found
     environment: bool = False
+    trials: tuple[TrialRun, ...] = ()  # an environment bisection's level 1: the two ends, then the trials
 
     @classmethod
     def from_json(cls, d: Mapping) -> Recorded:
         verdict = read_enum(Answer, d.get("verdict"), None) if d.get("verdict") else None
         steps = tuple(Step.from_json(s) for s in _maps(d.get("steps")))
-        if d.get("kind") == "environment":
+        if d.get("kind") == "environment" or _dict(d, "env_diff") is not None:
             diff = _dict(d, "env_diff") or {}
             answers = tuple(Result.from_json(x) for x in _maps(d.get("releases")))
-            return cls(verdict, steps, answers, _strs(diff.get("culprits")), True)
-        return cls(verdict, steps, (Result.from_json(d),) if verdict else ())
+            trials = tuple(TrialRun.from_json(t) for t in (*_maps(diff.get("ends")), *_maps(diff.get("trials"))))
+            return cls(verdict, steps, answers, _strs(diff.get("culprits")), True, trials)
+        return cls(verdict, steps, (Result.from_json(d),))
