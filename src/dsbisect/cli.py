@@ -44,6 +44,10 @@ from .marks import Mark
 from .model import Accelerator, BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend, RegressOn
 from .session import cache_root, index_options, open_runner
 
+if typing.TYPE_CHECKING:
+    from .envbisect import EnvResult
+    from .results import Result
+
 # Click's own error classes, whether typer vendors click or not.
 _CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
@@ -690,7 +694,8 @@ def bisect(
       dsbisect bisect transformers 4.36.2 4.39.2 --pin deepspeed==0.9.5 -- ./repro.sh
       dsbisect bisect --good-env good.txt --bad-env bad.txt -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
     """
-    from .bisection import Bisection, Request, dumps, plan
+    from .bisection import Bisection, plan
+    from .results import Request
 
     if good_env is not None or bad_env is not None or hold:
         return _bisect_envs(good_env, bad_env, hold or [], [w for w in (package, good, bad) if w is not None] + (command or []),
@@ -726,8 +731,7 @@ def bisect(
         with ui.running():
             result = Bisection(runner, idx, req).run(planned)
         command = _reproduce_command(package, good, bad)
-        _show_result(shown, lambda: dumps(result), lambda: rep.bisect_markdown(result, command),
-                     lambda: rep.bisect_renderable(result, command))
+        _show_result(shown, result, command)
         if result.exit_code:
             say_error(result.message, label=f"{result.verdict.value}:")
             raise typer.Exit(result.exit_code)
@@ -737,8 +741,7 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
                  search: dict, release_only: bool, manual: bool, store: Path, limits: TimeoutArgs, index: IndexArgs,
                  envs: EnvArgs, where: ExecArgs, nodes: NodeArgs, shown: OutputArgs) -> None:
     """`bisect --good-env A --bad-env B`: the environment bisection (envbisect), checked first."""
-    from . import chainreport
-    from .envbisect import EnvBisection, EnvRequest, env_json, plan_envs
+    from .envbisect import EnvBisection, EnvRequest, plan_envs
     from .envfile import read_environment
 
     with user_errors():
@@ -773,8 +776,7 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
             result = EnvBisection(runner, idx, req, planned).run()
         command = redact("dsbisect " + shlex.join(reproduce_args(sys.argv[1:]))) if sys.argv and "dsbisect" in sys.argv[0] \
             else redact("dsbisect bisect " + shlex.join(argv))
-        _show_result(shown, lambda: json.dumps(env_json(result), indent=2),
-                     lambda: chainreport.env_markdown(result, command), lambda: chainreport.env_renderable(result, command))
+        _show_result(shown, result, command)
         if result.exit_code:
             verdict, message = result.failure
             say_error(message, label=f"{verdict.value}:")
@@ -789,16 +791,23 @@ def _click_context():
     return get_current_context()
 
 
-def _show_result(shown: OutputArgs, as_json, as_markdown, renderable) -> None:
-    """A bisection's report on stdout in the chosen format (and the Markdown in ``-o`` for a table)."""
+def _show_result(shown: OutputArgs, result: Result | EnvResult, command: str) -> None:
+    """A bisection's report (of releases, or of environments) on stdout in the chosen format (and
+    the Markdown in ``-o`` for a table)."""
+    from . import chainreport
+    from .envbisect import EnvResult
+    from .results import dumps
+
+    env = isinstance(result, EnvResult)
+    markdown = chainreport.env_markdown if env else rep.bisect_markdown
     if shown.fmt is Format.json:
-        emit(as_json() + "\n", shown.output)
+        emit((json.dumps(result.to_json(), indent=2) if env else dumps(result)) + "\n", shown.output)
     elif shown.fmt is Format.markdown:
-        emit(as_markdown(), shown.output)
+        emit(markdown(result, command), shown.output)
     else:
-        out.print(renderable())
+        out.print(chainreport.env_renderable(result, command) if env else rep.bisect_renderable(result, command))
         if shown.output:
-            write_output(as_markdown(), shown.output)
+            write_output(markdown(result, command), shown.output)
 
 
 def _reproduce_command(package: str, good: str, bad: str) -> str:

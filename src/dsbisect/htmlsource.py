@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from . import forensics
@@ -19,8 +20,9 @@ from .files import DATA_LIMIT, read_small
 from .grid import displayable
 from .htmlreport import Page, RunPage
 from .ladder import Ladder, Rung, Tested
-from .model import Outcome
+from .model import Outcome, Stage, Verdict
 from .rankview import Coll, Look, RankLook, State
+from .results import Recorded, Result, Step
 from .rundir import RunDir
 
 STACK_LINES = 40
@@ -187,85 +189,80 @@ def _tail(folder: Path, lines: int) -> str:
 
 def ladders(record) -> tuple[Ladder, ...]:
     """A stored bisection (``store.BisectionRecord``: its result JSON) as one ladder per stage."""
-    r = record.result if isinstance(record.result, dict) else {}
-    steps = [s for s in _list(r.get("steps")) if isinstance(s, dict)]
+    r = _recorded(record)
     title = f"{record.package} {record.good} → {record.bad}"
-    if isinstance(r.get("env_diff"), dict) or record.package == "environment":
-        return _env_ladders(record, r, steps)
-    out = [release_ladder(title, r, steps)]
-    commits = [s for s in steps if s.get("stage") == "commit"]
+    if r.environment or record.package == "environment":
+        return _env_ladders(record, r)
+    res = r.answers[0]
+    out = [release_ladder(title, res, r.steps, _verdict(r))]
+    commits = [s for s in r.steps if s.stage is Stage.COMMIT]
     if commits:
-        out.append(commit_ladder(title, r, commits))
+        out.append(commit_ladder(title, res, commits))
     return tuple(out)
 
 
-def _tested(order: int, s: Mapping) -> Tested:
-    ids = tuple(i for i in _list(s.get("run_ids")) if isinstance(i, int))
-    return Tested(order=order, outcome=str(s.get("outcome") or "skip"), verdict=str(s.get("verdict") or ""),
-                  run_ids=ids, manual=bool(s.get("manual")), detail=str(s.get("detail") or ""))
+def _recorded(record) -> Recorded:
+    return Recorded.from_json(record.result if isinstance(record.result, Mapping) else {})
 
 
-def release_ladder(title: str, r: Mapping, steps: Sequence[Mapping]) -> Ladder:
-    order = {}
+def _verdict(r: Recorded | Result) -> str:
+    return r.verdict.value if r.verdict else ""  # "": not finished
+
+
+def _tested(order: int, s: Step) -> Tested:
+    return Tested(order=order, outcome=s.outcome.value, verdict=s.verdict.value, run_ids=s.tally.run_ids,
+                  manual=s.tally.manual, detail=s.detail)
+
+
+def release_ladder(title: str, r: Result, steps: Sequence[Step], verdict: str) -> Ladder:
+    order: dict[str, Tested] = {}
     for i, s in enumerate(steps):
-        if s.get("stage") == "release":
-            order.setdefault(str(s.get("version")), _tested(i + 1, s))
-    candidates = [str(c) for c in _list(r.get("candidates"))] or list(order)
+        if s.stage is Stage.RELEASE:
+            order.setdefault(s.version, _tested(i + 1, s))
+    candidates = list(r.candidates) or list(order)
     rungs = [Rung(label=c, tested=order.get(c)) for c in candidates]
     rungs += [Rung(label=v, tested=t) for v, t in order.items() if v not in candidates]
     return Ladder(title=f"{title}: releases", stage="release", rungs=tuple(rungs),
-                  boundary=_pair(r.get("last_good"), r.get("first_bad")),
-                  caveats=tuple(str(c) for c in _list(r.get("caveats"))),
-                  verdict=str(r.get("verdict") or ""), note="")
+                  boundary=_pair(r.last_good, r.first_bad), caveats=r.caveats, verdict=verdict, note="")
 
 
-def commit_ladder(title: str, r: Mapping, steps: Sequence[Mapping]) -> Ladder:
+def commit_ladder(title: str, r: Result, steps: Sequence[Step]) -> Ladder:
     """Tested commits in history order, as the search's verdicts place them: every commit on
     the old end's side before every one on the new end's, the answer's two commits at the
     boundary, the others in the order they were tested (the record keeps the tested commits,
     not the whole chain, so an order within a side is not known)."""
-    c = r.get("commit") if isinstance(r.get("commit"), dict) else {}
-    last_good, first_bad = str(c.get("last_good") or ""), str(c.get("first_bad") or "")
+    c = r.commit
+    last_good, first_bad = (c.last_good, c.first_bad or "") if c else ("", "")
     tested = [(i + 1, s) for i, s in enumerate(steps)]
-    old_verdict = "bad" if r.get("mode") == "find-fix" else "good"
-    old = [(i, s) for i, s in tested if s.get("verdict") == old_verdict]
-    new = [(i, s) for i, s in tested if s.get("verdict") not in (old_verdict, "skip")]
-    skip = [(i, s) for i, s in tested if s.get("verdict") == "skip"]
-    old.sort(key=lambda t: str(t[1].get("commit")) == last_good)  # stable: the answer's commit last
-    new.sort(key=lambda t: str(t[1].get("commit")) != first_bad)
-    rungs = tuple(Rung(label=str(s.get("commit") or "")[:10], tested=_tested(i, s), subject=str(s.get("subject") or ""))
-                  for i, s in old + skip + new)
-    count = c.get("commits_in_range")
-    note = (f"{count} commits between the releases; {len(rungs)} tested. " if isinstance(count, int) else "") + \
+    old_verdict = Verdict.BAD if r.request.find_fix else Verdict.GOOD
+    old = [(i, s) for i, s in tested if s.verdict is old_verdict]
+    new = [(i, s) for i, s in tested if s.verdict not in (old_verdict, Verdict.SKIP)]
+    skip = [(i, s) for i, s in tested if s.verdict is Verdict.SKIP]
+    old.sort(key=lambda t: str(t[1].commit) == last_good)  # stable: the answer's commit last
+    new.sort(key=lambda t: str(t[1].commit) != first_bad)
+    rungs = tuple(Rung(label=(s.commit or "")[:10], tested=_tested(i, s), subject=s.subject) for i, s in old + skip + new)
+    note = (f"{c.count} commits between the releases; {len(rungs)} tested. " if c else "") + \
         "Untested commits are not drawn; the order comes from the verdicts."
     return Ladder(title=f"{title}: commits", stage="commit", rungs=rungs, boundary=_pair(last_good[:10], first_bad[:10]),
-                  caveats=(), verdict=str(c.get("verdict") or ""), note=note)
+                  caveats=(), verdict=c.verdict.value if c else "", note=note)
 
 
-def _env_ladders(record, r: Mapping, steps: Sequence[Mapping]) -> tuple[Ladder, ...]:
-    diff = r.get("env_diff") if isinstance(r.get("env_diff"), dict) else {}
-    trials = [t for t in _list(diff.get("ends")) + _list(diff.get("trials")) if isinstance(t, dict)]
-    if not trials:
-        trials = [{"label": s.get("version"), "outcome": s.get("outcome"), "run_ids": s.get("run_ids"),
-                   "side": s.get("verdict"), "detail": s.get("detail"), "applied": []}
-                  for s in steps if s.get("stage") == "env"]
-    rungs = []
-    for i, t in enumerate(trials):
-        applied = t.get("applied") if isinstance(t.get("applied"), list) else []
-        tested = Tested(order=i + 1, outcome=str(t.get("outcome") or "skip"), verdict=str(t.get("side") or ""),
-                        run_ids=tuple(x for x in _list(t.get("run_ids")) if isinstance(x, int)), manual=False,
-                        detail=str(t.get("detail") or ""))
-        rungs.append(Rung(label=str(t.get("label") or f"{len(applied)} changes"), tested=tested))
+def _env_ladders(record, r: Recorded) -> tuple[Ladder, ...]:
+    rungs = [Rung(label=t.label or f"{len(t.applied)} changes",
+                  tested=Tested(order=i + 1, outcome=t.outcome.value, verdict=t.side.value, run_ids=t.run_ids,
+                                manual=False, detail=t.detail)) for i, t in enumerate(r.trials)]
+    if not rungs:  # a record without its trials (not finished): the level-1 steps
+        rungs = [Rung(label=s.version or "0 changes", tested=replace(_tested(i + 1, s), manual=False))
+                 for i, s in enumerate(s for s in r.steps if s.stage is Stage.ENV)]
     out = [Ladder(title=f"environment {record.good} → {record.bad}: trials", stage="env", rungs=tuple(rungs),
-                  boundary=None, caveats=(), verdict=str(r.get("verdict") or ""),
+                  boundary=None, caveats=(), verdict=_verdict(r),
                   note="Each trial is the good environment with some of the changes applied, in test order.")]
-    for rel in _list(r.get("releases")):
-        if isinstance(rel, dict):
-            title = f"{rel.get('package')} {rel.get('good')} → {rel.get('bad')}"
-            rs = [s for s in _list(rel.get("steps")) if isinstance(s, dict)]
-            out.append(release_ladder(title, rel, rs))
-            if any(s.get("stage") == "commit" for s in rs):
-                out.append(commit_ladder(title, rel, [s for s in rs if s.get("stage") == "commit"]))
+    for rel in r.answers if r.environment else ():
+        title = f"{rel.request.package} {rel.request.good} → {rel.request.bad}"
+        out.append(release_ladder(title, rel, rel.steps, rel.verdict.value))
+        commits = [s for s in rel.steps if s.stage is Stage.COMMIT]
+        if commits:
+            out.append(commit_ladder(title, rel, commits))
     return tuple(out)
 
 
@@ -345,25 +342,24 @@ def rank_tables(record, store_dir: Path | None = None) -> list:
 
 
 def _run_ids(b) -> list[int]:
-    r = b.result if isinstance(b.result, dict) else {}
-    steps = _list(r.get("steps"))
-    for rel in _list(r.get("releases")):
-        if isinstance(rel, dict):
-            steps += _list(rel.get("steps"))
-    return [i for s in steps if isinstance(s, dict) for i in _list(s.get("run_ids")) if isinstance(i, int)]
+    r = _recorded(b)
+    releases = [s for rel in r.answers for s in rel.steps] if r.environment else []
+    return [i for s in (*r.steps, *releases) for i in s.tally.run_ids]
 
 
 def _summary(b) -> str:
-    r = b.result if isinstance(b.result, dict) else {}
-    parts = [f"verdict: {r.get('verdict') or b.status}"]
-    word = ("last broken", "first fixed") if r.get("mode") == "find-fix" else ("last good", "first bad")
-    if r.get("last_good"):
-        parts.append(f"{word[0]} {r['last_good']}")
-    if r.get("first_bad"):
-        parts.append(f"{word[1]} {r['first_bad']}")
-    c = r.get("commit") if isinstance(r.get("commit"), dict) else None
-    if c and c.get("first_bad"):
-        parts.append(f"{word[1]} commit {str(c['first_bad'])[:12]} {c.get('subject') or ''}".rstrip())
-    if isinstance(r.get("env_diff"), dict) and r["env_diff"].get("culprits"):
-        parts.append("culprits: " + ", ".join(map(str, _list(r["env_diff"]["culprits"]))))
+    r = _recorded(b)
+    parts = [f"verdict: {_verdict(r) or b.status}"]
+    if not r.environment:
+        res = r.answers[0]
+        word = ("last broken", "first fixed") if res.request.find_fix else ("last good", "first bad")
+        if res.last_good:
+            parts.append(f"{word[0]} {res.last_good}")
+        if res.first_bad:
+            parts.append(f"{word[1]} {res.first_bad}")
+        c = res.commit
+        if c and c.first_bad:
+            parts.append(f"{word[1]} commit {c.first_bad[:12]} {c.subject}".rstrip())
+    if r.culprits:
+        parts.append("culprits: " + ", ".join(r.culprits))
     return "; ".join(parts)
