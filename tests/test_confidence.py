@@ -11,6 +11,7 @@ import pytest
 
 import toypkg
 from conftest import write_matrix
+from test_revert_proof import _bisect as _proof_bisect, history, scratch_tmp  # noqa: F401 (a fixture)
 
 from dsbisect.confidence import Confidence, ends_problem, proof_runs
 from dsbisect.bayes import Status
@@ -56,7 +57,8 @@ def test_a_flaky_toy_regression_is_found_with_its_figure(tmp_path_factory, cli, 
     assert {"verdict", "steps", "candidates", "regression", "different", "proof", "confirm"} <= set(out)
 
     # again: the recorded runs are the evidence (nothing runs), and the table says the sentence
-    db = folder / ".dsbisect" / "dsbisect.db"
+    db = folder / ".dsbisect" / "dsbisect.sqlite3"
+    assert db.is_file()
     before = sqlite3.connect(db).execute("SELECT COUNT(*) FROM runs").fetchone()[0]
     table = _bisect(cli, folder, cache_dir, house, "--confidence", "0.9", "--format", "table")
     assert table.exit_code == 0, table.output
@@ -99,3 +101,19 @@ def test_the_sentence_and_the_ends():
     assert ends_problem(Status.SURE, False, ("1.5", "1.0"), steps, {}, 4) is None
     # the revert proof runs until a still-flaky tree would have failed with probability P
     assert proof_runs((c,)) == 3 and proof_runs(()) == 0  # 0.32 ** 3 < 0.05
+
+
+@pytest.mark.slow
+def test_the_commit_stage_of_a_confidence_search(tmp_path, cli, cache_dir, scratch_tmp):
+    """--confidence with --git-repo: the commits are searched the same way (the proof's run count
+    under --confidence is test_the_sentence_and_the_ends')."""
+    repo = tmp_path / "clone"
+    h = history(repo, "clean")
+    args, res = _proof_bisect(cli, tmp_path, cache_dir, repo, "--confidence", "0.9", "--no-prove")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["verdict"] == "found" and out["commit"]["first_bad"] == h["bug"]
+    conf = out["confidence"]
+    assert conf["release"]["first_bad"] == "1.1.0" and conf["commit"]["first_bad"] == h["bug"][:10]
+    assert conf["commit"]["sure"] and conf["commit"]["failure_rate"] == 1.0
+    assert out["proof"] is None
