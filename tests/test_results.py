@@ -222,7 +222,8 @@ def test_a_result_with_every_part_writes_the_json_it_reads(tmp_path):
     j = result.to_json()
     assert list(j) == ["package", "good", "bad", "mode", "regress_on", "regression", "different", "signature_filter",
                        "case", "pins", "candidates", "steps", "verdict", "message", "last_good", "first_bad",
-                       "maybe", "commit", "commit_message", "good_end", "caveats", "confirm", "proof"]
+                       "maybe", "commit", "commit_message", "good_end", "caveats", "confirm", "proof", "confidence"]
+    assert j["confidence"] is None  # no --confidence
     assert j["confirm"] == {"runs": 2, "confirmed": False, "last_broken": {"point": "1.1", "agree": 2, "runs": 2,
                                                                          "as": "bad"},
                             "first_fixed": {"point": "1.2", "agree": 1, "runs": 2, "as": "good"}}
@@ -232,6 +233,24 @@ def test_a_result_with_every_part_writes_the_json_it_reads(tmp_path):
     assert (back.proof, back.regression, back.confirm, back.commit) == (result.proof, result.regression,
                                                                         result.confirm, result.commit)
     assert back.request.regress_on is RegressOn.AUTO and back.request.find_fix and back.request.case.name == "c"
+
+
+def test_a_confidence_figure_reads_back(tmp_path):
+    from dataclasses import replace
+
+    from dsbisect.bayes import Status
+    from dsbisect.confidence import Confidence
+
+    req = Request("dsb-toy", "1.0", "1.3", make_case(tmp_path, "c"), confidence=0.9)
+    fig = Confidence(0.9, Stage.RELEASE, Status.SURE, 0.9167, 12, 0.75, "1.1", "1.2", ("1.2",))
+    result = Result(req, ("1.0", "1.1", "1.2", "1.3"), (), Answer.FOUND, "1.1", "1.2", ("1.2",), confidence=(fig,))
+    j = json.loads(json.dumps(result.to_json()))
+    assert j["confidence"]["asked"] == 0.9 and j["confidence"]["release"]["probability"] == 0.9167
+    assert j["confidence"]["commit"] is None
+    back = Result.from_json(j)
+    assert back.confidence == (fig,) and back.request.confidence == 0.9 and back.to_json() == j
+    odd = {**j, "confidence": {"asked": 0.9, "release": {"stage": "nowhere"}}}
+    assert Result.from_json(odd).confidence == () and replace(result, confidence=()).request.confidence == 0.9
 
 
 @pytest.mark.slow

@@ -12,7 +12,8 @@ from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import gitrepo
+from . import bayes, gitrepo
+from .confidence import Confidence, ends_problem, proof_runs
 from .identity import Rule, judge_run, resolve, run_identity
 from .model import Answer, GitSource, IndexOptions, Outcome, Point, RegressOn, Stage, Verdict
 from .outcome import combine
@@ -74,11 +75,17 @@ class Bisection:
             versions = versions[start:]
         points = [self._release_point(v) for v in versions]
         self._save("running", {"candidates": versions})
-        problem = self._check_ends(versions, points, Stage.RELEASE)
+        if req.confidence is not None:  # flaky: the probabilistic search tests the ends itself
+            found, conf, problem = self._flaky(versions, points, Stage.RELEASE)
+        else:
+            problem = self._check_ends(versions, points, Stage.RELEASE)
+            found = None if problem else search(len(points), lambda idx: self._test_many(points, idx, Stage.RELEASE),
+                                                req.width)
         if problem:
             return self._finish(versions, *problem)
-        found = search(len(points), lambda idx: self._test_many(points, idx, Stage.RELEASE), req.width)
         result = _replace(self._release_result(versions, found), good_end=good_end)
+        if req.confidence is not None:
+            result = _with_confidence(result, conf)
         result = _replace(result, caveats=self._caveats(result))
         if repo and result.verdict is Answer.FOUND:
             result = self._commits(result, repo)
@@ -317,12 +324,16 @@ class Bisection:
         chain = [gitrepo.commit(repo, start), *commits]
         points = [self._commit_point(repo, c, result.first_bad) for c in chain]
         self._points.update({c.hash: p for c, p in zip(chain, points)})
-        if req.verify_commit_ends or note:  # the tags' source builds, or the merge base, must be tested
+        conf, problem = None, None
+        if req.confidence is not None:  # flaky: both ends are run, for the failure rate
+            found, conf, problem = self._flaky([c.short for c in chain], points, Stage.COMMIT)
+        elif req.verify_commit_ends or note:  # the tags' source builds, or the merge base, must be tested
             problem = self._check_commit_ends(chain, points, both=req.verify_commit_ends)
-            if problem:
-                msg = "; ".join(x for x in (note, f"commit step: {problem[1]}") if x)
-                return _replace(result, steps=tuple(self.steps), commit_message=msg)
-        found = search(len(points), lambda idx: self._test_many(points, idx, Stage.COMMIT), req.width)
+        if problem:
+            msg = "; ".join(x for x in (note, f"commit step: {problem[1]}") if x)
+            return _replace(result, steps=tuple(self.steps), commit_message=msg)
+        if conf is None:
+            found = search(len(points), lambda idx: self._test_many(points, idx, Stage.COMMIT), req.width)
         first = chain[found.first_new]
         cr = CommitResult(
             last_good=chain[found.last_old].hash,
@@ -332,7 +343,8 @@ class Bisection:
             count=len(commits),
             verdict=Answer.FOUND if found.exact else Answer.AMBIGUOUS,
         )
-        return _replace(result, commit=cr, steps=tuple(self.steps), commit_message=note)
+        result = _replace(result, commit=cr, steps=tuple(self.steps), commit_message=note)
+        return result if conf is None else _with_confidence(result, conf)
 
     def _check_commit_ends(self, chain: list[gitrepo.Commit], points: list[Point],
                            both: bool) -> tuple[Answer, str] | None:
@@ -346,6 +358,36 @@ class Bisection:
             return Answer.UNTESTABLE, f"the merge base {chain[0].short} could not be tested: {step.detail}"
         return Answer.GOOD_END_BAD, (f"the merge base {chain[0].short} already behaves like the "
                                 f"{'fixed' if self.req.find_fix else 'bad'} end: the change is on the release branch")
+
+    # ------------------------------------------------------------- --confidence
+
+    def _flaky(self, labels: list[str], points: list[Point], stage: Stage):
+        """The probabilistic search (bayes.search) over ``points``, one run per probe (a recorded
+        run of the same inputs first, as everywhere): (Search, Confidence, None), or (None, None,
+        (verdict, message)) when an end does not behave as declared."""
+        fix, used = self.req.find_fix, {}
+        defining = 0 if fix else len(points) - 1
+
+        def probe(i: int) -> Side:
+            runs = self.runner.runs(self.req.case, points[i], want=used.get(i, 0) + 1)
+            new, used[i] = runs[used.get(i, 0):], len(runs)
+            if i == defining and any(r.outcome in (Outcome.HANG, Outcome.FAIL) for r in runs):
+                self._learn(labels[i], runs)  # the first failing run of the defining end says what it is
+            return self._side(self._step(points[i], new, stage).verdict) if new else Side.SKIP
+
+        est = bayes.search(len(points), probe, self.req.confidence, flaky=Side.OLD if fix else Side.NEW)
+        end = points[defining].key  # when the defining end never failed: what it showed (no identity)
+        self._learn(labels[defining], [r for s in self.steps for r in s.runs if r.point_key == end])
+        conf = Confidence.of(est, labels, self.req.confidence, stage, fix)
+        self.runner.progress("note", conf.describe())
+        ends = [self._last_step(points[i]) for i in (defining, -1 - defining)]
+        problem = ends_problem(est.status, fix, (labels[defining], labels[-1 - defining]),
+                               tuple((s.detail, s.outcome) if s else ("", Outcome.SKIP) for s in ends),
+                               self._different, used.get(defining, 0))
+        return (None, None, problem) if problem else (Search(est.last_old, est.first_new, est.maybe, est.probed), conf, None)
+
+    def _last_step(self, point: Point) -> Step | None:
+        return next((s for s in reversed(self.steps) if s.runs and s.runs[0].point_key == point.key), None)
 
     def _commit_point(self, repo: Path, c: gitrepo.Commit, version: str) -> Point:
         src = GitSource(self.req.package, str(repo), c.hash, c.describe, c.subject)
@@ -369,7 +411,7 @@ class Bisection:
         src = GitSource(req.package, str(repo), onto, f"{tag} with {c.first_bad[:10]} reverted",
                         f'Revert "{c.subject}"', reverted=c.first_bad, tree=rev.tree)
         point = Point(versions=((req.package, result.first_bad),), pins=self._pins(), source=src)
-        runs = self.runner.runs(req.case, point, want=max(2, req.repeat, req.confirm),
+        runs = self.runner.runs(req.case, point, want=max(2, req.repeat, req.confirm, proof_runs(result.confidence)),
                                 enough=lambda rs: any(self._side(self._verdict(r)) is Side.NEW for r in rs))
         step = self._step(point, runs, Stage.PROVE)
         observed = [(self._side(self._verdict(r)), r.outcome) for r in runs]
@@ -386,6 +428,8 @@ class Bisection:
         rule = self.rule.regress_on if self.regression is not None else req.regress_on  # AUTO, once known
         params = {"case": req.case.name, "pins": list(req.pins), "regress_on": rule.value,
                   "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature}
+        if req.confidence is not None:
+            params["confidence"] = req.confidence
         if self.rule.learned is not None:  # for `dsbisect log`: what the search counted as bad
             params["regression"] = self.rule.learned.as_json()
         if req.argv:  # for `dsbisect log`: the command, and where it ran (its relative paths are from there)
@@ -394,6 +438,14 @@ class Bisection:
         # masked (the group reads the store); a rerun takes them from its own command line
         self.runner.store.save_bisection(req.key, req.package, req.good, req.bad, redact_tree(params), status,
                                          redact_tree(result))
+
+
+def _with_confidence(result: Result, conf: Confidence) -> Result:
+    """The figure on the result; the run cap reached before P: the most likely answer, unconfirmed."""
+    result = _replace(result, confidence=result.confidence + (conf,))
+    if conf.sure:
+        return result
+    return _replace(result, verdict=Answer.UNCONFIRMED, message=conf.describe())
 
 
 def _replace(result: Result, **changes) -> Result:

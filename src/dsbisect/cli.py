@@ -667,6 +667,7 @@ def bisect(
     repeat: RepeatOpt = 1,
     confirm: Annotated[int, typer.Option("--confirm", min=1, max=MAX_COUNT, help="At the end, run the last good and first bad points until each has this many runs; the answer stands only if all agree.")] = 1,
     signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None,
+    confidence: Annotated[Optional[float], typer.Option("--confidence", metavar="P", help="For a flaky regression: a probabilistic bisection, one run per probe where it tells most, until one boundary holds probability P (e.g. 0.95; between 0.5 and 1); a point that fails once is bad. Not with --repeat or --confirm.")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
     prove: Annotated[bool, typer.Option("--prove/--no-prove", help="After the commit search: revert the first bad commit on top of the first bad release and run that (one more build and run).")] = True,
@@ -697,6 +698,8 @@ def bisect(
     from .bisection import Bisection, plan
     from .results import Request
 
+    with user_errors():
+        _check_confidence(confidence, repeat, confirm, good, good_env is not None or bad_env is not None or bool(hold))
     if good_env is not None or bad_env is not None or hold:
         return _bisect_envs(good_env, bad_env, hold or [], [w for w in (package, good, bad) if w is not None] + (command or []),
                             dict(case=case, script=script, matrix=matrix, nproc=nproc, accelerator=accelerator),
@@ -717,7 +720,7 @@ def bisect(
                       pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
                       repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
                       verify_commit_ends=verify_commit_ends, confirm=confirm, include_yanked=include_yanked,
-                      prove=prove, argv=tuple(_invocation()), any_failure=any_failure)
+                      prove=prove, argv=tuple(_invocation()), any_failure=any_failure, confidence=confidence)
         idx = index.options()
         env_options = envs.options(env_defaults)
         planned = plan(req, idx)  # everything checked before the store or the cache is touched
@@ -735,6 +738,23 @@ def bisect(
         if result.exit_code:
             say_error(result.message, label=f"{result.verdict.value}:")
             raise typer.Exit(result.exit_code)
+
+
+def _check_confidence(p: float | None, repeat: int, confirm: int, good: str | None, envs: bool) -> None:
+    """--confidence P: a probability strictly between 0.5 and 1, and a search of its own."""
+    if p is None:
+        return
+    if not 0.5 < p < 1:
+        raise InputError(f"--confidence {p:g}: give a probability between 0.5 and 1 (exclusive), e.g. 0.95")
+    if repeat > 1 or confirm > 1:
+        which = "--repeat" if repeat > 1 else "--confirm"
+        raise InputError(f"--confidence and {which} do not go together: --confidence decides how often to run "
+                         "each point itself")
+    if envs:
+        raise InputError("--confidence is for PACKAGE GOOD BAD, not --good-env/--bad-env")
+    if good == "auto":
+        raise InputError("--confidence needs a GOOD release: 'auto' walks back on single runs, which a flaky "
+                         "regression would fool")
 
 
 def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], words: list[str], case_opts: dict,

@@ -401,6 +401,7 @@ def bisect_summary(result: Result) -> list[str]:
         lines.append(result.commit_message)
     if result.confirm is not None and result.confirm.confirmed:
         lines.append(f"confirmed: {result.confirm.describe()}")
+    lines += [c.describe() for c in getattr(result, "confidence", ()) if c.sure]  # at the cap: the message says it
     if result.good_end:
         lines.append(result.good_end)
     lines += [f"not tested: {c}" for c in result.caveats]  # the answer may lie there

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from .confidence import Confidence, confidence_from_json, confidence_json
 from .identity import Identity
 from .model import (Answer, Case, Mode, Outcome, RegressOn, Stage, Verdict, digest, read_enum, read_int, read_ints,
                     worst)
@@ -81,6 +82,7 @@ class Request:
     argv: tuple[str, ...] = ()  # the bisect command line (marks.invocation), kept for `dsbisect log`; not in the key
     prove: bool = True  # after a commit step: the revert proof (not in the key: it adds a step, changes no answer)
     any_failure: bool = False  # count every failure of the rule's kind, not only the bad end's own
+    confidence: float | None = None  # --confidence P: the probabilistic search (bayes), one run per probe
 
     @property
     def mode(self) -> Mode:
@@ -94,6 +96,7 @@ class Request:
             "repeat": self.repeat, "signature": self.signature, "pre": self.pre,
             **({"include_yanked": True} if self.include_yanked else {}),
             **({"any_failure": True} if self.any_failure else {}),
+            **({"confidence": self.confidence} if self.confidence is not None else {}),
             "git": str(self.git_repo) if self.git_repo else None,
         })
 
@@ -295,6 +298,7 @@ class Result:
     proof: Proof | None = None  # the first bad commit reverted on the first bad release
     regression: Regression | None = None
     different: tuple[str, ...] = ()  # "1.1.0 failed differently (...): not counted; --any-failure counts it"
+    confidence: tuple[Confidence, ...] = ()  # --confidence: one per stage searched
 
     @property
     def exit_code(self) -> int:
@@ -320,6 +324,7 @@ class Result:
             "good_end": self.good_end or None, "caveats": list(self.caveats),
             "confirm": self.confirm.to_json() if self.confirm else None,
             "proof": self.proof.to_json() if self.proof else None,
+            "confidence": confidence_json(req.confidence, self.confidence),
         }
 
     @classmethod
@@ -329,13 +334,15 @@ class Result:
         regression = Regression.from_json(d["regression"], find_fix) if _dict(d, "regression") else None
         asked = regression.asked if regression else read_enum(RegressOn, d.get("regress_on"), RegressOn.AUTO)
         commit, confirm, proof = (_dict(d, k) for k in ("commit", "confirm", "proof"))
-        return cls(Request.from_json(d, asked), _strs(d.get("candidates")),
+        asked_p, found = confidence_from_json(d.get("confidence"), find_fix)
+        return cls(replace(Request.from_json(d, asked), confidence=asked_p), _strs(d.get("candidates")),
                    tuple(Step.from_json(s) for s in _maps(d.get("steps"))),
                    read_enum(Answer, d.get("verdict"), Answer.UNTESTABLE), _opt(d, "last_good"), _opt(d, "first_bad"),
                    _strs(d.get("maybe")), _str(d, "message"), CommitResult.from_json(commit) if commit else None,
                    _str(d, "commit_message"), Confirmation.from_json(confirm) if confirm else None,
                    _str(d, "good_end"), _strs(d.get("caveats")),
-                   Proof.from_json(proof, find_fix) if proof else None, regression, _strs(d.get("different")))
+                   Proof.from_json(proof, find_fix) if proof else None, regression, _strs(d.get("different")),
+                   found)
 
 
 def dumps(r: Result) -> str:
