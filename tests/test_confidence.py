@@ -104,6 +104,7 @@ def test_the_sentence_and_the_ends():
 
 
 @pytest.mark.slow
+@pytest.mark.soak  # ~200 s on 2 cores: the commit stage runs the same _flaky search the release test drives
 def test_the_commit_stage_of_a_confidence_search(tmp_path, cli, cache_dir, scratch_tmp):
     """--confidence with --git-repo: the commits are searched the same way (the proof's run count
     under --confidence is test_the_sentence_and_the_ends')."""
