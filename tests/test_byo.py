@@ -130,4 +130,4 @@ def test_command_lines_are_checked_before_anything_runs(tmp_path):
     (tmp_path / "x.py").write_text("")
     case = matrix_mod.command_case(["python", "-u", "x.py", "--lr", "1"], tmp_path, nproc=3,
                                    accelerator=Accelerator.CPU)
-    assert case.command == () and case.nproc == 3 and case.script.name == "x.py" and case.args == ("--lr", "1")
+    assert case.command is None and case.nproc == 3 and case.script.name == "x.py" and case.args == ("--lr", "1")

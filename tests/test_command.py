@@ -6,7 +6,7 @@ import shlex
 
 import pytest
 
-from dsbisect.command import Command, CommandKind, parse, rebuild, with_options
+from dsbisect.command import Command, CommandKind, parse, with_options
 from dsbisect.errors import InputError
 
 DS, TR, ACC = CommandKind.DEEPSPEED, CommandKind.TORCHRUN, CommandKind.ACCELERATE
@@ -207,13 +207,12 @@ def test_with_options_keeps_the_users_and_adds_the_missing(cwd):
     assert with_options(read("deepspeed -Hhosts train.py", cwd), {"--hostfile": "other"}) == ("-Hhosts",)
 
 
-def test_with_options_and_rebuild_by_kind(cwd):
+def test_with_options_by_kind(cwd):
     assert with_options(read("python train.py", cwd), {"--nproc-per-node": "2"}) == ("--nproc-per-node", "2")
     with pytest.raises(ValueError):
         with_options(read("bash run.sh", cwd), {"--master_port": "1"})
     tr = read("python -m torch.distributed.run --nproc-per-node 2 -- repro.py --steps 3", cwd)
-    assert rebuild(tr, {"--master-port": "29555", "--max-restarts": "-1"}) == (
+    assert tr.prefix + with_options(tr, {"--master-port": "29555", "--max-restarts": "-1"}) == (
         "python", "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29555",
-        "--max-restarts=-1", "repro.py", "--steps", "3")
-    with pytest.raises(ValueError):
-        rebuild(read("train.py", cwd), {})
+        "--max-restarts=-1")
+    assert (tr.target, *tr.script_args) == ("repro.py", "--steps", "3")

@@ -36,7 +36,8 @@ def test_gpu_slices_are_disjoint(tmp_path):
     from dsbisect.envs import EnvManager
     from dsbisect.model import Accelerator
     from dsbisect.rundir import RunDir
-    from dsbisect.runner import Runner, Slot, launcher_argv
+    from dsbisect.launchers import Target, plan
+    from dsbisect.runner import Runner, Slot
     from dsbisect.store import Store
 
     case = make_case(tmp_path, nproc=2, accelerator=Accelerator.CUDA)
@@ -49,6 +50,6 @@ def test_gpu_slices_are_disjoint(tmp_path):
     assert runner.slots(case) == [Slot()]  # one slice of two: the launcher's own --num_gpus
     runner.gpus, runner.gpu_ids = ["H200"] * 4, [4, 5, 6, 7]
     assert runner.slots(case) == [Slot((4, 5)), Slot((6, 7))]
-    argv = launcher_argv(case, tmp_path / "python", RunDir(tmp_path / "run"), 29500, (6, 7))
+    argv = list(plan(case, Target(tmp_path / "python", RunDir(tmp_path / "run"), 29500, (6, 7))).argv)
     assert "--include" in argv and argv[argv.index("--include") + 1] == "localhost:6,7"
     assert "--num_gpus" not in argv

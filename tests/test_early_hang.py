@@ -27,11 +27,11 @@ import pytest
 import toypkg
 from conftest import live_pids, write_matrix
 
-from dsbisect.evidence import Capture, flight_recorder_env
+from dsbisect.evidence import Capture
 from dsbisect.launch import LaunchResult, LaunchSpec, free_port, launch
 from dsbisect.model import Outcome
 from dsbisect.outcome import classify
-from dsbisect.rundir import RunDir
+from dsbisect.rundir import RunDir, flight_recorder_env
 
 pytestmark = pytest.mark.slow
 
@@ -276,7 +276,7 @@ def test_deadlock_through_launch(tmp_path, hook_path, backend):
     latency = time.time() - _deadlock_at(run)
     assert res.timed_out and res.exit_code is None and res.hang_line == "", res
     assert res.why.startswith("deadlock proven at "), res.why
-    c = classify(res.exit_code, res.timed_out, res.hang_line, res.why, run.log_tail())
+    c = classify(res.exit_code, res.timed_out, res.hang_line, res.why, run.tails()[0])
     assert c.outcome is Outcome.HANG and c.reason == res.why
     # gloo: rank 1 waits in BARRIER #N; NCCL may pair the barrier with the all_reduce and let
     # rank 1 go on (then it exits, or stays in destroy_process_group having passed #N)
@@ -344,7 +344,7 @@ def test_the_rank_table_times_how_long_a_rank_has_been_gone():
 
 def test_without_early_hang_the_collective_timeout_decides(tmp_path, hook_path):
     res, run, _, _ = _launch(tmp_path, hook_path, "deadlock", collective_timeout=8, early_hang=False)
-    c = classify(res.exit_code, res.timed_out, res.hang_line, res.why, run.log_tail())
+    c = classify(res.exit_code, res.timed_out, res.hang_line, res.why, run.tails()[0])
     assert c.outcome is Outcome.HANG and "Timed out waiting 8000ms" in c.reason, (res, c)
     assert not res.why.startswith("deadlock")
     deadlock_after = _deadlock_at(run) - (time.time() - res.seconds)  # about: seconds from launch

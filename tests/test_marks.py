@@ -295,6 +295,10 @@ class _Env:
     path: Path
     key: str = "envkey"
 
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
 
 class _Envs:
     def __init__(self, root: Path):
@@ -311,7 +315,7 @@ class _Envs:
 
 
 def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
-    from dsbisect.marks import ManualExecutor
+    from dsbisect.marks import ManualExecutor, manual_target
     from dsbisect.runner import Runner
 
     answers = iter(["dunno", "B", "good"])
@@ -334,8 +338,13 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
     venv = tmp_path / "envs" / p.key
     assert f"  venv      {venv}" in said
     assert f"  activate  source {venv / 'bin' / 'activate'}" in said
-    assert (f"  run       env DSBISECT_COLLECTIVE_TIMEOUT=3 OMP_NUM_THREADS=1 DS_ACCELERATOR=cpu "
-            f"CUDA_VISIBLE_DEVICES= python -m deepspeed.launcher.runner --num_gpus 2 {case.script}") in said
+    run = manual_target(tmp_path / "s", case, p, venv / "bin" / "python").run
+    assert f"  logs      {run.path}" in said
+    assert (f"  run       mkdir -p {run.ranks} && cd {run.path} && env DS_ACCELERATOR=cpu CUDA_VISIBLE_DEVICES= "
+            f"DSBISECT_RUN_DIR={run.path} DSBISECT_COLLECTIVE_TIMEOUT=3 DSBISECT_CASE=c TORCH_NCCL_TRACE_BUFFER_SIZE=2000 "
+            f"TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_NCCL_DEBUG_INFO_TEMP_FILE={run.fr_prefix} "
+            f"TORCH_FR_DUMP_TEMP_FILE={run.fr_prefix} OMP_NUM_THREADS=1 {venv}/bin/python -u -m deepspeed.launcher.runner "
+            f"--num_gpus 2 --master_port 29500 --enable_each_rank_log={run.ranks} {case.script}") in said, said
     assert runner.run_once(case, Point(versions=(("dsb-toy", "1.0.0"),))).outcome is Outcome.PASS
     # A venv that cannot be built is untestable, as a run here would be; nobody is asked.
     skipped = runner.run_once(case, Point(versions=(("dsb-toy", "9.9.9"),)))
@@ -347,15 +356,21 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
         ex.run_once(runner, case, p, 1, cancel)
 
 
-def test_manual_executor_prints_the_users_own_command(tmp_path):
-    from dsbisect.marks import instructions
+def test_manual_executor_prints_the_users_own_command_as_the_runner_runs_it(tmp_path):
+    from dsbisect.marks import instructions, manual_target
     from dsbisect.matrix import command_case
 
     (tmp_path / "train.py").write_text("pass\n")
     case = command_case(["deepspeed", "--num_gpus", "8", "train.py", "--bf16"], tmp_path)
-    lines = instructions(case, Point(versions=(("deepspeed", "0.12.4"),)), tmp_path / "v", Accelerator.CUDA)
-    assert lines[-1] == (f"  run       cd {tmp_path.resolve()} && env DSBISECT_COLLECTIVE_TIMEOUT=60 deepspeed --num_gpus 8 "
-                         "train.py --bf16")
+    point = Point(versions=(("deepspeed", "0.12.4"),))
+    target = manual_target(tmp_path / "st", case, point, tmp_path / "v" / "bin" / "python")
+    lines = instructions(case, point, tmp_path / "v", Accelerator.CUDA, target)
+    ranks = target.run.ranks
+    assert target.run.path.parent == tmp_path / "st" / "manual" and lines[3] == f"  logs      {target.run.path}"
+    assert lines[-1].startswith(f"  run       mkdir -p {ranks} && cd {tmp_path.resolve()} && env DSBISECT_RUN_DIR=")
+    assert lines[-1].endswith(f"TORCH_FR_DUMP_TEMP_FILE={target.run.fr_prefix} {tmp_path}/v/bin/python -u -m "
+                              f"deepspeed.launcher.runner --num_gpus 8 --master_port 29500 --enable_each_rank_log "
+                              f"{ranks} train.py --bf16")
 
 
 # ------------------------------------------------------------------- slow: for real
@@ -442,7 +457,7 @@ def test_bisect_manual_asks_at_each_point(tmp_path, cli, cache_dir, wheelhouse):
     assert [(s["version"], s["verdict"]) for s in out["steps"]] == [
         ("1.0.0", "good"), ("1.3.0", "bad"), ("1.1.0", "skip"), ("1.2.0", "good")]
     assert res.stderr.count("good, bad or skip [g/b/s]") == 5 and "activate  source " in res.stderr
-    assert "python -m deepspeed.launcher.runner --num_gpus 2" in res.stderr
+    assert "/bin/python -u -m deepspeed.launcher.runner --num_gpus 2 --master_port 29500 --enable_each_rank_log=" in res.stderr
     runs = _runs(tmp_path / ".dsbisect")
     assert [r["evidence"]["manual"] for r in runs] == ["good", "bad", "skip", "good"]
     assert all(r["env_key"] for r in runs)

@@ -27,7 +27,7 @@ from dsbisect import multinode
 from dsbisect.errors import MatrixError
 from dsbisect.model import Accelerator, Case, LauncherBackend, SlurmSettings
 from dsbisect.rundir import RunDir
-from dsbisect.runner import launcher_argv
+from dsbisect.launchers import Target, plan
 
 # --------------------------------------------------------------- pass-through, on paper
 
@@ -45,7 +45,7 @@ def _hostfile(tmp_path: Path, *hosts: str) -> Path:
 def test_launcher_gets_the_multinode_options(tmp_path):
     hf = _hostfile(tmp_path, "n1", "n2", "n3")
     case = _case(tmp_path, hostfile=hf, num_nodes=2, backend=LauncherBackend.OPENMPI, master_addr="10.0.0.1")
-    argv = launcher_argv(case, tmp_path / "python", RunDir(tmp_path / "run"), 29500, None)
+    argv = list(plan(case, Target(tmp_path / "python", RunDir(tmp_path / "run"), 29500, None)).argv)
     i = argv.index("deepspeed.launcher.runner")
     assert argv[i + 1:i + 9] == ["--hostfile", str(hf), "--num_nodes", "2", "--launcher", "openmpi",
                                  "--master_addr", "10.0.0.1"]
@@ -53,7 +53,7 @@ def test_launcher_gets_the_multinode_options(tmp_path):
     assert multinode.hostfile_hosts(case) == ["n1", "n2"]
 
     inc = _case(tmp_path, hostfile=hf, include="n1@n3:0")
-    argv = launcher_argv(inc, tmp_path / "python", RunDir(tmp_path / "run"), 29500, None)
+    argv = list(plan(inc, Target(tmp_path / "python", RunDir(tmp_path / "run"), 29500, None)).argv)
     assert argv[argv.index("--include") + 1] == "n1@n3:0" and "--num_gpus" not in argv
     assert multinode.hostfile_hosts(inc) == ["n1", "n3"]
     assert multinode.hostfile_hosts(_case(tmp_path, hostfile=hf, exclude="n2@n3:1")) == ["n1", "n3"]

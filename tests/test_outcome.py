@@ -176,3 +176,18 @@ def test_a_reason_reads_the_first_non_empty_line_and_a_chain_is_one_error(tail, 
 
 def test_an_error_line_outside_a_traceback_whose_message_begins_with_a_newline():
     assert first_error("noise\nRuntimeError: \n\n  the real message\n") == "RuntimeError: the real message"
+
+
+@pytest.mark.parametrize(("text", "first"), [
+    ("srun: error: localhost: task 1: Exited with exit code 3\nsrun: error: localhost: task 0: Exited with exit code 143",
+     (1, 3)),
+    ("srun: launch/slurm: _step_signal: Terminating StepId=11.0\nsrun: error: n2: task 3: Killed", (3, -9)),
+    ("srun: error: n1: tasks 0-1: Segmentation fault (core dumped)", (0, -11)),
+    ("srun: error: n1: task 0: Aborted", (0, -6)),
+    ("srun: error: Unable to allocate resources: Invalid partition name specified", None),
+    ("a rank printed srun: error: x: task 1: Exited with exit code 2 mid-line", None),  # only srun's own lines
+])
+def test_first_rank_exit_reads_sruns_task_lines(text, first):
+    from dsbisect.outcome import first_rank_exit
+
+    assert first_rank_exit(text) == first

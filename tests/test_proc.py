@@ -45,7 +45,7 @@ def test_run_dir_layout_and_its_readers(tmp_path):
     assert run.faulthandler_dumps() == [(1, 4242, run.stacks / "rank1.pid4242.txt")]
     assert run.fr_dumps() == [(1, tmp_path / "nccl_trace_rank_1"), (None, tmp_path / "nccl_trace_rank_bad")]
     assert run.fr_prefix.endswith("/nccl_trace_rank_")
-    assert run.log_tail() == "r1\nlauncher"
+    assert run.tails()[0] == "r1\nlauncher"
 
 
 def test_tail_reads_only_the_end_of_a_large_log(tmp_path):

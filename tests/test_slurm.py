@@ -264,3 +264,60 @@ def test_slurm_jobs_at_once_come_from_jobs_not_from_this_machine(tmp_path):
 ])
 def test_slurm_failures_name_the_job_and_its_state(tmp_path, state, reason):
     assert _lost_reason(tmp_path, "12", state) == reason
+
+
+# ----------------------------------------------------------- the srun launch line, for real
+
+SRUN_TRAIN = """\
+import json, os
+import torch.distributed as dist
+import dsb_toy
+
+keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
+        "SLURM_NTASKS", "DSBISECT_RUN_DIR")
+print("env " + json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
+dist.init_process_group("gloo")  # env://: what the srun line mapped from SLURM_*
+dsb_toy.step(dist)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@_real
+def test_an_srun_line_runs_each_task_as_a_rank(tmp_path, house, cache_dir):
+    """``dsbisect run -- srun --ntasks 2 python train.py`` inside an allocation (salloc): each
+    task is a rank with torch's variables from Slurm's, its output in ranks/rank<R>.log, and a
+    rank's failure is the run's FAIL (the other task stopped by srun)."""
+    (tmp_path / "train.py").write_text(SRUN_TRAIN)
+    cmd = ["salloc", "--ntasks=2", "--cpus-per-task=1", "--time=5", sys.executable, "-m", "dsbisect", "run",
+           "--versions", "dsb-slurm=7.0.0,7.2.0", "--accelerator", "cpu", "--collective-timeout", "10",
+           "--offline", "--find-links", str(house), "--cache-dir", str(cache_dir), "--format", "json", "-q",
+           "--", "srun", "--ntasks", "2", "python", "train.py"]
+    out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    runs = {r["versions"]["dsb-slurm"]: r for r in json.loads(out.stdout)["runs"]}
+    ok, bad = runs["7.0.0"], runs["7.2.0"]
+    assert ok["outcome"] == "pass", ok["reason"]
+    assert ok["environment"]["command"] == ["srun", "--ntasks", "2", "python", "train.py"]
+    logs = sorted(p.name for p in (Path(ok["run_dir"]) / "ranks").iterdir())
+    assert logs == ["rank0.log", "rank1.log"]
+    for rank in (0, 1):
+        text = (Path(ok["run_dir"]) / "ranks" / f"rank{rank}.log").read_text()
+        env = json.loads(next(ln for ln in text.splitlines() if ln.startswith("env "))[4:])
+        assert env["RANK"] == env["SLURM_PROCID"] == env["LOCAL_RANK"] == str(rank), env
+        assert env["WORLD_SIZE"] == env["SLURM_NTASKS"] == env["LOCAL_WORLD_SIZE"] == "2", env
+        assert env["MASTER_ADDR"] == "localhost" and env["MASTER_PORT"].isdigit(), env
+        assert env["DSBISECT_RUN_DIR"] == ok["run_dir"]
+    assert bad["outcome"] == "fail" and "ValueError: dsb_toy: the loss went NaN" in bad["reason"], bad["reason"]
+    assert "task 0: Exited with exit code 1" in (Path(bad["run_dir"]) / "launcher.log").read_text()
+
+    # The same line from matrix.yaml: a script case with launcher: srun (its nproc are the tasks).
+    write_matrix(tmp_path / "m", ["7.0.0"], package="dsb-slurm", extra="    launcher: srun\n")
+    alloc, options = cmd[:cmd.index(sys.executable) + 1], cmd[cmd.index("--accelerator"):cmd.index("--")]
+    out = subprocess.run([*alloc, "-m", "dsbisect", "run", "matrix.yaml", *options], cwd=tmp_path / "m",
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    (run,) = json.loads(out.stdout)["runs"]
+    assert run["outcome"] == "pass", run["reason"]
+    logs = {p.name: p.read_text() for p in (Path(run["run_dir"]) / "ranks").iterdir()}
+    assert set(logs) == {"rank0.log", "rank1.log"} and "rank 1 of 2: dsb_toy 7.0.0" in logs["rank1.log"], logs

@@ -17,7 +17,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -215,26 +215,20 @@ def hook_source() -> str:
     return resources.files("dsbisect").joinpath("_hook/dsbisect_hook.py").read_text()
 
 
-# Launchers a user's command line may name, and the module each runs.  In a layered venv torch
-# (and maybe accelerate) live in the base, whose own `torchrun` would run the base's python:
-# the venv gets a `bin/` entry of its own that runs the venv's.
-LAUNCHER_MODULES = {"torchrun": "torch.distributed.run", "deepspeed": "deepspeed.launcher.runner",
-                    "accelerate": "accelerate.commands.accelerate_cli"}
-
-
-def install_launchers(venv: Path) -> None:
-    """``bin/torchrun``, ``bin/deepspeed``, ``bin/accelerate`` running the venv's python, where the
-    venv has none of its own."""
-    for name, module in LAUNCHER_MODULES.items():
+def install_launchers(venv: Path, entries: Mapping[str, str]) -> None:
+    """``bin/NAME`` running ``python -m MODULE`` with the venv's python for each of ``entries``
+    (``launchers.VENV_ENTRIES``: torchrun, deepspeed, accelerate), where the venv has none of its own."""
+    for name, module in entries.items():
         entry = venv / "bin" / name
         if not entry.exists():
             entry.write_text(f'#!/bin/sh\nexec "$(dirname "$0")/python" -m {module} "$@"\n')
             entry.chmod(0o755)
 
 
-def install_hook(venv: Path) -> None:
-    """(Re)write dsbisect's start-up hook into the venv; cheap, and keeps old envs current."""
-    install_launchers(venv)
+def install_hook(venv: Path, entries: Mapping[str, str]) -> None:
+    """(Re)write dsbisect's start-up hook and the launchers' ``entries`` into the venv; cheap, and
+    keeps old envs current."""
+    install_launchers(venv, entries)
     site_dir = site_packages(venv)
     src = hook_source()
     target = site_dir / "dsbisect_hook.py"

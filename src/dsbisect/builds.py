@@ -29,6 +29,7 @@ from .cache import MARKER, CachePaths
 from .compat import SHIMS
 from .errors import EnvBuildError
 from .indexes import pip_child_env
+from .launchers import VENV_ENTRIES
 from .model import EnvOptions, GitSource, digest
 from .uv import Uv, reason
 from .versions import file_is
@@ -79,7 +80,7 @@ class Builds:
         site = base_env.site_packages(tmp)
         base_env.write_layer(site, torch_site)
         base_env.write_stubs(site, base_env.dists_in(torch_site))
-        base_env.install_hook(tmp)
+        base_env.install_hook(tmp, VENV_ENTRIES)
         if context:
             self.uv.install(tmp, context, hold)
         if self.options.build_pins:

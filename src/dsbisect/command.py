@@ -1,7 +1,7 @@
 """A user's command line, read the way its launcher would read it.
 
-``parse`` sorts a line into one of five forms (``CommandKind``): a ``deepspeed``,
-``torchrun`` (or ``python -m torch.distributed.run|launch``) or ``accelerate launch`` line; a
+``parse`` sorts a line into one of six forms (``CommandKind``): a ``deepspeed``,
+``torchrun`` (or ``python -m torch.distributed.run|launch``), ``accelerate launch`` or ``srun`` line; a
 Python script (``python -u x.py …``, ``x.py …``) to run under the case's launcher; or any other
 executable, run as it is, whose exit code is the verdict.  For a launcher line it separates the
 launcher's options from the script and the script's arguments exactly where the launcher's
@@ -30,16 +30,17 @@ from dsbisect.errors import InputError
 
 
 class CommandKind(enum.Enum):
-    """Which of the five forms a command line has."""
+    """Which of the six forms a command line has."""
 
     DEEPSPEED = "deepspeed"
     TORCHRUN = "torchrun"  # torchrun, python -m torch.distributed.run, python -m torch.distributed.launch
     ACCELERATE = "accelerate"  # accelerate launch
+    SRUN = "srun"  # srun [options] program …: Slurm's tasks are the ranks
     SCRIPT = "script"  # a Python file, to run under the case's launcher with --nproc
     EXECUTABLE = "executable"  # anything else, run as it is: its exit code is the verdict
 
 
-LAUNCHERS = (CommandKind.DEEPSPEED, CommandKind.TORCHRUN, CommandKind.ACCELERATE)
+LAUNCHERS = (CommandKind.DEEPSPEED, CommandKind.TORCHRUN, CommandKind.ACCELERATE, CommandKind.SRUN)
 
 
 @dataclass(frozen=True)
@@ -94,33 +95,37 @@ def parse(argv: Sequence[str], cwd: Path) -> Command:
     launcher = _launcher(argv)
     if launcher:
         return _parse_launcher(argv, *launcher, cwd)
-    if _PYTHON.fullmatch(Path(argv[0]).name):
+    if PYTHON.fullmatch(Path(argv[0]).name):
         return _parse_python(argv, cwd)
     if argv[0].endswith(".py"):
         return _script(argv, 0, cwd)
     return _executable(argv, cwd)
 
 
-def with_options(cmd: Command, add: Mapping[str, str | None]) -> tuple[str, ...]:
+def with_options(cmd: Command, add: Mapping[str, str | None], inline: bool = False) -> tuple[str, ...]:
     """The launcher options to run ``cmd`` with: the user's, untouched and in order, then each
-    of ``add`` that the user did not give under any spelling (a None value adds a flag)."""
+    of ``add`` that the user did not give under any spelling (a None value adds a flag;
+    ``inline`` spells each as ``--name=value``, as getopt's optional values must be)."""
     if cmd.kind is CommandKind.EXECUTABLE:
         raise ValueError("an executable has no launcher options")
-    extra = [_spell(name, value) for name, value in add.items() if not cmd.has_option(name)]
+    extra = [_spell(name, value, inline) for name, value in add.items() if not cmd.has_option(name)]
     return cmd.launcher_args + tuple(token for pair in extra for token in pair)
 
 
-def rebuild(cmd: Command, add: Mapping[str, str | None]) -> tuple[str, ...]:
-    """A launcher line run again with ``with_options``: launcher, options, target, its arguments."""
-    if cmd.kind not in LAUNCHERS:
-        raise ValueError(f"a {cmd.kind.value} command has no launcher of its own")
-    return cmd.prefix + with_options(cmd, add) + (cmd.target,) + cmd.script_args
+def options_of(kind: CommandKind, args: Sequence[str]) -> Command:
+    """``args`` read as launcher ``kind``'s options alone (a case's ``launcher_args``): they must
+    all be options. Raises ``InputError``."""
+    grammar = _GRAMMARS[kind]
+    end, options = _read_options(tuple(args), grammar)
+    if end < len(args):
+        raise InputError(f"{grammar.launcher}: {args[end]!r} is not an option (launcher_args are options only)")
+    return Command(tuple(args), kind, launcher_args=tuple(args), options=tuple(options))
 
 
-def _spell(name: str, value: str | None) -> tuple[str, ...]:
+def _spell(name: str, value: str | None, inline: bool = False) -> tuple[str, ...]:
     if value is None:
         return (name,)
-    return (f"{name}={value}",) if value.startswith("-") else (name, value)
+    return (f"{name}={value}",) if inline or value.startswith("-") else (name, value)
 
 
 # ---------------------------------------------------------------------- grammars
@@ -129,7 +134,7 @@ def _spell(name: str, value: str | None) -> tuple[str, ...]:
 @dataclass(frozen=True)
 class _Option:
     name: str  # canonical: the first long spelling
-    arity: str  # "flag", "value" or "int"
+    arity: str  # "flag", "value", "int" or "optional" (a value only inline: --opt=VALUE)
 
 
 @dataclass(frozen=True)
@@ -156,10 +161,11 @@ class _Grammar:
         return found.name if found else self.key(name)
 
 
-def _grammar(launcher: str, flags: str, values: str, ints: str, dashes: bool, abbrev: bool) -> _Grammar:
+def _grammar(launcher: str, flags: str, values: str, ints: str, dashes: bool, abbrev: bool,
+             optional: str = "") -> _Grammar:
     """A grammar from space-separated option groups, a group's spellings joined by ``|``."""
     spellings: dict[str, _Option] = {}
-    for arity, groups in (("flag", flags), ("value", values), ("int", ints)):
+    for arity, groups in (("flag", flags), ("value", values), ("int", ints), ("optional", optional)):
         for group in groups.split():
             names = group.split("|")
             spellings.update(dict.fromkeys(names, _Option(next(n for n in names if n[:2] == "--"), arity)))
@@ -228,14 +234,34 @@ _ACCELERATE = _grammar(
     ints="--num_processes --num_machines --machine_rank --main_process_port --num_cpu_threads_per_process",
     dashes=True, abbrev=False)
 
-_GRAMMARS = {CommandKind.DEEPSPEED: _DEEPSPEED, CommandKind.TORCHRUN: _TORCHRUN, CommandKind.ACCELERATE: _ACCELERATE}
+# srun reads its options with getopt_long: unique prefixes of long names, no "-"/"_" folding;
+# an option with an optional value ("opt") takes it only inline (--kill-on-bad-exit=1).
+_SRUN = _grammar(
+    "srun",
+    flags="--overlap --overcommit|-O --label|-l --unbuffered|-u --quiet|-Q --verbose|-v --no-kill --disable-status|-X "
+          "--contiguous --hold|-H --exact --whole --spread-job --use-min-nodes --test-only --multi-prog --pty "
+          "--reboot --help|-h --usage --version|-V",
+    values="--nodes|-N --partition|-p --time|-t --job-name|-J --output|-o --error|-e --input|-i --chdir|-D "
+           "--nodelist|-w --exclude|-x --account|-A --qos|-q --constraint|-C --mem --mem-per-cpu --mem-per-gpu "
+           "--gres --gpus|-G --gpus-per-node --gpus-per-task --gpus-per-socket --cpus-per-gpu --cpu-bind "
+           "--mem-bind --distribution|-m --export --mpi --reservation --dependency|-d --time-min --begin "
+           "--signal --network --comment --licenses|-L --gpu-bind --hint --cores-per-socket --sockets-per-node "
+           "--threads-per-core --ntasks-per-socket --ntasks-per-core --ntasks-per-gpu --tres-per-task "
+           "--container --prolog --epilog --task-prolog --task-epilog --open-mode --switches --wckey --cluster|-M "
+           "--nodefile|-F --segment --mincpus --tmp --kill-command --wait|-W --cpus-per-task|-c",
+    ints="--ntasks|-n --ntasks-per-node --relative|-r --jobid --het-group --nice",
+    dashes=False, abbrev=True, optional="--kill-on-bad-exit|-K --exclusive --immediate|-I --propagate "
+                                        "--cpu-freq --slurmd-debug --accel-bind")
+
+_GRAMMARS = {CommandKind.DEEPSPEED: _DEEPSPEED, CommandKind.TORCHRUN: _TORCHRUN, CommandKind.ACCELERATE: _ACCELERATE,
+             CommandKind.SRUN: _SRUN}
 
 # Executables (by file name) and python -m modules that are launchers.
 _EXECUTABLES = {"deepspeed": CommandKind.DEEPSPEED, "ds": CommandKind.DEEPSPEED, "torchrun": CommandKind.TORCHRUN,
-                "accelerate-launch": CommandKind.ACCELERATE}
+                "accelerate-launch": CommandKind.ACCELERATE, "srun": CommandKind.SRUN}
 _MODULES = {"torch.distributed.run": CommandKind.TORCHRUN, "torch.distributed.launch": CommandKind.TORCHRUN,
             "deepspeed.launcher.runner": CommandKind.DEEPSPEED, "accelerate.commands.launch": CommandKind.ACCELERATE}
-_PYTHON = re.compile(r"python[\d.]*")
+PYTHON = re.compile(r"python[\d.]*")  # an interpreter's file name
 _NUMBER = re.compile(r"-\d+(\.\d*)?")
 _INT = re.compile(r"[-+]?\d+")
 
@@ -305,7 +331,13 @@ def _parse_launcher(argv: tuple[str, ...], kind: CommandKind, start: int, cwd: P
         raise InputError(f"{grammar.launcher}: no script after its options")
     given = dict(options)  # the last of a repeated option wins, as in argparse
     module = rest[0] if "--module" in given else None
-    script = None if module or "--no_python" in given else _existing_script(rest[0], cwd, grammar.launcher)
+    if kind is CommandKind.SRUN:  # the program: python x.py … names its script
+        try:
+            script = parse(rest, cwd).script
+        except InputError as e:
+            raise InputError(f"srun: {e}") from None
+    else:
+        script = None if module or "--no_python" in given else _existing_script(rest[0], cwd, grammar.launcher)
     nproc, nnodes = _WORLD[kind](given, cwd)
     values = tuple(v for _, v in options if v)
     return Command(argv, kind, launcher_args=tokens[:end], script=script, script_args=rest[1:], nproc=nproc,
@@ -358,6 +390,8 @@ def _read_option(tokens: Sequence[str], i: int, g: _Grammar) -> tuple[str, str |
     option = g.find(name)
     if option is None:
         return _unknown(tokens, i, g, name, inline)
+    if option.arity == "optional":
+        return option.name, inline, i + 1
     if option.arity == "flag":
         if inline is not None:
             raise InputError(f"{g.launcher}: {name} takes no value")
@@ -433,25 +467,44 @@ def _node_specs(text: str) -> dict[str, set[int]]:
 
 
 def _hostfile(name: str | None, cwd: Path) -> dict[str, int] | None:
-    """The hostfile's ``HOST slots=N`` lines; None without one (DeepSpeed then uses this machine)."""
+    """The hostfile's hosts and slots; None without one (DeepSpeed then uses this machine)."""
     path = cwd / name if name else None
     if path is None or not _is_file(path):
         return None
-    pool: dict[str, int] = {}
+    return read_hostfile(path)
+
+
+def read_hostfile(path: Path) -> dict[str, int]:
+    """``parse_hostfile`` of the file at ``path``. Raises ``InputError``."""
     try:
         text = files.read_small_text(path, errors="replace")
     except OSError as e:
         raise InputError(f"deepspeed: hostfile {path}: {e.strerror or e}") from None
+    return parse_hostfile(text, f"deepspeed: hostfile {path}")
+
+
+_HOST_LINE = re.compile(r"(\S+)\s+slots=(\d+)")
+
+
+def parse_hostfile(text: str, where: str) -> dict[str, int]:
+    """A DeepSpeed hostfile as its launcher reads it: host -> slots, in order.  A line is
+    ``HOST slots=N`` (whatever follows is not read: ``n1 slots=2 # spare`` is n1's 2 slots);
+    blank lines and lines that start with ``#`` are skipped (a ``#`` inside a host name is part
+    of it); any other line, a host named twice, or no host at all is an ``InputError`` that
+    begins with ``where``."""
+    pool: dict[str, int] = {}
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
-        match = re.match(r"(\S+)\s+slots=(\d+)", line)
+        match = _HOST_LINE.match(line)
         if not match:
-            raise InputError(f"deepspeed: hostfile {path}: bad line {line!r} (expected 'HOST slots=N')")
+            raise InputError(f"{where}: bad line {line!r} (expected 'HOST slots=N')")
+        if match[1] in pool:
+            raise InputError(f"{where}: host {match[1]} is named twice")
         pool[match[1]] = int(match[2])
     if not pool:
-        raise InputError(f"deepspeed: hostfile {path} names no host")
+        raise InputError(f"{where} names no host")
     return pool
 
 
@@ -498,5 +551,20 @@ def _positive(value: object) -> int | None:
     return number if number > 0 else None
 
 
+def _srun_world(given: Mapping[str, str | None], cwd: Path) -> tuple[int | None, int | None]:
+    """``--ntasks-per-node``, else ``--ntasks`` over the nodes; ``--nodes`` N (MIN-MAX: None unless
+    MIN == MAX), 1 without it (inside a larger allocation srun spreads over all of its nodes)."""
+    spec = given.get("--nodes") or "1"
+    low, _, high = spec.partition("-")
+    if not _INT.fullmatch(low) or (high and not _INT.fullmatch(high)):
+        raise InputError(f"srun: --nodes needs N or MIN-MAX, not {spec!r}")
+    nnodes = int(low) if not high or int(high) == int(low) else None
+    per_node = _positive(given.get("--ntasks-per-node"))
+    tasks = _positive(given.get("--ntasks"))
+    if per_node is None and tasks is not None and nnodes:
+        per_node = tasks // nnodes if tasks % nnodes == 0 else None
+    return per_node if per_node or given.get("--ntasks") else 1, nnodes
+
+
 _WORLD = {CommandKind.DEEPSPEED: _deepspeed_world, CommandKind.TORCHRUN: _torchrun_world,
-          CommandKind.ACCELERATE: _accelerate_world}
+          CommandKind.ACCELERATE: _accelerate_world, CommandKind.SRUN: _srun_world}

@@ -34,6 +34,7 @@ from . import disk
 from .builds import Builds
 from .cache import MARKER, CachePaths, disk_usage
 from .errors import EnvBuildError
+from .launchers import VENV_ENTRIES
 from .model import BaseMode, EnvOptions, GitSource, IndexOptions, Point, digest
 from .redact import redact
 from .uv import Uv
@@ -232,7 +233,7 @@ class EnvManager:
         if data.get("key") != spec.key:
             shutil.rmtree(final, ignore_errors=True)
             return None
-        base_env.install_hook(final)
+        base_env.install_hook(final, VENV_ENTRIES)
         os.utime(marker)
         return Env(key=spec.key, path=final, spec=spec, seconds=0.0, reused=True,
                    installed=tuple(tuple(x) for x in data.get("installed", [])),
@@ -257,7 +258,7 @@ class EnvManager:
                 if not torch:
                     raise EnvBuildError("isolated mode needs a torch pin (add e.g. 'torch==2.1.2' to pins)")
                 self.uv.install(tmp, torch)
-            base_env.install_hook(tmp)
+            base_env.install_hook(tmp, VENV_ENTRIES)
             reqs, links = self._prebuild(point, spec, site_dir)
             self.uv.install(tmp, reqs, spec.hold, extra_links=links)
             installed, shadowed = base_env.inventory(site_dir, stubs)

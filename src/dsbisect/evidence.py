@@ -146,15 +146,3 @@ def _rank(proc: psutil.Process) -> str:
         return proc.environ().get("RANK", "?")
     except psutil.Error:
         return "?"
-
-
-def flight_recorder_env(run: RunDir) -> dict[str, str]:
-    """Variables that make torch's NCCL flight recorder dump into the run folder on a timeout."""
-    prefix = run.fr_prefix
-    return {
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
-        "TORCH_FR_BUFFER_SIZE": "2000",
-        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
-        "TORCH_FR_DUMP_TEMP_FILE": prefix,
-    }

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .files import DATA_LIMIT, read_small
-from .rundir import RunDir
+from .rundir import RunDir, rank_of_log
 
 SOURCES = ("flight-recorder", "watchdog", "py-spy", "faulthandler", "traceback")  # stacks
 _FACT_ORDER = ("flight-recorder", "watchdog", "traceback", "py-spy", "faulthandler")
@@ -299,7 +299,6 @@ def _mismatch_text(seq: int, seen: dict[int, _Work]) -> str:
 
 
 _RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
-_RANK_FILE = re.compile(r"rank(\d+)\.log$")
 _WATCHDOG = re.compile(r"Rank (\d+)\]\s*Watchdog caught collective operation timeout: WorkNCCL\(")
 _WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=(-?\w+)")
 _PG_GUID = re.compile(r"PG GUID \S*?\(([^)]*)\) Rank (\d+)\]")
@@ -314,18 +313,9 @@ def _log_streams(run_dir: Path, notes: list[str]) -> list[list[_Line]]:
     streams = []
     for path in RunDir(run_dir).logs():
         if path.is_file():
-            rank = _file_rank(path)
+            rank = rank_of_log(path)
             streams.append([_line(raw, rank) for raw in _tail_text(path, notes).splitlines()])
     return streams
-
-
-def _file_rank(path: Path) -> int | None:
-    """deepspeed's ``<stamp>_rank<R>.log``, or torchrun's ``<id>/attempt_0/<R>/stdout.log``."""
-    m = _RANK_FILE.search(path.name)
-    if m:
-        return int(m[1])
-    torchrun = path.parent.name.isdigit() and path.parent.parent.name.startswith("attempt_")
-    return int(path.parent.name) if torchrun else None
 
 
 def _line(raw: str, file_rank: int | None) -> _Line:

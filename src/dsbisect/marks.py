@@ -34,16 +34,18 @@ from .model import (
     Accelerator,
     Case,
     GitSource,
-    Launcher,
     Outcome,
     Point,
     RegressOn,
     Stage,
     Verdict,
 )
+from . import launchers
 from .identity import Identity, Rule, judge_run
+from .launchers import Target
 from .redact import redact
 from .results import Recorded, Result, Step
+from .rundir import RunDir
 from .store import RunRecord, Store
 
 
@@ -472,32 +474,18 @@ def parse_answer(text: str) -> Mark | None:
     return None
 
 
-def instructions(case: Case, point: Point, venv: Path, accel: Accelerator) -> list[str]:
-    """How to run ``case`` at ``point`` by hand: the venv, how to activate it, the command."""
-    env = {"DSBISECT_COLLECTIVE_TIMEOUT": f"{case.collective_timeout:g}", **dict(case.env)}
-    if case.compat:
-        env["DSBISECT_COMPAT"] = ",".join(case.compat)
-    if accel is Accelerator.CPU:
-        env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-    if case.command:
-        argv = list(case.command)
-    elif case.launcher is Launcher.TORCHRUN:
-        argv = ["python", "-m", "torch.distributed.run", "--nproc_per_node", str(case.nproc),
-                *case.launcher_args, str(case.script), *case.args]
-    else:
-        from .multinode import launcher_args
+MANUAL_PORT = 29500  # the master port of a run by hand (torch's default)
 
-        nodes = launcher_args(case)
-        count = [] if case.nodes.include or case.nodes.exclude else ["--num_gpus", str(case.nproc)]
-        argv = ["python", "-m", "deepspeed.launcher.runner", *nodes, *count, *case.launcher_args,
-                str(case.script), *case.args]
-    run = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *argv])
-    if case.cwd:
-        run = f"cd {shlex.quote(str(case.cwd))} && {run}"
-    return [f"{case.name} · {point.label}",
-            f"  venv      {venv}",
-            f"  activate  source {shlex.quote(str(venv / 'bin' / 'activate'))}",
-            f"  run       {redact(run)}"]
+
+def manual_target(store_dir: Path, case: Case, point: Point, python: Path) -> Target:
+    """Where a run by hand goes: the point venv's python, a folder of its own under the store's
+    ``manual/`` (the ranks' logs, the flight recorder's dumps), torch's default master port."""
+    return Target(python, RunDir(store_dir / "manual" / f"{case.key[:12]}-{point.key[:12]}"), MANUAL_PORT)
+
+
+def instructions(case: Case, point: Point, venv: Path, accel: Accelerator, target: Target) -> list[str]:
+    """How to run ``case`` at ``point`` by hand: the line the runner would run (``launchers``)."""
+    return launchers.instructions(case, point, venv, accel, target)
 
 
 @dataclass
@@ -525,7 +513,8 @@ class ManualExecutor:
             runner.progress("done", f"{case.name} · {point.label}: skip (venv could not be built)")
             return done
         self.say("")
-        for text in instructions(case, point, env.path, runner.accelerator(case)):
+        target = manual_target(runner.store.dir, case, point, env.python)
+        for text in instructions(case, point, env.path, runner.accelerator(case), target):
             self.say(text)
         while (answer := parse_answer(self.ask(f"{point.label}: good, bad or skip [g/b/s]"))) is None:
             self.say("  answer good, bad or skip (g, b, s)")

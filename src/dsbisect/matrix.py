@@ -19,7 +19,9 @@ from packaging.version import InvalidVersion, Version
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from . import files
+from .command import CommandKind, options_of, read_hostfile
 from .errors import InputError, MatrixError
+from .launchers import nodes_problem
 from .model import (
     DEFAULT_BUILD_PINS,
     Accelerator,
@@ -331,15 +333,25 @@ def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -
         gpu_overrides=tuple(GpuOverride(match=k, args=tuple(o.args), env=tuple(sorted(o.env.items())))
                             for k, o in c.gpu.items()),
         slurm=_slurm(c.slurm, d.slurm),
-        command=base.command if base else (),
+        command=base.command if base else None,
         cwd=base.cwd if base else None,
         inputs=base.inputs if base else (),
     )
+    _check_launcher_args(case, where)
     return with_nodes(case, where, hostfile=(path.parent / hostfile).resolve() if hostfile else None,
                       num_nodes=_first(c.num_nodes, d.num_nodes, None),
                       backend=_first(c.launcher_backend, d.launcher_backend, None),
                       master_addr=_first(c.master_addr, d.master_addr, None),
                       include=_first(c.include, d.include, None), exclude=_first(c.exclude, d.exclude, None))
+
+
+def _check_launcher_args(case: Case, where: str) -> None:
+    """srun's options are read when the case is made (its line adds to them when it runs)."""
+    if case.launcher is Launcher.SRUN and not case.command:
+        try:
+            options_of(CommandKind.SRUN, case.launcher_args)
+        except InputError as e:
+            raise MatrixError(f"{where}.launcher_args: {e}") from None
 
 
 def _points(c: _Case, axes: Axes | None, pins: tuple[str, ...], where: str) -> tuple[Point, ...]:
@@ -378,17 +390,16 @@ def with_nodes(case: Case, where: str, **given) -> Case:
 
 
 def _nodes_problem(n: Nodes, launcher: Launcher) -> str:
-    uses_hostfile = n.num_nodes is not None or n.backend or n.master_addr
-    if (uses_hostfile or n.hostfile or n.include or n.exclude) and launcher is not Launcher.DEEPSPEED:
-        return "hostfile, include, exclude, num_nodes, launcher_backend and master_addr need launcher: deepspeed"
-    if n.hostfile is not None and not _is_file(n.hostfile):
+    """``launchers.nodes_problem``, then the hostfile: there, and read as the deepspeed launcher reads it."""
+    problem = nodes_problem(n, launcher)
+    if problem or n.hostfile is None:
+        return problem
+    if not _is_file(n.hostfile):
         return f"hostfile: {_short(str(n.hostfile))} does not exist"
-    if uses_hostfile and n.hostfile is None:
-        return "num_nodes, launcher_backend and master_addr need a hostfile"
-    if n.include and n.exclude:
-        return "give include or exclude, not both"
-    if n.num_nodes is not None and (n.include or n.exclude):
-        return "num_nodes cannot be combined with include/exclude (the deepspeed launcher refuses it)"
+    try:
+        read_hostfile(n.hostfile)
+    except InputError as e:
+        return str(e).removeprefix("deepspeed: ")
     return ""
 
 
@@ -422,7 +433,7 @@ def command_case(argv: list[str] | tuple[str, ...], cwd: Path, name: str | None 
     executable is kept as it is, to run from ``cwd``.  The files the line names are recorded
     with their digests: a changed config is a different case.
     """
-    from .command import CommandKind, parse
+    from .command import parse
 
     try:
         cmd = parse(list(argv), cwd)
@@ -438,7 +449,7 @@ def command_case(argv: list[str] | tuple[str, ...], cwd: Path, name: str | None 
     script = target.resolve() if _is_file(target) else Path(cmd.target)
     return Case(name=name or _command_name(cmd), script=script,
                 script_digest=file_digest(script) if _is_file(script) else "none",
-                nproc=cmd.nproc or nproc or 1, accelerator=accelerator, command=tuple(argv), cwd=cwd.resolve(),
+                nproc=cmd.nproc or nproc or 1, accelerator=accelerator, command=cmd, cwd=cwd.resolve(),
                 inputs=inputs)
 
 

@@ -12,12 +12,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from .redact import HIDDEN, mask_args, secret_name
+
+if TYPE_CHECKING:
+    from .command import Command
 
 E = TypeVar("E", bound=enum.Enum)
 
@@ -94,8 +97,11 @@ class Accelerator(str, enum.Enum):
 
 
 class Launcher(str, enum.Enum):
+    """The launcher a script case runs under (``launchers.LINES`` has a line for each)."""
+
     DEEPSPEED = "deepspeed"
     TORCHRUN = "torchrun"
+    SRUN = "srun"  # srun --ntasks NPROC inside a Slurm allocation
 
 
 class LauncherBackend(str, enum.Enum):
@@ -319,7 +325,7 @@ class Case:
     gpu_overrides: tuple[GpuOverride, ...] = ()
     nodes: Nodes = Nodes()
     slurm: SlurmSettings = SlurmSettings()
-    command: tuple[str, ...] = ()  # a launcher line or executable run as the user gave it (not script + launcher)
+    command: Command | None = None  # a launcher line or executable run as the user gave it, parsed once (not script + launcher)
     cwd: Path | None = None  # where it runs, its relative paths being from there (None: the run folder)
     inputs: tuple[tuple[str, str], ...] = ()  # (path, digest) of the files the command line names
     early_hang: bool = True  # prove a deadlock before the collective timeout (not part of the key)
@@ -356,7 +362,7 @@ class Case:
             "compat": list(self.compat),
         }
         if self.command:  # only for those, so that script cases keep the keys their runs were recorded under
-            fields["command"] = mask_args(self.command)
+            fields["command"] = mask_args(self.command.argv)
         if self.inputs:
             fields["inputs"] = [list(i) for i in self.inputs]
         nodes = self.nodes.key_fields()
@@ -381,14 +387,18 @@ class Case:
                       "master_addr": n.master_addr, "include": n.include, "exclude": n.exclude},
             "slurm": {"partition": self.slurm.partition, "time": self.slurm.time, "gpus": self.slurm.gpus,
                       "args": list(self.slurm.args)},
-            "command": list(self.command), "cwd": str(self.cwd) if self.cwd else None,
+            "command": list(self.command.argv) if self.command else [], "cwd": str(self.cwd) if self.cwd else None,
             "inputs": [list(i) for i in self.inputs],
             "early_hang": self.early_hang,
         }
 
     @classmethod
     def from_json(cls, d: dict) -> Case:
+        """The case ``to_json`` wrote; its command line is parsed again (from its ``cwd``)."""
+        from .command import parse  # here, not at the top: model stays on the lowest floors (command is on them too)
+
         n = d["nodes"]
+        cwd = Path(d["cwd"]) if d.get("cwd") else None
         return cls(
             name=d["name"], script=Path(d["script"]), script_digest=d["script_digest"], args=tuple(d["args"]),
             env=_pairs(d["env"]), nproc=d["nproc"], accelerator=Accelerator(d["accelerator"]),
@@ -402,7 +412,7 @@ class Case:
                         backend=LauncherBackend(n["backend"]) if n["backend"] else None,
                         master_addr=n["master_addr"], include=n["include"], exclude=n["exclude"]),
             slurm=SlurmSettings(**{**d["slurm"], "args": tuple(d["slurm"]["args"])}),
-            command=tuple(d.get("command", ())), cwd=Path(d["cwd"]) if d.get("cwd") else None,
+            command=parse(d["command"], cwd or Path.cwd()) if d.get("command") else None, cwd=cwd,
             inputs=_pairs(d.get("inputs", ())),
             early_hang=d.get("early_hang", True),
         )

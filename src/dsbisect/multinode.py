@@ -37,6 +37,7 @@ from pathlib import Path
 import psutil
 
 from . import files, proc
+from .command import read_hostfile
 from .evidence import Capture, main_thread, pyspy_bin
 from .model import Case, LauncherBackend
 from .rundir import RunDir
@@ -125,28 +126,12 @@ print("DSBISECT-NODE " + json.dumps(out))
 # ------------------------------------------------------------------ launcher and hosts
 
 
-def launcher_args(case: Case) -> list[str]:
-    """The deepspeed launcher's multi-node options of ``case``, as given."""
-    n = case.nodes
-    args: list[str] = []
-    for flag, value in (("--hostfile", n.hostfile), ("--include", n.include), ("--exclude", n.exclude),
-                        ("--num_nodes", n.num_nodes), ("--launcher", n.backend.value if n.backend else None),
-                        ("--master_addr", n.master_addr)):
-        if value is not None:
-            args += [flag, str(value)]
-    return args
-
-
 def hostfile_hosts(case: Case) -> list[str]:
     """The hosts a run of ``case`` uses: the hostfile's, filtered as the deepspeed launcher does."""
     n = case.nodes
     if n.hostfile is None:
         return []
-    listed = []
-    for line in files.read_small_text(n.hostfile, errors="replace").splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            listed.append(line.split()[0])
+    listed = list(read_hostfile(n.hostfile))
     if n.include:
         wanted = [part.split(":", 1)[0] for part in n.include.split("@") if part]
         listed = [h for h in listed if h in wanted]

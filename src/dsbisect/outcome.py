@@ -172,6 +172,11 @@ _DS_EXIT = re.compile(r"exits with return code = (-?\d+)")
 _TR_ROOT = re.compile(r"Root Cause \(first observed failure\)")
 _TR_RANK = re.compile(r"^\s*(?:\[rank\d+\]:)?\s*rank\s*:\s*(\d+)")
 _TR_EXIT = re.compile(r"^\s*(?:\[rank\d+\]:)?\s*exitcode\s*:\s*(-?\d+)")
+# srun's line for a task that failed: "srun: error: HOST: task R: Exited with exit code N" (or the signal)
+_SRUN_EXIT = re.compile(r"^srun: error: \S+: tasks? (\d+)(?:[-,]\S*)?: (.+?)\s*$", re.MULTILINE)
+_SRUN_CODE = re.compile(r"Exited with exit code (\d+)")
+_SRUN_SIGNALS = {"Killed": 9, "Terminated": 15, "Aborted": 6, "Segmentation fault": 11, "Bus error": 7,
+                 "Floating point exception": 8, "Illegal instruction": 4, "Interrupt": 2}
 _FATAL = re.compile(r"Fatal Python error: ([A-Z][\w ]+)")
 # faulthandler's names for the signals it catches
 _FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus error": "SIGBUS",
@@ -180,12 +185,16 @@ _FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus er
 
 def first_rank_exit(text: str) -> tuple[int | None, int] | None:
     """(rank, exit code) of the first rank to fail, as the launcher reported it: torchrun's
-    "Root Cause" entry, or the deepspeed launcher's "exits with return code" line.  The
-    deepspeed launcher's line gives the code of the first process it found ended but the
-    command line of its last rank, whichever rank that was: its rank is None."""
+    "Root Cause" entry, the deepspeed launcher's "exits with return code" line, or srun's
+    first "task R: Exited with exit code N" (a signal is -N).  The deepspeed launcher's line
+    gives the code of the first process it found ended but the command line of its last rank,
+    whichever rank that was: its rank is None."""
     m = _DS_EXIT.search(text)
     if m:
         return None, int(m[1])
+    srun = _srun_exit(text)
+    if srun is not None:
+        return srun
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if _TR_ROOT.search(ln)), 0)
     rank = None
@@ -194,6 +203,15 @@ def first_rank_exit(text: str) -> tuple[int | None, int] | None:
             rank = int(r[1])
         elif (e := _TR_EXIT.match(ln)) is not None and rank is not None:
             return rank, int(e[1])
+    return None
+
+
+def _srun_exit(text: str) -> tuple[int, int] | None:
+    for m in _SRUN_EXIT.finditer(text):
+        code = _SRUN_CODE.search(m[2])
+        sig = next((n for name, n in _SRUN_SIGNALS.items() if m[2].startswith(name)), None)
+        if code or sig:
+            return int(m[1]), int(code[1]) if code else -sig
     return None
 
 

@@ -27,6 +27,7 @@ Standard library only: ``forensics`` reads run folders with it on machines witho
 
 from __future__ import annotations
 
+import enum
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,9 +120,6 @@ class RunDir:
     def fr_request(self, n: int) -> Path:
         return self.fr_dir / f"request.{n}"
 
-    def fr_answer(self, rank: int, n: int) -> Path:
-        return self.fr_dir / f"rank{rank}.{n}.json"
-
     def fr_answers(self, n: int) -> dict[int, Path]:
         """rank -> answer file, of request ``n``."""
         out = {}
@@ -177,16 +175,39 @@ class RunDir:
             if text is None:
                 continue
             every.append("\n".join(text.splitlines()[-lines:]))
-            if m := _RANK_LOG.search(path.as_posix()):
-                by_rank.setdefault(int(m[1] or m[2]), []).append(every[-1])
+            if (rank := rank_of_log(path)) is not None:
+                by_rank.setdefault(rank, []).append(every[-1])
         return "\n".join(every), {rank: "\n".join(parts) for rank, parts in by_rank.items()}
 
-    def log_tail(self, lines: int = 200, max_bytes: int = 256 << 10) -> str:
-        """The last ``lines`` of every log, rank logs first (at most ``max_bytes`` read of each)."""
-        return self.tails(lines, max_bytes)[0]
+
+class RankLogs(enum.Enum):
+    """How a launcher names its ranks' logs under ``ranks/`` (the pattern gives the rank)."""
+
+    DIRECT = r"(?:^|/)rank(\d+)\.log$"  # ranks/rank<R>.log: dsbisect's own, srun's --output=rank%t.log
+    DEEPSPEED = r"_rank(\d+)\.log$"  # ranks/<stamp>_rank<R>.log: --enable_each_rank_log
+    TORCHRUN = r"/attempt_\d+/(\d+)/std(?:out|err)\.log$"  # ranks/<id>/attempt_<k>/<local rank>/stdout.log
+    NONE = r"(?!)"  # the ranks write to the launcher's output
 
 
-_RANK_LOG = re.compile(r"(?:^|[/_])rank(\d+)\.log$|/attempt_\d+/(\d+)/std(?:out|err)\.log$")
+_RANK_LOG = re.compile("|".join(f"(?:{n.value})" for n in RankLogs))
+
+
+def rank_of_log(path: Path) -> int | None:
+    """The rank a log belongs to, by its name (None: not a rank's own log)."""
+    m = _RANK_LOG.search(path.as_posix())
+    return next((int(g) for g in m.groups() if g is not None), None) if m else None
+
+
+def flight_recorder_env(run: RunDir) -> dict[str, str]:
+    """Variables that make torch's NCCL flight recorder dump into the run folder on a timeout."""
+    prefix = run.fr_prefix
+    return {
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": prefix,
+        "TORCH_FR_DUMP_TEMP_FILE": prefix,
+    }
 
 
 LOG_KEEP = (4 << 20, 12 << 20)  # bytes kept of a large log: its head and its tail

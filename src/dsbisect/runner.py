@@ -13,7 +13,7 @@ start-up hook (``DSBISECT_CHECK_IMPORTS``: the first interpreter, the launcher o
 imports the point's packages, writes the facts into the run folder, and exits 125 when one
 fails), except where the run's first interpreter may not be the venv's (an executable command
 line) or the check must come before the launch (multi-node); and a 1-rank case runs its script
-with the venv's python as rank 0 of 1, without the launcher's processes (``direct_run``).
+with the venv's python as rank 0 of 1, without the launcher's processes (``launchers.direct_run``).
 Measured on 2 cores: a point of a 1-rank accelerate import case went from ~11-17 s (check
 subprocess, deepspeed runner, launch.py, rank: torch imported four times) to ~3-4 s.
 """
@@ -37,14 +37,14 @@ from packaging.utils import canonicalize_name
 from . import facts, memory, multinode, proc, reaper
 from .envs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from .errors import DiskFull, EnvBuildError, Interrupted, StoreError, signal_of
-from .evidence import Capture, flight_recorder_env
+from .evidence import Capture
 from .forensics import analyze
 from .launch import LaunchResult, LaunchSpec, free_port, launch
+from .launchers import Target, line_for, plan
 from .model import (
     Accelerator,
     Case,
     ImportCheck,
-    Launcher,
     Outcome,
     Point,
     RunStatus,
@@ -404,27 +404,26 @@ class Runner:
             self._ports.add(port)
         cuda = accel is Accelerator.CUDA
         devices = slot.devices if cuda else None
-        variables = self._base_env(case, accel, env) | run_env(case, run)
+        variables = self._base_env(case, accel, env)
         for lock in clear_stale_build_locks(env.path):  # a killed build's; it would read as a hang
             with open(run.launcher_log, "a") as note:
                 note.write(f"dsbisect: removed {lock}, left by a just-in-time build that was stopped\n")
         if check is None:  # the run's first interpreter makes the import check
             variables["DSBISECT_CHECK_IMPORTS"] = ",".join(check_wanted(point))
-        direct = direct_run(case)
+        p = plan(case, Target(env.python, run, port, devices), cuda, variables.get("CUDA_VISIBLE_DEVICES"))
+        variables |= p.env
+        run.ranks.mkdir(parents=True, exist_ok=True)
+        direct = p.line.direct
         if direct:
-            argv = direct_argv(case, env.python, run)
-            variables |= rank_env(case, port, devices, cuda, variables.get("CUDA_VISIBLE_DEVICES"))
             with open(run.launcher_log, "a") as note:  # launch appends; show and forensics read both logs
                 note.write(f"dsbisect: 1 rank, run without a launcher (rank 0 of 1, output in "
-                           f"{run.rank_log(0).relative_to(run.path)}): {' '.join(argv[4:])}\n")
-        else:
-            argv = launcher_argv(case, env.python, run, port, devices)
-        secrets = secret_values(variables, [*argv, *case.command])  # the ranks' and the command line's
-        remember(secrets)  # whatever this process shows from now on masks them too
+                           f"{run.rank_log(0).relative_to(run.path)}): {' '.join(p.argv[4:])}\n")
+        secrets = secret_values(variables, [*p.argv, *(case.command.argv if case.command else ())])
+        remember(secrets)  # the ranks' and the command line's: whatever this process shows from now on masks them
         spec = LaunchSpec(
-            argv=tuple(argv),
+            argv=p.argv,
             env=variables,
-            cwd=case.cwd or run.path,
+            cwd=p.cwd,
             run=run,
             wall_timeout=case.timeout,
             idle_timeout=case.idle_timeout,
@@ -660,52 +659,13 @@ def check_wanted(point: Point) -> list[str]:
 
 
 def folds_check(case: Case) -> bool:
-    """Whether the import check is made inside the run by the start-up hook: not for a multi-node
-    case (every node's venv is checked before the launch), not for an executable command line
-    (its first interpreter need not be the point venv's), not with ``DSBISECT_CHECK_IMPORTS=0``
-    in the case's env."""
+    """Whether the import check is made inside the run by the start-up hook: where the case's
+    launch line says its first interpreter is the point venv's (not an executable or srun's
+    tasks), not for a multi-node case (every node's venv is checked before the launch), not
+    with ``DSBISECT_CHECK_IMPORTS=0`` in the case's env."""
     if case.nodes.multi or dict(case.env).get("DSBISECT_CHECK_IMPORTS") == "0":
         return False
-    if case.command:
-        from .command import LAUNCHERS, parse
-
-        try:
-            return parse(case.command, case.cwd or Path.cwd()).kind in LAUNCHERS
-        except Exception:  # noqa: BLE001 - a line that no longer parses is launched (and fails) as before
-            return False
-    return True
-
-
-def direct_run(case: Case) -> bool:
-    """Whether the run is the script alone, with the point venv's python, as rank 0 of 1: a 1-rank
-    single-node case with no launcher options of its own and no command line
-    (``DSBISECT_DIRECT=0`` in the case's env keeps the launcher)."""
-    return (case.nproc == 1 and not case.command and not case.nodes.multi and not case.launcher_args
-            and dict(case.env).get("DSBISECT_DIRECT") != "0")
-
-
-def direct_argv(case: Case, python: Path, run: RunDir) -> list[str]:
-    """The rank's command line as the case's launcher would give it (deepspeed's ``--local_rank=0``),
-    its output into ``ranks/rank0.log`` (``sh`` opens the log and ``exec``s: the rank is the process)."""
-    run.ranks.mkdir(parents=True, exist_ok=True)
-    local = ["--local_rank=0"] if case.launcher is Launcher.DEEPSPEED else []
-    return ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(run.rank_log(0)),
-            str(python), "-u", str(case.script), *local, *case.args]
-
-
-def rank_env(case: Case, port: int, devices: tuple[int, ...] | None, cuda: bool, visible: str | None) -> dict[str, str]:
-    """The variables a launcher gives its one rank: enough for ``init_process_group`` (env://)."""
-    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
-    if case.launcher is Launcher.DEEPSPEED:
-        env |= {"CROSS_RANK": "0", "CROSS_SIZE": "1", "LOCAL_SIZE": "1"}
-    else:
-        env |= {"LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": "0",
-                "ROLE_WORLD_SIZE": "1", "ROLE_NAME": "default", "TORCHELASTIC_RESTART_COUNT": "0",
-                "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none"}
-    if cuda:  # the slot's GPU, else the first one this process may use, as the launcher's --num_gpus 1
-        first = (visible or "").split(",")[0].strip()
-        env["CUDA_VISIBLE_DEVICES"] = str(devices[0]) if devices else (first or "0")
-    return env
+    return line_for(case).folds_check
 
 
 def import_check_key(case: Case, accel: Accelerator, wanted: list[str]) -> tuple[str, ...]:
@@ -717,21 +677,13 @@ def import_check_key(case: Case, accel: Accelerator, wanted: list[str]) -> tuple
                                   "dsbisect": __version__, "hook": hook_source()}))
 
 
-def run_env(case: Case, run: RunDir) -> dict[str, str]:
-    return {
-        "DSBISECT_RUN_DIR": str(run.path),
-        "DSBISECT_COLLECTIVE_TIMEOUT": f"{case.collective_timeout:g}",
-        "DSBISECT_CASE": case.name,
-    } | flight_recorder_env(run) | dict(case.env)
-
-
 INPUT_COPY_LIMIT = 1 << 20  # a file the command names is copied into the run folder up to this size
 
 
 def record_inputs(case: Case, run: RunDir) -> dict:
     """The command and the files it names, for the run's record: each file's digest, and a copy
     of it in the run folder (``inputs/``) when it is small, so the report shows what ran."""
-    out: dict = {"command": list(case.command)} if case.command else {}
+    out: dict = {"command": list(case.command.argv)} if case.command else {}
     items = []
     for path, digest_ in case.inputs:
         src = Path(path)
@@ -746,44 +698,3 @@ def record_inputs(case: Case, run: RunDir) -> dict:
     if items:
         out["inputs"] = items
     return out
-
-
-def launcher_argv(case: Case, python: Path, run: RunDir, port: int, devices: tuple[int, ...] | None) -> list[str]:
-    run.ranks.mkdir(parents=True, exist_ok=True)
-    if case.command:
-        return command_argv(case, python, run, port)
-    if case.launcher is Launcher.TORCHRUN:
-        argv = [str(python), "-u", "-m", "torch.distributed.run", "--nproc_per_node", str(case.nproc),
-                "--master_port", str(port), "--log-dir", str(run.ranks), "--tee", "3"]
-    else:
-        argv = [str(python), "-u", "-m", "deepspeed.launcher.runner", *multinode.launcher_args(case)]
-        if case.nodes.include or case.nodes.exclude:
-            pass  # the case picks hosts and slots itself (the launcher refuses --num_gpus with them)
-        elif devices:
-            argv += ["--include", "localhost:" + ",".join(str(d) for d in devices)]
-        else:
-            argv += ["--num_gpus", str(case.nproc)]  # per node, with a hostfile
-        argv += ["--master_port", str(port), f"--enable_each_rank_log={run.ranks}"]
-    return argv + list(case.launcher_args) + [str(case.script), *case.args]
-
-
-def command_argv(case: Case, python: Path, run: RunDir, port: int) -> list[str]:
-    """The user's own command line, run with the point venv's python: a launcher line keeps every
-    option the user gave and gets only what dsbisect needs that the user did not give (a free
-    master port, per-rank logs in the run folder); any other executable runs as it is (the
-    point venv's bin first on its PATH)."""
-    from .command import CommandKind, parse, with_options
-
-    cmd = parse(case.command, case.cwd or run.path)
-    py = str(python)
-    if cmd.kind is CommandKind.DEEPSPEED:
-        add = {"--master_port": str(port), "--enable_each_rank_log": str(run.ranks)}
-        return [py, "-u", "-m", "deepspeed.launcher.runner", *with_options(cmd, add), cmd.target, *cmd.script_args]
-    if cmd.kind is CommandKind.TORCHRUN:
-        module = "torch.distributed.launch" if "torch.distributed.launch" in cmd.prefix else "torch.distributed.run"
-        add = {"--master-port": str(port), "--log-dir": str(run.ranks), "--tee": "3"}
-        return [py, "-u", "-m", module, *with_options(cmd, add), cmd.target, *cmd.script_args]
-    if cmd.kind is CommandKind.ACCELERATE:
-        add = {"--main_process_port": str(port)}
-        return [py, "-u", "-m", "accelerate.commands.launch", *with_options(cmd, add), cmd.target, *cmd.script_args]
-    return list(cmd.argv)

@@ -1,0 +1,313 @@
+"""One home per launcher: how a case's ranks are started, and how their launcher reports back.
+
+A ``LaunchLine`` is one kind of launch line — ``deepspeed``, ``torchrun``, ``accelerate``,
+``srun``, ``direct`` (the script alone as rank 0 of 1, no launcher) or ``executable`` (the
+user's program, run as it is).  Each owns:
+
+- ``argv``: the command line dsbisect runs, with the point venv's python and only what
+  dsbisect needs added (a free master port, per-rank logs in the run folder), never what the
+  user gave taken away;
+- ``rank_env``: the variables the ranks get from dsbisect rather than from a launcher;
+- ``rank_logs``: where the ranks' own logs go (``rundir.RankLogs``: the run folder's one naming);
+- the manual instructions (``instructions``), made from the same ``plan`` that the runner runs.
+
+The lines a launcher prints when a rank fails (deepspeed's "exits with return code", torch
+elastic's root cause, srun's "task R: Exited with exit code N") are read by
+``outcome.first_rank_exit``, below this module: ``outcome`` importing it would lift ``launch``
+and everything over it by a floor.
+
+``line_for(case)`` picks the line: a command line's kind, else the direct run for one rank,
+else the case's ``launcher``.  A new launcher is one class here (and its grammar in ``command``).
+
+Pure but for ``Case`` and ``RunDir`` paths: nothing here starts a process or reads a file.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from .command import PYTHON, CommandKind, options_of, with_options
+from .model import Accelerator, Case, Launcher, Nodes, Point
+from .redact import redact
+from .rundir import RankLogs, RunDir, flight_recorder_env
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a line runs: the point venv's python, the run folder, a master port, the slot's GPUs."""
+
+    python: Path
+    run: RunDir
+    port: int
+    devices: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What is started: the command line, the variables the ranks get from dsbisect, from where."""
+
+    line: LaunchLine
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    cwd: Path
+
+
+class LaunchLine:
+    """One kind of launch line (the subclasses are the kinds)."""
+
+    kind: ClassVar[str]
+    rank_logs: ClassVar[RankLogs]
+    folds_check: ClassVar[bool] = True  # the import check is made by the run's first interpreter
+    direct: ClassVar[bool] = False  # dsbisect itself starts the one rank
+
+    def argv(self, case: Case, t: Target) -> list[str]:
+        raise NotImplementedError
+
+    def rank_env(self, case: Case, t: Target, cuda: bool, visible: str | None) -> dict[str, str]:
+        """What the ranks get from dsbisect (a launcher gives them the rest)."""
+        return {}
+
+
+# ------------------------------------------------------------------ deepspeed
+
+
+class DeepSpeed(LaunchLine):
+    kind = "deepspeed"
+    module = "deepspeed.launcher.runner"
+    rank_logs = RankLogs.DEEPSPEED
+
+    def argv(self, case: Case, t: Target) -> list[str]:
+        head = [str(t.python), "-u", "-m", self.module]
+        if case.command:
+            cmd = case.command
+            add = {"--master_port": str(t.port), "--enable_each_rank_log": str(t.run.ranks)}
+            return head + [*with_options(cmd, add), cmd.target, *cmd.script_args]
+        argv = head + nodes_args(case.nodes)
+        if case.nodes.include or case.nodes.exclude:
+            pass  # the case picks hosts and slots itself (the launcher refuses --num_gpus with them)
+        elif t.devices:
+            argv += ["--include", "localhost:" + ",".join(str(d) for d in t.devices)]
+        else:
+            argv += ["--num_gpus", str(case.nproc)]  # per node, with a hostfile
+        argv += ["--master_port", str(t.port), f"--enable_each_rank_log={t.run.ranks}"]
+        return argv + list(case.launcher_args) + [str(case.script), *case.args]
+
+def nodes_args(n: Nodes) -> list[str]:
+    """The deepspeed launcher's multi-node options of a case, as given."""
+    args: list[str] = []
+    for flag, value in (("--hostfile", n.hostfile), ("--include", n.include), ("--exclude", n.exclude),
+                        ("--num_nodes", n.num_nodes), ("--launcher", n.backend.value if n.backend else None),
+                        ("--master_addr", n.master_addr)):
+        if value is not None:
+            args += [flag, str(value)]
+    return args
+
+
+def nodes_problem(n: Nodes, launcher: Launcher) -> str:
+    """Why multi-node settings cannot be run as given ("" when they can): only the deepspeed
+    launcher reads a hostfile, and it refuses some combinations."""
+    uses_hostfile = n.num_nodes is not None or n.backend or n.master_addr
+    if (uses_hostfile or n.hostfile or n.include or n.exclude) and launcher is not Launcher.DEEPSPEED:
+        return "hostfile, include, exclude, num_nodes, launcher_backend and master_addr need launcher: deepspeed"
+    if uses_hostfile and n.hostfile is None:
+        return "num_nodes, launcher_backend and master_addr need a hostfile"
+    if n.include and n.exclude:
+        return "give include or exclude, not both"
+    if n.num_nodes is not None and (n.include or n.exclude):
+        return "num_nodes cannot be combined with include/exclude (the deepspeed launcher refuses it)"
+    return ""
+
+
+# ------------------------------------------------------------ torchrun, accelerate
+
+
+class Torchrun(LaunchLine):
+    kind = "torchrun"
+    module = "torch.distributed.run"
+    rank_logs = RankLogs.TORCHRUN
+
+    def argv(self, case: Case, t: Target) -> list[str]:
+        if case.command:
+            cmd = case.command
+            module = "torch.distributed.launch" if "torch.distributed.launch" in cmd.prefix else self.module
+            add = {"--master-port": str(t.port), "--log-dir": str(t.run.ranks), "--tee": "3"}
+            return [str(t.python), "-u", "-m", module, *with_options(cmd, add), cmd.target, *cmd.script_args]
+        return [str(t.python), "-u", "-m", self.module, "--nproc_per_node", str(case.nproc),
+                "--master_port", str(t.port), "--log-dir", str(t.run.ranks), "--tee", "3",
+                *case.launcher_args, str(case.script), *case.args]
+
+
+class Accelerate(LaunchLine):
+    """``accelerate launch`` (a command line only): it starts torch elastic (or the deepspeed
+    launcher) itself, so its ranks write to its own output."""
+
+    kind = "accelerate"
+    module = "accelerate.commands.launch"
+    rank_logs = RankLogs.NONE
+
+    def argv(self, case: Case, t: Target) -> list[str]:
+        cmd = case.command
+        add = {"--main_process_port": str(t.port)}
+        return [str(t.python), "-u", "-m", self.module, *with_options(cmd, add), cmd.target, *cmd.script_args]
+
+
+# --------------------------------------------------------------------- srun
+
+
+# Each task maps Slurm's task variables onto those torch's env:// rendezvous reads, then runs
+# the rank; MASTER_ADDR is the step's first node unless the environment names one.
+SRUN_RANK = ('export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" WORLD_SIZE="$SLURM_NTASKS" '
+             'LOCAL_WORLD_SIZE="${SLURM_STEP_TASKS_PER_NODE%%[(,]*}" GROUP_RANK="$SLURM_NODEID" '
+             'NODE_RANK="$SLURM_NODEID"; '
+             '[ -n "$MASTER_ADDR" ] || MASTER_ADDR=$(scontrol show hostnames "$SLURM_STEP_NODELIST" | head -n 1); '
+             'export MASTER_ADDR; exec "$@"')
+
+
+class Srun(LaunchLine):
+    """``srun --ntasks N python train.py …`` inside an allocation (or one srun makes): each task
+    is a rank, its output in ``ranks/rank<R>.log``; srun stops the other tasks when one fails
+    (``--kill-on-bad-exit``), as the other launchers do."""
+
+    kind = "srun"
+    rank_logs = RankLogs.DIRECT
+    folds_check = False  # every task is a first interpreter: the check is made before the launch
+
+    def argv(self, case: Case, t: Target) -> list[str]:
+        add = {"--output": f"{t.run.ranks}/rank%t.log", "--kill-on-bad-exit": "1"}
+        if case.command:
+            cmd, program = case.command, _with_python((case.command.target, *case.command.script_args), t.python)
+        else:  # a script case with launcher: srun (its ranks per node are the tasks, on one node)
+            cmd, add = options_of(CommandKind.SRUN, case.launcher_args), {"--ntasks": str(case.nproc), **add}
+            program = [str(t.python), "-u", str(case.script), *case.args]
+        return ["srun", *with_options(cmd, add, inline=True), "/bin/sh", "-c", SRUN_RANK, "dsbisect-rank", *program]
+
+    def rank_env(self, case: Case, t: Target, cuda: bool, visible: str | None) -> dict[str, str]:
+        return {"MASTER_PORT": str(t.port)}
+
+
+
+def _with_python(program: tuple[str, ...], python: Path) -> list[str]:
+    """``python [opts] x.py …`` with the point venv's python (unbuffered, as the other lines run it)."""
+    if PYTHON.fullmatch(Path(program[0]).name):
+        return [str(python), "-u", *program[1:]]
+    return list(program)
+
+
+# --------------------------------------------------------- direct, executable
+
+
+class Direct(LaunchLine):
+    """The script alone, with the point venv's python, as rank 0 of 1, its output in
+    ``ranks/rank0.log`` (``sh`` opens the log and ``exec``s: the rank is the process); the rank
+    gets what the case's launcher would give it (deepspeed's ``--local_rank=0``)."""
+
+    kind = "direct"
+    rank_logs = RankLogs.DIRECT
+    direct = True
+
+    def argv(self, case: Case, t: Target) -> list[str]:
+        local = ["--local_rank=0"] if case.launcher is Launcher.DEEPSPEED else []
+        return ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(t.run.rank_log(0)),
+                str(t.python), "-u", str(case.script), *local, *case.args]
+
+    def rank_env(self, case: Case, t: Target, cuda: bool, visible: str | None) -> dict[str, str]:
+        """The variables a launcher gives its one rank: enough for ``init_process_group`` (env://)."""
+        env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(t.port)}
+        if case.launcher is Launcher.DEEPSPEED:
+            env |= {"CROSS_RANK": "0", "CROSS_SIZE": "1", "LOCAL_SIZE": "1"}
+        else:
+            env |= {"LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": "0",
+                    "ROLE_WORLD_SIZE": "1", "ROLE_NAME": "default", "TORCHELASTIC_RESTART_COUNT": "0",
+                    "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none"}
+        if cuda:  # the slot's GPU, else the first one this process may use, as the launcher's --num_gpus 1
+            first = (visible or "").split(",")[0].strip()
+            env["CUDA_VISIBLE_DEVICES"] = str(t.devices[0]) if t.devices else (first or "0")
+        return env
+
+
+class Executable(LaunchLine):
+    """Any other program, run as it is (the point venv's bin first on its PATH): its exit code is
+    the verdict; its first interpreter need not be the point venv's, so the check comes first."""
+
+    kind = "executable"
+    rank_logs = RankLogs.NONE
+    folds_check = False
+
+    def argv(self, case: Case, t: Target) -> list[str]:
+        return list(case.command.argv)
+
+
+# ------------------------------------------------------------------ choosing
+
+
+LINES: Mapping[str, LaunchLine] = {line.kind: line for line in (DeepSpeed(), Torchrun(), Accelerate(), Srun(),
+                                                                Direct(), Executable())}
+_BY_COMMAND = {CommandKind.DEEPSPEED: "deepspeed", CommandKind.TORCHRUN: "torchrun",
+               CommandKind.ACCELERATE: "accelerate", CommandKind.SRUN: "srun", CommandKind.EXECUTABLE: "executable"}
+
+# The python -m module behind each launcher a command line may name (a layered venv gets a
+# ``bin/`` entry of its own for each, running the venv's python: the base's would run the base's).
+VENV_ENTRIES = {"torchrun": Torchrun.module, "deepspeed": DeepSpeed.module,
+                "accelerate": "accelerate.commands.accelerate_cli"}
+
+
+def direct_run(case: Case) -> bool:
+    """Whether the run is the script alone, as rank 0 of 1: a 1-rank single-node case with no
+    launcher options of its own and no command line (``DSBISECT_DIRECT=0`` in the case's env
+    keeps the launcher)."""
+    return (case.nproc == 1 and not case.command and not case.nodes.multi and not case.launcher_args
+            and dict(case.env).get("DSBISECT_DIRECT") != "0")
+
+
+def line_for(case: Case) -> LaunchLine:
+    """The line that runs ``case``: its command line's kind, the direct run, or its launcher's."""
+    if case.command:
+        return LINES[_BY_COMMAND[case.command.kind]]
+    if direct_run(case):
+        return LINES["direct"]
+    return LINES[case.launcher.value]
+
+
+def launch_env(case: Case, run: RunDir) -> dict[str, str]:
+    """What every process of a run gets from dsbisect: the run folder (the start-up hook writes
+    there), the collective timeout, the flight recorder's dump files, and the case's env."""
+    return {
+        "DSBISECT_RUN_DIR": str(run.path),
+        "DSBISECT_COLLECTIVE_TIMEOUT": f"{case.collective_timeout:g}",
+        "DSBISECT_CASE": case.name,
+    } | flight_recorder_env(run) | dict(case.env)
+
+
+def plan(case: Case, t: Target, cuda: bool = False, visible: str | None = None) -> Plan:
+    """What to start for ``case``: its line's argv, the variables dsbisect gives (the run's and
+    the ranks'), and the folder it runs from."""
+    line = line_for(case)
+    env = launch_env(case, t.run) | line.rank_env(case, t, cuda, visible)
+    return Plan(line, tuple(line.argv(case, t)), env, case.cwd or t.run.path)
+
+
+def accelerator_env(case: Case, accel: Accelerator) -> dict[str, str]:
+    """What the accelerator and the case's shims add (the runner's base environment has them too)."""
+    env = {"DSBISECT_COMPAT": ",".join(case.compat)} if case.compat else {}
+    if accel is Accelerator.CPU:
+        env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+    return env
+
+
+def instructions(case: Case, point: Point, venv: Path, accel: Accelerator, t: Target) -> list[str]:
+    """How to run ``case`` at ``point`` by hand: the venv, how to activate it, and the command the
+    runner would run (``plan``), with the variables it would give, from the folder it would use."""
+    p = plan(case, t, cuda=accel is Accelerator.CUDA)
+    env = accelerator_env(case, accel) | dict(p.env)
+    run = shlex.join(["env", *(f"{k}={v}" for k, v in env.items()), *p.argv])
+    run = f"mkdir -p {shlex.quote(str(t.run.ranks))} && cd {shlex.quote(str(p.cwd))} && {run}"
+    return [f"{case.name} · {point.label}",
+            f"  venv      {venv}",
+            f"  activate  source {shlex.quote(str(venv / 'bin' / 'activate'))}",
+            f"  logs      {t.run.path}",
+            f"  run       {redact(run)}"]
