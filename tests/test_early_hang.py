@@ -311,12 +311,12 @@ def test_the_rank_table_times_how_long_a_rank_has_been_gone():
     """Ranks are told by RANK in their environment while they live; a rank's child is not a rank."""
     import subprocess
 
-    from dsbisect.launch import _RankTable
+    from dsbisect.rounds import RankTable
 
     sleeper = [sys.executable, "-c", ("import subprocess, sys, time; "
                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)")]
     procs = [subprocess.Popen(sleeper, env=dict(os.environ, RANK=str(r))) for r in range(2)]
-    table, seen = _RankTable(), {}
+    table, seen = RankTable(), {}
     try:
         time.sleep(1.0)
         for p in procs:

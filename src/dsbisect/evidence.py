@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 
 from . import proc
-from .launch import is_live
+from .proc import is_live
 from .rundir import RunDir
 
 STACK_SIGNAL = "SIGUSR1"

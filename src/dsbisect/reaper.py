@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from .launch import is_live
+from .proc import is_live
 
 TAG = "DSBISECT_RUN_DIR"
 
