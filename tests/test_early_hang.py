@@ -276,6 +276,7 @@ def test_deadlock_through_launch(tmp_path, hook_path, backend):
     latency = time.time() - _deadlock_at(run)
     assert res.timed_out and res.exit_code is None and res.hang_line == "", res
     assert res.why.startswith("deadlock proven at "), res.why
+    assert res.proof is not None and res.proof.text == res.why and res.proof.where in res.why
     c = classify(res.exit_code, res.timed_out, res.hang_line, res.why, run.log_tail())
     assert c.outcome is Outcome.HANG and c.reason == res.why
     # gloo: rank 1 waits in BARRIER #N; NCCL may pair the barrier with the all_reduce and let
