@@ -2,16 +2,17 @@
 
 For the collective a rank waits in (op, SeqNum, numel, process group), best first:
 
-- ``nccl_trace_rank_<R>``: PyTorch's NCCL flight-recorder dump, a pickle read with an
-  unpickler that refuses every class, so a crafted file cannot run code;
+- ``nccl_trace_rank_<R>``: PyTorch's NCCL flight-recorder dump (read by ``flightrec``);
 - NCCL watchdog lines in ``launcher.log`` and ``ranks/**/*.log``;
 - Python tracebacks in those logs (gloo turns a missed collective into a timeout error),
   then the torch.distributed call seen in a py-spy or faulthandler stack.
 
 For the Python stack, best first: the flight-recorder entry, the watchdog's "Stack trace of
 the failed collective", ``stacks/pyspy.rank<R>.<tag>.txt``, ``stacks/rank<R>.pid<P>.txt``
-(faulthandler), tracebacks.  ``analyze`` folds it into one ``RankState`` per rank and a
-one-line ``Signature``.  Standard library only: the tool that runs this has no torch.
+(faulthandler; both read by ``stacks``), tracebacks.  ``analyze`` folds it into one
+``RankState`` per rank and a ``Signature``: where the ranks wait and the code they wait from,
+typed, with its one-line ``text``; ``hang_signature`` puts an early deadlock proof's waits
+ahead of the stacks'.  Standard library only: the tool that runs this has no torch.
 """
 
 from __future__ import annotations
