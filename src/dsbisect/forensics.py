@@ -66,19 +66,14 @@ class Signature:
             return _clip(self.where, _TEXT_LIMIT)
         return f"{_clip(self.where, max(_TEXT_LIMIT - len(self.stack) - 3, 80))} — {self.stack}"
 
-    def after(self, proof: Proof | None) -> str:
-        """The hang's signature: the ranks' own account of where each waits (the early deadlock
-        proof's) ahead of the stacks' (from where), else this signature's text."""
-        if proof is None:
-            return self.text
-        return f"{proof.where} — {self.stack}" if self.stack else proof.where
-
 
 def hang_signature(sig: Signature | None, proof: Proof | None) -> str:
-    """The signature of a hung run: ``Signature.after``, or the proof's alone ("" with neither)."""
-    if sig is not None:
-        return sig.after(proof)
-    return proof.where if proof is not None else ""
+    """The signature of a hung run: the ranks' own account of where each waits (an early
+    deadlock proof's) ahead of the code they wait from (the stacks'), else the stacks' text;
+    "" with neither."""
+    if proof is None:
+        return sig.text if sig is not None else ""
+    return f"{proof.where} — {sig.stack}" if sig is not None and sig.stack else proof.where
 
 
 @dataclass(frozen=True)
