@@ -72,7 +72,8 @@ os.write(answer, ("DSBISECT-CHECK " + json.dumps(out) + "\n").encode())
 _NODE_MAIN = r"""
 import json, sys
 found = _venv_facts([], True)
-out = {"python": sys.executable, "torch": found["versions"].get("torch"), "cuda": found.get("cuda"),
+torch = sys.modules.get("torch")  # the torch that imports there, whatever its metadata says
+out = {"python": sys.executable, "torch": getattr(torch, "__version__", None), "cuda": found.get("cuda"),
        "gpus": len(found.get("gpus", [])), "nccl": found.get("nccl"), "error": found["error"]}
 print("DSBISECT-NODE " + json.dumps(out))
 """
