@@ -164,7 +164,7 @@ dist.all_reduce(w)
 finish()
 """,
     # gloo: one all_reduce sized to last about SECS (at most CAP fp16 elements), entered
-    # early_after - 0.5 s after the last output, so that a round looks while it runs.
+    # rounds.after - 0.5 s after the last output, so that a round looks while it runs.
     # NCCL: large all_reduces back to back for SECS, silently (a fast link; progress only).
     "big": """
 if NCCL:
@@ -304,7 +304,7 @@ def test_a_rank_that_exited_while_another_waits_for_it(tmp_path, hook_path):
     res, run, _, _ = _launch(tmp_path, hook_path, "exit", backend="nccl")
     latency = time.time() - _deadlock_at(run)
     assert re.search(r"rank 0 waits in ALLREDUCE #2 \(4\), rank 1 exited — rank 1 exited \d+ s ago$", res.why), res.why
-    assert latency < 25, latency  # a rank counts as exited once gone for early_min_gone (5 s)
+    assert latency < 25, latency  # a rank counts as exited once gone for rounds.min_gone (5 s)
     assert json.loads(run.deadlock_proof.read_text())["rule"] == "exited"
 
 

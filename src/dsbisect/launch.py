@@ -20,7 +20,7 @@ reads every log as it grows and ends the run when:
   moved since the last look (a silent but busy rank resets the clock): a hang;
 - the wall deadline passes: a hang;
 - the early deadlock verdict (``early_hang``): once the output has been quiet for
-  ``early_after`` seconds, rounds of two requests ``early_gap`` seconds apart ask every rank's
+  ``rounds.after`` seconds, rounds of two requests ``rounds.gap`` seconds apart ask every rank's
   hook for its flight-recorder state and main-thread stack, beside the watch loop; when
   ``deadlock.prove`` finds that the ranks' pending collectives can never complete, and no log
   grew since the round began, the run is a hang without waiting for the collective timeout
@@ -76,16 +76,7 @@ class LaunchSpec:
     expected_ranks: int = 0  # when this many flight-recorder dumps exist, the grace ends early
     dump_settle: float = 5.0  # or when some exist and no other came for this long
     early_hang: bool = True  # prove a deadlock from the ranks' flight recorders before the timeout
-    early_after: float = 4.0  # seconds of quiet output before the first request
-    early_gap: float = 3.0  # seconds between the two snapshots of one round
-    early_answer: float = 5.0  # how long one request waits for every rank's answer
-    early_every: float = 4.0  # seconds between rounds while the output stays quiet
-    early_min_gone: float = 5.0  # a rank's process gone this long counts as exited, not crashing
-
-    @property
-    def rounds(self) -> RoundTimes:
-        return RoundTimes(after=self.early_after, gap=self.early_gap, answer=self.early_answer,
-                          every=self.early_every, min_gone=self.early_min_gone)
+    rounds: RoundTimes = RoundTimes()  # when the early verdict's rounds start, and how long they take
 
 
 @dataclass(frozen=True)
