@@ -56,6 +56,11 @@ class Entry:
     frames: tuple[Frame, ...]  # innermost first
 
     @property
+    def group(self) -> str:
+        """The group as the watchdog and the reports name it: its description, else 'pg <name>'."""
+        return self.desc or f"pg {self.pg}"
+
+    @property
     def first_in(self) -> int | None:
         """The first input tensor's element count (what the watchdog's NumelIn says)."""
         return self.numel_in[0] if self.numel_in else None

@@ -186,12 +186,7 @@ def _fr_facts(rank: int, works: Sequence[Entry]) -> _Facts:
     w = _stuck(works)
     if w is None:
         return _Facts(rank, "flight-recorder")
-    return _Facts(rank, "flight-recorder", w.op, w.seq, w.first_in, w.first_out, _group_label(w), w.frames)
-
-
-def _group_label(w: Entry) -> str:
-    """The group as the watchdog names it (its description); 'pg <name>' where the entry gives none."""
-    return w.desc or f"pg {w.pg}"
+    return _Facts(rank, "flight-recorder", w.op, w.seq, w.first_in, w.first_out, w.group, w.frames)
 
 
 def _first_mismatch(works: dict[int, tuple[Entry, ...]]) -> str | None:
