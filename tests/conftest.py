@@ -209,7 +209,7 @@ def live_pids(pids) -> list[int]:
     """The pids among ``pids`` still running (not zombies)."""
     import psutil
 
-    from dsbisect.launch import is_live
+    from dsbisect.proc import is_live
 
     alive = []
     for pid in pids:

@@ -56,6 +56,8 @@ def test_different_sequence_numbers_the_seed_2_shape():
     assert proof.text == ("deadlock proven at 8.4 s: rank 0 waits in _ALLGATHER_BASE #119 (2048), "
                           "rank 1 in _ALLGATHER_BASE #120 (32) — different sequence numbers")
     assert proof.at == 8.4 and dict(proof.waits)[1][0].seq == 120
+    assert proof.where == "rank 0 waits in _ALLGATHER_BASE #119 (2048), rank 1 in _ALLGATHER_BASE #120 (32)"
+    assert proof.why == "different sequence numbers"  # typed: nothing cuts them back out of the text
 
 
 def test_different_ops_at_one_sequence_number_the_toy_skip():

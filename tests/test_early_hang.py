@@ -164,7 +164,7 @@ dist.all_reduce(w)
 finish()
 """,
     # gloo: one all_reduce sized to last about SECS (at most CAP fp16 elements), entered
-    # early_after - 0.5 s after the last output, so that a round looks while it runs.
+    # rounds.after - 0.5 s after the last output, so that a round looks while it runs.
     # NCCL: large all_reduces back to back for SECS, silently (a fast link; progress only).
     "big": """
 if NCCL:
@@ -276,6 +276,7 @@ def test_deadlock_through_launch(tmp_path, hook_path, backend):
     latency = time.time() - _deadlock_at(run)
     assert res.timed_out and res.exit_code is None and res.hang_line == "", res
     assert res.why.startswith("deadlock proven at "), res.why
+    assert res.proof is not None and res.proof.text == res.why and res.proof.where in res.why
     c = classify(res.exit_code, res.timed_out, res.hang_line, res.why, run.tails()[0])
     assert c.outcome is Outcome.HANG and c.reason == res.why
     # gloo: rank 1 waits in BARRIER #N; NCCL may pair the barrier with the all_reduce and let
@@ -303,7 +304,7 @@ def test_a_rank_that_exited_while_another_waits_for_it(tmp_path, hook_path):
     res, run, _, _ = _launch(tmp_path, hook_path, "exit", backend="nccl")
     latency = time.time() - _deadlock_at(run)
     assert re.search(r"rank 0 waits in ALLREDUCE #2 \(4\), rank 1 exited — rank 1 exited \d+ s ago$", res.why), res.why
-    assert latency < 25, latency  # a rank counts as exited once gone for early_min_gone (5 s)
+    assert latency < 25, latency  # a rank counts as exited once gone for rounds.min_gone (5 s)
     assert json.loads(run.deadlock_proof.read_text())["rule"] == "exited"
 
 
@@ -311,12 +312,12 @@ def test_the_rank_table_times_how_long_a_rank_has_been_gone():
     """Ranks are told by RANK in their environment while they live; a rank's child is not a rank."""
     import subprocess
 
-    from dsbisect.launch import _RankTable
+    from dsbisect.rounds import RankTable
 
     sleeper = [sys.executable, "-c", ("import subprocess, sys, time; "
                "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)']); time.sleep(30)")]
     procs = [subprocess.Popen(sleeper, env=dict(os.environ, RANK=str(r))) for r in range(2)]
-    table, seen = _RankTable(), {}
+    table, seen = RankTable(), {}
     try:
         time.sleep(1.0)
         for p in procs:

@@ -113,3 +113,25 @@ def test_old_host_records_render_what_they_have():
     old = {"name": "n", "platform": "Linux", "cpus": 8, "gpus": []}
     assert facts.describe_host(old) == "host n: Linux, 8 CPUs, 0 GPUs"
     assert facts.size(2 * 1024**4) == "2.0 TiB" and facts.size(64 * 1024) == "64 KiB" and facts.size(None) == "?"
+
+
+@pytest.mark.slow  # two interpreters that import torch
+def test_the_separate_check_and_the_node_check_are_the_hooks_one_check(fresh_facts):
+    """The hook runs in the venv's python without dsbisect: the one copy of the check is its
+    _venv_facts, whose text both scripts run; their facts agree where they overlap."""
+    import ast
+    from importlib import resources
+
+    hook = resources.files("dsbisect").joinpath("_hook/dsbisect_hook.py").read_text()
+    (fn,) = [n for n in ast.parse(hook).body if isinstance(n, ast.FunctionDef) and n.name == "_venv_facts"]
+    source = ast.get_source_segment(hook, fn)
+    assert source in facts.check_code() and source in facts.node_check_code()
+    check = facts.import_check(Path(sys.executable), ["packaging"], proc.clean_env())
+    node = proc.run([sys.executable, "-c", facts.node_check_code()], env=proc.clean_env(), timeout=300)
+    (line,) = [ln for ln in node.stdout.splitlines() if ln.startswith("DSBISECT-NODE ")]
+    answer = json.loads(line.removeprefix("DSBISECT-NODE "))
+    assert check.ok and answer["error"] == ""
+    assert answer["torch"] == check.facts["versions"]["torch"] and answer["cuda"] == check.facts["cuda"]
+    assert answer["gpus"] == len(check.facts.get("gpus", [])) and answer["nccl"] == check.facts.get("nccl")
+    broken = facts.import_check(Path(sys.executable), ["no-such-dist"], proc.clean_env())
+    assert not broken.ok and broken.reason == "no-such-dist is not installed" and "versions" in broken.facts

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from dsbisect.forensics import Frame, analyze, own_frames, render_stack
+from dsbisect.deadlock import Proof
+from dsbisect.forensics import Frame, Signature, analyze, hang_signature, own_frames, render_stack
 
 DATA = Path(__file__).parent / "data"
 SEED = DATA / "nccl-hang-seed2"
@@ -385,3 +386,39 @@ def test_real_gpu_hang_recorded_by_dsbisect():
     assert "first mismatch at SeqNum 121: rank 0 numel 2048 vs rank 1 numel 32 (completed)" in sig.text
     assert sig.text.endswith("partition_parameters.py:_allgather_params_coalesced ← "
                              "partition_parameters.py:_all_gather ← modeling_utils.py:_load_pretrained_model")
+
+
+# ---------------------------------------------------------------- the signature's parts
+
+
+def test_the_seed_signature_is_built_from_its_typed_parts():
+    sig = analyze(SEED)
+    assert sig.text == f"{sig.where} — {sig.stack}" == SEED_TEXT
+    assert sig.stack == ("partition_parameters.py:_allgather_params_coalesced ← partition_parameters.py:_all_gather"
+                         " ← modeling_utils.py:_load_pretrained_model")
+
+
+WAITS = "rank 0 waits in ALLREDUCE #2 (4), rank 1 in BARRIER #2"
+PROOF = Proof(rule="op", at=9.3, where=WAITS, why="different ops at #2", waits=())
+LONG = "x" * 500
+
+
+@pytest.mark.parametrize(("sig", "proof", "expected"), [
+    (None, None, ""),
+    (None, PROOF, WAITS),
+    (Signature((), "rank 0 in all_reduce", "", ()), None, "rank 0 in all_reduce"),
+    (Signature((), "rank 0 in all_reduce", "toy.py:step", ()), None, "rank 0 in all_reduce — toy.py:step"),
+    (Signature((), "rank 0 in all_reduce", "", ()), PROOF, WAITS),
+    (Signature((), "rank 0 in all_reduce", "toy.py:step ← toy.py:<module>", ()), PROOF,
+     f"{WAITS} — toy.py:step ← toy.py:<module>"),
+    # the text stays one short line: where is clipped, the stack is not
+    (Signature((), LONG, "", ()), None, "x" * 399 + "…"),
+    (Signature((), LONG, "s" * 100, ()), None, "x" * 296 + "… — " + "s" * 100),
+    (Signature((), LONG, "s" * 390, ()), None, "x" * 79 + "… — " + "s" * 390),
+])
+def test_hang_signature(sig, proof, expected):
+    assert hang_signature(sig, proof) == expected
+
+
+def test_a_proofs_text_is_made_of_its_parts():
+    assert PROOF.text == f"deadlock proven at 9.3 s: {WAITS} — different ops at #2"

@@ -40,12 +40,11 @@ collective timeout decides, as before.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .forensics import op_name
+from . import flightrec
+from .flightrec import DEFAULT_PG, as_int
 
 # Ops whose tensors have the same sizes on every rank; the others (gather, scatter,
 # all_to_all with splits, ...) are matched on the op alone.
@@ -64,7 +63,6 @@ _SYNC_CALLS = (  # (file, function): a CUDA wait behind an enqueued NCCL collect
     ("torch/cuda/streams.py", "wait_event"),
     ("torch/cuda/streams.py", "wait_stream"),
 )
-DEFAULT_PG = "default_pg"
 
 
 @dataclass(frozen=True)
@@ -159,9 +157,15 @@ class Snapshot:
 class Proof:
     rule: str  # exited, sequence, op, size, passed, group
     at: float  # seconds since the launch, of the second snapshot
-    text: str  # "deadlock proven at 12.4 s: rank 0 waits in ... — different sequence numbers"
+    where: str  # where the ranks wait: "rank 0 waits in ALLREDUCE #2 (4), rank 1 in BARRIER #2"
+    why: str  # the first mismatch, in words: "different ops at #2"
     waits: tuple[tuple[int, tuple[Collective, ...]], ...]  # (rank, heads) of the blocked ranks
     gone: tuple[int, ...] = ()
+
+    @property
+    def text(self) -> str:
+        """'deadlock proven at 12.4 s: rank 0 waits in ... — different sequence numbers'."""
+        return f"deadlock proven at {self.at:.1f} s: {self.where} — {self.why}"
 
 
 def prove(first: Snapshot, second: Snapshot, min_gone: float = 5.0) -> Proof | None:
@@ -201,9 +205,8 @@ def prove(first: Snapshot, second: Snapshot, min_gone: float = 5.0) -> Proof | N
             if any(m in parked and (parked[m].last_completed(h.group) or -1) < h.seq for m in members[h.group]):
                 return None
     rule, why = _culprit(heads, {**blocked, **parked}, gone, members)
-    text = f"deadlock proven at {second.at:.1f} s: {_waits_text(heads, gone, parked)} — {why}"
-    return Proof(rule=rule, at=second.at, text=text, waits=tuple(sorted(heads.items())),
-                 gone=tuple(sorted(gone)))
+    return Proof(rule=rule, at=second.at, where=_waits_text(heads, gone, parked), why=why,
+                 waits=tuple(sorted(heads.items())), gone=tuple(sorted(gone)))
 
 
 def _world(first: Snapshot, second: Snapshot) -> int | None:
@@ -327,7 +330,7 @@ def missing_snapshot(rank: int) -> RankSnapshot:
 
 def rank_snapshot(answer: Mapping, rank: int | None = None) -> RankSnapshot:
     """A rank's snapshot from the hook's answer (the JSON of ``fr/rank<R>.<n>.json``)."""
-    r = _int(answer.get("rank"))
+    r = as_int(answer.get("rank"))
     r = rank if r is None else r
     if r is None:
         raise ValueError("the answer names no rank")
@@ -336,12 +339,13 @@ def rank_snapshot(answer: Mapping, rank: int | None = None) -> RankSnapshot:
     completed: dict[str, int] = {}
     members: dict[str, tuple[int, ...]] = {}
     reliable = True
-    for dump in answer.get("dumps") or []:
-        if isinstance(dump, Mapping):
-            ok = _read_dump(dump, pending, completed, members)
+    for found in answer.get("dumps") or []:
+        d = flightrec.dump(found) if isinstance(found, Mapping) else None
+        if d is not None:
+            ok = _read_dump(d, pending, completed, members)
             reliable = reliable and ok
     return RankSnapshot(
-        rank=r, answered=True, pid=_int(answer.get("pid")), world_size=_int(answer.get("world_size")),
+        rank=r, answered=True, pid=as_int(answer.get("pid")), world_size=as_int(answer.get("world_size")),
         in_collective=stack_in_collective(stack), stack=tuple(_frame_text(f) for f in stack),
         pending=tuple(sorted(set(pending), key=lambda c: (c.group, c.p2p, c.seq, c.op))),
         completed=tuple(sorted(completed.items())), members=tuple(sorted(members.items())),
@@ -349,7 +353,7 @@ def rank_snapshot(answer: Mapping, rank: int | None = None) -> RankSnapshot:
     )
 
 
-def _read_dump(dump: Mapping, pending: list[Collective], completed: dict[str, int],
+def _read_dump(d: flightrec.Dump, pending: list[Collective], completed: dict[str, int],
                members: dict[str, tuple[int, ...]]) -> bool:
     """Add one recorder's pending collectives; False when their completion cannot be told.
 
@@ -359,117 +363,54 @@ def _read_dump(dump: Mapping, pending: list[Collective], completed: dict[str, in
     gloo's two worker threads write that number with a plain store after each work, so a
     worker that finishes #3 late overwrites #4 (measured: #4 done, ``last_completed`` 3 for
     seconds), and with async ops a higher number does not mean the lower ones are done."""
-    status = dump.get("pg_status") if isinstance(dump.get("pg_status"), Mapping) else {}
-    config = dump.get("pg_config") if isinstance(dump.get("pg_config"), Mapping) else {}
-    entries = [e for e in dump.get("entries") or [] if isinstance(e, Mapping)]
-    works = [(w, e) for e in entries for w in [_collective(e)] if w is not None]
-    with_retired = any("retired" in e for _, e in works)
-    backends = {w.group.split(":", 1)[0] for w, _ in works}
-    status_done: dict[str, int | None] = {}
-    for w, _ in works:
-        pg = w.group.split(":", 1)[1]
-        status_done[w.group] = _last_completed(status.get(pg))
-        ranks = _ranks(config.get(pg)) if pg else None
-        if ranks is not None:
-            members.setdefault(w.group, ranks)
-    if len(backends) == 1:  # groups the recorder knows without an entry in the buffer
-        (backend,) = backends
-        for pg, st in status.items():
-            status_done.setdefault(f"{backend}:{pg}", _last_completed(st))
-    finished = {id(e) for w, e in works if w.state == "completed" or e.get("retired") is True}
+    works = [(_collective(e), e) for e in d.entries]
+    status_done = _status_done(d, works, members)
+    finished = {n for n, (w, e) in enumerate(works) if w.state == "completed" or e.retired is True}
     for group, done in status_done.items():  # the highest finished number, for "passed"
-        highest = max((w.seq for w, e in works if w.group == group and not w.p2p and id(e) in finished),
+        highest = max((w.seq for n, (w, _) in enumerate(works) if w.group == group and not w.p2p and n in finished),
                       default=None)
         known = [v for v in (done, highest, completed.get(group)) if v is not None]
         if known:
             completed[group] = max(known)
+    with_retired = any(e.retired is not None for _, e in works)
+    completes = {w.group for w, _ in works if w.state == "completed"}
     ok = True
-    completes = {w.group for w, e in works if w.state == "completed"}
-    for w, e in works:
-        if id(e) in finished:
-            continue
-        if w.p2p or with_retired:
-            pending.append(w)
+    for n, (w, _) in enumerate(works):
+        if n in finished:
             continue
         done = status_done.get(w.group)
-        if done is not None and w.seq <= done:
+        if not (w.p2p or with_retired) and done is not None and w.seq <= done:
             continue
-        if done is None and w.group not in completes:
+        if not (w.p2p or with_retired) and done is None and w.group not in completes:
             ok = False  # no way to tell: e.g. gloo entries stay "scheduled" forever
         pending.append(w)
     return ok
 
 
-def _collective(entry: Mapping) -> Collective | None:
-    p2p = entry.get("is_p2p") is True
-    seq = _int(entry.get("p2p_seq_id" if p2p else "collective_seq_id"))
-    name = entry.get("profiling_name")
-    if seq is None or not isinstance(name, str):
-        return None
-    backend = name.split(":", 1)[0] if ":" in name else "?"
-    pg, desc = _process_group(entry.get("process_group"), entry.get("pg_id"))
-    op = op_name(name)
-    return Collective(group=f"{backend}:{pg}", seq=seq, op=op if op.isupper() else op.upper(),
-                      numel_in=_numels(entry.get("input_sizes")), numel_out=_numels(entry.get("output_sizes")),
-                      state=str(entry.get("state")), p2p=p2p, desc=desc)
+def _status_done(d: flightrec.Dump, works: list[tuple[Collective, flightrec.Entry]],
+                 members: dict[str, tuple[int, ...]]) -> dict[str, int | None]:
+    """Per group of the dump, pg_status' last completed collective (None: not given); the
+    groups' ranks, where pg_config lists them, go into ``members``."""
+    status, config = dict(d.last_completed), dict(d.ranks)
+    done: dict[str, int | None] = {}
+    for w, e in works:
+        done[w.group] = status.get(e.pg)
+        if e.pg and e.pg in config:
+            members.setdefault(w.group, config[e.pg])
+    backends = {e.backend for _, e in works}
+    if len(backends) == 1:  # groups the recorder knows without an entry in the buffer
+        (backend,) = backends
+        for pg, last in d.last_completed:
+            done.setdefault(f"{backend}:{pg}", last)
+    return done
 
 
-def _process_group(value: object, pg_id: object) -> tuple[str, str]:
-    if isinstance(value, (list, tuple)) and value:
-        return str(value[0]), str(value[1]) if len(value) > 1 and value[1] is not None else ""
-    return str(value if value is not None else pg_id), ""
-
-
-def _numels(sizes: object) -> tuple[int, ...]:
-    if not isinstance(sizes, list):
-        return ()
-    out = []
-    for dims in sizes:
-        if not isinstance(dims, (list, tuple)):
-            return ()
-        ints = [_int(d) for d in dims]
-        if any(d is None for d in ints):
-            return ()
-        out.append(math.prod(ints))
-    return tuple(out)
-
-
-def _last_completed(status: object) -> int | None:
-    if not isinstance(status, Mapping):
-        return None
-    return _int(status.get("last_completed_collective"))
-
-
-def _ranks(config: object) -> tuple[int, ...] | None:
-    """'[0, 1]' (the recorder's pg_config ranks) -> (0, 1)."""
-    if not isinstance(config, Mapping):
-        return None
-    value = config.get("ranks")
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None
-    if not isinstance(value, list) or not value:
-        return None
-    ranks = [_int(v) for v in value]
-    return None if any(r is None for r in ranks) else tuple(sorted(ranks))
+def _collective(e: flightrec.Entry) -> Collective:
+    return Collective(group=f"{e.backend}:{e.pg}", seq=e.seq, op=e.op if e.op.isupper() else e.op.upper(),
+                      numel_in=e.numel_in, numel_out=e.numel_out, state=e.state, p2p=e.p2p, desc=e.desc)
 
 
 def _frame_text(frame: object) -> str:
     if isinstance(frame, (list, tuple)):
         return ":".join(str(x) for x in frame)
     return str(frame)
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip())
-        except ValueError:
-            return None
-    return None

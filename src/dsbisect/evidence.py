@@ -22,8 +22,9 @@ from pathlib import Path
 import psutil
 
 from . import proc
-from .launch import is_live
+from .proc import is_live
 from .rundir import RunDir
+from .stacks import Frame, pyspy_main
 
 STACK_SIGNAL = "SIGUSR1"
 
@@ -36,7 +37,7 @@ class Capture:
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     taken: list[str] = field(default_factory=list)
-    stacks: dict[str, tuple[str, ...]] = field(default_factory=dict)  # rank -> main-thread frames, latest
+    stacks: dict[str, tuple[Frame, ...]] = field(default_factory=dict)  # rank -> main-thread frames, latest
 
     def __call__(self, procs: list[psutil.Process], reason: str) -> None:
         """Launch hook: dump the stacks of ``procs`` (the live ranks)."""
@@ -68,7 +69,7 @@ class Capture:
         path = self.run.pyspy(rank, reason)
         path.write_text(out.stdout)
         self.files.append(str(path))
-        self.stacks[rank] = main_thread(out.stdout)
+        self.stacks[rank] = pyspy_main(out.stdout)
 
     def stuck(self, procs: list[psutil.Process]) -> bool:
         """Idle-limit check: True unless some rank's main-thread stack moved since the last look.
@@ -113,20 +114,6 @@ class Capture:
     def as_json(self) -> dict:
         dumps = sorted(str(p) for _, p in self.run.fr_dumps())
         return {"files": sorted(set(self.files)) + dumps, "notes": self.notes, "taken": self.taken}
-
-
-def main_thread(dump: str) -> tuple[str, ...]:
-    """The frame lines of the main thread in ``py-spy dump`` output (the first thread if unnamed)."""
-    blocks: list[tuple[str, list[str]]] = []
-    for line in dump.splitlines():
-        if line.startswith("Thread "):
-            blocks.append((line, []))
-        elif blocks and line.startswith("    "):
-            blocks[-1][1].append(line.strip())
-    for head, frames in blocks:
-        if '"MainThread"' in head:
-            return tuple(frames)
-    return tuple(blocks[0][1]) if blocks else ()
 
 
 def pyspy_bin() -> str | None:

@@ -45,39 +45,37 @@ def _hook_functions(*names: str) -> str:
 def check_code() -> str:
     """The separate import check's script (built once, when first needed: `report` and `show`
     import this module and never run it)."""
-    return _hook_functions("_top_modules", "_import_error") + _CHECK_MAIN
+    return _hook_functions(*_CHECK_FUNCTIONS) + _CHECK_MAIN
 
+
+@functools.cache
+def node_check_code() -> str:
+    """The script every node of a multi-node case runs with the point venv's python: the same
+    check (nothing imported but torch), answered on one ``DSBISECT-NODE`` line."""
+    return _hook_functions(*_CHECK_FUNCTIONS) + _NODE_MAIN
+
+
+# The import check is the start-up hook's (``_venv_facts``): the hook runs inside the venv's
+# python, where dsbisect cannot be imported, so the one copy is the hook's source and the
+# separate check and the node check run its functions' text.
+_CHECK_FUNCTIONS = ("_top_modules", "_import_error", "_venv_facts")
 
 _CHECK_MAIN = r"""
-import importlib.metadata as md, json, os, sys
+import json, os, sys
 answer = os.dup(1)  # the answer's own line; what the packages print goes to stderr (kept capped)
 os.dup2(2, 1)
-want = json.loads(sys.argv[1])
-out = {"python": sys.version.split()[0], "versions": {}, "error": _import_error(want)}
-for name in ["torch", "deepspeed", "transformers", "accelerate", "numpy", "pydantic", *want]:
-    try:
-        out["versions"][name] = md.version(name)
-    except md.PackageNotFoundError:
-        pass
-try:
-    import torch
-    out["cuda"] = torch.version.cuda
-    if torch.cuda.is_available():
-        out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        try:
-            out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
-        except Exception:
-            pass
-except BaseException as e:
-    out["error"] = out["error"] or f"import torch failed: {type(e).__name__}: {e}"
-if out.get("cuda"):  # the toolkit torch builds extensions with (DeepSpeed's JIT ops): nvcc is read outside
-    try:
-        from torch.utils.cpp_extension import CUDA_HOME
-        out["cuda_home"] = CUDA_HOME or ""
-    except BaseException:
-        out["cuda_home"] = ""
+out = _venv_facts(json.loads(sys.argv[1]), True)
 sys.stdout.flush()
 os.write(answer, ("DSBISECT-CHECK " + json.dumps(out) + "\n").encode())
+"""
+
+_NODE_MAIN = r"""
+import json, sys
+found = _venv_facts([], True)
+torch = sys.modules.get("torch")  # the torch that imports there, whatever its metadata says
+out = {"python": sys.executable, "torch": getattr(torch, "__version__", None), "cuda": found.get("cuda"),
+       "gpus": len(found.get("gpus", [])), "nccl": found.get("nccl"), "error": found["error"]}
+print("DSBISECT-NODE " + json.dumps(out))
 """
 
 

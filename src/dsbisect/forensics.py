@@ -2,32 +2,32 @@
 
 For the collective a rank waits in (op, SeqNum, numel, process group), best first:
 
-- ``nccl_trace_rank_<R>``: PyTorch's NCCL flight-recorder dump, a pickle read with an
-  unpickler that refuses every class, so a crafted file cannot run code;
+- ``nccl_trace_rank_<R>``: PyTorch's NCCL flight-recorder dump (read by ``flightrec``);
 - NCCL watchdog lines in ``launcher.log`` and ``ranks/**/*.log``;
 - Python tracebacks in those logs (gloo turns a missed collective into a timeout error),
   then the torch.distributed call seen in a py-spy or faulthandler stack.
 
 For the Python stack, best first: the flight-recorder entry, the watchdog's "Stack trace of
 the failed collective", ``stacks/pyspy.rank<R>.<tag>.txt``, ``stacks/rank<R>.pid<P>.txt``
-(faulthandler), tracebacks.  ``analyze`` folds it into one ``RankState`` per rank and a
-one-line ``Signature``.  Standard library only: the tool that runs this has no torch.
+(faulthandler; both read by ``stacks``), tracebacks.  ``analyze`` folds it into one
+``RankState`` per rank and a ``Signature``: where the ranks wait and the code they wait from,
+typed, with its one-line ``text``; ``hang_signature`` puts an early deadlock proof's waits
+ahead of the stacks'.  Standard library only: the tool that runs this has no torch.
 """
 
 from __future__ import annotations
 
-import io
-import json
-import math
-import pickle
 import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import DATA_LIMIT, read_small
-from .rundir import RunDir, rank_of_log
+from . import flightrec
+from .deadlock import Proof
+from .flightrec import Entry, as_int
+from .rundir import RunDir, rank_of_log, read_tail
+from .stacks import Frame, faulthandler_threads, last_dump, main_thread, pyspy_threads
 
 SOURCES = ("flight-recorder", "watchdog", "py-spy", "faulthandler", "traceback")  # stacks
 _FACT_ORDER = ("flight-recorder", "watchdog", "traceback", "py-spy", "faulthandler")
@@ -35,22 +35,9 @@ _PYSPY_TAGS = ("watchdog", "deadline", "idle", "quiet")  # latest evidence first
 _LIBS = ("deepspeed", "transformers", "accelerate")
 _NOT_OWN = ("<stdlib>", "torch", "numpy", "triton", "typing_extensions", "_pytest", "pluggy")
 _LIB_PLUMBING = ("deepspeed/comm/", "deepspeed/utils/nvtx.py")  # collective and profiling wrappers
-_OPS = {  # flight-recorder profiling name -> the watchdog's OpType
-    "broadcast": "BROADCAST", "all_reduce": "ALLREDUCE", "reduce": "REDUCE",
-    "all_gather": "ALLGATHER", "_all_gather_base": "_ALLGATHER_BASE", "gather": "GATHER",
-    "reduce_scatter": "REDUCE_SCATTER", "_reduce_scatter_base": "_REDUCE_SCATTER_BASE",
-    "scatter": "SCATTER",
-}
 _LOG_LIMIT = 8 << 20  # bytes read from the end of each log
 _TEXT_LIMIT = 400
 _SHOWN_GROUPS = 4
-
-
-@dataclass(frozen=True)
-class Frame:
-    function: str
-    file: str  # path as found
-    line: int | None
 
 
 @dataclass(frozen=True)
@@ -68,8 +55,25 @@ class RankState:
 @dataclass(frozen=True)
 class Signature:
     ranks: tuple[RankState, ...]
-    text: str  # one line
+    where: str  # where the ranks wait, and how they differ: "rank 0 in all_reduce, rank 1 not in a collective"
+    stack: str  # the code they wait from, innermost first: "toy.py:step ← toy.py:main" ("" when none)
     notes: tuple[str, ...]  # e.g. "nccl_trace_rank_1: could not be read (...)"
+
+    @property
+    def text(self) -> str:
+        """One line: where, then " — " and the stack (where clipped so that the line stays short)."""
+        if not self.stack:
+            return _clip(self.where, _TEXT_LIMIT)
+        return f"{_clip(self.where, max(_TEXT_LIMIT - len(self.stack) - 3, 80))} — {self.stack}"
+
+
+def hang_signature(sig: Signature | None, proof: Proof | None) -> str:
+    """The signature of a hung run: the ranks' own account of where each waits (an early
+    deadlock proof's) ahead of the code they wait from (the stacks'), else the stacks' text;
+    "" with neither."""
+    if proof is None:
+        return sig.text if sig is not None else ""
+    return f"{proof.where} — {sig.stack}" if sig is not None and sig.stack else proof.where
 
 
 @dataclass(frozen=True)
@@ -87,31 +91,9 @@ class _Facts:
 
 
 @dataclass(frozen=True)
-class _Work:
-    """One flight-recorder entry."""
-
-    pg: str
-    group: str
-    seq: int
-    op: str
-    numel_in: int | None
-    numel_out: int | None
-    state: str
-    p2p: bool
-    frames: tuple[Frame, ...]
-
-
-@dataclass(frozen=True)
 class _Line:
     rank: int | None  # from a "[rankN]:" prefix or the log's file name
     text: str
-
-
-@dataclass(frozen=True)
-class _Thread:
-    name: str
-    current: bool
-    frames: tuple[Frame, ...]
 
 
 # ---------------------------------------------------------------- public API
@@ -130,8 +112,8 @@ def analyze(run_dir: Path) -> Signature | None:
     states = _rank_states(facts)
     if not states and not notes:
         return None
-    text = _signature_text(states, _first_mismatch(works))
-    return Signature(ranks=states, text=text, notes=tuple(notes))
+    where, stack = _signature_parts(states, _first_mismatch(works))
+    return Signature(ranks=states, where=where, stack=stack, notes=tuple(notes))
 
 
 def own_frames(frames: tuple[Frame, ...], limit: int = 3) -> tuple[Frame, ...]:
@@ -170,91 +152,27 @@ def render_stack(state: RankState) -> str:
 # ---------------------------------------------------------------- flight recorder
 
 
-class _DataOnly(pickle.Unpickler):
-    """Loads plain containers and scalars only: every class or function lookup is refused."""
-
-    def find_class(self, module: str, name: str) -> object:
-        raise pickle.UnpicklingError(f"refused to load {module}.{name}")
-
-
-_LOAD_ERRORS = (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError,
-                KeyError, AttributeError, OverflowError, RecursionError, MemoryError)
-
-
-def _read_flight_recorder(run_dir: Path, notes: list[str]) -> dict[int, tuple[_Work, ...]]:
-    works: dict[int, tuple[_Work, ...]] = {}
+def _read_flight_recorder(run_dir: Path, notes: list[str]) -> dict[int, tuple[Entry, ...]]:
+    works: dict[int, tuple[Entry, ...]] = {}
     for rank, path in RunDir(run_dir).fr_dumps():
         if rank is None or not path.is_file():
             continue
         try:
-            dump = _load_dump(path)
+            found = flightrec.dump(flightrec.load(path))
         except OSError as e:
             notes.append(f"{path.name}: could not be read ({e.strerror or e})")
             continue
-        except _LOAD_ERRORS as e:
+        except flightrec.LOAD_ERRORS as e:
             notes.append(_clip(f"{path.name}: could not be read ({type(e).__name__}: {e})", 300))
             continue
-        entries = dump.get("entries") if isinstance(dump, dict) else None
-        if not isinstance(entries, list):
+        if found is None:
             notes.append(f"{path.name}: not a flight-recorder dump (no entries)")
             continue
-        works[rank] = tuple(w for w in map(_work, entries) if w is not None)
+        works[rank] = found.entries
     return works
 
 
-def _load_dump(path: Path) -> object:
-    data = read_small(path, DATA_LIMIT)
-    if data.lstrip()[:1] == b"{":  # torch can also write the dump as JSON
-        return json.loads(data)
-    return _DataOnly(io.BytesIO(data)).load()
-
-
-def _work(entry: object) -> _Work | None:
-    if not isinstance(entry, dict):
-        return None
-    p2p = entry.get("is_p2p") is True
-    seq = _int(entry.get("p2p_seq_id" if p2p else "collective_seq_id"))
-    name = entry.get("profiling_name")
-    if seq is None or not isinstance(name, str):
-        return None
-    pg, group = _process_group(entry.get("process_group"), entry.get("pg_id"))
-    return _Work(pg=pg, group=group, seq=seq, op=op_name(name),
-                 numel_in=_numel(entry.get("input_sizes")),
-                 numel_out=_numel(entry.get("output_sizes")),
-                 state=str(entry.get("state")), p2p=p2p, frames=_fr_frames(entry.get("frames")))
-
-
-def _process_group(value: object, pg_id: object) -> tuple[str, str]:
-    """(name, description) of a flight-recorder process group, e.g. ("0", "default_pg")."""
-    if isinstance(value, (list, tuple)) and value:
-        name = str(value[0])
-        return name, str(value[1]) if len(value) > 1 and value[1] else name
-    name = str(value if value is not None else pg_id)
-    return name, name
-
-
-def op_name(profiling_name: str) -> str:
-    """'nccl:_all_gather_base' -> '_ALLGATHER_BASE'; names without an obvious OpType stay."""
-    bare = re.sub(r"^\w+:", "", profiling_name)
-    return _OPS.get(bare, bare)
-
-
-def _numel(sizes: object) -> int | None:
-    """Element count of the first tensor in a flight-recorder size list such as [[2048]]."""
-    if not isinstance(sizes, list) or not sizes or not isinstance(sizes[0], (list, tuple)):
-        return None
-    dims = [_int(d) for d in sizes[0]]
-    return None if None in dims else math.prod(dims)
-
-
-def _fr_frames(frames: object) -> tuple[Frame, ...]:
-    if not isinstance(frames, list):
-        return ()
-    return tuple(Frame(str(f.get("name", "?")), str(f.get("filename", "?")), _int(f.get("line")))
-                 for f in frames if isinstance(f, dict))
-
-
-def _stuck(works: Sequence[_Work]) -> _Work | None:
+def _stuck(works: Sequence[Entry]) -> Entry | None:
     """Per process group the pending entry with the lowest SeqNum; of those, the oldest."""
     pending = [w for w in works if w.state != "completed"]
     lowest: dict[tuple[str, bool], int] = {}
@@ -264,31 +182,31 @@ def _stuck(works: Sequence[_Work]) -> _Work | None:
     return next((w for w in pending if w.seq == lowest[(w.pg, w.p2p)]), None)
 
 
-def _fr_facts(rank: int, works: Sequence[_Work]) -> _Facts:
+def _fr_facts(rank: int, works: Sequence[Entry]) -> _Facts:
     w = _stuck(works)
     if w is None:
         return _Facts(rank, "flight-recorder")
-    return _Facts(rank, "flight-recorder", w.op, w.seq, w.numel_in, w.numel_out, w.group, w.frames)
+    return _Facts(rank, "flight-recorder", w.op, w.seq, w.first_in, w.first_out, w.group, w.frames)
 
 
-def _first_mismatch(works: dict[int, tuple[_Work, ...]]) -> str | None:
+def _first_mismatch(works: dict[int, tuple[Entry, ...]]) -> str | None:
     """The first SeqNum at which the ranks' recorded collectives differ in op or size."""
     tables = {r: {(w.pg, w.seq): w for w in ws if not w.p2p} for r, ws in works.items()}
     keys = sorted({k for t in tables.values() for k in t}, key=lambda k: (k[0] != "0", k))
     for key in keys:
         seen = {r: t[key] for r, t in sorted(tables.items()) if key in t}
-        if len(seen) > 1 and len({(w.op, w.numel_in, w.numel_out) for w in seen.values()}) > 1:
+        if len(seen) > 1 and len({(w.op, w.first_in, w.first_out) for w in seen.values()}) > 1:
             return _mismatch_text(key[1], seen)
     return None
 
 
-def _mismatch_text(seq: int, seen: dict[int, _Work]) -> str:
+def _mismatch_text(seq: int, seen: dict[int, Entry]) -> str:
     with_op = len({w.op for w in seen.values()}) > 1
-    with_out = len({w.numel_in for w in seen.values()}) == 1
+    with_out = len({w.first_in for w in seen.values()}) == 1
     labels = {}
     for rank, w in seen.items():
         words = [w.op] if with_op else []
-        words.append(f"numel {w.numel_in}" + (f"->{w.numel_out}" if with_out else ""))
+        words.append(f"numel {w.first_in}" + (f"->{w.first_out}" if with_out else ""))
         labels[rank] = " ".join(words) + (" (completed)" if w.state == "completed" else "")
     groups = _group_ranks(labels)
     shown = " vs ".join(f"{_ranks_label(rs)} {label}" for label, rs in groups[:_SHOWN_GROUPS])
@@ -326,15 +244,10 @@ def _line(raw: str, file_rank: int | None) -> _Line:
 def _tail_text(path: Path, notes: list[str]) -> str:
     """The file's last _LOG_LIMIT bytes as text; "" with a note when it cannot be read."""
     try:
-        with path.open("rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - _LOG_LIMIT))
-            data = f.read()
+        return read_tail(path, _LOG_LIMIT)
     except OSError as e:
         notes.append(f"{path.name}: could not be read ({e.strerror or e})")
         return ""
-    text = data.decode("utf-8", errors="replace")
-    return text.split("\n", 1)[-1] if size > _LOG_LIMIT else text
 
 
 def _watchdog_facts(streams: list[list[_Line]]) -> list[_Facts]:
@@ -364,9 +277,9 @@ def _pick(prefix_rank: int | None, pg_rank: str) -> int:
 def _watchdog_rank(rank: int, work: str | None, group: str | None,
                    frames: tuple[Frame, ...]) -> _Facts:
     fields = dict(_WORK_FIELD.findall(work or ""))
-    numels = [_int(fields.get(k)) for k in ("NumelIn", "NumelOut")]
+    numels = [as_int(fields.get(k)) for k in ("NumelIn", "NumelOut")]
     numel_in, numel_out = (n if n is not None and n >= 0 else None for n in numels)
-    return _Facts(rank, "watchdog", op=fields.get("OpType"), seq=_int(fields.get("SeqNum")),
+    return _Facts(rank, "watchdog", op=fields.get("OpType"), seq=as_int(fields.get("SeqNum")),
                   numel_in=numel_in, numel_out=numel_out, group=group, frames=frames)
 
 
@@ -376,7 +289,7 @@ def _collective_stacks(stream: list[_Line]) -> Iterable[tuple[int, tuple[Frame, 
         if not _STACK_HEAD.search(line.text):
             continue
         m = re.search(r"Rank (\d+)\]", line.text)
-        rank = line.rank if line.rank is not None else _int(m[1] if m else None)
+        rank = line.rank if line.rank is not None else as_int(m[1] if m else None)
         frames = []
         for follow in stream[n + 1:]:
             f = _STACK_FRAME.match(follow.text)
@@ -421,12 +334,6 @@ def _last_traceback(texts: list[str]) -> tuple[Frame, ...]:
 # ---------------------------------------------------------------- stack dumps
 
 
-_PYSPY_THREAD = re.compile(r'^Thread \S+ \([^)]*\):?\s*(?:"(.*)")?\s*$')
-_PYSPY_FRAME = re.compile(r"^ {4}(\S.*?) \((.+?)(?::(\d+))?\)\s*$")
-_FH_THREAD = re.compile(r"^(Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):")
-_FH_FRAME = re.compile(r'^\s+File "(.+)", line (\d+|\?+) in (.+)$')
-
-
 def _pyspy_facts(run_dir: Path, notes: list[str]) -> list[_Facts]:
     """Per rank, the main thread of the latest py-spy dump that holds a Python stack."""
     files: dict[int, list[tuple[int, Path]]] = {}
@@ -439,27 +346,12 @@ def _pyspy_facts(run_dir: Path, notes: list[str]) -> list[_Facts]:
     facts = []
     for rank, found in sorted(files.items()):
         for _, path in sorted(found):
-            thread = _main_thread(_pyspy_threads(_tail_text(path, notes)))
+            thread = main_thread(pyspy_threads(_tail_text(path, notes)))
             if thread is not None:
                 facts.append(_Facts(rank, "py-spy", op=_c10d_op(thread.frames), frames=thread.frames))
                 break
             notes.append(f"{path.name}: no Python stack in it")
     return facts
-
-
-def _pyspy_threads(text: str) -> list[_Thread]:
-    threads: list[_Thread] = []
-    for raw in text.splitlines():
-        head = _PYSPY_THREAD.match(raw)
-        if head:
-            threads.append(_Thread(head[1] or "", False, ()))
-            continue
-        f = _PYSPY_FRAME.match(raw)
-        if f and threads:
-            frame = Frame(f[1], f[2], _int(f[3]))
-            last = threads[-1]
-            threads[-1] = _Thread(last.name, last.current, last.frames + (frame,))
-    return [t for t in threads if t.frames]
 
 
 def _faulthandler_facts(run_dir: Path, notes: list[str]) -> list[_Facts]:
@@ -471,44 +363,10 @@ def _faulthandler_facts(run_dir: Path, notes: list[str]) -> list[_Facts]:
             newest[rank] = max(newest.get(rank, (0.0, "", path)), (stat.st_mtime, path.name, path))
     facts = []
     for rank, (_, _, path) in sorted(newest.items()):
-        thread = _main_thread(_last_dump(_faulthandler_threads(_tail_text(path, notes))))
+        thread = main_thread(last_dump(faulthandler_threads(_tail_text(path, notes))))
         if thread is not None:
             facts.append(_Facts(rank, "faulthandler", op=_c10d_op(thread.frames), frames=thread.frames))
     return facts
-
-
-def _faulthandler_threads(text: str) -> list[_Thread]:
-    threads: list[_Thread] = []
-    for raw in text.splitlines():
-        head = _FH_THREAD.match(raw)
-        if head:
-            threads.append(_Thread(head[2], head[1] == "Current thread", ()))
-            continue
-        f = _FH_FRAME.match(raw)
-        if f and threads:
-            frame = Frame(f[3].strip(), f[1], _int(f[2]))
-            last = threads[-1]
-            threads[-1] = _Thread(last.name, last.current, last.frames + (frame,))
-    return threads
-
-
-def _last_dump(threads: list[_Thread]) -> list[_Thread]:
-    """Dumps appended to one file: a new one starts at a thread id or "Current thread" seen again."""
-    start, seen, current = 0, set(), False
-    for n, t in enumerate(threads):
-        if t.name in seen or (t.current and current):
-            start, seen, current = n, set(), False
-        seen.add(t.name)
-        current = current or t.current
-    return [t for t in threads[start:] if t.frames]
-
-
-def _main_thread(threads: list[_Thread]) -> _Thread | None:
-    """py-spy's "MainThread"; else a thread not started by threading, the signalled one first."""
-    named = [t for t in threads if t.name == "MainThread"]
-    own = [t for t in threads if t.frames[-1].function.rsplit(".", 1)[-1] != "_bootstrap"]
-    ranked = named + sorted(own, key=lambda t: not t.current) + threads
-    return ranked[0] if ranked else None
 
 
 def _c10d_op(frames: tuple[Frame, ...]) -> str | None:
@@ -552,17 +410,14 @@ def _disagreements(facts: list[_Facts]) -> list[str]:
 # ---------------------------------------------------------------- signature text
 
 
-def _signature_text(states: tuple[RankState, ...], mismatch: str | None) -> str:
+def _signature_parts(states: tuple[RankState, ...], mismatch: str | None) -> tuple[str, str]:
+    """(where the ranks wait, the stack they wait from)."""
     if not states:
-        return "no rank left evidence that could be read"
+        return "no rank left evidence that could be read", ""
     clauses = [_where(states), _split(states, "seq", "ranks at different SeqNum"),
                _split(states, "numel_in", "ranks with different numel"),
                _split(states, "op", "ranks in different ops"), mismatch]
-    head = "; ".join(c for c in clauses if c)
-    tail = _stack_text(states)
-    if not tail:
-        return _clip(head, _TEXT_LIMIT)
-    return f"{_clip(head, max(_TEXT_LIMIT - len(tail) - 3, 80))} — {tail}"
+    return "; ".join(c for c in clauses if c), _stack_text(states)
 
 
 def _where(states: tuple[RankState, ...]) -> str:
@@ -690,16 +545,6 @@ def _basename(file: str) -> str:
 def _short_function(name: str) -> str:
     """py-spy's 'Init._allgather_params_coalesced' -> '_allgather_params_coalesced'."""
     return name.rsplit(".", 1)[-1] if not name.startswith("<") else name
-
-
-def _int(value: object) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-        return int(value)
-    return None
 
 
 def _clip(text: str, limit: int) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from . import forensics
+from . import flightrec, forensics
 from .files import DATA_LIMIT, read_small
 from .grid import displayable
 from .htmlreport import Page, RunPage
@@ -95,7 +95,7 @@ def _dump_look(folder: Path) -> Look | None:
         return None
     ranks, frames_of = [], {}
     for rank, ws in sorted(works.items()):
-        colls = tuple(Coll(w.group, w.seq, _op(w.op), w.numel_in, w.numel_out, State.of(w.state)) for w in ws if not w.p2p)
+        colls = tuple(Coll(w.group, w.seq, _op(w.op), w.first_in, w.first_out, State.of(w.state)) for w in ws if not w.p2p)
         waiting = [w for w in ws if w.state != "completed" and not w.p2p]
         frames_of[rank] = min(waiting, key=lambda w: w.seq).frames if waiting else ()
         ranks.append(RankLook(rank=rank, colls=colls))
@@ -125,11 +125,11 @@ def _answer_rank(rank: int, answer: Mapping) -> RankLook:
     colls = []
     for dump in _list(answer.get("dumps")):
         for entry in _list(dump.get("entries") if isinstance(dump, dict) else None):
-            w = forensics._work(entry)  # noqa: SLF001 - the one flight-recorder entry parser
+            w = flightrec.entry(entry)  # the one flight-recorder entry parser
             if w is None or w.p2p:
                 continue
-            done = isinstance(entry, dict) and entry.get("retired") is True  # torch retired it: it ran
-            colls.append(Coll(w.group, w.seq, _op(w.op), w.numel_in, w.numel_out,
+            done = w.retired is True  # torch retired it: it ran
+            colls.append(Coll(w.group, w.seq, _op(w.op), w.first_in, w.first_out,
                               State.COMPLETED if done else State.of(w.state)))
     stack = answer.get("stack") if isinstance(answer.get("stack"), list) else []
     frames = tuple(forensics.Frame(str(f[1]), str(f[0]), f[2] if isinstance(f[2], int) else None)

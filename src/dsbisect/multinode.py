@@ -38,30 +38,14 @@ import psutil
 
 from . import files, proc
 from .command import read_hostfile
-from .evidence import Capture, main_thread, pyspy_bin
+from .evidence import Capture, pyspy_bin
+from .facts import node_check_code
 from .model import Case, LauncherBackend
 from .rundir import RunDir
+from .stacks import pyspy_main
 
 SSH_OPTIONS = ("-o", "BatchMode=yes", "-o", "ConnectTimeout=10")
 TAG = "DSBISECT-NODE "
-
-CHECK_CODE = r"""
-import json, sys
-out = {"python": sys.executable}
-try:
-    import torch
-    out["torch"] = torch.__version__
-    out["cuda"] = torch.version.cuda
-    if torch.cuda.is_available():
-        out["gpus"] = torch.cuda.device_count()
-        try:
-            out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
-        except Exception:
-            pass
-except BaseException as e:
-    out["error"] = f"import torch failed: {type(e).__name__}: {e}"
-print("DSBISECT-NODE " + json.dumps(out))
-"""
 
 # Run on each host with the point venv's python: find the run's processes by their marker.
 HELPER_CODE = r"""
@@ -193,7 +177,8 @@ def check_nodes(case: Case, env_key: str, python: Path, local: dict) -> str:
         problem = f"hostfile {case.nodes.hostfile} lists no host that the case's include/exclude/num_nodes keep"
     else:
         with ThreadPoolExecutor(max_workers=min(16, len(listed))) as pool:
-            answers = list(pool.map(lambda h: _on_host(case, h, [str(python), "-c", CHECK_CODE], 300), listed))
+            check = [str(python), "-c", node_check_code()]
+            answers = list(pool.map(lambda h: _on_host(case, h, check, 300), listed))
         problem = _compare(listed, answers, python, local)
     with _checked_lock:
         _checked[key] = problem
@@ -285,7 +270,7 @@ class RemoteRanks:
                     path = self.run.pyspy(item["rank"], reason)
                     path.write_text(item["pyspy"])
                     self.capture.files.append(str(path))
-                    self.capture.stacks[item["rank"]] = main_thread(item["pyspy"])
+                    self.capture.stacks[item["rank"]] = pyspy_main(item["pyspy"])
                 elif item["pyspy_error"]:
                     self.capture.note(f"py-spy could not read rank {item['rank']} on {host} "
                                        f"({item['pyspy_error'].splitlines()[-1][:200]}); faulthandler stacks are used")

@@ -3,6 +3,7 @@
 Every outside program that is run to completion (uv, pip, git, py-spy, nvidia-smi, ssh,
 sbatch...) goes through ``run``; only ``launch`` starts the long-lived launcher itself.
 ``run`` never raises for a failing command: the caller reads ``Completed`` and decides.
+``is_live`` tells a running process from one that is gone or a zombie.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 # Variables of dsbisect's own environment that must not leak into the venvs it runs.
 _NOT_INHERITED = ("VIRTUAL_ENV", "PYTHONHOME", "PYTHONPATH", "CONDA_PREFIX", "UV_PROJECT_ENVIRONMENT")
@@ -147,3 +150,11 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 def last_line(text: str) -> str:
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     return lines[-1] if lines else ""
+
+
+def is_live(process: psutil.Process) -> bool:
+    """Running and not a zombie (False for a process that is gone)."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,7 +1,7 @@
 """Processes of a run found by their tag, wherever they went.
 
 Every process of a run carries ``DSBISECT_RUN_DIR=<run dir>`` in its environment (dsbisect
-sets it; children inherit it).  The process-tree teardown in ``launch`` stops what it saw
+sets it; children inherit it).  The process-tree teardown (``proctree``) stops what it saw
 descend from the launcher; what escaped it — a rank that double-forked into a daemon of its
 own session, or the processes of a run whose dsbisect was killed — is found here by that tag
 and stopped: SIGTERM, then SIGKILL.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from .launch import is_live
+from .proc import is_live
 
 TAG = "DSBISECT_RUN_DIR"
 

@@ -250,13 +250,19 @@ def _move(f, src: int, dst: int, n: int, chunk: int = 1 << 20) -> None:
 def tail_text(path: Path, max_bytes: int) -> str | None:
     """The end of a text file (None when it cannot be read)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
+        return read_tail(path, max_bytes)
     except OSError:
         return None
+
+
+def read_tail(path: Path, max_bytes: int) -> str:
+    """The last ``max_bytes`` of a text file, from its first whole line; OSError when it cannot
+    be read.  The one tail reader of logs and stack dumps (``tails``, ``forensics``)."""
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - max_bytes))
+        data = f.read()
     if size > max_bytes:
         data = data.split(b"\n", 1)[-1]  # drop the cut line
     return data.decode("utf-8", "replace")

@@ -38,7 +38,7 @@ from . import facts, memory, multinode, proc, reaper
 from .envs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from .errors import DiskFull, EnvBuildError, Interrupted, StoreError, signal_of
 from .evidence import Capture
-from .forensics import analyze
+from .forensics import analyze, hang_signature
 from .launch import LaunchResult, LaunchSpec, free_port, launch
 from .launchers import Target, line_for, plan
 from .model import (
@@ -358,7 +358,7 @@ class Runner:
             problem = multinode.check_nodes(case, env.key, env.python, check.facts)
             if problem:
                 return self._skip(run, problem, env_key=env.key, found=check.facts)
-        return self._launch(run, case, point, env, check, accel, slot, token or GateToken())
+        return self._launch(_Job(run, case, point, env, accel, slot, token or GateToken()), check)
 
     def _skip(self, run: RunRecord, reason: str, env_key: str | None = None,
               found: dict | None = None, case: Case | None = None, env: Env | None = None) -> RunRecord:
@@ -396,20 +396,33 @@ class Runner:
         self.store.put_import_check(env.key, import_check_key(case, accel, check_wanted(point)), found)
         return found
 
-    def _launch(self, record: RunRecord, case: Case, point: Point, env: Env, check: ImportCheck | None,
-                accel: Accelerator, slot: Slot, token: GateToken) -> RunRecord:
-        run_id, run = record.id, RunDir(Path(record.run_dir))
+    def _launch(self, job: _Job, check: ImportCheck | None) -> RunRecord:
+        """The run pipeline past the venv: the launch line, the launch under watch, the import
+        check the run made, the verdict and its evidence, the record."""
+        line = self._launch_line(job, check is None)
+        ran = self._supervise(job, line)
+        if check is None:
+            check = self._check_of_run(job.run, job.env, job.case, job.point, job.accel)
+            if not check.ok:
+                return self._skip(job.record, check.reason, env_key=job.env.key, found=check.facts, case=job.case,
+                                  env=job.env)
+        c, signature, evidence = _judge(job, line, ran)
+        return self._record(job, ran, check, c, signature, evidence)
+
+    def _launch_line(self, job: _Job, checks: bool) -> _Line:
+        """The run's argv, environment and port (taken here, given back by ``_supervise``)."""
+        case, run, env = job.case, job.run, job.env
         with self._lock:
             port = free_port(self._ports)
             self._ports.add(port)
-        cuda = accel is Accelerator.CUDA
-        devices = slot.devices if cuda else None
-        variables = self._base_env(case, accel, env)
+        cuda = job.accel is Accelerator.CUDA
+        devices = job.slot.devices if cuda else None
+        variables = self._base_env(case, job.accel, env)
         for lock in clear_stale_build_locks(env.path):  # a killed build's; it would read as a hang
             with open(run.launcher_log, "a") as note:
                 note.write(f"dsbisect: removed {lock}, left by a just-in-time build that was stopped\n")
-        if check is None:  # the run's first interpreter makes the import check
-            variables["DSBISECT_CHECK_IMPORTS"] = ",".join(check_wanted(point))
+        if checks:  # the run's first interpreter makes the import check
+            variables["DSBISECT_CHECK_IMPORTS"] = ",".join(check_wanted(job.point))
         p = plan(case, Target(env.python, run, port, devices), cuda, variables.get("CUDA_VISIBLE_DEVICES"))
         variables |= p.env
         run.ranks.mkdir(parents=True, exist_ok=True)
@@ -432,61 +445,51 @@ class Runner:
             expected_ranks=case.nproc if cuda else 0,
             early_hang=case.early_hang,
         )
+        return _Line(spec, port, direct, secrets)
+
+    def _supervise(self, job: _Job, line: _Line) -> _Ran:
+        """Launch and watch the run, then give its port back and stop what escaped its tree."""
+        case, run = job.case, job.run
         capture = Capture(run)
         hooks = capture
         if case.nodes.hostfile is not None:  # ranks on other nodes: reach them through the back end
-            multinode.write_env_file(case, run, spec.env)
-            hooks = multinode.RemoteRanks.of(case, env.python, run, capture)
+            multinode.write_env_file(case, run, line.spec.env)
+            hooks = multinode.RemoteRanks.of(case, job.env.python, run, capture)
         remote_left: list[str] = []
         given = record_inputs(case, run)
         named = digests(named_paths(case))  # as the run starts: what changes under it is its output
-        how = "1 rank, no launcher" if direct else f"{case.nproc} ranks"
-        self.progress("run", f"{case.name} · {point.label}: running (run {run_id}, {how}, {accel.value})")
+        how = "1 rank, no launcher" if line.direct else f"{case.nproc} ranks"
+        self.progress("run", f"{case.name} · {job.point.label}: running (run {job.record.id}, {how}, "
+                             f"{job.accel.value})")
         t0 = time.monotonic()
         ooms = memory.oom_counts()
         try:
-            result = launch(spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=self.cancel)
+            result = launch(line.spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=self.cancel)
         finally:
             with self._lock:
-                self._ports.discard(port)
+                self._ports.discard(line.port)
             if hooks is not capture:
                 remote_left = hooks.stop()
             escaped = reaper.stop_tagged(run.path)  # daemons that left the process tree
-            shm = reaper.remove_run_shm(port) if case.nodes.hostfile is None else []
-        if check is None:
-            check = self._check_of_run(run, env, case, point, accel)
-            if not check.ok:
-                return self._skip(record, check.reason, env_key=env.key, found=check.facts, case=case, env=env)
-        tail, rank_tails = run.tails()
-        c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, tail, rank_tails)
-        c, oom = _oom_verdict(c, result, run, ooms, token)
-        signature, evidence = _evidence(c.outcome, run, capture, result)
-        if oom:
-            evidence["oom"] = oom
-        if c.outcome is Outcome.FAIL:  # where it failed in the packages under test: the failure's identity
-            evidence["error_frames"] = list(package_frames(tail, c.reason, _import_names(env, point)))
-        evidence["notes"] += run.cap_logs()  # after the evidence was read from them
-        evidence["notes"] += scrub_folder(run.path, secrets, skip=(RunDir.RECORD,))  # the group may read it
-        evidence["survivors"] += remote_left + list(escaped.survivors)
-        left_tree = sorted(set(result.escaped) | set(escaped.stopped))
-        if left_tree:
-            evidence["escaped"] = left_tree
-            evidence["notes"].append(f"process(es) {', '.join(map(str, left_tree))} left the run's process "
-                                     "tree (their parent ended: a daemon, a fork child) and were stopped all the "
-                                     "same (by the run's guard, or by their DSBISECT_RUN_DIR tag)")
-        if shm:  # DeepSpeed's CPU op never unlinks its workspace: RAM a run must not keep
-            evidence["shm_removed"] = shm
+            shm = reaper.remove_run_shm(line.port) if case.nodes.hostfile is None else []
+        return _Ran(result, capture, t0, ooms, given, named, tuple(remote_left), escaped, tuple(shm))
+
+    def _record(self, job: _Job, ran: _Ran, check: ImportCheck, c: Classified, signature: str,
+                evidence: dict) -> RunRecord:
+        """Store the finished run, with the facts of its venv, inputs and machine."""
+        case, point, env, accel = job.case, job.point, job.env, job.accel
         done = self.store.finish_run(
-            run_id, c.outcome, result.exit_code, time.monotonic() - t0, reason=c.reason,
+            job.record.id, c.outcome, ran.result.exit_code, time.monotonic() - ran.t0, reason=c.reason,
             signature=signature, evidence=evidence,
-            facts=check.facts | given | {"accelerator": accel.value, "shadowed": [list(x) for x in env.shadowed],
-                                         "host": facts.host(), "index": self.envs.index.origin,
-                                         "fingerprint": self.reuse.record(case, point, env, run, named,
-                                                                          accel.value)},
+            facts=check.facts | ran.given | {"accelerator": accel.value,
+                                             "shadowed": [list(x) for x in env.shadowed],
+                                             "host": facts.host(), "index": self.envs.index.origin,
+                                             "fingerprint": self.reuse.record(case, point, env, job.run, ran.named,
+                                                                              accel.value)},
             env_key=env.key,
         )
         said = f" ({c.reason})" if c.outcome is Outcome.SKIP else ""
-        self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {result.seconds:.1f} s{said}")
+        self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {ran.result.seconds:.1f} s{said}")
         return done
 
     def _base_env(self, case: Case, accel: Accelerator, venv: Env | None = None) -> dict[str, str]:
@@ -505,6 +508,74 @@ class Runner:
 
 
 # ------------------------------------------------------------------- helpers
+
+
+@dataclass(frozen=True)
+class _Job:
+    """One run on its way through the pipeline: its record, what it tests, and where."""
+
+    record: RunRecord
+    case: Case
+    point: Point
+    env: Env
+    accel: Accelerator
+    slot: Slot
+    token: GateToken
+
+    @property
+    def run(self) -> RunDir:
+        return RunDir(Path(self.record.run_dir))
+
+
+@dataclass(frozen=True)
+class _Line:
+    """What the run is launched with."""
+
+    spec: LaunchSpec
+    port: int  # the rendezvous port, held for the run
+    direct: bool  # one rank, without a launcher
+    secrets: frozenset[str]  # values masked in the run folder afterwards
+
+
+@dataclass(frozen=True)
+class _Ran:
+    """A launch that ended, with what was read around it."""
+
+    result: LaunchResult
+    capture: Capture  # the stacks and notes taken while it ran
+    t0: float  # monotonic time of the launch
+    ooms: tuple[memory.OomCount, ...]  # the OOM-kill counters before it
+    given: dict  # the inputs it was given (record_inputs)
+    named: dict  # digests of the paths the case names, as it started
+    remote_left: tuple[str, ...]  # processes on other nodes that could not be stopped
+    escaped: reaper.Reaped  # processes that had left the tree, found by their tag
+    shm: tuple[str, ...]  # shared-memory files of the run removed
+
+
+def _judge(job: _Job, line: _Line, ran: _Ran) -> tuple[Classified, str, dict]:
+    """The run's outcome, signature and evidence, from its logs and what the launch saw; then
+    the run folder is capped and scrubbed of the run's secrets."""
+    run, result = job.run, ran.result
+    tail, rank_tails = run.tails()
+    c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, tail, rank_tails)
+    c, oom = _oom_verdict(c, result, run, ran.ooms, job.token)
+    signature, evidence = _evidence(c.outcome, run, ran.capture, result)
+    if oom:
+        evidence["oom"] = oom
+    if c.outcome is Outcome.FAIL:  # where it failed in the packages under test: the failure's identity
+        evidence["error_frames"] = list(package_frames(tail, c.reason, _import_names(job.env, job.point)))
+    evidence["notes"] += run.cap_logs()  # after the evidence was read from them
+    evidence["notes"] += scrub_folder(run.path, line.secrets, skip=(RunDir.RECORD,))  # the group may read it
+    evidence["survivors"] += list(ran.remote_left) + list(ran.escaped.survivors)
+    left_tree = sorted(set(result.escaped) | set(ran.escaped.stopped))
+    if left_tree:
+        evidence["escaped"] = left_tree
+        evidence["notes"].append(f"process(es) {', '.join(map(str, left_tree))} left the run's process "
+                                 "tree (their parent ended: a daemon, a fork child) and were stopped all the "
+                                 "same (by the run's guard, or by their DSBISECT_RUN_DIR tag)")
+    if ran.shm:  # DeepSpeed's CPU op never unlinks its workspace: RAM a run must not keep
+        evidence["shm_removed"] = list(ran.shm)
+    return c, signature, evidence
 
 
 def _oom_verdict(c: Classified, result: LaunchResult, run: RunDir, before: tuple[memory.OomCount, ...],
@@ -575,14 +646,9 @@ def _evidence(outcome: Outcome, run: RunDir, capture: Capture, result: LaunchRes
     if result.hang_after is not None:
         evidence["hang_detected_after_s"] = round(result.hang_after, 2)
     sig = analyze(run.path)
-    proof = proven(result.why)
-    if sig is None:
-        return proof, evidence
-    evidence["notes"] = evidence["notes"] + list(sig.notes)
-    if proof:  # the ranks' own state said where each waits; the stacks say from where
-        where = sig.text.split(" — ", 1)[1] if " — " in sig.text else ""
-        return f"{proof} — {where}" if where else proof, evidence
-    return sig.text, evidence
+    if sig is not None:
+        evidence["notes"] = evidence["notes"] + list(sig.notes)
+    return hang_signature(sig, result.proof), evidence
 
 
 def _how_it_ended(outcome: Outcome, result: LaunchResult) -> str:
@@ -611,15 +677,6 @@ def _import_names(env: Env, point: Point) -> tuple[str, ...]:
                 found.append(top[0])
     found += [n.replace("-", "_") for n in sorted(wanted)]
     return tuple(dict.fromkeys(found))
-
-
-def proven(why: str) -> str:
-    """The collectives of an early deadlock proof ("rank 0 waits in _ALLGATHER_BASE #119 (2048),
-    rank 1 in _ALLGATHER_BASE #120 (32)"), or "" when the run did not end on one."""
-    if not why.startswith("deadlock proven at "):
-        return ""
-    core = why.split(": ", 1)[1] if ": " in why else why
-    return core.split(" — ", 1)[0]
 
 
 PRECOMPILE = r"""

@@ -394,28 +394,30 @@ def _import_error(wanted):
     return ""
 
 
-def _check_imports(run_dir, wanted):
-    """The point's import check, in this process (see the module's docstring)."""
+def _venv_facts(wanted, gpus):
+    """What the venv of this interpreter is: its python, package versions, the first import of
+    ``wanted`` that fails, torch's CUDA and NCCL, the toolkit torch builds extensions with; with
+    ``gpus`` the GPUs' names too (that initializes CUDA: never inside a run).  The one import
+    check: the hook's inside a run, and (its text taken by ``facts``) the separate check and
+    every node's check run it."""
     import importlib.metadata as md
-    import json
-    import time
 
-    t0 = time.monotonic()
-    out = {"python": sys.version.split()[0], "versions": {}, "error": _import_error(wanted), "where": "run",
-           "pid": os.getpid()}
+    out = {"python": sys.version.split()[0], "versions": {}, "error": _import_error(wanted)}
     for name in ["torch", "deepspeed", "transformers", "accelerate", "numpy", "pydantic", *wanted]:
         try:
             out["versions"][name] = md.version(name)
         except md.PackageNotFoundError:
             pass
     torch = sys.modules.get("torch")
-    if torch is None and not out["error"]:
+    if torch is None:
         try:
             import torch
         except BaseException as e:  # noqa: BLE001 - reported
-            out["error"] = f"import torch failed: {type(e).__name__}: {e}"
-    if torch is not None:
-        out["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+            out["error"] = out["error"] or f"import torch failed: {type(e).__name__}: {e}"
+            return out
+    out["cuda"] = getattr(getattr(torch, "version", None), "cuda", None)
+    if gpus and torch.cuda.is_available():
+        out["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     if out.get("cuda"):  # without initializing CUDA: ncclGetVersion, and where nvcc would be looked for
         try:
             out["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
@@ -427,6 +429,16 @@ def _check_imports(run_dir, wanted):
             out["cuda_home"] = CUDA_HOME or ""
         except BaseException:  # noqa: BLE001
             out["cuda_home"] = ""
+    return out
+
+
+def _check_imports(run_dir, wanted):
+    """The point's import check, in this process (see the module's docstring)."""
+    import json
+    import time
+
+    t0 = time.monotonic()
+    out = _venv_facts(wanted, False) | {"where": "run", "pid": os.getpid()}
     out["seconds"] = round(time.monotonic() - t0, 3)
     path = os.path.join(run_dir, "import_check.json")
     tmp = f"{path}.{os.getpid()}.tmp"
