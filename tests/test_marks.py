@@ -80,7 +80,7 @@ def test_a_skip_mark_is_outcome_skip_and_is_kept(tmp_path, cli):
     runner = Runner(store=Store(tmp_path / ".dsbisect"), envs=None, executor=NoRuns())
     point = Point(versions=(("dsb-toy", "1.2.0"),))
     (found,) = runner.runs(case, point, want=2)
-    assert found.outcome is Outcome.SKIP and found.evidence["manual"] == "skip"
+    assert found.outcome is Outcome.SKIP and found.manual.mark == "skip"
 
 
 def test_marked_points_are_the_bisections_points(tmp_path):
@@ -327,7 +327,7 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
     runner = Runner(store=Store(tmp_path / "s"), envs=_Envs(tmp_path / "envs"), executor=ex)
     p = Point(versions=(("dsb-toy", "1.3.0"),))
     run = runner.run_once(case, p)
-    assert run.outcome is Outcome.FAIL and run.evidence["manual"] == "bad" and run.env_key == "envkey"
+    assert run.outcome is Outcome.FAIL and run.manual.mark == "bad" and run.env_key == "envkey"
     assert asked == ["dsb-toy 1.3.0: good, bad or skip [g/b/s]"] * 2
     assert "  answer good, bad or skip (g, b, s)" in said
     venv = tmp_path / "envs" / p.key
@@ -338,7 +338,7 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
     assert runner.run_once(case, Point(versions=(("dsb-toy", "1.0.0"),))).outcome is Outcome.PASS
     # A venv that cannot be built is untestable, as a run here would be; nobody is asked.
     skipped = runner.run_once(case, Point(versions=(("dsb-toy", "9.9.9"),)))
-    assert skipped.outcome is Outcome.SKIP and "no dsb-toy 9.9.9" in skipped.reason and "manual" not in skipped.evidence
+    assert skipped.outcome is Outcome.SKIP and "no dsb-toy 9.9.9" in skipped.reason and skipped.manual is None
     assert ex.slots(case) and len(ex.slots(case)) == 1
     cancel = threading.Event()
     cancel.set()

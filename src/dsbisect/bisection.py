@@ -14,14 +14,14 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from . import gitrepo
-from .identity import Identity, Rule, judge_run, resolve, run_identity
+from .identity import Identity, Rule, resolve
 from .model import Answer, Case, GitSource, IndexOptions, Mode, Outcome, Point, RegressOn, Stage, Verdict, digest
 from .outcome import combine
 from .redact import redact_tree
 from .proof import Proof, ProofVerdict, judge, proof_json
 from .runner import Runner
 from .search import Search, Side, lookahead, search
-from .store import RunRecord
+from .records import RunRecord
 from .versions import AUTO, candidates, gaps
 
 
@@ -350,7 +350,7 @@ class Bisection:
         if self.regression is not None:
             return
         req = self.req
-        seen = [i for r in runs if not r.evidence.get("manual") and (i := run_identity(r)) is not None]
+        seen = [i for r in runs if r.manual is None and (i := r.identity()) is not None]
         order = {Outcome.HANG: 0, Outcome.FAIL: 1}
         if req.regress_on in (RegressOn.HANG, RegressOn.FAIL):
             seen = [i for i in seen if i.kind.value == req.regress_on.value]
@@ -365,7 +365,7 @@ class Bisection:
 
     def _note_different(self, label: str, runs: list[RunRecord]) -> None:
         for r in runs:
-            seen = run_identity(r)
+            seen = r.identity()
             if self._verdict(r) is Verdict.SKIP and self.rule.differs(r.outcome, seen) and label not in self._different:
                 self._different[label] = (f"{label} failed differently ({seen.shown}"
                                           + (f" at {' ← '.join(seen.frames[:2])}" if seen.frames else "")
@@ -391,7 +391,7 @@ class Bisection:
         return step
 
     def _verdict(self, r: RunRecord) -> Verdict:
-        return judge_run(r, self.rule)  # one rule with marks.run_verdict (dsbisect log)
+        return r.verdict(self.rule)  # the one rule (records.RunRecord.verdict), dsbisect log's too
 
     def _test_many(self, points: list[Point], indices, stage: Stage) -> list[Side]:
         """Test the points at ``indices`` (at once, one per free slot, when there are several)."""
@@ -563,7 +563,7 @@ def step_json(s: Step) -> dict:
         "run_ids": [r.id for r in s.runs],
         "seconds": round(s.seconds, 3),
         "detail": s.detail,
-        "manual": any(r.evidence.get("manual") for r in s.runs),  # a run of it was marked by hand
+        "manual": any(r.manual is not None for r in s.runs),  # a run of it was marked by hand
     }
 
 
