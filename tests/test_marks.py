@@ -258,6 +258,28 @@ def test_log_writes_one_mark_line_per_run_that_parses_back(tmp_path, cli):
         parse_log("# header\ndsbisect bisect a 1 2\n", "x.log")
 
 
+@pytest.mark.parametrize("secret_arg", [
+    "--pin=dsb-extra@https://ci:hunter2@wheels.example/dsb_extra-1.0-py3-none-any.whl",
+    "--index-url=https://__token__:hunter2@pypi.example/simple",
+    "--extra-index-url=https://ci:hunter2@[::1]:8080/simple"])
+def test_log_masks_a_credential_in_a_pin_or_url_and_keeps_requirements_whole(tmp_path, cli, secret_arg):
+    """What ``log`` prints of the bisect command and of each run is redacted, and ``==`` of a
+    requirement is not taken for an assignment (``pydantic==1.10.13`` stays as it is)."""
+    (tmp_path / "rep.py").write_text("pass\n")
+    from dsbisect.matrix import script_case
+
+    case = script_case(tmp_path / "rep.py", 2)
+    store = Store(tmp_path / ".dsbisect")
+    _toy_bisection(store, case, ["dsb-toy", "1.0.0", "1.3.0", "--script=rep.py", "--pin=pydantic==1.10.13",
+                                 secret_arg, "--offline"])
+    store.close()
+    res = cli("log", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    assert "hunter2" not in res.stdout and "***" in res.stdout.splitlines()[1]
+    assert "--pin=pydantic==1.10.13" in res.stdout.splitlines()[1]
+    assert "dsbisect mark good dsb-toy==1.0.0 --script=rep.py --pin=pydantic==1.10.13" in res.stdout
+
+
 def test_replay_records_every_mark_once_and_checks_every_line_first(tmp_path, cli):
     (tmp_path / "rep.py").write_text("pass\n")
     log = tmp_path / "a.log"
