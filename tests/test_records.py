@@ -54,6 +54,14 @@ def test_a_known_key_of_another_shape_is_kept_aside_not_taken():
     assert Evidence.from_json([1, 2]) == Evidence() and RunFacts.from_json("text") == RunFacts()
 
 
+@settings(max_examples=200, deadline=None)
+@given(a=st.dictionaries(KEYS, JSON, max_size=6), b=st.dictionaries(KEYS, JSON, max_size=6))
+def test_or_of_any_two_is_dict_or(a, b):
+    for kind in (Evidence, RunFacts):
+        got = (kind.from_json(a) | kind.from_json(b)).to_json()
+        assert got == a | b and list(got) == list(a | b)
+
+
 def test_or_is_dict_or():
     a = {"python": "3.12", "zz": [1], "host": {"name": "a"}}
     b = {"host": {"name": "b"}, "index": "https://pypi.org/simple", "yy": 2}

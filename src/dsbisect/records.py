@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from .identity import Identity, Rule, judge, learn
 from .inputs import Inputs
-from .model import Outcome, Point, RunStatus, Verdict
+from .model import Outcome, Point, RegressOn, RunStatus, Verdict
 
 _NUM = (int, float)
 
@@ -95,8 +95,9 @@ class _Keyed:
         """These values with ``other``'s set ones over them, as ``dict | dict`` (keys in that order)."""
         given = {f.name: getattr(other, f.name) for f in fields(other) if f.name in self.SHAPES
                  and getattr(other, f.name) is not None}
+        cleared = {k: None for k in other.extra if k in self.SHAPES}  # other's odd value of a field wins too
         extra = {k: v for k, v in self.extra.items() if k not in given} | dict(other.extra)
-        return replace(self, **given, extra=extra, order=tuple(dict.fromkeys((*self.keys(), *other.keys()))))
+        return replace(self, **cleared, **given, extra=extra, order=tuple(dict.fromkeys((*self.keys(), *other.keys()))))
 
 
 # ------------------------------------------------------------------ evidence
@@ -289,7 +290,8 @@ class RunRecord:
             return None
         return learn(self.outcome, self.reason, self.signature, tuple(str(f) for f in self.evidence.listed("error_frames")))
 
-    def verdict(self, regress_on, signature: str | None = None, learned: Identity | None = None) -> Verdict:
+    def verdict(self, regress_on: RegressOn | Rule, signature: str | None = None,
+                learned: Identity | None = None) -> Verdict:
         """What a bisection takes this run for (the search and ``dsbisect log`` both): a run
         marked by hand is as the user said; else its outcome and failure under the rule of
         ``regress_on`` (a ``Rule``, or the RegressOn it is made of with ``signature``/``learned``)."""
