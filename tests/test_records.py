@@ -33,7 +33,7 @@ KEYS = st.sampled_from([*Evidence.SHAPES, *RunFacts.SHAPES, "error", "replayed",
 # ------------------------------------------------------------------ JSON both ways
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(data=st.dictionaries(KEYS, JSON, max_size=8))
 def test_any_json_object_reads_and_writes_back_the_same_keys_in_the_same_order(data):
     """Known keys of their shape become fields, anything else (an unknown key, a known key of
@@ -54,7 +54,7 @@ def test_a_known_key_of_another_shape_is_kept_aside_not_taken():
     assert Evidence.from_json([1, 2]) == Evidence() and RunFacts.from_json("text") == RunFacts()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(a=st.dictionaries(KEYS, JSON, max_size=6), b=st.dictionaries(KEYS, JSON, max_size=6))
 def test_or_of_any_two_is_dict_or(a, b):
     for kind in (Evidence, RunFacts):
