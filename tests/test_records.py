@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import toypkg
@@ -155,6 +156,26 @@ def test_the_store_lists_its_bisections_oldest_first(tmp_path):
     store.db.execute("UPDATE bisections SET params='[not json' WHERE key='bbbb'")
     assert [b.key for b in store.bisections()] == ["aaaa"] and any("bbbb" in n for n in store.notes)
     store.close()
+
+
+STORES = sorted((Path(__file__).parents[1] / "docs" / "results" / "stores").glob("*.sqlite3"))
+
+
+@pytest.mark.parametrize("db", STORES, ids=[p.stem for p in STORES])
+def test_the_committed_gpu_stores_rows_read_and_write_back_exactly(db):
+    """The rows of real 2×H200 runs (hangs with flight-recorder evidence, CUDA facts, Slurm-free
+    multi-point bisections) as the types and back: the same JSON, key for key."""
+    with sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True) as con:
+        rows = con.execute("SELECT evidence, facts FROM runs").fetchall()
+    assert rows
+    for evidence, facts in rows:
+        for kind, text in ((Evidence, evidence), (RunFacts, facts)):
+            data = json.loads(text)
+            back = kind.from_json(data)
+            assert back.to_json() == data and json.dumps(back.to_json()) == json.dumps(data)
+            assert not set(back.extra) & set(kind.SHAPES), back.extra  # every known key took its field
+    facts = [RunFacts.from_json(json.loads(f)) for _, f in rows]
+    assert any(f.cuda and f.gpus for f in facts)
 
 
 @pytest.mark.slow
