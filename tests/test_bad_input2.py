@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from dsbisect import report as rep
+from dsbisect.records import Evidence, RunFacts
 from dsbisect.model import Outcome, Point
 from dsbisect.store import Store
 
@@ -178,7 +179,7 @@ def test_renderers_show_an_odd_record_without_a_traceback(tmp_path_factory, fact
     """A record whose fields hold other types than dsbisect writes (a hand-edited row, another
     version's): every report renders it."""
     base = _base_record(tmp_path_factory)
-    odd = replace(base, facts=facts, evidence=evidence, seconds=seconds, exit_code=exit_code, attempt=attempt,
+    odd = replace(base, facts=RunFacts.from_json(facts), evidence=Evidence.from_json(evidence), seconds=seconds, exit_code=exit_code, attempt=attempt,
                   started=started)
     _render_everything(odd)
 

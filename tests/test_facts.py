@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from dsbisect import facts, proc
+from dsbisect.records import RunFacts
 
 
 @pytest.fixture
@@ -94,19 +95,19 @@ def test_nvcc_of_the_point_venvs_cuda_home(fresh_facts, tmp_path):
             out["cuda_home"] = home
         python = _script(tmp_path / "venv" / "python", f"echo 'DSBISECT-CHECK {json.dumps(out)}'\n")
         check = facts.import_check(python, [], dict(os.environ))
-        assert check.ok and "cuda_home" not in check.facts
-        assert check.facts.get("nvcc") == want
-    assert "nvcc 12.4.131" in facts.describe_env({"python": "3.12.3", "versions": {"torch": "2.4.0"},
-                                                  "cuda": "12.4", "nvcc": "12.4.131"})
+        assert check.ok and "cuda_home" not in check.facts.to_json()
+        assert check.facts.nvcc == want
+    assert "nvcc 12.4.131" in facts.describe_env(RunFacts.of(python="3.12.3", versions={"torch": "2.4.0"},
+                                                             cuda="12.4", nvcc="12.4.131"))
 
 
 def test_the_check_code_reads_cuda_home_only_for_a_cuda_torch(fresh_facts, tmp_path):
     check = facts.import_check(Path(sys.executable), ["packaging"], proc.clean_env())
     assert check.ok, check.reason
-    if not check.facts.get("cuda"):
-        assert "nvcc" not in check.facts
+    if not check.facts.cuda:
+        assert "nvcc" not in check.facts.to_json()
     else:
-        assert check.facts["nvcc"]
+        assert check.facts.nvcc
 
 
 def test_old_host_records_render_what_they_have():

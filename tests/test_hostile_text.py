@@ -21,6 +21,7 @@ from conftest import make_case, write_matrix
 from rich.console import Console
 
 from dsbisect import report as rep
+from dsbisect.records import Evidence, RunFacts
 from dsbisect.results import Request, Result, Step
 from dsbisect.model import Answer, Outcome, Point, RegressOn, Stage, Verdict
 from dsbisect.store import Store
@@ -67,7 +68,7 @@ def _runs(st: Store, tmp_path: Path, hostile: str) -> list:
         (run_dir / "ranks").mkdir()
         (run_dir / "ranks" / "rank0.log").write_text("\n".join(ESCAPES + MARKUP) + "\n")
         st.finish_run(rid, outcome, 1, 3.0, reason=f"RuntimeError: {hostile}", signature="",
-                      facts={"command": ["python", hostile]})
+                      facts=RunFacts.of(command=["python", hostile]))
         out.append(st.run(rid))
     return out
 

@@ -302,7 +302,7 @@ RESULT = {"candidates": ["1.0.0", "1.1.0"], "steps": [STEP, STEP | {"version": "
 @given(key=st.sampled_from([*RESULT, "steps.0", "steps.0.run_ids", "env_diff.trials", "env_diff.culprits",
                             "commit.first_bad", "releases.0"]), value=JSONS, package=st.sampled_from(["dsb", "environment"]))
 def test_no_value_in_a_stored_bisection_breaks_the_page(key, value, package):
-    from dsbisect.store import BisectionRecord
+    from dsbisect.records import BisectionRecord
 
     result = json.loads(json.dumps(RESULT))
     inner, *path = key.split(".")
@@ -353,7 +353,7 @@ def test_the_committed_seed2_store_as_a_page(tmp_path):
 
 def test_an_environment_bisection_as_ladders():
     """The recorded CPU env-diff bisection (docs/results): trials, then the culprit's releases and commits."""
-    from dsbisect.store import BisectionRecord
+    from dsbisect.records import BisectionRecord
 
     d = json.loads((Path(__file__).parents[1] / "docs/results/2026-12-02-cpu-envdiff-accelerate.json").read_text())
     trials, releases, commits = htmlsource.ladders(BisectionRecord(1, "k", "environment", d["good_env"], d["bad_env"],

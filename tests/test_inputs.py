@@ -142,6 +142,7 @@ def test_a_jobs_record_gets_the_submitters_environment_digests(tmp_path, monkeyp
     digests of what the submitter gave the job, so that the main store can reuse it."""
     from conftest import make_case
 
+    from dsbisect.records import RunFacts
     from dsbisect.reuse import Reuse, rank_environment
     from dsbisect.store import Store
 
@@ -150,7 +151,8 @@ def test_a_jobs_record_gets_the_submitters_environment_digests(tmp_path, monkeyp
     assert main.inputs_key() != job.inputs_key() and main.inputs_key() == Store(tmp_path / "main").inputs_key()
     case = make_case(tmp_path, "c")
     made = _with(env=env_digests(rank_environment(case), job.inputs_key())).to_json()
-    adopted = Reuse(main, None).adopt(case, {"fingerprint": made, "python": "3.11.7"})
-    assert adopted["python"] == "3.11.7"
-    assert Inputs.from_json(adopted["fingerprint"]).env == env_digests(rank_environment(case), main.inputs_key())
-    assert Reuse(main, None).adopt(case, {"python": "3.11.7"}) == {"python": "3.11.7"}  # nothing to re-key
+    adopted = Reuse(main, None).adopt(case, RunFacts.of(fingerprint=made, python="3.11.7"))
+    assert adopted.python == "3.11.7"
+    assert Inputs.from_json(dict(adopted.fingerprint)).env == env_digests(rank_environment(case), main.inputs_key())
+    alone = RunFacts.of(python="3.11.7")
+    assert Reuse(main, None).adopt(case, alone) == alone  # nothing to re-key

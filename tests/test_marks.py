@@ -81,7 +81,7 @@ def test_a_skip_mark_is_outcome_skip_and_is_kept(tmp_path, cli):
     runner = Runner(store=Store(tmp_path / ".dsbisect"), envs=None, executor=NoRuns())
     point = Point(versions=(("dsb-toy", "1.2.0"),))
     (found,) = runner.runs(case, point, want=2)
-    assert found.outcome is Outcome.SKIP and found.evidence["manual"] == "skip"
+    assert found.outcome is Outcome.SKIP and found.manual.mark == "skip"
 
 
 def test_marked_points_are_the_bisections_points(tmp_path):
@@ -259,6 +259,28 @@ def test_log_writes_one_mark_line_per_run_that_parses_back(tmp_path, cli):
         parse_log("# header\ndsbisect bisect a 1 2\n", "x.log")
 
 
+@pytest.mark.parametrize("secret_arg", [
+    "--pin=dsb-extra@https://ci:hunter2@wheels.example/dsb_extra-1.0-py3-none-any.whl",
+    "--index-url=https://__token__:hunter2@pypi.example/simple",
+    "--extra-index-url=https://ci:hunter2@[::1]:8080/simple"])
+def test_log_masks_a_credential_in_a_pin_or_url_and_keeps_requirements_whole(tmp_path, cli, secret_arg):
+    """What ``log`` prints of the bisect command and of each run is redacted, and ``==`` of a
+    requirement is not taken for an assignment (``pydantic==1.10.13`` stays as it is)."""
+    (tmp_path / "rep.py").write_text("pass\n")
+    from dsbisect.matrix import script_case
+
+    case = script_case(tmp_path / "rep.py", 2)
+    store = Store(tmp_path / ".dsbisect")
+    _toy_bisection(store, case, ["dsb-toy", "1.0.0", "1.3.0", "--script=rep.py", "--pin=pydantic==1.10.13",
+                                 secret_arg, "--offline"])
+    store.close()
+    res = cli("log", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    assert "hunter2" not in res.stdout and "***" in res.stdout.splitlines()[1]
+    assert "--pin=pydantic==1.10.13" in res.stdout.splitlines()[1]
+    assert "dsbisect mark good dsb-toy==1.0.0 --script=rep.py --pin=pydantic==1.10.13" in res.stdout
+
+
 def test_replay_records_every_mark_once_and_checks_every_line_first(tmp_path, cli):
     (tmp_path / "rep.py").write_text("pass\n")
     log = tmp_path / "a.log"
@@ -332,7 +354,7 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
     runner = Runner(store=Store(tmp_path / "s"), envs=_Envs(tmp_path / "envs"), executor=ex)
     p = Point(versions=(("dsb-toy", "1.3.0"),))
     run = runner.run_once(case, p)
-    assert run.outcome is Outcome.FAIL and run.evidence["manual"] == "bad" and run.env_key == "envkey"
+    assert run.outcome is Outcome.FAIL and run.manual.mark == "bad" and run.env_key == "envkey"
     assert asked == ["dsb-toy 1.3.0: good, bad or skip [g/b/s]"] * 2
     assert "  answer good, bad or skip (g, b, s)" in said
     venv = tmp_path / "envs" / p.key
@@ -348,7 +370,7 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
     assert runner.run_once(case, Point(versions=(("dsb-toy", "1.0.0"),))).outcome is Outcome.PASS
     # A venv that cannot be built is untestable, as a run here would be; nobody is asked.
     skipped = runner.run_once(case, Point(versions=(("dsb-toy", "9.9.9"),)))
-    assert skipped.outcome is Outcome.SKIP and "no dsb-toy 9.9.9" in skipped.reason and "manual" not in skipped.evidence
+    assert skipped.outcome is Outcome.SKIP and "no dsb-toy 9.9.9" in skipped.reason and skipped.manual is None
     assert ex.slots(case) and len(ex.slots(case)) == 1
     cancel = threading.Event()
     cancel.set()

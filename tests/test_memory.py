@@ -24,6 +24,7 @@ import toypkg
 from conftest import write_matrix
 from dsbisect import memory
 from dsbisect.memory import OomCount, OomKill, Room
+from dsbisect.records import Evidence, RunFacts
 from dsbisect.model import Outcome
 from dsbisect.outcome import Classified
 
@@ -195,7 +196,7 @@ def test_the_cases_recorded_peak_bounds_how_many_points_run_at_once(tmp_path):
     n, said = runner.memory_plan(case)
     assert n == guess and said.startswith("memory: ") and said.endswith("GB per point, a guess")
     run = store.start_run(case.name, case.key, Point((("dsb-toy", "1.0.0"),)), None, 1)
-    store.finish_run(run, Outcome.PASS, 0, 1.0, evidence={"peak_rss": 1 << 50})  # a point of a petabyte
+    store.finish_run(run, Outcome.PASS, 0, 1.0, evidence=Evidence.of(peak_rss=1 << 50))  # a point of a petabyte
     assert store.peak_rss(case.name) == [1 << 50]
     assert runner.slots(case) == [Slot()]
     assert runner.memory_plan(case)[1].endswith(f"~{(1 << 50) * memory.MARGIN / memory.GB:.1f} GB per point")
@@ -330,7 +331,7 @@ def test_in_a_small_cgroup_points_run_one_at_a_time_and_an_oom_kill_runs_again_a
     for r in killed:
         assert r.reason.startswith("killed by the out-of-memory killer (cgroup memory.") and \
             "while 1 other point ran; it runs again alone" in r.reason, r.reason
-        assert r.evidence["oom"]["after"] > r.evidence["oom"]["before"], r.evidence
+        assert r.evidence.oom["after"] > r.evidence.oom["before"], r.evidence
 
 
 @pytest.mark.slow

@@ -200,7 +200,7 @@ from dsbisect import facts, proc
 kind = sys.argv[2]
 if kind == "import":
     got = facts.import_check(sys.executable, ["chatty"], {"PYTHONPATH": sys.argv[3], "PATH": "/usr/bin:/bin"})
-    out = {"ok": got.ok, "reason": got.reason, "version": got.facts.get("versions", {}).get("chatty")}
+    out = {"ok": got.ok, "reason": got.reason, "version": got.facts.version("chatty")}
 else:
     done = proc.run([sys.executable, "-c", sys.argv[3]])
     out = {"code": done.returncode, "cut": done.cut, "out_len": len(done.stdout), "err_len": len(done.stderr),

@@ -12,7 +12,7 @@ import pytest
 import toypkg
 from conftest import write_matrix
 
-from dsbisect.identity import Rule, judge_run, run_identity
+from dsbisect.identity import Rule
 from dsbisect.model import RegressOn, Verdict
 from dsbisect.store import Store
 
@@ -62,7 +62,7 @@ def test_an_unrelated_failure_inside_the_range_does_not_move_the_answer(tmp_path
     assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "1.0.0", "1.1.0")
     assert out["different"] == [] and out["regression"]["identity"] is None
 
-    # dsbisect log replays the same rule (marks.run_verdict is Bisection._verdict)
+    # dsbisect log replays the same rule (RunRecord.verdict is Bisection._verdict's rule)
     log = cli("log", "--store", str(folder / ".dsbisect"), cwd=folder)
     assert log.exit_code == 0, log.output
     marks = {ln.split("dsb-other==")[1].split()[0]: ln.split()[2] for ln in log.stdout.splitlines()
@@ -102,13 +102,13 @@ def test_one_toy_deadlock_has_one_identity_early_and_at_the_timeout(tmp_path, cl
     early, late = runs
     assert early.signature != late.signature  # each rule words it its own way
     assert "ALLREDUCE" in early.signature and "all_reduce" in late.signature
-    a, b = run_identity(early), run_identity(late)
+    a, b = early.identity(), late.identity()
     assert a.message == b.message == "rank 0 in ALLREDUCE, rank 1 in BARRIER"
     assert a.describe() == b.describe()
     for wanted in ("ALLREDUCE", "all_reduce"):
         rule = Rule(RegressOn.HANG, wanted)
-        assert judge_run(early, rule) is judge_run(late, rule) is Verdict.BAD
-    assert judge_run(late, Rule(RegressOn.HANG, None, a)) is Verdict.BAD
+        assert early.verdict(rule) is late.verdict(rule) is Verdict.BAD
+    assert late.verdict(Rule(RegressOn.HANG, None, a)) is Verdict.BAD
 
 
 def test_stepping_around_a_different_failure_that_leaves_the_boundary_open_is_ambiguous(tmp_path_factory, cli,

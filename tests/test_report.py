@@ -16,6 +16,7 @@ from conftest import make_case
 from rich.console import Console
 
 from dsbisect import report as rep
+from dsbisect.records import Evidence, RunFacts
 from dsbisect.results import Request, Result, Step
 from dsbisect.model import Answer, Outcome, Point, RegressOn, Stage, Verdict
 from dsbisect.store import Store
@@ -29,19 +30,22 @@ SIG = ("rank 0 in _ALLGATHER_BASE numel 2048 at SeqNum 122, rank 1 in _ALLGATHER
        "partition_parameters.py:_allgather_params_coalesced ← modeling_utils.py:_load_pretrained_model")
 LONG = "zero3_from_pretrained_bert_lm_head_model_hangs_in_allgather_under_zero3"
 NO_GPU = "needs 2 CUDA GPUs; this machine has 0"
+GPUS = {"skip_cause": "gpus"}  # the cause the runner records with such a skip
 PINS = ("pydantic<2", "huggingface-hub==0.20.3", "tokenizers==0.15.2")
 
 
 def _record(st: Store, case: str, version: str, outcome: Outcome, **kw):
     point = Point(versions=(("deepspeed", version),))
     rid = st.start_run(case, f"key-{case}", point, "env", kw.pop("attempt", 1))
-    st.finish_run(rid, outcome, kw.pop("exit_code", None), kw.pop("seconds", 30.0), facts=kw.pop("facts", FACTS), **kw)
+    st.finish_run(rid, outcome, kw.pop("exit_code", None), kw.pop("seconds", 30.0), facts=RunFacts.from_json(kw.pop("facts", FACTS)),
+                  evidence=Evidence.from_json(kw.pop("evidence", {})), **kw)
     return st.run(rid)
 
 
 def _point_record(st: Store, case: str, versions: dict, outcome: Outcome, pins=(), seconds=30.0, **kw):
     rid = st.start_run(case, f"key-{case}", Point(versions=tuple(versions.items()), pins=pins), "env", 1)
-    st.finish_run(rid, outcome, None, seconds, facts=kw.pop("facts", {}), **kw)
+    st.finish_run(rid, outcome, None, seconds, facts=RunFacts.from_json(kw.pop("facts", {})),
+                  evidence=Evidence.from_json(kw.pop("evidence", {})), **kw)
     return st.run(rid)
 
 
@@ -70,9 +74,9 @@ def _matrix_runs(st: Store) -> list:
                                   reason="RuntimeError: boom" if v != "0.12.2" else ""))
     for case in ("gpu_only_one", "gpu_only_two_with_a_long_name_too"):
         for v in ("0.12.2", "0.12.3", "0.12.4"):
-            runs.append(_point_record(st, case, {"deepspeed": v}, Outcome.SKIP, seconds=0, reason=NO_GPU))
+            runs.append(_point_record(st, case, {"deepspeed": v}, Outcome.SKIP, seconds=0, reason=NO_GPU, evidence=GPUS))
     runs.append(_point_record(st, "x8", {"deepspeed": "0.12.2"}, Outcome.SKIP, seconds=0,
-                              reason="needs 8 CUDA GPUs; this machine has 0"))
+                              reason="needs 8 CUDA GPUs; this machine has 0", evidence=GPUS))
     return runs
 
 
@@ -83,7 +87,8 @@ def test_grid_rows_cells_and_the_runs_hosts(tmp_path):
     st = Store(tmp_path)
     runs = [_record(st, "seed", "0.12.4", Outcome.HANG, signature="rank 0 in REDUCE numel 2 at SeqNum 1"),
             _record(st, "seed", "0.12.3", Outcome.PASS, exit_code=0),
-            _record(st, "smoke", "0.12.4", Outcome.SKIP, reason="needs 2 CUDA GPUs; this machine has 0", seconds=0)]
+            _record(st, "smoke", "0.12.4", Outcome.SKIP, reason="needs 2 CUDA GPUs; this machine has 0", seconds=0,
+                        evidence=GPUS)]
     g = rep.grid(runs)
     assert g.cases == ("seed", "smoke")
     assert [label for label, _ in g.rows] == ["deepspeed 0.12.3", "deepspeed 0.12.4"]  # version order
@@ -190,7 +195,7 @@ def test_runs_before_hosts_were_recorded_say_so(tmp_path):
     st = Store(tmp_path)
     point = Point(versions=(("deepspeed", "0.12.4"),))
     rid = st.start_run("seed", "k", point, "env", 1)
-    st.finish_run(rid, Outcome.PASS, 0, 1.0, facts={})
+    st.finish_run(rid, Outcome.PASS, 0, 1.0, facts=RunFacts())
     assert rep.host_lines([st.run(rid)]) == ["host: not recorded (runs made by a dsbisect before 0.1.1)"]
     md = rep.grid_markdown(rep.grid([st.run(rid)]), "old")  # an old record renders what it has
     assert "| deepspeed 0.12.4 | ✅ PASS 1.0 s #1 |" in md and "**Command**" not in md and "topology" not in md
@@ -222,7 +227,8 @@ def _command_run(st: Store, version: str, outcome: Outcome, **kw):
                                 {"path": "big.yaml", "sha256": "ef" * 32, "bytes": 100_000, "copy": "inputs/02-big.yaml"},
                                 {"path": "data.bin", "sha256": "12" * 32, "bytes": 9_000_000, "copy": None},
                                 {"path": "evil.txt", "sha256": "34" * 32, "bytes": 10, "copy": "../../../etc/hostname"}]}
-    st.finish_run(rid, outcome, None, 30.0, facts=facts, **kw)
+    st.finish_run(rid, outcome, None, 30.0, facts=RunFacts.from_json(facts),
+                  evidence=Evidence.from_json(kw.pop("evidence", {})), **kw)
     return st.run(rid)
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import make_case
 
+from dsbisect.records import Evidence
 from dsbisect import grid
 from dsbisect.model import WORST_FIRST, Answer, Outcome, Point, RegressOn, Stage, Verdict, worst
 from dsbisect.proof import Proof, ProofVerdict
@@ -169,7 +170,7 @@ def _run(st: Store, version: str, outcome: Outcome, seconds: float = 1.0, **kw):
 def test_a_steps_tally_is_counted_from_its_runs(tmp_path):
     st = Store(tmp_path / "store")
     runs = (_run(st, "1.0", Outcome.PASS, reason="ok"), _run(st, "1.0", Outcome.HANG, 2.5, signature="rank 0 in all_reduce"),
-            _run(st, "1.0", Outcome.FAIL, reason="boom"), _run(st, "1.0", Outcome.PASS, evidence={"manual": "good"}))
+            _run(st, "1.0", Outcome.FAIL, reason="boom"), _run(st, "1.0", Outcome.PASS, evidence=Evidence.from_json({"manual": "good"})))
     step = Step(Stage.RELEASE, "1.0", "1.0", None, "", Verdict.BAD, runs)
     assert step.outcome is Outcome.HANG and step.seconds == 5.5
     assert step.detail == "rank 0 in all_reduce"  # the first run that did not pass

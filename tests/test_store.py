@@ -6,7 +6,8 @@ import sqlite3
 import subprocess
 import sys
 
-from dsbisect.model import GitSource, ImportCheck, Outcome, Point, RunStatus
+from dsbisect.model import GitSource, Outcome, Point, RunStatus
+from dsbisect.records import Evidence, ImportCheck, RunFacts
 from dsbisect.store import Store
 
 P = Point(versions=(("deepspeed", "0.12.4"),), pins=("pydantic<2",))
@@ -17,11 +18,11 @@ def test_run_roundtrip(tmp_path):
     rid = st.start_run("seed", "case1", P, "env1", 1)
     assert st.run(rid).status is RunStatus.RUNNING
     st.finish_run(rid, Outcome.HANG, None, 61.5, reason="wall", signature="rank 0 in REDUCE",
-                  evidence={"files": ["a"]}, facts={"python": "3.11"})
+                  evidence=Evidence.of(files=["a"]), facts=RunFacts.of(python="3.11"))
     st.close()
     again = Store(tmp_path)
     (r,) = again.done_runs("case1", P.key)
-    assert (r.outcome, r.seconds, r.signature, r.evidence["files"], r.point) == (Outcome.HANG, 61.5, "rank 0 in REDUCE", ["a"], P)
+    assert (r.outcome, r.seconds, r.signature, r.evidence.files, r.point) == (Outcome.HANG, 61.5, "rank 0 in REDUCE", ("a",), P)
     assert sqlite3.connect(again.path).execute("PRAGMA user_version").fetchone()[0] == 4
 
 
@@ -50,8 +51,8 @@ def test_commit_points_are_keyed_by_commit_not_clone(tmp_path):
 def test_import_check_cache_and_bisection_upsert(tmp_path):
     st = Store(tmp_path)
     assert st.import_check("e", ("numpy-bufsize",)) is None
-    st.put_import_check("e", ("numpy-bufsize",), ImportCheck(False, "import deepspeed failed", {"python": "3.12"}))
-    assert st.import_check("e", ("numpy-bufsize",)) == ImportCheck(False, "import deepspeed failed", {"python": "3.12"})
+    st.put_import_check("e", ("numpy-bufsize",), ImportCheck(False, "import deepspeed failed", RunFacts.of(python="3.12")))
+    assert st.import_check("e", ("numpy-bufsize",)) == ImportCheck(False, "import deepspeed failed", RunFacts.of(python="3.12"))
     assert st.import_check("e", ()) is None
     i = st.save_bisection("k", "deepspeed", "0.12.2", "0.12.4", {"a": 1}, "running", {})
     j = st.save_bisection("k", "deepspeed", "0.12.2", "0.12.4", {"a": 1}, "done", {"first_bad": "0.12.4"})

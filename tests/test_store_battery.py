@@ -30,7 +30,8 @@ from dsbisect import claims
 from dsbisect.claims import Liveness
 from dsbisect.envs import EnvManager
 from dsbisect.errors import DiskFull, EnvBuildError, InputError, StoreError
-from dsbisect.model import ImportCheck, IndexOptions, Outcome, Point, RunStatus
+from dsbisect.model import IndexOptions, Outcome, Point, RunStatus
+from dsbisect.records import Evidence, ImportCheck, RunFacts
 from dsbisect.rundir import cap_log
 from dsbisect.session import reap_orphans
 from dsbisect.store import SCHEMA, Store
@@ -183,6 +184,7 @@ def test_a_kill_between_record_and_index_loses_no_finished_run(tmp_path, cli):
     # index): the next start takes the result from the record, not "interrupted".
     dead = subprocess.run([sys.executable, "-c", "import sys; sys.path[:0] = [sys.argv[2]]\n"
                            "from dsbisect.store import Store\nfrom dsbisect.model import Point, Outcome\n"
+            "from dsbisect.records import Evidence\n"
                            "st = Store(sys.argv[1])\n"
                            "rid = st.start_run('toy', 'case-key', Point(versions=(('dsb-toy', '1.7.0'),)), None, 1)\n"
                            "v = st._values(rid) | {'status': 'done', 'outcome': 'hang', 'reason': 'wall'}\n"
@@ -203,10 +205,11 @@ def test_random_kills_of_a_writer_then_repair_lose_no_finished_run(tmp_path, cli
     house = tmp_path / "kills"
     code = ("import sys; sys.path[:0] = [sys.argv[2]]\n"
             "from dsbisect.store import Store\nfrom dsbisect.model import Point, Outcome\n"
+            "from dsbisect.records import Evidence\n"
             "st = Store(sys.argv[1])\n"
             "for i in range(10**6):\n"
             "    rid = st.start_run('toy', 'k', Point(versions=(('dsb-toy', f'9.{i}'),)), None, 1)\n"
-            "    st.finish_run(rid, Outcome.PASS, 0, 0.1, evidence={'notes': ['x' * 2000]})\n"
+            "    st.finish_run(rid, Outcome.PASS, 0, 0.1, evidence=Evidence.of(notes=['x' * 2000]))\n"
             "    print(rid, flush=True)\n")
     said = set()
     rng = random.Random(20)
@@ -288,14 +291,14 @@ def test_a_full_disk_is_one_line_and_loses_nothing(tmp_path, cli):
         filler = _fill(fs)
         with pytest.raises(DiskFull, match=rf"no space left on .*{fs}.*dsbisect.sqlite3"):  # SQLite's own "full"
             for i in range(50):
-                open_before.put_import_check(f"env{i}", ("k",), ImportCheck(True, "", {"x": "y" * 100_000}))
+                open_before.put_import_check(f"env{i}", ("k",), ImportCheck(True, "", RunFacts.from_json({"x": "y" * 100_000})))
         open_before.close()
         with pytest.raises(DiskFull, match=rf"no space left on .*{fs}"):
             st = Store(store)  # opening for writing may already need a byte
             try:
                 for i in range(50):  # until the last free page is gone
                     st.finish_run(st.start_run("toy", "case-key", P[7], None, 1), Outcome.PASS, 0, 1.0,
-                                  evidence={"notes": ["x" * 4000]})
+                                  evidence=Evidence.of(notes=["x" * 4000]))
             finally:
                 st.close()
         assert not _partial_files(fs)
@@ -367,6 +370,7 @@ def test_repairs_tried_while_a_writer_commits_lose_none_of_its_runs(tmp_path, cl
     busy = tmp_path / "busy"
     code = ("import sys, time; sys.path[:0] = [sys.argv[2]]\n"
             "from dsbisect.store import Store\nfrom dsbisect.model import Point, Outcome\n"
+            "from dsbisect.records import Evidence\n"
             "st = Store(sys.argv[1])\nprint('open', flush=True)\n"
             "for i in range(60):\n"
             "    rid = st.start_run('toy', 'k', Point(versions=(('dsb-toy', f'9.{i}'),)), None, 1)\n"

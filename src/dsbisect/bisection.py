@@ -14,7 +14,7 @@ from packaging.utils import canonicalize_name
 
 from . import bayes, gitrepo
 from .confidence import Confidence, ends_problem, proof_runs
-from .identity import Rule, judge_run, resolve, run_identity
+from .identity import Rule, resolve
 from .model import Answer, GitSource, IndexOptions, Outcome, Point, RegressOn, Stage, Verdict
 from .outcome import combine
 from .redact import redact_tree
@@ -22,7 +22,7 @@ from .proof import Proof, ProofVerdict, judge
 from .results import Agreement, CommitResult, Confirmation, Regression, Request, Result, Step
 from .runner import Runner
 from .search import Search, Side, lookahead, search
-from .store import RunRecord
+from .records import RunRecord
 from .versions import AUTO, candidates, gaps
 
 
@@ -209,7 +209,7 @@ class Bisection:
         if self.regression is not None:
             return
         req = self.req
-        seen = [i for r in runs if not r.evidence.get("manual") and (i := run_identity(r)) is not None]
+        seen = [i for r in runs if r.manual is None and (i := r.identity()) is not None]
         if req.regress_on in (RegressOn.HANG, RegressOn.FAIL):
             seen = [i for i in seen if i.kind.value == req.regress_on.value]
         end = min(seen, key=lambda i: i.kind.rank, default=None)  # a hang before a failure (model.WORST_FIRST)
@@ -223,7 +223,7 @@ class Bisection:
 
     def _note_different(self, label: str, runs: list[RunRecord]) -> None:
         for r in runs:
-            seen = run_identity(r)
+            seen = r.identity()
             if self._verdict(r) is Verdict.SKIP and self.rule.differs(r.outcome, seen) and label not in self._different:
                 self._different[label] = (f"{label} failed differently ({seen.shown}"
                                           + (f" at {' ← '.join(seen.frames[:2])}" if seen.frames else "")
@@ -249,7 +249,7 @@ class Bisection:
         return step
 
     def _verdict(self, r: RunRecord) -> Verdict:
-        return judge_run(r, self.rule)  # one rule with marks.run_verdict (dsbisect log)
+        return r.verdict(self.rule)  # the one rule (records.RunRecord.verdict), dsbisect log's too
 
     def _test_many(self, points: list[Point], indices, stage: Stage) -> list[Side]:
         """Test the points at ``indices`` (at once, one per free slot, when there are several)."""

@@ -977,7 +977,7 @@ def log(
 
     with user_errors():
         the_store = _open_store(store)
-        emit(safe(log_text(the_store, find_bisection(the_store.dir, key))), None)
+        emit(safe(log_text(the_store, find_bisection(the_store, key))), None)
 
 
 @app.command()

@@ -23,6 +23,7 @@ import psutil
 
 from . import proc
 from .proc import is_live
+from .records import Evidence
 from .rundir import RunDir
 from .stacks import Frame, pyspy_main
 
@@ -111,9 +112,9 @@ class Capture:
         if text not in self.notes:
             self.notes.append(text)
 
-    def as_json(self) -> dict:
+    def evidence(self) -> Evidence:
         dumps = sorted(str(p) for _, p in self.run.fr_dumps())
-        return {"files": sorted(set(self.files)) + dumps, "notes": self.notes, "taken": self.taken}
+        return Evidence.of(files=sorted(set(self.files)) + dumps, notes=self.notes, taken=self.taken)
 
 
 def pyspy_bin() -> str | None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import __version__, proc
 from .files import read_small
-from .model import ImportCheck
+from .records import ImportCheck, RunFacts
 
 
 def _hook_functions(*names: str) -> str:
@@ -86,15 +86,11 @@ def import_check(python: Path, packages: list[str], env: dict[str, str], timeout
     """Import ``packages`` (distribution names) in the venv of ``python`` and read its versions."""
     done = proc.run([python, "-c", check_code(), json.dumps(packages)], env=env | MORTAL, timeout=timeout)
     if done.returncode is None and done.error.startswith("no answer"):
-        return ImportCheck(False, f"importing {', '.join(packages)} took over {timeout:g} s", {})
+        return ImportCheck(False, f"importing {', '.join(packages)} took over {timeout:g} s")
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("DSBISECT-CHECK ")), None)
     if line is None:
-        return ImportCheck(False, f"the venv's python failed at start: {done.last_line()[:300]}", {})
-    facts = json.loads(line.removeprefix("DSBISECT-CHECK "))
-    error = facts.pop("error", "")
-    if "cuda_home" in facts:  # a CUDA torch: which nvcc would build its extensions ("none" if no toolkit)
-        facts["nvcc"] = nvcc_version(facts.pop("cuda_home"))
-    return ImportCheck(not error, error, facts)
+        return ImportCheck(False, f"the venv's python failed at start: {done.last_line()[:300]}")
+    return _check(json.loads(line.removeprefix("DSBISECT-CHECK ")))
 
 
 def hook_check(path: Path) -> ImportCheck | None:
@@ -107,11 +103,20 @@ def hook_check(path: Path) -> ImportCheck | None:
         return None
     if not isinstance(found, dict) or not isinstance(found.get("versions"), dict):
         return None
-    error = str(found.pop("error", "") or "")
     found.pop("pid", None)
-    if "cuda_home" in found:
-        found["nvcc"] = nvcc_version(str(found.pop("cuda_home") or ""))
-    return ImportCheck(not error, error, found)
+    return _check(found)
+
+
+def _check(found: dict) -> ImportCheck:
+    """The check's answer (``_CHECK_MAIN``'s JSON) as an ImportCheck: its error is the reason, and a
+    CUDA torch's home says which nvcc would build its extensions ("none" if no toolkit)."""
+    error = str(found.pop("error", "") or "")
+    cuda = "cuda_home" in found  # a CUDA torch
+    cuda_home = str(found.pop("cuda_home", "") or "")
+    facts = RunFacts.from_json(found)
+    if cuda:
+        facts |= RunFacts.of(nvcc=nvcc_version(cuda_home))
+    return ImportCheck(not error, error, facts)
 
 
 @functools.cache
@@ -285,20 +290,14 @@ def describe_host(h: dict) -> str:
     return line
 
 
-def describe_env(facts: dict) -> str:
+def describe_env(facts: RunFacts) -> str:
     """One line: python (and which one, where the run records it), torch, CUDA, NCCL, GPUs."""
-    v = facts.get("versions") if isinstance(facts.get("versions"), dict) else {}
-    ran = facts.get("fingerprint") if isinstance(facts.get("fingerprint"), dict) else {}
-    interp = ran.get("interpreter") if isinstance(ran.get("interpreter"), dict) else {}
+    interp = facts.interpreter
     exe = f" ({interp['executable']})" if interp.get("executable") else ""
-    torch = v.get("torch") or interp.get("torch") or ("?" if v or not interp else "none")
-    parts = [f"python {facts.get('python') or interp.get('python') or '?'}{exe}", f"torch {torch}"]
-    if facts.get("cuda"):
-        parts.append(f"CUDA {facts['cuda']}")
-    if facts.get("nccl"):
-        parts.append(f"NCCL {facts['nccl']}")
-    if facts.get("nvcc"):
-        parts.append(f"nvcc {facts['nvcc']}")
-    g = facts.get("gpus") or []
+    torch = facts.version("torch") or interp.get("torch") or ("?" if facts.versions or not interp else "none")
+    parts = [f"python {facts.python or interp.get('python') or '?'}{exe}", f"torch {torch}"]
+    parts += [f"{name} {value}" for name, value in (("CUDA", facts.cuda), ("NCCL", facts.nccl), ("nvcc", facts.nvcc))
+              if value]
+    g = facts.gpus or ()
     parts.append(f"{len(g)}× {g[0]}" if g else "no GPU")
     return ", ".join(parts)

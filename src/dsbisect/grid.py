@@ -30,7 +30,7 @@ from rich.text import Text
 from .inputs import Inputs, same_inputs
 from .model import Outcome, Point
 from .outside import safe, safe_text
-from .store import RunRecord
+from .records import RunFacts, RunRecord, SkipCause
 
 STYLE = {Outcome.PASS: "bold green", Outcome.FAIL: "bold red", Outcome.HANG: "bold magenta", Outcome.SKIP: "yellow"}
 ICON = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.HANG: "⏳", Outcome.SKIP: "⏭️"}
@@ -46,10 +46,6 @@ class Cell:
     counts: tuple[tuple[Outcome, int], ...]
     seconds: float
     runs: tuple[RunRecord, ...]
-
-    @property
-    def last(self) -> RunRecord:
-        return self.runs[-1]
 
     @property
     def shown(self) -> RunRecord:
@@ -92,42 +88,44 @@ class Grid:
 
 def displayable(r: RunRecord) -> RunRecord:
     """``r`` with each field of the type the renderers expect: a record read from an odd or
-    hand-edited row (``seconds`` "abc", ``facts`` a list) is shown as far as it goes, never a
-    traceback.  (The store quarantines rows it cannot read at all.)"""
+    hand-edited row (``seconds`` "abc", a host's ``gpus`` a text) is shown as far as it goes, never
+    a traceback.  (The store quarantines rows it cannot read at all; ``RunFacts`` and ``Evidence``
+    keep a known key of another shape aside, in ``extra``.)"""
     def number(v, kind=float):
         return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
-    def mapping(v) -> dict:
-        return v if isinstance(v, dict) else {}
-
-    def text(v) -> str:
-        return v if isinstance(v, str) else "" if v is None else str(v)
-
-    facts = _shaped(mapping(r.facts), _FACT_SHAPES)
-    for key in ("gpus", "command"):
-        if key in facts:
-            facts[key] = [text(x) for x in facts[key]]
-    if "host" in facts:
-        facts["host"] = _shaped(facts["host"], _HOST_SHAPES)
-        if "gpus" in facts["host"]:
-            facts["host"]["gpus"] = [text(x) for x in facts["host"]["gpus"]]
-    if "versions" in facts:
-        facts["versions"] = {text(k): text(v) for k, v in facts["versions"].items()}
-    if "inputs" in facts:
-        facts["inputs"] = [i for i in facts["inputs"] if isinstance(i, dict)]
     return replace(
-        r, case_name=text(r.case_name), attempt=number(r.attempt, int) or 1, exit_code=number(r.exit_code, int),
+        r, case_name=_text(r.case_name), attempt=number(r.attempt, int) or 1, exit_code=number(r.exit_code, int),
         seconds=number(r.seconds), started=number(r.started) or 0.0, finished=number(r.finished),
-        reason=text(r.reason), signature=text(r.signature), run_dir=r.run_dir if isinstance(r.run_dir, str) else None,
-        evidence=_shaped(mapping(r.evidence), _EVIDENCE_SHAPES), facts=facts,
+        reason=_text(r.reason), signature=_text(r.signature), run_dir=r.run_dir if isinstance(r.run_dir, str) else None,
+        facts=_shown_facts(r.facts).without_odd(_FACT_KEYS), evidence=r.evidence.without_odd(_EVIDENCE_KEYS),
         outcome=r.outcome if isinstance(r.outcome, Outcome) else None)
 
 
-_FACT_SHAPES = {"command": list, "inputs": list, "host": dict, "versions": dict, "shadowed": list, "gpus": list,
-                "index": str, "python": str, "cuda": str, "nccl": str, "nvcc": str}
+def _text(v) -> str:
+    return v if isinstance(v, str) else "" if v is None else str(v)
+
+
+def _shown_facts(f: RunFacts) -> RunFacts:
+    """The facts with the values inside them of the types the renderers read."""
+    host = None
+    if f.host is not None:
+        host = _shaped(dict(f.host), _HOST_SHAPES)
+        if "gpus" in host:
+            host["gpus"] = [_text(x) for x in host["gpus"]]
+    return replace(
+        f, gpus=tuple(_text(x) for x in f.gpus) if f.gpus is not None else None,
+        command=tuple(_text(x) for x in f.command) if f.command is not None else None, host=host,
+        versions={_text(k): _text(v) for k, v in f.versions.items()} if f.versions is not None else None,
+        inputs=tuple(i for i in f.inputs if isinstance(i, dict)) if f.inputs is not None else None)
+
+
+# the keys whose value renderers read, left out when of another shape (the rest is shown as it is)
+_FACT_KEYS = frozenset({"command", "inputs", "host", "versions", "shadowed", "gpus", "index", "python", "cuda", "nccl",
+                        "nvcc"})
+_EVIDENCE_KEYS = frozenset({"notes", "escaped", "manual", "note", "survivors"})
 _HOST_SHAPES = {"gpus": list, "name": str, "platform": str, "cpu_model": str, "driver": str, "topology": str,
                 "cpus": int, "ram_bytes": (int, float), "shm_bytes": (int, float)}
-_EVIDENCE_SHAPES = {"notes": list, "escaped": list, "manual": str, "note": str, "survivors": list}
 
 
 def _shaped(d: dict, shapes: dict) -> dict:
@@ -179,7 +177,7 @@ def _current(runs: list[RunRecord]) -> list[RunRecord]:
 
 def _inputs_of(run: RunRecord) -> Inputs | None:
     """What a run records it ran (None: it records nothing)."""
-    return Inputs.from_json(run.facts.get("fingerprint")) if isinstance(run.facts, dict) else None
+    return run.facts.ran
 
 
 # ------------------------------------------------------------------ one case
@@ -208,6 +206,11 @@ class CaseView:
         if len(whys) == 1 and all(c.outcome is Outcome.SKIP for c in self.all_cells):
             return whys.pop()
         return None
+
+    def skip_cause(self) -> SkipCause | None:
+        """The cause the runs record, when every point of the case skipped for one reason."""
+        causes = {c.shown.skip_cause for c in self.all_cells}
+        return causes.pop() if self.skipped() is not None and len(causes) == 1 else None
 
     def coordinate(self, key: tuple[str, str]) -> str:
         return f"{key[0]} × {key[1]}" if self.col_axis else key[0]
@@ -252,8 +255,8 @@ def _case_view(g: Grid, case: str) -> CaseView:
         cells[(row, col)] = c
     held = [f"{a} {distinct[a][0]}" for a in axes if a not in moving and "—" not in distinct[a]]
     held += [pin for pin in _held_pins(points[0]) if pin in common_pins] if points else []
-    commands = [shlex.join(str(a) for a in c.shown.facts["command"]) for _, c in found
-                if isinstance(c.shown.facts.get("command"), list)]
+    commands = [shlex.join(str(a) for a in c.shown.facts.command) for _, c in found
+                if c.shown.facts.command is not None]
     return CaseView(
         case=case,
         row_axis=", ".join([row_axis or "point", *extras]),
@@ -310,24 +313,24 @@ def skip_lines(views: list[CaseView]) -> list[tuple[str, str]]:
     """(text, hint) for the cases that skipped everywhere, one per reason: ``12 points of 3
     cases (…) need 2 CUDA GPUs; this machine has 0`` and ``try --case cpu_smoke`` when the
     reason is the machine's and another case did run."""
-    by_reason: dict[str, list[CaseView]] = {}
+    by_reason: dict[tuple[str, SkipCause | None], list[CaseView]] = {}
     for v in views:
         why = v.skipped()
         if why is not None:
-            by_reason.setdefault(why, []).append(v)
+            by_reason.setdefault((why, v.skip_cause()), []).append(v)
     ran = next((v.case for v in views if v.skipped() is None
                 and any(c.outcome is not Outcome.SKIP for c in v.all_cells)), None)
     out = []
-    for why, vs in by_reason.items():
+    for (why, cause), vs in by_reason.items():
         n = sum(len(v.cells) for v in vs)
         points = f"{n} point{'s' if n != 1 else ''}"
         subject = f"{points} of {vs[0].case}" if len(vs) == 1 else \
             f"{points} of {len(vs)} cases ({', '.join(v.case for v in vs)})"
-        if why.startswith("needs "):
+        if cause is SkipCause.GPUS:  # the runner's "needs N CUDA GPUs; ..." as the subject's verb
             text = f"{subject} {'need' if n != 1 else 'needs'} {why.removeprefix('needs ')}"
         else:
             text = f"{subject}: {why or 'no reason recorded'}"
-        hint = f"try --case {ran}" if ran and "this machine" in why else ""
+        hint = f"try --case {ran}" if ran and cause is not None and cause.machine else ""
         out.append((text, hint))
     return out
 

@@ -32,7 +32,7 @@ STACK_LINES = 40
 
 
 def run_page(record, store_dir: Path | None, tail_lines: int = 40) -> RunPage:
-    """A store record (``store.RunRecord``) and what its folder holds."""
+    """A store record (``records.RunRecord``) and what its folder holds."""
     record = displayable(record)  # an odd record's values as they can be shown
     folder = run_folder(record, store_dir)
     looks, early, proof, note = (), False, "", ""
@@ -44,7 +44,7 @@ def run_page(record, store_dir: Path | None, tail_lines: int = 40) -> RunPage:
             note = "no flight-recorder entries of the ranks were recorded in the run's folder"
     outcome = record.outcome.value if record.outcome else record.status.value
     return RunPage(id=record.id, title=f"{record.case_name} · {record.point.label}", outcome=outcome,
-                   manual=bool(record.evidence.get("manual")), reason=record.reason or "",
+                   manual=record.manual is not None, reason=record.reason or "",
                    signature=record.signature or "", seconds=record.seconds, looks=looks, early=early,
                    proof=proof, note=note, log_tail=_tail(folder, tail_lines) if folder else "")
 
@@ -188,7 +188,7 @@ def _tail(folder: Path, lines: int) -> str:
 
 
 def ladders(record) -> tuple[Ladder, ...]:
-    """A stored bisection (``store.BisectionRecord``: its result JSON) as one ladder per stage."""
+    """A stored bisection (``records.BisectionRecord``: its result JSON) as one ladder per stage."""
     r = _recorded(record)
     title = f"{record.package} {record.good} → {record.bad}"
     if r.environment or record.package == "environment":
@@ -276,11 +276,9 @@ def _pair(a: object, b: object) -> tuple[str, str] | None:
 
 
 def store_bisections(store) -> list:
-    """The store's bisection records (``store.BisectionRecord``), oldest first, from its index
-    (a copied store may hold the database alone, without ``bisections/*.json``).
-    Issue 19 gives the store a ``bisections()``: this is the one call to change then."""
-    rows = store._all("SELECT key FROM bisections ORDER BY updated, id")  # noqa: SLF001
-    return [b for b in (store.bisection(row["key"]) for row in rows) if b is not None]
+    """The store's bisection records (``records.BisectionRecord``), oldest first, from its index
+    (a copied store may hold the database alone, without ``bisections/*.json``)."""
+    return store.bisections()
 
 
 # ------------------------------------------------------------------ pages

@@ -18,13 +18,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from .model import Outcome, RegressOn, Verdict
 from .outcome import verdict
-
-if TYPE_CHECKING:
-    from .store import RunRecord
 
 # torch.distributed's function names -> the OpType names of the flight recorder and watchdog
 C10D_OPS = {
@@ -225,27 +220,6 @@ def judge(outcome: Outcome, text: str, rule: Rule, seen: Identity | None) -> Ver
     if v is not Verdict.BAD or rule.wanted or rule.learned is None:
         return v
     return Verdict.SKIP if rule.differs(outcome, seen) else v
-
-
-def run_identity(r: RunRecord) -> Identity | None:
-    """The failure of one recorded run (its reason, hang signature and, where the run recorded
-    them, the innermost frames of its traceback in the package under test)."""
-    if r.outcome is None:
-        return None
-    frames = r.evidence.get("error_frames") or ()
-    return learn(r.outcome, r.reason, r.signature, tuple(str(f) for f in frames))
-
-
-def judge_run(r: RunRecord, rule: Rule) -> Verdict:
-    """What a bisection takes the recorded run ``r`` for under ``rule`` (the search and
-    ``dsbisect log`` both): a run marked by hand is as the user said."""
-    marked = r.evidence.get("manual")
-    if marked in ("good", "bad", "skip"):
-        return Verdict(marked)
-    if r.outcome is None:
-        return Verdict.SKIP
-    text = " ".join(x for x in (r.signature, r.reason, r.evidence.get("error", "")) if x)
-    return judge(r.outcome, text, rule, run_identity(r))
 
 
 _OP_WORD = re.compile(r"\b[A-Za-z_]\w*\b")

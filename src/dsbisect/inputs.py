@@ -2,7 +2,7 @@
 
 A case key (``Case.key``) covers the script's content, the matrix settings and the point's
 requirements.  A recorded pass, fail or hang is reused only when, besides, what the run ran is
-the same now (``Inputs``, stored with every run as ``facts["fingerprint"]``):
+the same now (``Inputs``, stored with every run as ``RunFacts.fingerprint``):
 
 - **files**: the local files the run imported or named, each with its SHA-256 (streamed, so a
   1.5 GB config costs time, never memory; one digest per file state and process):

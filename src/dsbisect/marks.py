@@ -1,10 +1,10 @@
 """Results obtained elsewhere: manual marks, a bisection's log, its replay, and ``--manual``.
 
 A *mark* is a real run record (a row and a run folder with ``run.json``) whose outcome the
-user gave: PASS for good, FAIL for bad, SKIP for skip, with ``evidence = {"manual": MARK,
-"note": TEXT}``.  It is keyed by the case and the point exactly as a bisection keys its own
+user gave: PASS for good, FAIL for bad, SKIP for skip, with ``Evidence.of_mark(Manual(MARK,
+TEXT))``.  It is keyed by the case and the point exactly as a bisection keys its own
 runs (``release_point`` is ``Bisection._release_point``), so a later bisection of that case
-reuses it like any recorded run, and takes its verdict as the user said (``_verdict``).
+reuses it like any recorded run, and takes its verdict as the user said (``RunRecord.verdict``).
 
 ``log_text`` writes a bisection's decisions as ``dsbisect mark`` lines, one per run it used
 (its verdict under the bisection's ``--regress-on``/``--signature``), after a header that
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import itertools
-import json
 import re
 import shlex
 import threading
@@ -38,15 +37,15 @@ from .model import (
     Point,
     RegressOn,
     Stage,
-    Verdict,
 )
 from . import launchers
-from .identity import Identity, Rule, judge_run
+from .identity import Identity
 from .launchers import Target
 from .redact import redact
+from .records import BisectionRecord, Evidence, Manual, RunRecord, SkipCause
 from .results import Recorded, Result, Step
 from .rundir import RunDir
-from .store import RunRecord, Store
+from .store import Store
 
 
 class Mark(str, enum.Enum):
@@ -60,10 +59,6 @@ class Mark(str, enum.Enum):
 OUTCOME = {Mark.good: Outcome.PASS, Mark.bad: Outcome.FAIL, Mark.skip: Outcome.SKIP}
 _ITEM = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
 _HASH = re.compile(r"^[0-9a-fA-F]{7,64}$")
-
-
-def is_manual(r: RunRecord) -> bool:
-    return r.evidence.get("manual") in ("good", "bad", "skip")
 
 
 # ------------------------------------------------------------------- points
@@ -164,7 +159,7 @@ def record(store: Store, case: Case, point: Point, mark: Mark, note: str = "", e
     if attempt is None:
         attempt = len(store.done_runs(case.key, point.key)) + 1
     run_id = store.start_run(case.name, case.key, point, env_key, attempt)
-    evidence = {"manual": mark.value, "note": note} | (extra or {})
+    evidence = Evidence.of_mark(Manual(mark.value, note), extra)
     return store.finish_run(run_id, OUTCOME[mark], None, 0.0, reason=reason(mark, note), evidence=evidence)
 
 
@@ -210,11 +205,6 @@ def invocation(ctx) -> list[str]:
     return positional + options + (["--", *tail] if tail else [])
 
 
-def _shown(text: str) -> str:
-    """``redact``, except that a requirement's ``==`` is not an assignment."""
-    return redact(text.replace("==", "\0")).replace("\0", "==")
-
-
 def _text(v) -> str:
     return str(v.value) if isinstance(v, enum.Enum) else str(v)
 
@@ -228,38 +218,11 @@ def case_args(argv: list[str]) -> list[str]:
     return [a for a in head if a.split("=", 1)[0] in CASE_OPTIONS and "=" in a] + tail
 
 
-@dataclass(frozen=True)
-class Logged:
-    """One bisection record (``<store>/bisections/<key>.json``)."""
-
-    key: str
-    package: str
-    good: str
-    bad: str
-    params: dict
-    status: str
-    result: dict
-    updated: float
-
-
-def bisections(store_dir: Path) -> list[Logged]:
-    """Every bisection of the store, oldest first (by last update)."""
-    out = []
-    for path in sorted((Path(store_dir) / "bisections").glob("*.json")):
-        try:
-            b = json.loads(path.read_text())
-            out.append(Logged(b["key"], b["package"], b["good"], b["bad"], b["params"], b["status"],
-                              b["result"], float(b["updated"])))
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return sorted(out, key=lambda b: b.updated)
-
-
-def find_bisection(store_dir: Path, key: str | None) -> Logged:
+def find_bisection(store: Store, key: str | None) -> BisectionRecord:
     """The last bisection of the store, or the one whose key starts with ``key``."""
-    found = bisections(store_dir)
+    found = store.bisections()
     if not found:
-        raise DsbisectError(f"no bisection recorded in {store_dir}")
+        raise DsbisectError(f"no bisection recorded in {store.dir}")
     if not key:
         return found[-1]
     hits = [b for b in found if b.key.startswith(key)]
@@ -267,11 +230,11 @@ def find_bisection(store_dir: Path, key: str | None) -> Logged:
         return hits[0]
     known = "; ".join(f"{b.key} ({b.package} {b.good} {b.bad})" for b in reversed(found[-5:]))
     if not hits:
-        raise InputError(f"no bisection with a key starting {key!r} in {store_dir} (latest: {known})")
+        raise InputError(f"no bisection with a key starting {key!r} in {store.dir} (latest: {known})")
     raise InputError(f"{key!r} names {len(hits)} bisections: give more of the key ({known})")
 
 
-def log_text(store: Store, b: Logged) -> str:
+def log_text(store: Store, b: BisectionRecord) -> str:
     """The bisection's decisions as ``dsbisect mark`` lines that ``replay`` takes back."""
     p = b.params
     argv = p.get("argv")
@@ -287,7 +250,7 @@ def log_text(store: Store, b: Logged) -> str:
     r = Recorded.from_json(b.result)
     state = b.status + (f": {r.verdict.value}" if r.verdict else "")
     lines = [f"# dsbisect log of bisection {b.key}: {b.package} {b.good} → {b.bad} ({state})",
-             f"# {_shown(command)}"]
+             f"# {redact(command)}"]
     if not argv:
         lines.append("# (recorded before dsbisect kept the command line: add the case options it had, "
                      "e.g. --matrix, --collective-timeout, to every line)")
@@ -305,7 +268,7 @@ def log_text(store: Store, b: Logged) -> str:
                 continue
             seen.add(run_id)
             if step.stage is Stage.PROVE:  # a reverted tree: no `dsbisect mark` can name it
-                lines.append(f"# run {run_id}: the revert proof ({_one_line(_shown(step.subject), 120)}, "
+                lines.append(f"# run {run_id}: the revert proof ({_one_line(redact(step.subject), 120)}, "
                              f"{step.outcome.value}); the bisection runs it again")
                 continue
             lines.append(_line(store.run(run_id), run_id, step, b.package, options, regress_on, signature, learned,
@@ -334,19 +297,13 @@ def _release_answer(r: Result) -> str:
     return ", ".join(parts)
 
 
-def run_verdict(r: RunRecord, regress_on: RegressOn, signature: str | None,
-                learned: Identity | None = None) -> Verdict:
-    """What a bisection took ``r`` for: the one rule of ``Bisection._verdict``."""
-    return judge_run(r, Rule(regress_on, signature, learned))
-
-
 def _line(r: RunRecord | None, run_id: int, step: Step, package: str, options: list[str],
           regress_on: RegressOn, signature: str | None, learned: Identity | None = None,
           every_pin: bool = False) -> str:
     """``every_pin``: the point's held pins are not in the command line (an environment
     bisection's trial pins the whole environment): each becomes a ``--pin`` of the line."""
     if r is not None and r.outcome is not None:
-        mark = run_verdict(r, regress_on, signature, learned).value
+        mark = r.verdict(regress_on, signature, learned).value
         point = r.point
         items = [f"{n}=={v}" for n, v in point.versions]
         if every_pin:
@@ -356,13 +313,13 @@ def _line(r: RunRecord | None, run_id: int, step: Step, package: str, options: l
                 items, held = [held[0]], held[1:]
             items += [f"--pin={p}" for p in held]
         commit = point.source.commit if point.source else None
-        if is_manual(r):
-            about = f"marked {r.evidence['manual']} by hand"
+        if r.manual is not None:
+            about = f"marked {r.manual.mark} by hand"
         else:
             about = f"{r.outcome.value} {r.seconds or 0.0:.1f} s"
             if r.signature or r.reason:
                 about += f": {r.signature or r.reason}"
-        note = r.evidence.get("note", "") if is_manual(r) else ""
+        note = (r.manual.note or "") if r.manual is not None else ""
     else:  # the run is not in this store (a repaired one): the step's own verdict
         mark, items, commit, note = step.verdict.value, [f"{package}=={step.version}"], step.commit, ""
         about = "not in the store; the step's verdict"
@@ -375,7 +332,7 @@ def _line(r: RunRecord | None, run_id: int, step: Step, package: str, options: l
         where += f" ({step.stage.value} {commit[:10]})"
     elif step.stage is Stage.CONFIRM:
         where += " (confirm)"
-    comment = _one_line(_shown(f"{where}: {about}"), 160)
+    comment = _one_line(redact(f"{where}: {about}"), 160)
     return f"{shlex.join(args + head + tail)}  # {comment}"
 
 
@@ -457,7 +414,7 @@ def already(store: Store, plans: list[tuple[int, Planned]]) -> set[tuple[int, in
             counts[k] = counts.get(k, 0) + 1
             if k not in have:
                 have[k] = sum(1 for r in store.done_runs(plan.case.key, point.key)
-                              if r.evidence.get("manual") == plan.mark.value)
+                              if r.manual is not None and r.manual.mark == plan.mark.value)
             if counts[k] <= have[k]:
                 out.add((line, i))
     return out
@@ -509,7 +466,8 @@ class ManualExecutor:
             env = runner.envs.ensure(point)
         except EnvBuildError as e:  # untestable, as a run here would be
             run_id = runner.store.start_run(case.name, case.key, point, None, attempt)
-            done = runner.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=f"venv could not be built: {e}")
+            done = runner.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=f"venv could not be built: {e}",
+                                           evidence=Evidence(skip_cause=SkipCause.VENV))
             runner.progress("done", f"{case.name} · {point.label}: skip (venv could not be built)")
             return done
         self.say("")

@@ -422,15 +422,6 @@ def _pairs(items) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in items)
 
 
-@dataclass(frozen=True)
-class ImportCheck:
-    """Whether a point venv imports the point's packages, and what it holds (versions, CUDA...)."""
-
-    ok: bool
-    reason: str
-    facts: dict
-
-
 # ------------------------------------------------------------------ environments
 
 DEFAULT_BUILD_PINS = ("setuptools<75", "wheel", "pip")

@@ -41,6 +41,7 @@ from .command import read_hostfile
 from .evidence import Capture, pyspy_bin
 from .facts import node_check_code
 from .model import Case, LauncherBackend
+from .records import RunFacts
 from .rundir import RunDir
 from .stacks import pyspy_main
 
@@ -161,7 +162,7 @@ _checked: dict[tuple[str, str], str] = {}
 _checked_lock = threading.Lock()
 
 
-def check_nodes(case: Case, env_key: str, python: Path, local: dict) -> str:
+def check_nodes(case: Case, env_key: str, python: Path, local: RunFacts) -> str:
     """Why a run in this venv cannot use every host ("" when it can).
 
     Each host must run the venv's python and have the torch (and NCCL) of ``local``, the
@@ -185,20 +186,37 @@ def check_nodes(case: Case, env_key: str, python: Path, local: dict) -> str:
     return problem
 
 
-def _compare(listed: list[str], answers: list[tuple[dict | None, str]], python: Path, local: dict) -> str:
-    want_torch = local.get("versions", {}).get("torch")
-    want_nccl = local.get("nccl")
-    for host, (facts, why) in zip(listed, answers):
-        if facts is None:
+@dataclass(frozen=True)
+class NodeFacts:
+    """What ``CHECK_CODE`` says of a node: its torch and NCCL, or why torch did not import."""
+
+    torch: str | None
+    nccl: str | None
+    error: str
+
+    @classmethod
+    def of(cls, answer: Mapping) -> NodeFacts:
+        def text(key: str) -> str | None:
+            v = answer.get(key)
+            return None if v is None else str(v)
+        return cls(text("torch"), text("nccl"), text("error") or "")
+
+
+def _compare(listed: list[str], answers: list[tuple[dict | None, str]], python: Path, local: RunFacts) -> str:
+    want_torch = local.version("torch")
+    want_nccl = local.nccl
+    for host, (answer, why) in zip(listed, answers):
+        if answer is None:
             return (f"node {host} cannot run the point venv's python {python} ({why}); the venv must be at "
                     "the same path on every node: put --cache-dir on storage all nodes mount")
-        if facts.get("error"):
-            return f"node {host}: {facts['error'][:300]}"
-        if want_torch and facts.get("torch") != want_torch:
-            return f"node {host} has torch {facts.get('torch')}, this node torch {want_torch}"
-        want_nccl = want_nccl or facts.get("nccl")
-        if want_nccl and facts.get("nccl") and facts["nccl"] != want_nccl:
-            return f"node {host} has NCCL {facts['nccl']}, another node NCCL {want_nccl}"
+        node = NodeFacts.of(answer)
+        if node.error:
+            return f"node {host}: {node.error[:300]}"
+        if want_torch and node.torch != want_torch:
+            return f"node {host} has torch {node.torch}, this node torch {want_torch}"
+        want_nccl = want_nccl or node.nccl
+        if want_nccl and node.nccl and node.nccl != want_nccl:
+            return f"node {host} has NCCL {node.nccl}, another node NCCL {want_nccl}"
     return ""
 
 

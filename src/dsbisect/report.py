@@ -29,8 +29,8 @@ from .model import Answer, Outcome, Stage
 from .outside import safe, safe_text
 from .redact import redact_tree
 from .proof import ProofVerdict
+from .records import RunRecord
 from .results import Result, Step
-from .store import RunRecord
 
 __all__ = ["ICON", "RANK", "STYLE", "Cell", "Grid", "bisect_markdown", "bisect_renderable", "cell", "envs_table",
            "grid", "grid_json", "grid_markdown", "grid_renderable"]
@@ -65,7 +65,7 @@ class _Lines:
 def environment_lines(g: Grid) -> list[str]:
     seen = []
     for r in _runs(g):
-        if r.facts.get("versions") or r.facts.get("fingerprint"):  # a skip before any import: its python
+        if r.facts.versions or r.facts.fingerprint:  # a skip before any import: its python
             text = describe_env(r.facts)
             if text not in seen:
                 seen.append(text)
@@ -73,8 +73,8 @@ def environment_lines(g: Grid) -> list[str]:
 
 
 def index_lines(runs: list[RunRecord]) -> list[str]:
-    """Where the runs' packages came from (``facts["index"]``, one line each way)."""
-    found = dict.fromkeys(r.facts["index"] for r in runs if isinstance(r.facts.get("index"), str) and r.facts["index"])
+    """Where the runs' packages came from (``RunFacts.index``, one line each way)."""
+    found = dict.fromkeys(r.facts.index for r in runs if r.facts.index)
     return [f"package index: {i}" for i in found]
 
 
@@ -86,7 +86,7 @@ def run_hosts(runs: list[RunRecord]) -> list[dict]:
     """The machines the runs ran on, as each run recorded it (never the machine reporting)."""
     seen: list[dict] = []
     for r in runs:
-        h = r.facts.get("host")
+        h = r.facts.host
         if h and h not in seen:
             seen.append(h)
     return seen
@@ -96,7 +96,7 @@ def host_lines(runs: list[RunRecord]) -> list[str]:
     hs = run_hosts(runs)
     if not hs:
         return ["host: not recorded (runs made by a dsbisect before 0.1.1)"] if any(
-            not r.evidence.get("manual") for r in runs) else []
+            r.manual is None for r in runs) else []
     lines = list(dict.fromkeys(describe_host(h) for h in hs[:4]))
     if len(hs) > 4:
         lines.append(f"… and {len(hs) - 4} more hosts")
@@ -107,8 +107,8 @@ def shadow_lines(runs: list[RunRecord]) -> list[str]:
     """Base packages that point venvs replaced: worth knowing when compiled ones are involved."""
     shadows = {}
     for r in runs:
-        for item in r.facts.get("shadowed") or []:
-            if isinstance(item, list) and len(item) == 3:  # name, base version, point version
+        for item in r.facts.shadowed or ():
+            if isinstance(item, tuple) and len(item) == 3:  # name, base version, point version
                 name, base, point = map(str, item)
                 shadows.setdefault(name, (base, set()))[1].add(point)
     return [f"point venvs shadow the base's {n} {b} with {', '.join(sorted(ps))}" for n, (b, ps) in sorted(shadows.items())]
@@ -156,15 +156,15 @@ def _join(lines: list[str]) -> str:
 
 
 def inputs_markdown(runs: list[RunRecord]) -> list[str]:
-    """The command the runs ran (``facts["command"]``) and the files it names (``facts["inputs"]``):
+    """The command the runs ran (``RunFacts.command``) and the files it names (``RunFacts.inputs``):
     a kept copy under 64 KB in a collapsed block, else its name and hash."""
     commands: dict[str, list[str]] = {}
     inputs: dict[tuple, tuple[dict, RunRecord]] = {}
     for r in runs:
-        cmd = r.facts.get("command")
-        if isinstance(cmd, list) and cmd:
+        cmd = r.facts.command
+        if cmd:
             commands.setdefault(shlex.join(str(a) for a in cmd), []).append(r.case_name)
-        for item in r.facts.get("inputs") or []:
+        for item in r.facts.inputs or ():
             if isinstance(item, dict) and item.get("path"):
                 inputs.setdefault((item["path"], item.get("sha256")), (item, r))
     out: list[str] = []
@@ -270,9 +270,9 @@ def run_json(r: RunRecord) -> dict:
         "reason": r.reason,
         "signature": r.signature,
         "run_dir": r.run_dir,
-        "evidence": r.evidence,
-        "environment": r.facts,
-        "manual": r.evidence.get("manual"),  # good/bad/skip: marked by hand (dsbisect mark), not run by dsbisect
+        "evidence": r.evidence.to_json(),
+        "environment": r.facts.to_json(),
+        "manual": r.evidence.manual,  # good/bad/skip: marked by hand (dsbisect mark), not run by dsbisect
     }
 
 
@@ -299,7 +299,7 @@ def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
 def manual_lines(runs: list[RunRecord]) -> list[str]:
     """One line per run marked by hand: its result was given, not run by dsbisect."""
     return [f"#{r.id} {r.case_name} · {r.point.label}: {r.outcome.value.upper()} (marked by hand"
-            + (f": {r.evidence['note']})" if r.evidence.get("note") else ")") for r in runs if r.evidence.get("manual")]
+            + (f": {r.manual.note})" if r.manual.note else ")") for r in runs if r.manual]
 
 
 def _step_cell(step: Step) -> Text:
@@ -432,7 +432,7 @@ def _bisect_runs(result: Result) -> list[RunRecord]:
 
 
 def _bisect_env(result: Result) -> list[str]:
-    facts = next((r.facts for r in _bisect_runs(result) if r.facts.get("versions")), {})
+    facts = next((r.facts for r in _bisect_runs(result) if r.facts.versions), None)
     req = result.request
     lines = []
     if facts:

@@ -29,7 +29,7 @@ from .model import (Answer, Case, Mode, Outcome, RegressOn, Stage, Verdict, dige
 from .proof import Proof
 from .redact import redact_tree
 from .search import Side
-from .store import RunRecord
+from .records import RunRecord
 
 __all__ = ["Agreement", "CommitResult", "Confirmation", "Confounder", "Recorded", "Regression", "Request", "Result",
            "Step", "Tally", "TrialRun", "dumps"]
@@ -135,7 +135,7 @@ class Tally:
         counts = tuple((o, n) for o in Outcome if (n := sum(1 for r in runs if r.outcome is o)))
         return cls(worst(r.outcome for r in runs), counts, tuple(r.id for r in runs),
                    sum(r.seconds or 0.0 for r in runs), (shown.signature or shown.reason) if shown else "",
-                   any(r.evidence.get("manual") for r in runs))
+                   any(r.manual is not None for r in runs))
 
 
 @dataclass(frozen=True)

@@ -3,12 +3,12 @@
 ``Reuse.stale`` compares what a recorded run ran with what a run of the same point would run
 here and now: the files it named or imported (their content now), the environment that would
 reach the ranks, and the interpreter and base (python, torch, CUDA).  ``Reuse.record`` makes
-the record of a run that just ended, for ``facts["fingerprint"]``.
+the record of a run that just ended, for ``RunFacts.fingerprint``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
@@ -19,7 +19,8 @@ from .inputs import Inputs, Interpreter, differences, digests, env_digests, impo
 from .model import BaseMode, Case, Point
 from .proc import clean_env
 from .rundir import RunDir
-from .store import RunRecord, Store
+from .records import RunFacts, RunRecord
+from .store import Store
 
 __all__ = ["Reuse", "digests", "named_paths", "rank_environment"]
 
@@ -32,7 +33,7 @@ class Reuse:
     def stale(self, case: Case, point: Point, run: RunRecord, accelerator: str = "") -> str:
         """Why ``run`` is not what running ``point`` of ``case`` now (on ``accelerator``, "" when
         another machine decides) would run; "" when it is the same."""
-        then = Inputs.from_json(run.facts.get("fingerprint"))
+        then = run.facts.ran
         if then is None:
             return f"recorded run {run.id} does not record its inputs (made by an older dsbisect)"
         reasons = differences(then, self.now(case, point, paths=[p for p, _ in then.files], accelerator=accelerator))
@@ -75,14 +76,13 @@ class Reuse:
             ran = Inputs(tuple(sorted(files.items())), ran.env, ran.interpreter, ran.accelerator)
         return ran.to_json()
 
-    def adopt(self, case: Case, found: dict) -> dict:
+    def adopt(self, case: Case, found: RunFacts) -> RunFacts:
         """A run's facts made elsewhere (a Slurm job, with a store of its own) as if made here:
         its environment digests become this side's, of the environment this dsbisect gave the job."""
-        record = found.get("fingerprint")
-        if not isinstance(record, dict):
+        if found.fingerprint is None:
             return found
         env = [list(e) for e in env_digests(rank_environment(case), self.store.inputs_key())]
-        return found | {"fingerprint": record | {"env": env}}
+        return replace(found, fingerprint=dict(found.fingerprint) | {"env": env})
 
 
 def named_paths(case: Case) -> list[Path]:

@@ -44,7 +44,6 @@ from .launchers import Target, line_for, plan
 from .model import (
     Accelerator,
     Case,
-    ImportCheck,
     Outcome,
     Point,
     RunStatus,
@@ -56,7 +55,8 @@ from .proc import clean_env
 from .redact import remember, scrub_folder, secret_values
 from .reuse import Reuse, digests, named_paths
 from .rundir import RunDir
-from .store import RunRecord, Store
+from .records import Evidence, ImportCheck, RunFacts, RunRecord, SkipCause
+from .store import Store
 
 Progress = Callable[[str, str], None]
 
@@ -235,7 +235,7 @@ class Runner:
         fresh, why = [], ""
         done = self.store.done_runs(case.key, point.key)
         for r in done:
-            if r.evidence.get("manual"):
+            if r.manual is not None:
                 fresh.append(r)
             elif r.outcome is not Outcome.SKIP:
                 stale = self.reuse.stale(case, point, r, self._where(case))
@@ -288,7 +288,7 @@ class Runner:
                 self.progress("reused", f"{case.name} · {point.label}: skip ({reason}; run {same.id}, recorded)")
                 return same
         done = self._run_gated(case, point, attempt, slot, alone=False)
-        if done.evidence.get("oom", {}).get("others"):  # killed while other points ran: once more, alone
+        if done.evidence.oom_others:  # killed while other points ran: once more, alone
             self.progress("run", f"{case.name} · {point.label}: run {done.id} was killed by the out-of-memory "
                                  "killer while other points ran; waiting for them to run it alone")
             done = self._run_gated(case, point, attempt, slot, alone=True)
@@ -341,31 +341,32 @@ class Runner:
         accel = self.accelerator(case)
         if not self._enough_gpus(case):
             have = f"{len(self.gpus)} ({self.gpus[0]})" if self.gpus else "0"
-            return self._skip(run, f"needs {case.nproc} CUDA GPUs; this machine has {have}")
+            return self._skip(run, f"needs {case.nproc} CUDA GPUs; this machine has {have}", SkipCause.GPUS)
         self.progress("env", f"{label}: preparing venv")
         try:
             env = self.envs.ensure(point)
         except EnvBuildError as e:
-            return self._skip(run, f"venv could not be built: {e}", case=case)
+            return self._skip(run, f"venv could not be built: {e}", SkipCause.VENV, case=case)
         if folds_check(case):  # made in the run, unless this venv's is recorded
             check = self.store.import_check(env.key, import_check_key(case, accel, check_wanted(point)))
         else:
             check = self._import_check(env, case, point, accel)
         if check is not None and not check.ok:
-            return self._skip(run, check.reason, env_key=env.key, found=check.facts, case=case, env=env)
+            return self._skip(run, check.reason, SkipCause.IMPORT, env_key=env.key, found=check.facts, case=case,
+                              env=env)
         if case.nodes.hostfile is not None:
             self.progress("env", f"{label}: checking the venv on every node of {case.nodes.hostfile.name}")
             problem = multinode.check_nodes(case, env.key, env.python, check.facts)
             if problem:
-                return self._skip(run, problem, env_key=env.key, found=check.facts)
+                return self._skip(run, problem, SkipCause.NODES, env_key=env.key, found=check.facts)
         return self._launch(_Job(run, case, point, env, accel, slot, token or GateToken()), check)
 
-    def _skip(self, run: RunRecord, reason: str, env_key: str | None = None,
-              found: dict | None = None, case: Case | None = None, env: Env | None = None) -> RunRecord:
-        given = {} if case is None else {
-            "fingerprint": self.reuse.record(case, run.point, env, accelerator=self._where(case))}
+    def _skip(self, run: RunRecord, reason: str, cause: SkipCause, env_key: str | None = None,
+              found: RunFacts | None = None, case: Case | None = None, env: Env | None = None) -> RunRecord:
+        given = None if case is None else self.reuse.record(case, run.point, env, accelerator=self._where(case))
         done = self.store.finish_run(run.id, Outcome.SKIP, None, 0.0, reason=reason, env_key=env_key,
-                                     facts=(found or {}) | given | {"host": facts.host()})
+                                     evidence=Evidence(skip_cause=cause),
+                                     facts=(found or RunFacts()) | RunFacts.of(fingerprint=given, host=facts.host()))
         self.progress("done", f"{run.case_name} · {run.point.label}: skip ({reason})")
         return done
 
@@ -389,8 +390,8 @@ class Runner:
         found = facts.hook_check(run.import_facts)
         if found is None:
             return self._import_check(env, case, point, accel)
-        if accel is Accelerator.CUDA and "gpus" not in found.facts:  # the hook leaves CUDA uninitialized
-            found = ImportCheck(found.ok, found.reason, found.facts | {"gpus": list(self.gpus)})
+        if accel is Accelerator.CUDA and found.facts.gpus is None:  # the hook leaves CUDA uninitialized
+            found = ImportCheck(found.ok, found.reason, found.facts | RunFacts.of(gpus=self.gpus))
         if not found.ok:
             found = ImportCheck(False, f"import check: {found.reason}", found.facts)
         self.store.put_import_check(env.key, import_check_key(case, accel, check_wanted(point)), found)
@@ -404,8 +405,8 @@ class Runner:
         if check is None:
             check = self._check_of_run(job.run, job.env, job.case, job.point, job.accel)
             if not check.ok:
-                return self._skip(job.record, check.reason, env_key=job.env.key, found=check.facts, case=job.case,
-                                  env=job.env)
+                return self._skip(job.record, check.reason, SkipCause.IMPORT, env_key=job.env.key,
+                                  found=check.facts, case=job.case, env=job.env)
         c, signature, evidence = _judge(job, line, ran)
         return self._record(job, ran, check, c, signature, evidence)
 
@@ -475,17 +476,15 @@ class Runner:
         return _Ran(result, capture, t0, ooms, given, named, tuple(remote_left), escaped, tuple(shm))
 
     def _record(self, job: _Job, ran: _Ran, check: ImportCheck, c: Classified, signature: str,
-                evidence: dict) -> RunRecord:
+                evidence: Evidence) -> RunRecord:
         """Store the finished run, with the facts of its venv, inputs and machine."""
         case, point, env, accel = job.case, job.point, job.env, job.accel
         done = self.store.finish_run(
             job.record.id, c.outcome, ran.result.exit_code, time.monotonic() - ran.t0, reason=c.reason,
             signature=signature, evidence=evidence,
-            facts=check.facts | ran.given | {"accelerator": accel.value,
-                                             "shadowed": [list(x) for x in env.shadowed],
-                                             "host": facts.host(), "index": self.envs.index.origin,
-                                             "fingerprint": self.reuse.record(case, point, env, job.run, ran.named,
-                                                                              accel.value)},
+            facts=check.facts | ran.given | RunFacts.of(
+                accelerator=accel.value, shadowed=env.shadowed, host=facts.host(), index=self.envs.index.origin,
+                fingerprint=self.reuse.record(case, point, env, job.run, ran.named, accel.value)),
             env_key=env.key,
         )
         said = f" ({c.reason})" if c.outcome is Outcome.SKIP else ""
@@ -552,7 +551,7 @@ class _Ran:
     shm: tuple[str, ...]  # shared-memory files of the run removed
 
 
-def _judge(job: _Job, line: _Line, ran: _Ran) -> tuple[Classified, str, dict]:
+def _judge(job: _Job, line: _Line, ran: _Ran) -> tuple[Classified, str, Evidence]:
     """The run's outcome, signature and evidence, from its logs and what the launch saw; then
     the run folder is capped and scrubbed of the run's secrets."""
     run, result = job.run, ran.result
@@ -560,21 +559,20 @@ def _judge(job: _Job, line: _Line, ran: _Ran) -> tuple[Classified, str, dict]:
     c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, tail, rank_tails)
     c, oom = _oom_verdict(c, result, run, ran.ooms, job.token)
     signature, evidence = _evidence(c.outcome, run, ran.capture, result)
-    if oom:
-        evidence["oom"] = oom
-    if c.outcome is Outcome.FAIL:  # where it failed in the packages under test: the failure's identity
-        evidence["error_frames"] = list(package_frames(tail, c.reason, _import_names(job.env, job.point)))
-    evidence["notes"] += run.cap_logs()  # after the evidence was read from them
-    evidence["notes"] += scrub_folder(run.path, line.secrets, skip=(RunDir.RECORD,))  # the group may read it
-    evidence["survivors"] += list(ran.remote_left) + list(ran.escaped.survivors)
+    frames = tuple(package_frames(tail, c.reason, _import_names(job.env, job.point))) if c.outcome is Outcome.FAIL \
+        else None  # where it failed in the packages under test: the failure's identity
+    notes = [*run.cap_logs()]  # after the evidence was read from them
+    notes += scrub_folder(run.path, line.secrets, skip=(RunDir.RECORD,))  # the group may read it
     left_tree = sorted(set(result.escaped) | set(ran.escaped.stopped))
     if left_tree:
-        evidence["escaped"] = left_tree
-        evidence["notes"].append(f"process(es) {', '.join(map(str, left_tree))} left the run's process "
-                                 "tree (their parent ended: a daemon, a fork child) and were stopped all the "
-                                 "same (by the run's guard, or by their DSBISECT_RUN_DIR tag)")
-    if ran.shm:  # DeepSpeed's CPU op never unlinks its workspace: RAM a run must not keep
-        evidence["shm_removed"] = list(ran.shm)
+        notes.append(f"process(es) {', '.join(map(str, left_tree))} left the run's process tree (their parent "
+                     "ended: a daemon, a fork child) and were stopped all the same (by the run's guard, or by "
+                     "their DSBISECT_RUN_DIR tag)")
+    evidence = evidence.noted(*notes) | Evidence.of(
+        survivors=(*evidence.listed("survivors"), *ran.remote_left, *ran.escaped.survivors), oom=oom or None,
+        error_frames=frames, escaped=left_tree or None,
+        shm_removed=list(ran.shm) or None,  # DeepSpeed's CPU op never unlinks its workspace: RAM a run must not keep
+        skip_cause=(SkipCause.OOM if oom else SkipCause.EXIT_125) if c.outcome is Outcome.SKIP else None)
     return c, signature, evidence
 
 
@@ -632,22 +630,19 @@ class PointGate:
                 self.cond.notify_all()
 
 
-def _evidence(outcome: Outcome, run: RunDir, capture: Capture, result: LaunchResult) -> tuple[str, dict]:
-    evidence = capture.as_json()
-    evidence["survivors"] = list(result.survivors)
-    evidence["pids"] = list(result.pids)
-    if result.peak_rss:
-        evidence["peak_rss"] = result.peak_rss
+def _evidence(outcome: Outcome, run: RunDir, capture: Capture, result: LaunchResult) -> tuple[str, Evidence]:
+    evidence = capture.evidence() | Evidence.of(survivors=result.survivors, pids=result.pids,
+                                                peak_rss=result.peak_rss or None)
     if outcome is not Outcome.HANG:
         if result.hang_line:  # the words were printed, and the run says otherwise
-            evidence["notes"].append(f"a collective-timeout line at {result.hang_after or 0:.1f} s did not decide: "
-                                     f"the run {_how_it_ended(outcome, result)} ({result.hang_line[:200]})")
+            evidence = evidence.noted(f"a collective-timeout line at {result.hang_after or 0:.1f} s did not decide: "
+                                      f"the run {_how_it_ended(outcome, result)} ({result.hang_line[:200]})")
         return "", evidence
     if result.hang_after is not None:
-        evidence["hang_detected_after_s"] = round(result.hang_after, 2)
+        evidence |= Evidence.of(hang_detected_after_s=round(result.hang_after, 2))
     sig = analyze(run.path)
     if sig is not None:
-        evidence["notes"] = evidence["notes"] + list(sig.notes)
+        evidence = evidence.noted(*sig.notes)
     return hang_signature(sig, result.proof), evidence
 
 
@@ -737,10 +732,9 @@ def import_check_key(case: Case, accel: Accelerator, wanted: list[str]) -> tuple
 INPUT_COPY_LIMIT = 1 << 20  # a file the command names is copied into the run folder up to this size
 
 
-def record_inputs(case: Case, run: RunDir) -> dict:
+def record_inputs(case: Case, run: RunDir) -> RunFacts:
     """The command and the files it names, for the run's record: each file's digest, and a copy
     of it in the run folder (``inputs/``) when it is small, so the report shows what ran."""
-    out: dict = {"command": list(case.command.argv)} if case.command else {}
     items = []
     for path, digest_ in case.inputs:
         src = Path(path)
@@ -752,6 +746,4 @@ def record_inputs(case: Case, run: RunDir) -> dict:
             shutil.copyfile(src, dest)
             item["copy"] = str(dest.relative_to(run.path))
         items.append(item)
-    if items:
-        out["inputs"] = items
-    return out
+    return RunFacts.of(command=list(case.command.argv) if case.command else None, inputs=items or None)

@@ -18,7 +18,7 @@ from .forensics import analyze, render_stack
 from .outside import safe_text
 from .report import STYLE
 from .rundir import RunDir, tail_text
-from .store import RunRecord
+from .records import RunRecord
 
 
 def render_run(r: RunRecord, lines: int = 30) -> Group:
@@ -27,7 +27,7 @@ def render_run(r: RunRecord, lines: int = 30) -> Group:
     head = Text.assemble(
         (f"run {r.id}  ", "bold"),
         (r.outcome.value.upper() if r.outcome else r.status.value, STYLE.get(r.outcome, "")),
-        (" (marked by hand)" if r.evidence.get("manual") else "", "yellow"),
+        (" (marked by hand)" if r.manual else "", "yellow"),
         safe_text(f"  {r.case_name} · {r.point.label}"),
     )
     parts.append(head)
@@ -36,22 +36,22 @@ def render_run(r: RunRecord, lines: int = 30) -> Group:
         ("exit code", "—" if r.exit_code is None else str(r.exit_code)),
         ("seconds", f"{r.seconds:.1f}" if r.seconds is not None else "—"),
         ("pins", "; ".join(r.point.requirements()) or "—"),
-        ("environment", describe_env(r.facts) if r.facts.get("versions") else "—"),
+        ("environment", describe_env(r.facts) if r.facts.versions else "—"),
         ("reason", r.reason or "—"),
         ("signature", r.signature or "—"),
         ("run folder", r.run_dir or "—"),
     ]
     if r.point.source:
         rows.insert(4, ("commit", f"{r.point.source.commit} {r.point.source.subject}"))
-    if r.evidence.get("manual"):  # dsbisect mark, bisect --manual: a result given, not a run of dsbisect
-        rows.insert(0, ("marked", f"{r.evidence['manual']} by hand" + (f": {r.evidence['note']}" if r.evidence.get("note") else "")))
+    if r.manual:  # dsbisect mark, bisect --manual: a result given, not a run of dsbisect
+        rows.insert(0, ("marked", f"{r.manual.mark} by hand" + (f": {r.manual.note}" if r.manual.note else "")))
     for k, v in rows:
         parts.append(Text.assemble((f"  {k:<12}", "dim"), safe_text(v)))
-    for note in _listed(r.evidence.get("notes")):
+    for note in r.evidence.listed("notes"):
         parts.append(safe_text(f"  note: {note}", style="yellow"))
-    if r.evidence.get("escaped"):
+    if r.evidence.escaped:
         parts.append(safe_text(f"  escaped the process tree, stopped by their tag: pid(s) "
-                               f"{', '.join(map(str, _listed(r.evidence['escaped'])))}", style="yellow"))
+                               f"{', '.join(map(str, r.evidence.escaped))}", style="yellow"))
     if r.run_dir and Path(r.run_dir).is_dir():
         parts += _deadlock_proof(Path(r.run_dir))
         parts += rank_tables(r)  # the rank × sequence-number table of a hang
@@ -115,8 +115,3 @@ def _tails(run_dir: Path, lines: int) -> list:
     return out
 
 
-def _listed(value) -> list:
-    """A record's list (notes, pids) as a list, whatever an odd record holds there."""
-    if isinstance(value, list):
-        return value
-    return [] if value in (None, "", {}) else [value]

@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import proc
@@ -36,7 +36,8 @@ from .model import Accelerator, Case, EnvOptions, IndexOptions, Outcome, Point, 
 from .redact import scrub_folder
 from .rundir import RunDir
 from .runner import Progress, Runner, Slot
-from .store import RunRecord, Store
+from .records import Evidence, RunFacts, RunRecord, SkipCause
+from .store import Store
 
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
           "REQUEUE_FED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "RESV_DEL_HOLD", "POWER_UP_NODE"}
@@ -271,7 +272,7 @@ def _import(runner: Runner, case: Case, point: Point, attempt: int, folder: Path
         run_id = store.start_run(case.name, case.key, point, done.env_key, attempt)
         store.finish_run(run_id, done.outcome, done.exit_code, done.seconds or 0.0, reason=done.reason,
                          signature=done.signature, evidence=done.evidence,
-                         facts=runner.reuse.adopt(case, done.facts) | {"slurm": slurm},
+                         facts=replace(runner.reuse.adopt(case, done.facts), slurm=slurm),
                          env_key=done.env_key, run_dir=Path(done.run_dir) if done.run_dir else folder)
         return store.run(run_id)
     started = job_runs[-1] if job_runs else None
@@ -281,7 +282,8 @@ def _import(runner: Runner, case: Case, point: Point, attempt: int, folder: Path
         run_dir = began if began.is_dir() else folder
     run_id = store.start_run(case.name, case.key, point, started.env_key if started else None, attempt)
     store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=_lost_reason(folder, job_id, state),
-                     facts=(started.facts if started else {}) | {"slurm": slurm},
+                     facts=replace(started.facts if started else RunFacts(), slurm=slurm),
+                     evidence=Evidence(skip_cause=SkipCause.SLURM),
                      env_key=started.env_key if started else None, run_dir=run_dir)
     return store.run(run_id)
 

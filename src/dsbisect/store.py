@@ -45,8 +45,9 @@ import psutil
 from . import claims, disk
 from .claims import Liveness, StoreLock
 from .errors import DiskFull, InputError, StoreError
-from .model import ImportCheck, Outcome, Point, RunStatus
+from .model import Outcome, Point, RunStatus
 from .redact import redact, redact_tree
+from .records import BisectionRecord, Evidence, ImportCheck, RunFacts, RunRecord
 from .rundir import RunDir
 
 DB = "dsbisect.sqlite3"
@@ -121,46 +122,6 @@ _RUN_COLUMNS = ("id", "case_name", "case_key", "point_key", "point", "env_key", 
                 "exit_code", "seconds", "started", "finished", "reason", "run_dir", "signature", "evidence",
                 "facts", "pid", "host", "folder", "heartbeat", "writer")
 _JSON_COLUMNS = ("point", "evidence", "facts")
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    id: int
-    case_name: str
-    case_key: str
-    point: Point
-    point_key: str
-    env_key: str | None
-    attempt: int
-    status: RunStatus
-    outcome: Outcome | None
-    exit_code: int | None
-    seconds: float | None
-    started: float
-    reason: str
-    run_dir: str | None
-    signature: str
-    evidence: dict
-    facts: dict
-    host: str | None
-    pid: int | None = None
-    finished: float | None = None
-    heartbeat: float | None = None
-    abandoned: str = ""  # why a row left running reads as interrupted (its writer died, its lease expired)
-
-
-@dataclass(frozen=True)
-class BisectionRecord:
-    id: int
-    key: str
-    package: str
-    good: str
-    bad: str
-    params: dict
-    status: str
-    result: dict
-    created: float
-    updated: float
 
 
 @dataclass(frozen=True)
@@ -384,15 +345,16 @@ class Store:
             return self.hold.writer()
 
     def finish_run(self, run_id: int, outcome: Outcome, exit_code: int | None, seconds: float,
-                   reason: str = "", signature: str = "", evidence: dict | None = None,
-                   facts: dict | None = None, env_key: str | None = None,
+                   reason: str = "", signature: str = "", evidence: Evidence | None = None,
+                   facts: RunFacts | None = None, env_key: str | None = None,
                    run_dir: Path | None = None) -> RunRecord:
         """Record the run's end; ``run_dir`` when its evidence lives elsewhere (a Slurm job's folder)."""
         with self.lock:
             values = self._values(run_id)
             values |= {"status": "done", "outcome": outcome.value, "exit_code": exit_code, "seconds": seconds,
                        "finished": time.time(), "reason": redact(reason), "signature": redact(signature),
-                       "evidence": redact_tree(evidence or {}), "facts": redact_tree(facts or {})}
+                       "evidence": redact_tree((evidence or Evidence()).to_json()),
+                       "facts": redact_tree((facts or RunFacts()).to_json())}
             if env_key is not None:
                 values["env_key"] = env_key
             if run_dir is not None:
@@ -473,10 +435,10 @@ class Store:
         out = []
         for row in rows:
             try:
-                value = json.loads(row["evidence"]).get("peak_rss")
-            except (ValueError, AttributeError):
+                value = Evidence.from_json(json.loads(row["evidence"])).peak_rss
+            except ValueError:
                 continue
-            if isinstance(value, int) and value > 0:
+            if value is not None and value > 0:
                 out.append(value)
         return out
 
@@ -494,7 +456,7 @@ class Store:
                          " LIMIT 1", (case_key, point_key))
         last = self._try_record(rows[0]) if rows else None
         if last and last.outcome is Outcome.SKIP and last.reason == reason and \
-                (last.facts.get("host") or {}).get("name") == host:
+                last.facts.host_name == host:
             return last
         return None
 
@@ -561,7 +523,8 @@ class Store:
             outcome=Outcome(v["outcome"]) if v["outcome"] else None, exit_code=v["exit_code"],
             seconds=v["seconds"], started=v["started"], reason=v["reason"],
             run_dir=str(self._abs(v["run_dir"])) if v["run_dir"] else None, signature=v["signature"],
-            evidence=v["evidence"], facts=v["facts"], host=v["host"], pid=v["pid"], finished=v["finished"],
+            evidence=Evidence.from_json(v["evidence"]), facts=RunFacts.from_json(v["facts"]), host=v["host"],
+            pid=v["pid"], finished=v["finished"],
             heartbeat=v.get("heartbeat"), abandoned=abandoned,
         )
 
@@ -569,20 +532,35 @@ class Store:
 
     def import_check(self, env_key: str, key: tuple[str, ...]) -> ImportCheck | None:
         rows = self._all("SELECT * FROM import_checks WHERE env_key=? AND compat=?", (env_key, ",".join(key)))
-        return ImportCheck(bool(rows[0]["ok"]), rows[0]["reason"], json.loads(rows[0]["facts"])) if rows else None
+        if not rows:
+            return None
+        return ImportCheck(bool(rows[0]["ok"]), rows[0]["reason"], RunFacts.from_json(json.loads(rows[0]["facts"])))
 
     def put_import_check(self, env_key: str, key: tuple[str, ...], check: ImportCheck) -> None:
         with self._tx() as db:
             db.execute(
                 "INSERT OR REPLACE INTO import_checks (env_key, compat, ok, reason, facts, created)"
                 " VALUES (?,?,?,?,?,?)",
-                (env_key, ",".join(key), int(check.ok), check.reason, json.dumps(check.facts), time.time()))
+                (env_key, ",".join(key), int(check.ok), check.reason, json.dumps(check.facts.to_json()), time.time()))
 
     # -------------------------------------------------------------- bisections
 
     def bisection(self, key: str) -> BisectionRecord | None:
         rows = self._all("SELECT * FROM bisections WHERE key=?", (key,))
         return _bisection(rows[0]) if rows else None
+
+    def bisections(self) -> list[BisectionRecord]:
+        """Every bisection of the store, oldest first (by last update); a row that cannot be
+        read is left out and named in ``notes``."""
+        out = []
+        for row in self._all("SELECT * FROM bisections ORDER BY updated, id"):
+            try:
+                out.append(_bisection(row))
+            except (ValueError, TypeError, KeyError) as e:
+                note = f"bisection {row['key']}: its entry in {self.path} is not readable ({type(e).__name__}); left out"
+                if note not in self.notes:
+                    self.notes.append(note)
+        return out
 
     def save_bisection(self, key: str, package: str, good: str, bad: str, params: dict,
                        status: str, result: dict) -> int:
@@ -594,7 +572,7 @@ class Store:
         tmp = folder / f"{key}.json.tmp"
         try:  # the file first (the folders are the truth), then the index
             folder.mkdir(exist_ok=True)
-            tmp.write_text(json.dumps(record.__dict__, indent=1))
+            tmp.write_text(json.dumps(record.to_json(), indent=1))
             tmp.rename(folder / f"{key}.json")
         except OSError as e:
             tmp.unlink(missing_ok=True)
@@ -633,9 +611,9 @@ class Store:
             count += 1
         for path in sorted((self.dir / "bisections").glob("*.json")):
             try:
-                b = json.loads(path.read_text())
-                self.save_bisection(b["key"], b["package"], b["good"], b["bad"], b["params"], b["status"], b["result"])
-            except (OSError, ValueError, KeyError, TypeError):
+                b = BisectionRecord.from_json(json.loads(path.read_text()))
+                self.save_bisection(b.key, b.package, b.good, b.bad, b.params, b.status, b.result)
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
                 self.notes.append(f"{path}: not readable; left out")
         return count
 
@@ -781,10 +759,8 @@ def _salvage(folder: Path) -> list[str]:
                        "reason": values.get("reason") or "its dsbisect stopped before the run ended (kept by "
                                                          "store repair from the old index)"}
         elif not here.is_dir():
-            before = values["evidence"].get("notes")
-            values["evidence"] = values["evidence"] | {"notes": [*(before if isinstance(before, list) else []),
-                                                                 "its run folder was gone when the store was "
-                                                                 "repaired: record kept from the index"]}
+            values["evidence"] = Evidence.from_json(values["evidence"]).noted(
+                "its run folder was gone when the store was repaired: record kept from the index").to_json()
         _write_record(folder, values)
         kept.append(str(values["id"]))
     if kept:
@@ -1068,8 +1044,5 @@ def _pid_alive(pid: int | None, started: float) -> bool:
 
 
 def _bisection(row: sqlite3.Row) -> BisectionRecord:
-    return BisectionRecord(
-        id=row["id"], key=row["key"], package=row["package"], good=row["good"], bad=row["bad"],
-        params=json.loads(row["params"]), status=row["status"], result=json.loads(row["result"]),
-        created=row["created"], updated=row["updated"],
-    )
+    return BisectionRecord.from_json(dict(row) | {"params": json.loads(row["params"]),
+                                                  "result": json.loads(row["result"])})

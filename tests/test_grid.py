@@ -1,0 +1,85 @@
+"""grid: the runs of a store as one table per case, and what is said of the points that all skipped."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dsbisect import grid
+from dsbisect.model import Outcome, Point
+from dsbisect.records import Evidence, RunFacts, SkipCause
+from dsbisect.store import Store
+
+
+def _run(st: Store, case: str, version: str, outcome: Outcome, reason: str = "",
+         cause: SkipCause | None = None, **facts):
+    rid = st.start_run(case, f"key-{case}", Point(versions=(("deepspeed", version),)), "env", 1)
+    st.finish_run(rid, outcome, 0 if outcome is Outcome.PASS else None, 1.0, reason=reason,
+                  evidence=Evidence(skip_cause=cause), facts=RunFacts.of(**facts))
+    return st.run(rid)
+
+
+def _skip_lines(runs) -> list[tuple[str, str]]:
+    return grid.skip_lines(grid.case_views(grid.grid(runs)))
+
+
+def test_the_recorded_cause_not_the_words_decides_what_a_skip_says(tmp_path):
+    """A skip the machine caused reads as the subject's verb, with a hint to a case that ran here;
+    another cause says its reason as it is, whatever words the reason holds."""
+    st = Store(tmp_path)
+    ran = [_run(st, "cpu", v, Outcome.PASS) for v in ("0.12.2", "0.12.3")]
+    gpus = [_run(st, "gpu", v, Outcome.SKIP, "needs 2 CUDA GPUs; this machine has 0", SkipCause.GPUS)
+            for v in ("0.12.2", "0.12.3")]
+    assert _skip_lines(ran + gpus) == [("2 points of gpu need 2 CUDA GPUs; this machine has 0", "try --case cpu")]
+    # words that once decided it, under other causes: no verb, no hint
+    venv = [_run(st, "venv", "0.12.2", Outcome.SKIP, "venv could not be built: no wheel of torch for this machine",
+                 SkipCause.VENV)]
+    script = [_run(st, "own", "0.12.2", Outcome.SKIP, "needs a dataset; exit 125", SkipCause.EXIT_125)]
+    lines = _skip_lines(ran + venv + script)
+    assert ("1 point of venv: venv could not be built: no wheel of torch for this machine", "") in lines
+    assert ("1 point of own: needs a dataset; exit 125", "") in lines
+    # one point needs; nothing ran anywhere: no case to suggest
+    (only,) = _skip_lines(gpus[:1])
+    assert only == ("1 point of gpu needs 2 CUDA GPUs; this machine has 0", "")
+
+
+def test_skips_of_one_reason_and_cause_are_one_line_for_all_their_cases(tmp_path):
+    st = Store(tmp_path)
+    runs = [_run(st, case, "0.12.2", Outcome.SKIP, "needs 8 CUDA GPUs; this machine has 0", SkipCause.GPUS)
+            for case in ("a", "b")]
+    runs.append(_run(st, "c", "0.12.2", Outcome.SKIP, "import check: import deepspeed failed", SkipCause.IMPORT))
+    assert _skip_lines(runs) == [("2 points of 2 cases (a, b) need 8 CUDA GPUs; this machine has 0", ""),
+                                 ("1 point of c: import check: import deepspeed failed", "")]
+    view = grid.case_views(grid.grid(runs))[2]
+    assert view.skipped() == "import check: import deepspeed failed" and view.skip_cause() is SkipCause.IMPORT
+
+
+def test_a_cell_is_its_worst_outcome_shown_by_its_last_such_run(tmp_path):
+    st = Store(tmp_path)
+    runs = [_run(st, "c", "0.12.4", o, r) for o, r in ((Outcome.FAIL, "first"), (Outcome.PASS, ""),
+                                                        (Outcome.FAIL, "second"))]
+    c = grid.cell(runs)
+    assert c.outcome is Outcome.FAIL and c.shown.id == runs[2].id and c.why == "second"
+    assert c.tally == "fail 2, pass 1" and c.text.startswith(f"FAIL 1.0 s #{runs[2].id}")
+    assert not hasattr(c, "last")
+
+
+def test_displayable_keeps_what_renders_and_sets_aside_what_does_not(tmp_path):
+    """Values inside the facts of other types than a run writes (a hand-edited row) are made
+    text or left out; the known keys of another shape are not shown; everything else is."""
+    st = Store(tmp_path)
+    r = _run(st, "c", "0.12.4", Outcome.PASS)
+    odd = RunFacts.from_json({"gpus": [1, "H200"], "versions": {"torch": 2}, "cuda": None, "newer": {"x": 1},
+                              "host": {"name": "n", "cpus": "many", "gpus": ["A", 7]}, "inputs": [{"path": "a"}, 5]})
+    shown = grid.displayable(type(r)(**{**r.__dict__, "facts": odd})).facts
+    assert shown.gpus == ("1", "H200") and shown.versions == {"torch": "2"} and shown.inputs == ({"path": "a"},)
+    assert shown.host == {"name": "n", "gpus": ["A", "7"]}
+    assert shown.to_json() == {"gpus": ["1", "H200"], "versions": {"torch": "2"}, "newer": {"x": 1},
+                               "host": {"name": "n", "gpus": ["A", "7"]}, "inputs": [{"path": "a"}]}
+
+
+def test_a_case_view_lists_the_command_its_runs_ran(tmp_path):
+    st = Store(tmp_path)
+    runs = [_run(st, "c", "0.12.4", Outcome.PASS, command=["deepspeed", "train.py", "--x", "a b"])]
+    (view,) = grid.case_views(grid.grid(runs))
+    assert view.commands == ("deepspeed train.py --x 'a b'",)
+    assert Path(runs[0].run_dir).is_dir()
