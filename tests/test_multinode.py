@@ -234,9 +234,9 @@ def _marked(run_dir: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_two_nodes_through_pdsh(tmp_path, cli, nodes, mn_house, cache_dir):
+def test_two_nodes_through_pdsh(tmp_path, cli, nodes, mn_house, cache_dir, monkeypatch):
     ssh_dir, _ = nodes
-    multinode.forget_checks()
+    monkeypatch.setattr(multinode, "_checked", {})  # each node checked afresh
     _matrix(tmp_path, ssh_dir, ["node-a", "node-b"], ["2.0.0", "2.1.0"])
     res = cli("run", "matrix.yaml", "--offline", "--find-links", str(mn_house), "--cache-dir", str(cache_dir),
               "--format", "json", cwd=tmp_path)
@@ -269,7 +269,7 @@ def test_a_node_without_the_venv_or_with_another_torch_is_a_skip(tmp_path, cli, 
     ssh_dir, daemons = nodes
     if not {"c", "d"} <= daemons:
         pytest.skip("no mount namespaces here (unshare --mount failed)")
-    multinode.forget_checks()
+    monkeypatch.setattr(multinode, "_checked", {})  # each node checked afresh
     calls = tmp_path / "ssh-calls"
     wrapper = tmp_path / "ssh"
     wrapper.write_text(f'#!/bin/sh\necho call >> {calls}\nexec ssh "$@"\n')
@@ -291,11 +291,11 @@ def test_a_node_without_the_venv_or_with_another_torch_is_a_skip(tmp_path, cli, 
 
 
 @pytest.mark.slow
-def test_env_values_arrive_literally_on_every_node(tmp_path, cli, nodes, mn_house, cache_dir):
+def test_env_values_arrive_literally_on_every_node(tmp_path, cli, nodes, mn_house, cache_dir, monkeypatch):
     """DeepSpeed wraps exported values in double quotes for the remote shell: $( ), backticks and
     $VAR would run there.  Every node must get the value as written, as the local node does."""
     ssh_dir, _ = nodes
-    multinode.forget_checks()
+    monkeypatch.setattr(multinode, "_checked", {})  # each node checked afresh
     literal = f"$(touch {tmp_path}/pwned1) `touch {tmp_path}/pwned2` \"dq\" 'sq' $HOME a  b\\c; echo ;"
     _matrix(tmp_path, ssh_dir, ["node-a", "node-b"], ["2.2.0"])
     matrix = tmp_path / "matrix.yaml"
