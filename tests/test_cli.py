@@ -12,7 +12,6 @@ import sys
 import threading
 from pathlib import Path
 
-import psutil
 import pytest
 import typer
 

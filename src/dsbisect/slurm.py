@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import proc
-from .errors import ExternalFailure, InputError, Interrupted, Stopped, signal_of
+from .errors import ExternalFailure, Interrupted, Stopped, signal_of
 from .model import Accelerator, Case, EnvOptions, IndexOptions, Outcome, Point, RunStatus
 from .redact import scrub_folder
 from .rundir import RunDir
