@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from conftest import git, live_pids, offline, wait_until, write_matrix
+from conftest import TOY_RELEASES, git, live_pids, offline, wait_until, write_matrix
 
 # Every command's arguments and options, in the order --help lists them (the names are the
 # command line's contract: scripts and READMEs spell them).
@@ -260,3 +260,22 @@ def test_refused_sbatch_is_an_environment_failure(tmp_path, wheelhouse):
                     env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "DSBISECT_CACHE_DIR": str(tmp_path / "cache")})
     assert res.returncode == 1, res.stderr
     assert _one_line(res).startswith("error: sbatch refused the job: sbatch: error: invalid partition")
+
+
+def test_the_index_settings_left_out_are_said_where_the_index_is_resolved(tmp_path, wheelhouse):
+    """indexes.resolve's notes (what pip/uv settings dsbisect cannot pass on) and the files it
+    read, one line each on stderr; the answer on stdout is as without them."""
+    conf = tmp_path / "pip.conf"
+    conf.write_text("[global]\ncert = /etc/ssl/corp.pem\n")
+    res = _dsbisect("versions", "dsb-toy", *offline(wheelhouse), cwd=tmp_path, env={"PIP_CONFIG_FILE": str(conf)})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split() == list(TOY_RELEASES)
+    notes = res.stderr.splitlines()
+    assert f"note: pip.conf {conf}: cert not applied: dsbisect runs pip with PIP_CONFIG_FILE={os.devnull} " \
+           "(set PIP_CERT instead)" in notes, res.stderr
+    assert any(n.startswith("note: index settings read from ") and n.endswith(f"pip.conf {conf}") for n in notes)
+
+    conf.write_text("[global]\ntimeout = 60\n")  # nothing left out: nothing said
+    res = _dsbisect("versions", "dsb-toy", *offline(wheelhouse), cwd=tmp_path, env={"PIP_CONFIG_FILE": str(conf)})
+    assert res.returncode == 0, res.stderr
+    assert not [n for n in res.stderr.splitlines() if f"{conf}:" in n]  # (a machine's /etc/pip.conf may say more)

@@ -67,9 +67,11 @@ def cache_root(cache_dir: Path | None) -> Path:
 
 
 def index_options(offline: bool, find_links: list[Path] | None, index_url: str | None,
-                  extra: list[str] | None) -> IndexOptions:
+                  extra: list[str] | None) -> indexes.Resolved:
     """Where packages come from, resolved once for listing releases, installing and building
-    alike: the command line, then uv's environment and files, then pip's (indexes.resolve)."""
+    alike: the command line, then uv's environment and files, then pip's (indexes.resolve).
+    ``.index`` is what the layers below take (its ``origin`` the line reports show); ``.notes``
+    say which settings were left out, ``.files`` which configuration files were read."""
     links = []
     for d in find_links or []:
         if not d.is_dir():
@@ -83,13 +85,7 @@ def index_options(offline: bool, find_links: list[Path] | None, index_url: str |
         src = resolved.source("offline")
         raise InputError(f"{'--offline' if src == '--offline' else f'offline ({src})'} needs at least one "
                          "--find-links wheelhouse")
-    strategy = resolved.index_strategy
-    from_pip = any(src.startswith(("PIP_", "pip.conf")) for _, src in resolved.sources)
-    if strategy is None and from_pip and (ix.index_url or ix.extra_index_urls):
-        strategy = "unsafe-best-match"  # pip's own way with several indexes: the best version of any
-    return dataclasses.replace(ix, strategy=strategy, origin=resolved.describe() + (
-        f"; index-strategy {strategy} (pip's settings, as pip would use them)" if strategy != resolved.index_strategy
-        else ""))
+    return dataclasses.replace(resolved, index=dataclasses.replace(ix, origin=resolved.describe()))
 
 
 def make_runner(store: Store, cache_dir: Path | None, env_options: EnvOptions, index: IndexOptions,
