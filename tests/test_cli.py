@@ -274,6 +274,10 @@ def test_the_index_settings_left_out_are_said_where_the_index_is_resolved(tmp_pa
     assert f"note: pip.conf {conf}: cert not applied: dsbisect runs pip with PIP_CONFIG_FILE={os.devnull} " \
            "(set PIP_CERT instead)" in notes, res.stderr
     assert any(n.startswith("note: index settings read from ") and n.endswith(f"pip.conf {conf}") for n in notes)
+    # bad input stays one line: the notes come once the input is checked
+    bad = _dsbisect("versions", "dsb-toy", "1.0.0", "9.9.9", *offline(wheelhouse), cwd=tmp_path,
+                    env={"PIP_CONFIG_FILE": str(conf)})
+    assert bad.returncode == 2 and "9.9.9" in _one_line(bad)
 
     conf.write_text("[global]\ntimeout = 60\n")  # nothing left out: nothing said
     res = _dsbisect("versions", "dsb-toy", *offline(wheelhouse), cwd=tmp_path, env={"PIP_CONFIG_FILE": str(conf)})

@@ -240,14 +240,9 @@ class IndexArgs(_Picked):
     extra_index_url: Optional[list[str]] = None
 
     def options(self) -> IndexOptions:
-        """The index settings, resolved; the pip/uv settings left out said on stderr, with the files
-        read (where nothing was left out, the report's index line names each setting's origin)."""
-        resolved = index_options(self.offline, self.find_links, self.index_url, self.extra_index_url)
-        for note in resolved.notes:
-            say(f"note: {note}")
-        if resolved.notes and resolved.files:
-            say(f"note: index settings read from {', '.join(resolved.files)}")
-        return resolved.index
+        """The index settings, resolved (``notes``: the pip/uv settings left out, said by the
+        command once its input is checked, so that bad input stays one line)."""
+        return index_options(self.offline, self.find_links, self.index_url, self.extra_index_url)
 
 
 @dataclass(frozen=True)
@@ -349,6 +344,13 @@ class RunArgs:
     where: ExecArgs
     nodes: NodeArgs
     shown: OutputArgs
+
+
+def _say_notes(index: IndexOptions) -> None:
+    """What of the user's pip/uv settings dsbisect leaves out, once the input is checked (the
+    commands that open a runner say it through their progress lines)."""
+    for note in index.notes:
+        say(f"note: {note}")
 
 
 def check_output(path: Path, flag: str = "--output") -> None:
@@ -874,6 +876,7 @@ def versions(
         if (good is None) != (bad is None):
             raise InputError("give both GOOD and BAD, or neither")
         rels = listed(package, idx, pre) if good is None else candidates(package, good, bad, idx, pre)
+        _say_notes(idx)
         for v in rels:
             out.print(safe_text(str(v)))
 
@@ -1147,6 +1150,7 @@ def prefetch(
         env_options = m.env if m is not None else EnvOptions()
         fetch = env_fetch(*envs, env_holding(*envs, tuple(dict.fromkeys(hold or ())), target, env_options.python),
                           idx, with_candidates) if envs else None
+        _say_notes(idx)
         pf = Prefetcher(EnvManager(cache_root(cache_dir), env_options, idx, log=indented), dest, target, log=indented)
         try:
             _prefetch_fill(pf, points, envs, fetch, tool, extras)

@@ -427,6 +427,9 @@ class IndexOptions:
     extra_index_urls: tuple[str, ...] = ()
     strategy: IndexStrategy | None = None  # uv's --index-strategy (None: uv's default, first-index)
     origin: str = ""  # where these settings came from, one line for reports (credentials hidden)
+    # what of the user's pip/uv settings could not be passed on, and the files read (said once the
+    # input is checked; not stored, not compared)
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def uv_args(self) -> list[str]:
         args: list[str] = []

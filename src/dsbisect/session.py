@@ -67,11 +67,11 @@ def cache_root(cache_dir: Path | None) -> Path:
 
 
 def index_options(offline: bool, find_links: list[Path] | None, index_url: str | None,
-                  extra: list[str] | None) -> indexes.Resolved:
+                  extra: list[str] | None) -> IndexOptions:
     """Where packages come from, resolved once for listing releases, installing and building
     alike: the command line, then uv's environment and files, then pip's (indexes.resolve).
-    ``.index`` is what the layers below take (its ``origin`` the line reports show); ``.notes``
-    say which settings were left out, ``.files`` which configuration files were read."""
+    ``origin`` is the line reports show; ``notes`` say which of the user's pip/uv settings were
+    left out, then which configuration files were read (``open_runner`` says them)."""
     links = []
     for d in find_links or []:
         if not d.is_dir():
@@ -85,7 +85,8 @@ def index_options(offline: bool, find_links: list[Path] | None, index_url: str |
         src = resolved.source("offline")
         raise InputError(f"{'--offline' if src == '--offline' else f'offline ({src})'} needs at least one "
                          "--find-links wheelhouse")
-    return dataclasses.replace(resolved, index=dataclasses.replace(ix, origin=resolved.describe()))
+    return dataclasses.replace(ix, origin=resolved.describe(), notes=resolved.notes + (
+        (f"index settings read from {', '.join(resolved.files)}",) if resolved.notes and resolved.files else ()))
 
 
 def make_runner(store: Store, cache_dir: Path | None, env_options: EnvOptions, index: IndexOptions,
@@ -106,6 +107,8 @@ def open_runner(store_dir: Path, cache_dir: Path | None, env_options: EnvOptions
     make_shared(root)
     store = Store(folder)
     for note in store.notes:
+        progress("note", note)
+    for note in index.notes:  # the input checked: said once, before anything runs
         progress("note", note)
     reap_orphans(store, progress)
     return make_runner(store, cache_dir, env_options, index, progress, **kw)
