@@ -113,7 +113,7 @@ def cli():
 def cli_json(cli, *args: str, cwd: Path, exit_code: int = 0):
     """``dsbisect ARGS -q --format json`` through ``cli``: its exit code asserted, its report parsed
     (the result too, for its stderr).  The one way the tests read a command's JSON."""
-    res = cli(*args, "-q", "--format", "json", cwd=cwd)
+    res = cli(args[0], "-q", "--format", "json", *args[1:], cwd=cwd)  # before any `-- COMMAND`
     assert res.exit_code == exit_code, res.output
     return json.loads(res.stdout), res
 
