@@ -65,12 +65,7 @@ def test_help_lists_every_option(cli, name):
             assert option.split()[0] in res.stdout, option
 
 
-def _dsbisect(*args: str, cwd: Path, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "dsbisect", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, **(env or {})))
-
-
-def _one_line(res: subprocess.CompletedProcess) -> str:
+def _one_line(res) -> str:
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     return lines[0]
@@ -83,11 +78,11 @@ def _one_line(res: subprocess.CompletedProcess) -> str:
     (["run", "nosuch.yaml"], "nosuch.yaml"),
     (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "toy", "--index-url", "not a url"], "not a usable URL"),
 ])
-def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, args, words):
+def test_bad_input_is_one_line_exit_2_and_creates_nothing(tmp_path, cli, args, words):
     write_matrix(tmp_path, ["1.0.0"])
     before = sorted(p.name for p in tmp_path.iterdir())
-    res = _dsbisect(*args, cwd=tmp_path)
-    assert res.returncode == 2, res.stderr
+    res = cli(*args, cwd=tmp_path)
+    assert res.exit_code == 2, res.stderr
     assert words in _one_line(res)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
@@ -123,15 +118,17 @@ def _refused() -> str:
 
 @pytest.mark.parametrize("where", ["refused", "server error", "no such host"])
 @pytest.mark.parametrize("command", ["versions", "bisect", "run"])
-def test_an_index_that_cannot_be_read_is_exit_1_and_creates_nothing(tmp_path, failing_index, where, command):
+def test_an_index_that_cannot_be_read_is_exit_1_and_creates_nothing(tmp_path, cli, monkeypatch, failing_index, where,
+                                                                     command):
     url = {"refused": _refused(), "server error": failing_index, "no such host": "http://dsbisect.invalid/simple/"}[where]
     write_matrix(tmp_path, ["1.0.0"])
     args = {"versions": ["versions", "dsb-toy"],
             "bisect": ["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "toy"],
             "run": ["run", "--versions", "dsb-toy=1.0.0,1.1.0", "--", "python", "toy_repro.py"]}[command]
     before = sorted(p.name for p in tmp_path.iterdir())
-    res = _dsbisect(args[0], "--index-url", url, *args[1:], cwd=tmp_path, env={"DSBISECT_CACHE_DIR": str(tmp_path / "cache")})
-    assert res.returncode == 1, res.stderr
+    monkeypatch.setenv("DSBISECT_CACHE_DIR", str(tmp_path / "cache"))
+    res = cli(args[0], "--index-url", url, *args[1:], cwd=tmp_path)
+    assert res.exit_code == 1, res.stderr
     assert "cannot read dsb-toy from the index" in _one_line(res)
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
@@ -167,12 +164,12 @@ def test_a_git_failure_is_exit_1_and_a_missing_ref_exit_2(tmp_path):
     assert gitrepo.resolve(repo, "v1.2.0") == git(repo, "rev-parse", "v1.2.0").strip()
 
 
-def test_a_git_failure_on_the_command_line_is_one_line_and_exit_1(tmp_path):
+def test_a_git_failure_on_the_command_line_is_one_line_and_exit_1(tmp_path, cli, monkeypatch):
     repo = _damaged_clone(tmp_path)
-    res = _dsbisect("prefetch", "--no-cases", "--git-repo", str(repo), "--commits", "v1.0.0..v1.2.0",
-                    "--package", "dsb-clone", "--dest", str(tmp_path / "wh"), cwd=tmp_path,
-                    env={"DSBISECT_CACHE_DIR": str(tmp_path / "cache")})
-    assert res.returncode == 1, res.stderr
+    monkeypatch.setenv("DSBISECT_CACHE_DIR", str(tmp_path / "cache"))
+    res = cli("prefetch", "--no-cases", "--git-repo", str(repo), "--commits", "v1.0.0..v1.2.0",
+              "--package", "dsb-clone", "--dest", str(tmp_path / "wh"), cwd=tmp_path)
+    assert res.exit_code == 1, res.stderr
     assert "git log --first-parent in" in _one_line(res) and "failed" in res.stderr
 
 
@@ -245,7 +242,7 @@ def test_a_signal_while_a_slurm_job_waits_cancels_it_with_its_exit_code(tmp_path
                                                  text=True).stdout.split(), 30, f"job {job} to leave squeue")
 
 
-def test_refused_sbatch_is_an_environment_failure(tmp_path, wheelhouse):
+def test_refused_sbatch_is_an_environment_failure(tmp_path, cli, monkeypatch, wheelhouse):
     """sbatch's refusal, and no sbatch at all, are the cluster's answer, not bad input: exit 1."""
     from dsbisect.errors import ExternalFailure
 
@@ -256,30 +253,31 @@ def test_refused_sbatch_is_an_environment_failure(tmp_path, wheelhouse):
     fake = bin_dir / "sbatch"  # a real program that refuses, as sbatch does an unknown partition
     fake.write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: nosuch' >&2\nexit 1\n")
     fake.chmod(0o755)
-    res = _dsbisect("run", "matrix.yaml", *offline(wheelhouse), "-q", "--executor", "slurm", cwd=tmp_path,
-                    env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "DSBISECT_CACHE_DIR": str(tmp_path / "cache")})
-    assert res.returncode == 1, res.stderr
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("DSBISECT_CACHE_DIR", str(tmp_path / "cache"))
+    res = cli("run", "matrix.yaml", *offline(wheelhouse), "-q", "--executor", "slurm", cwd=tmp_path)
+    assert res.exit_code == 1, res.stderr
     assert _one_line(res).startswith("error: sbatch refused the job: sbatch: error: invalid partition")
 
 
-def test_the_index_settings_left_out_are_said_where_the_index_is_resolved(tmp_path, wheelhouse):
+def test_the_index_settings_left_out_are_said_where_the_index_is_resolved(tmp_path, cli, monkeypatch, wheelhouse):
     """indexes.resolve's notes (what pip/uv settings dsbisect cannot pass on) and the files it
-    read, one line each on stderr; the answer on stdout is as without them."""
+    read, one line each on stderr once the input is checked; the answer on stdout is as without them."""
     conf = tmp_path / "pip.conf"
     conf.write_text("[global]\ncert = /etc/ssl/corp.pem\n")
-    res = _dsbisect("versions", "dsb-toy", *offline(wheelhouse), cwd=tmp_path, env={"PIP_CONFIG_FILE": str(conf)})
-    assert res.returncode == 0, res.stderr
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(conf))
+    res = cli("versions", "dsb-toy", *offline(wheelhouse), cwd=tmp_path)
+    assert res.exit_code == 0, res.stderr
     assert res.stdout.split() == list(TOY_RELEASES)
     notes = res.stderr.splitlines()
     assert f"note: pip.conf {conf}: cert not applied: dsbisect runs pip with PIP_CONFIG_FILE={os.devnull} " \
            "(set PIP_CERT instead)" in notes, res.stderr
     assert any(n.startswith("note: index settings read from ") and n.endswith(f"pip.conf {conf}") for n in notes)
     # bad input stays one line: the notes come once the input is checked
-    bad = _dsbisect("versions", "dsb-toy", "1.0.0", "9.9.9", *offline(wheelhouse), cwd=tmp_path,
-                    env={"PIP_CONFIG_FILE": str(conf)})
-    assert bad.returncode == 2 and "9.9.9" in _one_line(bad)
+    bad = cli("versions", "dsb-toy", "1.0.0", "9.9.9", *offline(wheelhouse), cwd=tmp_path)
+    assert bad.exit_code == 2 and "9.9.9" in _one_line(bad)
 
-    conf.write_text("[global]\ntimeout = 60\n")  # nothing left out: nothing said
-    res = _dsbisect("versions", "dsb-toy", *offline(wheelhouse), cwd=tmp_path, env={"PIP_CONFIG_FILE": str(conf)})
-    assert res.returncode == 0, res.stderr
+    conf.write_text("[global]\ntimeout = 60\n")  # nothing left out: nothing said of it
+    res = cli("versions", "dsb-toy", *offline(wheelhouse), cwd=tmp_path)
+    assert res.exit_code == 0, res.stderr
     assert not [n for n in res.stderr.splitlines() if f"{conf}:" in n]  # (a machine's /etc/pip.conf may say more)
