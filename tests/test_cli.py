@@ -20,7 +20,7 @@ from conftest import TOY_RELEASES, git, live_pids, offline, wait_until, write_ma
 # Every command's arguments and options, in the order --help lists them (the names are the
 # command line's contract: scripts and READMEs spell them).
 OPTIONS = {
-    'bisect': ['PACKAGE', 'GOOD', 'BAD', 'COMMAND', '--case', '--script', '--matrix', '--pin', '--nproc', '--accelerator', '--regress-on', '--any-failure', '--find-fix', '--repeat', '--confirm', '--signature', '--git-repo', '--verify-commit-ends --no-verify-commit-ends', '--prove --no-prove', '--pre', '--include-yanked', '--manual', '--good-env', '--bad-env', '--hold', '--store', '--timeout', '--collective-timeout', '--idle-timeout', '--no-early-hang', '--offline', '--find-links', '--index-url', '--extra-index-url', '--cache-dir --env-root', '--python', '--base', '--jobs -j', '--executor', '--partition', '--slurm-time', '--gpus-per-job', '--slurm-arg', '--hostfile', '--num-nodes', '--launcher-backend', '--master-addr', '--include', '--exclude', '--format', '--output -o', '--quiet -q'],
+    'bisect': ['PACKAGE', 'GOOD', 'BAD', 'COMMAND', '--case', '--script', '--matrix', '--pin', '--nproc', '--accelerator', '--regress-on', '--any-failure', '--find-fix', '--repeat', '--confirm', '--signature', '--confidence', '--git-repo', '--verify-commit-ends --no-verify-commit-ends', '--prove --no-prove', '--pre', '--include-yanked', '--manual', '--good-env', '--bad-env', '--hold', '--store', '--timeout', '--collective-timeout', '--idle-timeout', '--no-early-hang', '--offline', '--find-links', '--index-url', '--extra-index-url', '--cache-dir --env-root', '--python', '--base', '--jobs -j', '--executor', '--partition', '--slurm-time', '--gpus-per-job', '--slurm-arg', '--hostfile', '--num-nodes', '--launcher-backend', '--master-addr', '--include', '--exclude', '--format', '--output -o', '--quiet -q'],
     'diff': ['GOOD', 'BAD', '--python', '--format', '--output -o', '--quiet -q'],
     'envs list': ['--cache-dir --env-root'],
     'envs prune': ['--cache-dir --env-root', '--all', '--older-than'],
@@ -28,10 +28,10 @@ OPTIONS = {
     'mark': ['VERDICT', 'ARGS', '--case', '--script', '--matrix', '--pin', '--nproc', '--accelerator', '--commit', '--git-repo', '--note', '--store', '--timeout', '--collective-timeout', '--idle-timeout', '--no-early-hang', '--hostfile', '--num-nodes', '--launcher-backend', '--master-addr', '--include', '--exclude'],
     'prefetch': ['MATRIX', '--dest', '--case', '--with-candidates', '--python-version', '--platform', '--base-snapshot', '--tool', '--cases --no-cases', '--extra', '--git-repo', '--commits', '--package', '--good-env', '--bad-env', '--hold', '--cache-dir --env-root', '--offline', '--find-links', '--index-url', '--extra-index-url'],
     'replay': ['FILE', '--store'],
-    'report': ['--store', '--case', '--format', '--output -o', '--quiet -q'],
+    'report': ['--store', '--case', '--bisection', '--html', '--format', '--output -o', '--quiet -q'],
     'run': ['ARGS', '--case', '--versions', '--pin', '--nproc', '--accelerator', '--rerun', '--repeat', '--store', '--timeout', '--collective-timeout', '--idle-timeout', '--no-early-hang', '--offline', '--find-links', '--index-url', '--extra-index-url', '--cache-dir --env-root', '--python', '--base', '--jobs -j', '--executor', '--partition', '--slurm-time', '--gpus-per-job', '--slurm-arg', '--hostfile', '--num-nodes', '--launcher-backend', '--master-addr', '--include', '--exclude', '--format', '--output -o', '--quiet -q'],
     'run-one': ['SPEC'],
-    'show': ['RUN_ID', '--store', '--lines'],
+    'show': ['RUN_ID', '--store', '--lines', '--format', '--output -o'],
     'snapshot-base': ['--output -o', '--python'],
     'store repair': ['--store'],
     'versions': ['PACKAGE', 'GOOD', 'BAD', '--pre', '--offline', '--find-links', '--index-url', '--extra-index-url'],

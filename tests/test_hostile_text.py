@@ -21,7 +21,7 @@ from conftest import make_case, offline, write_matrix
 from rich.console import Console
 
 from dsbisect import report as rep
-from dsbisect.bisection import Request, Result, Step
+from dsbisect.results import Request, Result, Step
 from dsbisect.model import Answer, Outcome, Point, RegressOn, Stage, Verdict
 from dsbisect.store import Store
 

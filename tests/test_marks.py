@@ -11,9 +11,10 @@ import pytest
 import toypkg
 from conftest import make_case, offline, write_matrix
 
-from dsbisect.bisection import Bisection, Request
+from dsbisect.bisection import Bisection
 from dsbisect.errors import InputError
 from dsbisect.model import Accelerator, GitSource, IndexOptions, Outcome, Point, Verdict
+from dsbisect.results import Request
 from dsbisect.store import Store
 
 

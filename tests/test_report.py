@@ -16,7 +16,7 @@ from conftest import make_case
 from rich.console import Console
 
 from dsbisect import report as rep
-from dsbisect.bisection import Request, Result, Step
+from dsbisect.results import Request, Result, Step
 from dsbisect.model import Answer, Outcome, Point, RegressOn, Stage, Verdict
 from dsbisect.store import Store
 

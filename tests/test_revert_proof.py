@@ -94,7 +94,7 @@ def test_a_reverted_point_has_its_own_key_and_the_plain_commits_key_is_unchanged
 
 
 def _result(tmp_path, proof: Proof | None):
-    from dsbisect.bisection import CommitResult, Request, Result
+    from dsbisect.results import CommitResult, Request, Result
     from dsbisect.model import Answer
 
     req = Request(package="deepspeed", good="0.12.2", bad="0.12.4", case=make_case(tmp_path, name="train"),
@@ -114,7 +114,6 @@ def test_the_proof_is_one_line_under_the_commit_and_loud_unless_proven(tmp_path,
     from rich.console import Console
 
     from dsbisect import report
-    from dsbisect.bisection import result_json
 
     proof = Proof(H, "v0.12.4", T, verdict, outcome=Outcome.HANG, runs=1, agree=1, conflicts=("a.py", "b.py"),
                   detail="rank 0 in all_reduce")
@@ -129,9 +128,9 @@ def test_the_proof_is_one_line_under_the_commit_and_loud_unless_proven(tmp_path,
     styled = console.export_text(styles=True)
     shown = next(ln for ln in styled.splitlines() if "on top of v0.12.4" in ln)
     assert ("\x1b[1;33m" in shown) is loud  # bold yellow: the proof did not prove the commit
-    assert result_json(result)["verdict"] == "found" and result.exit_code == 0  # the answer stands
-    assert result_json(result)["proof"]["verdict"] == verdict.value
-    assert result_json(_result(tmp_path, None))["proof"] is None
+    assert result.to_json()["verdict"] == "found" and result.exit_code == 0  # the answer stands
+    assert result.to_json()["proof"]["verdict"] == verdict.value
+    assert _result(tmp_path, None).to_json()["proof"] is None
     assert "reverting" not in "\n".join(report.bisect_summary(_result(tmp_path, None)))
 
 

@@ -8,9 +8,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsbisect.search import Side, linear, max_probes, next_probes, search
+from dsbisect.search import Side, next_probes, search
 
 O, N, S = Side.OLD, Side.NEW, Side.SKIP
+
+
+def linear(sides) -> int:
+    """The oracle: the first testable index that behaves like the new end."""
+    return next(i for i, s in enumerate(sides) if s is Side.NEW)
+
+
+def max_probes(n: int) -> int:
+    """The oracle's bound: probes a binary search needs between two known ends, without skips."""
+    return max(0, n - 2).bit_length()
 
 
 def run(sides, width=1):

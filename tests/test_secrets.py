@@ -202,7 +202,7 @@ def test_no_planted_secret_reaches_any_output_or_any_file(tmp_path, simple_index
     outputs.append(res)
     assert res.returncode == 0 and "1.1.0" in res.stdout, res.stdout + res.stderr
     for args in (["report"], ["report", "--format", "json"], ["report", "--format", "markdown"], ["show", "1"],
-                 ["show", "2"], ["log"]):
+                 ["show", "2"], ["log"], ["report", "--format", "html"], ["show", "2", "--format", "html"]):
         res = _dsbisect(*args, "--store", str(store), cwd=work, env=env)
         assert res.returncode == 0, (args, res.stderr)
         outputs.append(res)

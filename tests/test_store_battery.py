@@ -630,6 +630,8 @@ if given is not None:
         from rich.console import Console
 
         from dsbisect import report as rep
+        from dsbisect.htmlreport import render
+        from dsbisect.htmlsource import one_run_page, store_page
         from dsbisect.show import render_run
 
         template = tmp_path / "template"
@@ -668,6 +670,8 @@ if given is not None:
         json.dumps(rep.grid_json(g, ()))
         rep.grid_markdown(g, "t", ())
         console.print(rep.grid_renderable(g, "t"))
+        render(store_page(store, records))
         if one is not None:
             console.print(render_run(one))
+            render(one_run_page(one, folder))
         store.close()

@@ -12,6 +12,9 @@ between ``init_process_group`` and a final barrier.  Each version does one of:
 - ``sleep``: rank 1 sleeps forever before any collective: a plain hang;
 - ``flaky``: hangs like ``skip`` on a random draw (half the time), or on every second
   run when ``DSB_TOY_COUNTER`` names a counter file;
+- ``flakyfail``: rank 0 raises ValueError now and then (``DSB_TOY_RATE``, default 0.5); when
+  ``DSB_TOY_DRAWS`` names a folder, the n-th run of a version draws from (``DSB_TOY_SEED``,
+  version, n), so that a test's flaky sequence is the same every time;
 - ``broken``: requires a package that exists nowhere, so no venv can be built;
 - ``daemon``: rank 1 double-forks a daemon that outlives it (escapes the process tree);
 - ``segv``: rank 1 dies of SIGSEGV;
@@ -89,6 +92,21 @@ def step(dist):
     if int(draw) == 1 and dist.get_rank() == 1:
         return  # rank 1 skips the all_reduce this time
     dist.all_reduce(t)
+""",
+    "flakyfail": """
+def step(dist):
+    import hashlib, os, random
+    folder = os.environ.get("DSB_TOY_DRAWS")
+    if folder:  # deterministic for tests: the n-th run of this version
+        path = os.path.join(folder, __version__)
+        n = (int(open(path).read()) if os.path.exists(path) else 0) + 1
+        open(path, "w").write(str(n))
+        key = f"{os.environ.get('DSB_TOY_SEED', '0')}:{__version__}:{n}".encode()
+        draw = int(hashlib.sha256(key).hexdigest()[:8], 16) / 2**32
+    else:
+        draw = random.random()
+    if dist.get_rank() == 0 and draw < float(os.environ.get("DSB_TOY_RATE", "0.5")):
+        raise ValueError("dsb_toy: the loss went NaN (now and then)")
 """,
     "broken": """
 def step(dist):

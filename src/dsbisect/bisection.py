@@ -7,170 +7,23 @@ invocation reuses it), and maps outcomes to the old/new sides of the search.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import gitrepo
-from .identity import Identity, Rule, judge_run, resolve, run_identity
-from .model import Answer, Case, GitSource, IndexOptions, Mode, Outcome, Point, RegressOn, Stage, Verdict, digest
+from . import bayes, gitrepo
+from .confidence import Confidence, ends_problem, proof_runs
+from .identity import Rule, judge_run, resolve, run_identity
+from .model import Answer, GitSource, IndexOptions, Outcome, Point, RegressOn, Stage, Verdict
 from .outcome import combine
 from .redact import redact_tree
-from .proof import Proof, ProofVerdict, judge, proof_json
+from .proof import Proof, ProofVerdict, judge
+from .results import Agreement, CommitResult, Confirmation, Regression, Request, Result, Step
 from .runner import Runner
 from .search import Search, Side, lookahead, search
 from .store import RunRecord
 from .versions import AUTO, candidates, gaps
-
-
-@dataclass(frozen=True)
-class Request:
-    package: str
-    good: str
-    bad: str
-    case: Case
-    pins: tuple[str, ...] = ()
-    regress_on: RegressOn = RegressOn.AUTO  # AUTO: what the bad end shows (Bisection.rule, once it ran)
-    find_fix: bool = False
-    repeat: int = 1
-    signature: str | None = None
-    pre: bool = False
-    git_repo: Path | None = None
-    verify_commit_ends: bool = True
-    include_yanked: bool = False
-    width: int = 1
-    confirm: int = 1  # runs of the final last-good / first-bad pair; 1 = the search's own
-    argv: tuple[str, ...] = ()  # the bisect command line (marks.invocation), kept for `dsbisect log`; not in the key
-    prove: bool = True  # after a commit step: the revert proof (not in the key: it adds a step, changes no answer)
-    any_failure: bool = False  # count every failure of the rule's kind, not only the bad end's own
-
-    @property
-    def mode(self) -> Mode:
-        return Mode.FIND_FIX if self.find_fix else Mode.REGRESSION
-
-    @property
-    def key(self) -> str:
-        return digest({
-            "package": canonicalize_name(self.package), "good": self.good, "bad": self.bad, "case": self.case.key,
-            "pins": sorted(self.pins), "regress_on": self.regress_on.value, "find_fix": self.find_fix,
-            "repeat": self.repeat, "signature": self.signature, "pre": self.pre,
-            **({"include_yanked": True} if self.include_yanked else {}),
-            **({"any_failure": True} if self.any_failure else {}),
-            "git": str(self.git_repo) if self.git_repo else None,
-        })
-
-
-@dataclass(frozen=True)
-class Step:
-    stage: Stage
-    label: str  # version or short hash
-    version: str
-    commit: str | None
-    subject: str
-    verdict: Verdict
-    runs: tuple[RunRecord, ...]
-
-    @property
-    def outcome(self) -> Outcome:
-        order = [Outcome.HANG, Outcome.FAIL, Outcome.PASS, Outcome.SKIP]
-        present = {r.outcome for r in self.runs}
-        return next((o for o in order if o in present), Outcome.SKIP)
-
-    @property
-    def seconds(self) -> float:
-        return sum(r.seconds or 0.0 for r in self.runs)
-
-    @property
-    def detail(self) -> str:
-        bad = [r for r in self.runs if r.outcome in (Outcome.HANG, Outcome.FAIL, Outcome.SKIP)]
-        r = bad[0] if bad else (self.runs[-1] if self.runs else None)
-        return (r.signature or r.reason) if r else ""
-
-
-@dataclass(frozen=True)
-class Regression:
-    """What the search counted as bad: the rule, and the failure learned from the defining end."""
-    regress_on: RegressOn  # concrete: HANG, FAIL or ANY
-    identity: Identity | None  # None: the end showed no failure, or --any-failure / --signature
-    learned_from: str  # the end's label
-    end: str  # "bad end" | "broken end"
-    asked: RegressOn  # as given: AUTO, or an explicit rule
-
-    def describe(self) -> str:
-        how = "" if self.asked is RegressOn.AUTO else f" (--regress-on {self.asked.value})"
-        if self.identity is None and self.regress_on is RegressOn.ANY and self.asked is RegressOn.AUTO:
-            return ""  # the end showed no failure: there is nothing to say what the regression is
-        if self.identity is None:
-            kind = "failure or hang" if self.regress_on is RegressOn.ANY else self.regress_on.value.upper()
-            return f"the regression: any {kind}{how}"
-        return f"the regression: {self.identity.describe()}{how} (learned from {self.learned_from}, the {self.end})"
-
-    def as_json(self) -> dict:
-        return {"kind": self.regress_on.value, "asked": self.asked.value, "learned_from": self.learned_from,
-                "identity": self.identity.describe() if self.identity else None,
-                "failure": self.identity.as_json() if self.identity else None}
-
-
-@dataclass(frozen=True)
-class CommitResult:
-    last_good: str
-    first_bad: str | None
-    subject: str
-    maybe: tuple[str, ...]
-    count: int
-    verdict: Answer  # found | ambiguous
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """How many runs of one end of the final pair agreed with the answer."""
-    name: str  # last good | first bad | last broken | first fixed
-    point: str
-    expected: str  # good | bad
-    agree: int
-    runs: int
-
-    def describe(self) -> str:
-        return f"{self.name} {self.point} {self.expected} in {self.agree} of {self.runs} runs"
-
-
-@dataclass(frozen=True)
-class Confirmation:
-    runs: int  # wanted per end
-    ends: tuple[Agreement, ...]
-
-    @property
-    def confirmed(self) -> bool:
-        return all(e.agree == e.runs == self.runs for e in self.ends)
-
-    def describe(self) -> str:
-        return "; ".join(e.describe() for e in self.ends)
-
-
-@dataclass(frozen=True)
-class Result:
-    request: Request
-    candidates: tuple[str, ...]
-    steps: tuple[Step, ...]
-    verdict: Answer
-    last_good: str | None = None
-    first_bad: str | None = None
-    maybe: tuple[str, ...] = ()
-    message: str = ""
-    commit: CommitResult | None = None
-    commit_message: str = ""
-    confirm: Confirmation | None = None
-    good_end: str = ""  # how the good end was found, when it was not given (GOOD auto)
-    caveats: tuple[str, ...] = ()  # what lies between the answer's ends and was not tested
-    proof: Proof | None = None  # the first bad commit reverted on the first bad release
-    regression: Regression | None = None
-    different: tuple[str, ...] = ()  # "1.1.0 failed differently (...): not counted; --any-failure counts it"
-
-    @property
-    def exit_code(self) -> int:
-        return self.verdict.exit_code
 
 
 @dataclass(frozen=True)
@@ -222,11 +75,17 @@ class Bisection:
             versions = versions[start:]
         points = [self._release_point(v) for v in versions]
         self._save("running", {"candidates": versions})
-        problem = self._check_ends(versions, points, Stage.RELEASE)
+        if req.confidence is not None:  # flaky: the probabilistic search tests the ends itself
+            found, conf, problem = self._flaky(versions, points, Stage.RELEASE)
+        else:
+            problem = self._check_ends(versions, points, Stage.RELEASE)
+            found = None if problem else search(len(points), lambda idx: self._test_many(points, idx, Stage.RELEASE),
+                                                req.width)
         if problem:
             return self._finish(versions, *problem)
-        found = search(len(points), lambda idx: self._test_many(points, idx, Stage.RELEASE), req.width)
         result = _replace(self._release_result(versions, found), good_end=good_end)
+        if req.confidence is not None:
+            result = _with_confidence(result, conf)
         result = _replace(result, caveats=self._caveats(result))
         if repo and result.verdict is Answer.FOUND:
             result = self._commits(result, repo)
@@ -235,7 +94,7 @@ class Bisection:
         if repo and req.prove and result.verdict is Answer.FOUND and result.commit and result.commit.first_bad:
             result = self._prove(result, repo)
         result = self._with_notes(result)
-        self._save("done", result_json(result))
+        self._save("done", result.to_json())
         return result
 
     def _walk_back(self, versions: list[str]) -> tuple[int | None, str]:
@@ -290,7 +149,7 @@ class Bisection:
                         message=f"not confirmed: {conf.describe()} — the boundary is flaky here; "
                                 f"bisect again with --repeat {want}")
 
-    def _final_pair(self, result: Result):
+    def _final_pair(self, result: Result) -> list[tuple[str, Point]] | None:
         c = result.commit
         if c is not None and c.first_bad:
             return [(h[:10], self._points[h]) for h in (c.last_good, c.first_bad)]
@@ -300,7 +159,7 @@ class Bisection:
 
     def _finish(self, versions: list[str], verdict: Answer, message: str) -> Result:
         result = self._with_notes(Result(self.req, tuple(versions), tuple(self.steps), verdict, message=message))
-        self._save("done", result_json(result))
+        self._save("done", result.to_json())
         return result
 
     def _release_result(self, versions: list[str], found: Search) -> Result:
@@ -351,10 +210,9 @@ class Bisection:
             return
         req = self.req
         seen = [i for r in runs if not r.evidence.get("manual") and (i := run_identity(r)) is not None]
-        order = {Outcome.HANG: 0, Outcome.FAIL: 1}
         if req.regress_on in (RegressOn.HANG, RegressOn.FAIL):
             seen = [i for i in seen if i.kind.value == req.regress_on.value]
-        end = min(seen, key=lambda i: order[i.kind], default=None)
+        end = min(seen, key=lambda i: i.kind.rank, default=None)  # a hang before a failure (model.WORST_FIRST)
         rule_on = resolve(req.regress_on, end)
         learned = None if (req.any_failure or req.signature or end is None) else end
         self.rule = Rule(rule_on, req.signature, learned)
@@ -371,7 +229,7 @@ class Bisection:
                                           + (f" at {' ← '.join(seen.frames[:2])}" if seen.frames else "")
                                           + "): not counted; --any-failure counts it")
 
-    def _why_ambiguous(self, maybe) -> str:
+    def _why_ambiguous(self, maybe: tuple[str, ...]) -> str:
         why = [self._different[m] for m in maybe if m in self._different]
         return f" ({'; '.join(why)})" if why else ""
 
@@ -387,7 +245,7 @@ class Bisection:
         if v is Verdict.SKIP:  # a point that a run of the regression made bad is bad, whatever its other runs
             self._note_different(step.label, runs)
         self.steps.append(step)
-        self._save("running", {"steps": [step_json(s) for s in self.steps]})
+        self._save("running", {"steps": [s.to_json() for s in self.steps]})
         return step
 
     def _verdict(self, r: RunRecord) -> Verdict:
@@ -466,12 +324,16 @@ class Bisection:
         chain = [gitrepo.commit(repo, start), *commits]
         points = [self._commit_point(repo, c, result.first_bad) for c in chain]
         self._points.update({c.hash: p for c, p in zip(chain, points)})
-        if req.verify_commit_ends or note:  # the tags' source builds, or the merge base, must be tested
+        conf, problem = None, None
+        if req.confidence is not None:  # flaky: both ends are run, for the failure rate
+            found, conf, problem = self._flaky([c.short for c in chain], points, Stage.COMMIT)
+        elif req.verify_commit_ends or note:  # the tags' source builds, or the merge base, must be tested
             problem = self._check_commit_ends(chain, points, both=req.verify_commit_ends)
-            if problem:
-                msg = "; ".join(x for x in (note, f"commit step: {problem[1]}") if x)
-                return _replace(result, steps=tuple(self.steps), commit_message=msg)
-        found = search(len(points), lambda idx: self._test_many(points, idx, Stage.COMMIT), req.width)
+        if problem:
+            msg = "; ".join(x for x in (note, f"commit step: {problem[1]}") if x)
+            return _replace(result, steps=tuple(self.steps), commit_message=msg)
+        if conf is None:
+            found = search(len(points), lambda idx: self._test_many(points, idx, Stage.COMMIT), req.width)
         first = chain[found.first_new]
         cr = CommitResult(
             last_good=chain[found.last_old].hash,
@@ -481,9 +343,11 @@ class Bisection:
             count=len(commits),
             verdict=Answer.FOUND if found.exact else Answer.AMBIGUOUS,
         )
-        return _replace(result, commit=cr, steps=tuple(self.steps), commit_message=note)
+        result = _replace(result, commit=cr, steps=tuple(self.steps), commit_message=note)
+        return result if conf is None else _with_confidence(result, conf)
 
-    def _check_commit_ends(self, chain, points, both: bool) -> tuple[Answer, str] | None:
+    def _check_commit_ends(self, chain: list[gitrepo.Commit], points: list[Point],
+                           both: bool) -> tuple[Answer, str] | None:
         if both:
             return self._check_ends([c.short for c in chain], points, Stage.COMMIT)
         step = self._test(points[0], Stage.COMMIT)
@@ -494,6 +358,36 @@ class Bisection:
             return Answer.UNTESTABLE, f"the merge base {chain[0].short} could not be tested: {step.detail}"
         return Answer.GOOD_END_BAD, (f"the merge base {chain[0].short} already behaves like the "
                                 f"{'fixed' if self.req.find_fix else 'bad'} end: the change is on the release branch")
+
+    # ------------------------------------------------------------- --confidence
+
+    def _flaky(self, labels: list[str], points: list[Point], stage: Stage):
+        """The probabilistic search (bayes.search) over ``points``, one run per probe (a recorded
+        run of the same inputs first, as everywhere): (Search, Confidence, None), or (None, None,
+        (verdict, message)) when an end does not behave as declared."""
+        fix, used = self.req.find_fix, {}
+        defining = 0 if fix else len(points) - 1
+
+        def probe(i: int) -> Side:
+            runs = self.runner.runs(self.req.case, points[i], want=used.get(i, 0) + 1)
+            new, used[i] = runs[used.get(i, 0):], len(runs)
+            if i == defining and any(r.outcome in (Outcome.HANG, Outcome.FAIL) for r in runs):
+                self._learn(labels[i], runs)  # the first failing run of the defining end says what it is
+            return self._side(self._step(points[i], new, stage).verdict) if new else Side.SKIP
+
+        est = bayes.search(len(points), probe, self.req.confidence, flaky=Side.OLD if fix else Side.NEW)
+        end = points[defining].key  # when the defining end never failed: what it showed (no identity)
+        self._learn(labels[defining], [r for s in self.steps for r in s.runs if r.point_key == end])
+        conf = Confidence.of(est, labels, self.req.confidence, stage, fix)
+        self.runner.progress("note", conf.describe())
+        ends = [self._last_step(points[i]) for i in (defining, -1 - defining)]
+        problem = ends_problem(est.status, fix, (labels[defining], labels[-1 - defining]),
+                               tuple((s.detail, s.outcome) if s else ("", Outcome.SKIP) for s in ends),
+                               self._different, used.get(defining, 0))
+        return (None, None, problem) if problem else (Search(est.last_old, est.first_new, est.maybe, est.probed), conf, None)
+
+    def _last_step(self, point: Point) -> Step | None:
+        return next((s for s in reversed(self.steps) if s.runs and s.runs[0].point_key == point.key), None)
 
     def _commit_point(self, repo: Path, c: gitrepo.Commit, version: str) -> Point:
         src = GitSource(self.req.package, str(repo), c.hash, c.describe, c.subject)
@@ -517,7 +411,7 @@ class Bisection:
         src = GitSource(req.package, str(repo), onto, f"{tag} with {c.first_bad[:10]} reverted",
                         f'Revert "{c.subject}"', reverted=c.first_bad, tree=rev.tree)
         point = Point(versions=((req.package, result.first_bad),), pins=self._pins(), source=src)
-        runs = self.runner.runs(req.case, point, want=max(2, req.repeat, req.confirm),
+        runs = self.runner.runs(req.case, point, want=max(2, req.repeat, req.confirm, proof_runs(result.confidence)),
                                 enough=lambda rs: any(self._side(self._verdict(r)) is Side.NEW for r in rs))
         step = self._step(point, runs, Stage.PROVE)
         observed = [(self._side(self._verdict(r)), r.outcome) for r in runs]
@@ -534,6 +428,8 @@ class Bisection:
         rule = self.rule.regress_on if self.regression is not None else req.regress_on  # AUTO, once known
         params = {"case": req.case.name, "pins": list(req.pins), "regress_on": rule.value,
                   "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature}
+        if req.confidence is not None:
+            params["confidence"] = req.confidence
         if self.rule.learned is not None:  # for `dsbisect log`: what the search counted as bad
             params["regression"] = self.rule.learned.as_json()
         if req.argv:  # for `dsbisect log`: the command, and where it ran (its relative paths are from there)
@@ -544,70 +440,15 @@ class Bisection:
                                          redact_tree(result))
 
 
+def _with_confidence(result: Result, conf: Confidence) -> Result:
+    """The figure on the result; the run cap reached before P: the most likely answer, unconfirmed."""
+    result = _replace(result, confidence=result.confidence + (conf,))
+    if conf.sure:
+        return result
+    return _replace(result, verdict=Answer.UNCONFIRMED, message=conf.describe())
+
+
 def _replace(result: Result, **changes) -> Result:
     from dataclasses import replace
 
     return replace(result, **changes)
-
-
-def step_json(s: Step) -> dict:
-    return {
-        "stage": s.stage.value,
-        "version": s.version,
-        "commit": s.commit,
-        "subject": s.subject,
-        "verdict": s.verdict.value,
-        "outcome": s.outcome.value,
-        "runs": len(s.runs),
-        "counts": {o.value: sum(1 for r in s.runs if r.outcome is o) for o in Outcome if any(r.outcome is o for r in s.runs)},
-        "run_ids": [r.id for r in s.runs],
-        "seconds": round(s.seconds, 3),
-        "detail": s.detail,
-        "manual": any(r.evidence.get("manual") for r in s.runs),  # a run of it was marked by hand
-    }
-
-
-def result_json(r: Result) -> dict:
-    req = r.request
-    return {
-        "package": req.package,
-        "good": req.good,
-        "bad": req.bad,
-        "mode": req.mode.value,
-        "regress_on": (r.regression.regress_on if r.regression else req.regress_on).value,
-        "regression": r.regression.as_json() if r.regression else None,
-        "different": list(r.different),
-        "signature_filter": req.signature,
-        "case": req.case.name,
-        "pins": list(req.pins),
-        "candidates": list(r.candidates),
-        "steps": [step_json(s) for s in r.steps],
-        "verdict": r.verdict.value,
-        "message": r.message,
-        "last_good": r.last_good,
-        "first_bad": r.first_bad,
-        "maybe": list(r.maybe),
-        "commit": None if r.commit is None else {
-            "last_good": r.commit.last_good,
-            "first_bad": r.commit.first_bad,
-            "subject": r.commit.subject,
-            "maybe": list(r.commit.maybe),
-            "commits_in_range": r.commit.count,
-            "verdict": r.commit.verdict.value,
-        },
-        "commit_message": r.commit_message,
-        "good_end": r.good_end or None,
-        "caveats": list(r.caveats),
-        "confirm": None if r.confirm is None else {
-            "runs": r.confirm.runs,
-            "confirmed": r.confirm.confirmed,
-            **{e.name.replace(" ", "_"): {"point": e.point, "agree": e.agree, "runs": e.runs, "as": e.expected}
-               for e in r.confirm.ends},
-        },
-        "proof": None if r.proof is None else proof_json(r.proof),
-    }
-
-
-def dumps(r: Result) -> str:
-    """The result as JSON for stdout, secrets masked."""
-    return json.dumps(redact_tree(result_json(r)), indent=2)

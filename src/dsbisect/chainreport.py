@@ -11,11 +11,11 @@ from rich.table import Table
 from rich.text import Text
 
 from . import report as rep
-from .bisection import Result
-from .envbisect import EnvResult, TrialRun
+from .envbisect import EnvResult
 from .grid import md as _md
 from .model import Answer, Stage
 from .outside import safe, safe_text
+from .results import Result, TrialRun
 
 
 def chain(r: EnvResult) -> str:
@@ -76,7 +76,7 @@ def _count(runs: int) -> str:
 
 def _runs(res: Result, stage: Stage, seen: set[int]) -> int:
     """Runs this stage made (not those of level 1 it reused)."""
-    return len({run.id for s in res.steps if s.stage is stage for run in s.runs} - seen)
+    return len({i for s in res.steps if s.stage is stage for i in s.tally.run_ids} - seen)
 
 
 def level1_result(r: EnvResult) -> Result:
@@ -104,7 +104,7 @@ def trials_table(r: EnvResult) -> Table:
     for col in ("trial", "applied", "outcome", "side", "runs", "detail"):
         table.add_column(col, overflow="fold")
     for k, t in _numbered(r):
-        table.add_row(Text(k), safe_text(t.label), Text(t.outcome.upper()), Text(t.side.value),
+        table.add_row(Text(k), safe_text(t.label), Text(t.outcome.value.upper()), Text(t.side.value),
                       Text(" ".join(f"#{i}" for i in t.run_ids)), safe_text(t.detail[:200]))
     return table
 
@@ -151,7 +151,7 @@ def env_markdown(r: EnvResult, command: str) -> str:
               for i, c in enumerate(r.changes)]
     lines += ["", "</details>", "", f"<details><summary>level 1: {len(r.trials)} trials</summary>", "",
               "| trial | applied | outcome | side | runs | detail |", "|---|---|---|---|---|---|"]
-    lines += [f"| {k} | {_md(safe(t.label))} | {t.outcome.upper()} | {t.side.value} | "
+    lines += [f"| {k} | {_md(safe(t.label))} | {t.outcome.value.upper()} | {t.side.value} | "
               f"{' '.join(f'#{i}' for i in t.run_ids)} | {_md(safe(t.detail[:200]))} |" for k, t in _numbered(r)]
     lines += ["", "</details>", ""]
     text = "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ import shlex
 import signal
 import sys
 import time
+import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +43,10 @@ from .redact import redact, remember, secret_values
 from .marks import Mark, invocation
 from .model import Accelerator, BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend, RegressOn
 from .session import cache_root, index_options, open_runner
+
+if typing.TYPE_CHECKING:
+    from .envbisect import EnvResult
+    from .results import Result
 
 # Click's own error classes, whether typer vendors click or not.
 _CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
@@ -135,6 +140,7 @@ class Format(str, Enum):
     table = "table"
     markdown = "markdown"
     json = "json"
+    html = "html"  # dsbisect report and dsbisect show only (OutputArgs.check)
 
 
 class ExecutorKind(str, Enum):
@@ -328,8 +334,11 @@ class OutputArgs(_Picked):
     output: Optional[Path] = None
     quiet: bool = False
 
-    def check(self) -> None:
+    def check(self, html: bool = False) -> None:
         """--output checked before anything runs (a bisection's hours are not lost to a typo)."""
+        if self.fmt is Format.html and not html:
+            raise InputError("--format html is for dsbisect report and dsbisect show; run dsbisect report "
+                             "--format html -o FILE when this is done")
         if self.output is not None:
             check_output(self.output)
 
@@ -511,17 +520,18 @@ def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
         ui("note", f"{case.name}: {len(slots)} jobs x {case.nproc} ranks on {cores} cores: oversubscribed")
 
 
-def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case]) -> None:
+def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case], html_link: str = "") -> None:
     g = rep.grid(records)
     compat = tuple(dict.fromkeys(s for c in cases for s in c.compat))
+    markdown = lambda: rep.grid_markdown(g, title, compat) + (f"\n{html_link}\n" if html_link else "")  # noqa: E731
     if shown.fmt is Format.json:
         emit(json.dumps(rep.grid_json(g, compat), indent=2) + "\n", shown.output)
     elif shown.fmt is Format.markdown:
-        emit(rep.grid_markdown(g, title, compat), shown.output)
+        emit(markdown(), shown.output)
     else:
         out.print(rep.grid_renderable(g, title))
         if shown.output:
-            write_output(rep.grid_markdown(g, title, compat), shown.output)
+            write_output(markdown(), shown.output)
 
 
 # ------------------------------------------------------------------- report
@@ -531,6 +541,8 @@ def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case]) -> No
 def report(
     store: StoreOpt = Path(".dsbisect"),
     case: CasesOpt = None,
+    bisection: Annotated[Optional[str], typer.Option("--bisection", metavar="KEY", help="Only this bisection (its key, or the start of it) and its runs.")] = None,
+    html_file: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Also write the HTML report (ladders, rank views) to FILE; the Markdown links it.")] = None,
     fmt: FormatOpt = Format.table,
     output: OutputOpt = None,
     quiet: QuietOpt = False,
@@ -538,14 +550,62 @@ def report(
     """Print the grid of every recorded run again, from the store."""
     shown = OutputArgs(fmt, output, quiet)
     with user_errors():
-        shown.check()
+        shown.check(html=True)
+        if html_file is not None:
+            check_output(html_file, "--html")
         the_store = _open_store(store)
         records = the_store.runs(case)
         for note in the_store.notes:  # rows of the index that could not be read, named
             say(note)
+        key = _bisection_key(the_store, bisection)
+        if key is not None:
+            from .htmlsource import bisection_runs
+
+            records = bisection_runs(the_store, key, records)
         if not records:
-            raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else ""))
-        _print_grid(records, "dsbisect report", shown, [])
+            raise DsbisectError(f"no runs recorded in {store}" + (f" for {', '.join(case)}" if case else "")
+                                + (f" for bisection {key}" if key else ""))
+        if shown.fmt is Format.html or html_file is not None:
+            page = _html_page(the_store, records, key, tuple(case or ()))
+            if html_file is not None:
+                write_output(page, html_file, "--html")
+            if shown.fmt is Format.html:
+                _emit_html(page, shown.output)
+                return
+        _print_grid(records, "dsbisect report", shown, [], html_link=_html_link(html_file, shown.output))
+
+
+def _bisection_key(store, prefix: str | None) -> str | None:
+    if prefix is None:
+        return None
+    from .htmlsource import find_bisection
+
+    return find_bisection(store, prefix)
+
+
+def _html_page(store, records, key: str | None, cases: tuple[str, ...]) -> str:
+    from .htmlreport import render
+    from .htmlsource import store_page
+
+    title = "dsbisect report" + (f" · bisection {key}" if key else "")
+    return render(store_page(store, records, key, title=title, cases=cases))
+
+
+def _emit_html(page: str, output: Path | None) -> None:
+    """The page into -o (its name said on stderr), else on stdout for a pipe."""
+    if output is None:
+        emit(page, None)
+        return
+    write_output(page, output)
+    say(f"HTML report: {output}")
+
+
+def _html_link(html_file: Path | None, markdown: Path | None) -> str:
+    """The Markdown's line that points at the HTML page (relative to the Markdown's folder)."""
+    if html_file is None:
+        return ""
+    target = Path(os.path.relpath(html_file.resolve(), (markdown.resolve().parent if markdown else Path.cwd())))
+    return f"The whole report as one page (bisection ladders, rank × collective views of the hangs): [{target.name}]({target.as_posix()})"
 
 
 @app.command()
@@ -553,15 +613,29 @@ def show(
     run_id: Annotated[int, typer.Argument(help="A run id, as printed in reports.")],
     store: StoreOpt = Path(".dsbisect"),
     lines: Annotated[int, typer.Option("--lines", min=0, help="Log lines to show per log.")] = 30,
+    fmt: Annotated[Format, typer.Option("--format", help="table (the terminal) or html (one self-contained page).")] = Format.table,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the HTML page to this file.")] = None,
 ) -> None:
     """Print one run: outcome, environment, hang signature, stacks and log tails."""
     from .show import render_run
 
     with user_errors():
+        if fmt not in (Format.table, Format.html):
+            raise InputError(f"--format {fmt.value}: show prints a table, or an HTML page with --format html")
+        if output is not None:
+            if fmt is not Format.html:
+                raise InputError("-o needs --format html (the table is for the terminal)")
+            check_output(output)
         the_store = _open_store(store)
         record = the_store.run(run_id) if 0 < run_id <= MAX_ID else None
         if record is None:
             raise InputError(f"no run {run_id} in {store}")
+        if fmt is Format.html:
+            from .htmlreport import render
+            from .htmlsource import one_run_page
+
+            _emit_html(render(one_run_page(record, the_store.dir, lines)), output)
+            return
         out.print(render_run(record, lines))
 
 
@@ -656,6 +730,7 @@ def bisect(
     repeat: RepeatOpt = 1,
     confirm: Annotated[int, typer.Option("--confirm", min=1, max=MAX_COUNT, help="At the end, run the last good and first bad points until each has this many runs; the answer stands only if all agree.")] = 1,
     signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None,
+    confidence: Annotated[Optional[float], typer.Option("--confidence", metavar="P", help="For a flaky regression: a probabilistic bisection, one run per probe where it tells most, until one boundary holds probability P (e.g. 0.95; between 0.5 and 1); a point that fails once is bad. Not with --repeat or --confirm.")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None,
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True,
     prove: Annotated[bool, typer.Option("--prove/--no-prove", help="After the commit search: revert the first bad commit on top of the first bad release and run that (one more build and run).")] = True,
@@ -703,7 +778,7 @@ def bisect(
       dsbisect bisect transformers 4.36.2 4.39.2 --pin deepspeed==0.9.5 -- ./repro.sh
       dsbisect bisect --good-env good.txt --bad-env bad.txt -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
     """
-    from .bisection import Request
+    from .results import Request
 
     shared = RunArgs(TimeoutArgs(timeout, collective_timeout, idle_timeout, no_early_hang),
                      IndexArgs(offline, find_links, index_url, extra_index_url), EnvArgs(cache_dir, python, base),
@@ -711,6 +786,8 @@ def bisect(
                      NodeArgs(hostfile, num_nodes, launcher_backend, master_addr, include, exclude),
                      OutputArgs(fmt, output, quiet))
     case_opts = dict(case=case, script=script, matrix=matrix, nproc=nproc, accelerator=accelerator)
+    with user_errors():
+        _check_confidence(confidence, repeat, confirm, good, good_env is not None or bad_env is not None or bool(hold))
     if good_env is not None or bad_env is not None or hold:
         return _bisect_envs(ctx, good_env, bad_env, hold or [],
                             [w for w in (package, good, bad) if w is not None] + (command or []), case_opts,
@@ -731,7 +808,7 @@ def bisect(
                       pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
                       repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
                       verify_commit_ends=verify_commit_ends, confirm=confirm, include_yanked=include_yanked,
-                      prove=prove, argv=tuple(invocation(ctx)), any_failure=any_failure)
+                      prove=prove, argv=tuple(invocation(ctx)), any_failure=any_failure, confidence=confidence)
         _bisect_releases(req, env_defaults, run_where, manual, store, shared, _reproduce_command(package, good, bad))
 
 
@@ -739,7 +816,7 @@ def _bisect_releases(req, env_defaults: EnvOptions, executor, manual: bool, stor
                      command: str) -> None:
     """`bisect PACKAGE GOOD BAD`: the release (then commit) bisection of ``req``, checked before
     the store or the cache is touched, and its report (``command``: the line that reproduces it)."""
-    from .bisection import Bisection, dumps, plan
+    from .bisection import Bisection, plan
 
     idx = shared.index.options()
     env_options = shared.envs.options(env_defaults)
@@ -753,18 +830,33 @@ def _bisect_releases(req, env_defaults: EnvOptions, executor, manual: bool, stor
     req = dataclasses.replace(req, width=len(runner.slots(req.case)))
     with ui.running():
         result = Bisection(runner, idx, req).run(planned)
-    _show_result(shared.shown, lambda: dumps(result), lambda: rep.bisect_markdown(result, command),
-                 lambda: rep.bisect_renderable(result, command))
+    _show_result(shared.shown, result, command)
     if result.exit_code:
         say_error(result.message, label=f"{result.verdict.value}:")
         raise typer.Exit(result.exit_code)
 
 
+def _check_confidence(p: float | None, repeat: int, confirm: int, good: str | None, envs: bool) -> None:
+    """--confidence P: a probability strictly between 0.5 and 1, and a search of its own."""
+    if p is None:
+        return
+    if not 0.5 < p < 1:
+        raise InputError(f"--confidence {p:g}: give a probability between 0.5 and 1 (exclusive), e.g. 0.95")
+    if repeat > 1 or confirm > 1:
+        which = "--repeat" if repeat > 1 else "--confirm"
+        raise InputError(f"--confidence and {which} do not go together: --confidence decides how often to run "
+                         "each point itself")
+    if envs:
+        raise InputError("--confidence is for PACKAGE GOOD BAD, not --good-env/--bad-env")
+    if good == "auto":
+        raise InputError("--confidence needs a GOOD release: 'auto' walks back on single runs, which a flaky "
+                         "regression would fool")
+
+
 def _bisect_envs(ctx: typer.Context, good_env: Path | None, bad_env: Path | None, hold: list[str], words: list[str],
                  case_opts: dict, search: dict, release_only: bool, manual: bool, store: Path, shared: RunArgs) -> None:
     """`bisect --good-env A --bad-env B`: the environment bisection (envbisect), checked first."""
-    from . import chainreport
-    from .envbisect import EnvBisection, EnvRequest, env_json, plan_envs
+    from .envbisect import EnvBisection, EnvRequest, plan_envs
     from .envfile import read_environment
 
     with user_errors():
@@ -801,24 +893,30 @@ def _bisect_envs(ctx: typer.Context, good_env: Path | None, bad_env: Path | None
             result = EnvBisection(runner, idx, req, planned).run()
         command = redact("dsbisect " + shlex.join(reproduce_args(sys.argv[1:]))) if sys.argv and "dsbisect" in sys.argv[0] \
             else redact("dsbisect bisect " + shlex.join(argv))
-        _show_result(shown, lambda: json.dumps(env_json(result), indent=2),
-                     lambda: chainreport.env_markdown(result, command), lambda: chainreport.env_renderable(result, command))
+        _show_result(shown, result, command)
         if result.exit_code:
             verdict, message = result.failure
             say_error(message, label=f"{verdict.value}:")
             raise typer.Exit(result.exit_code)
 
 
-def _show_result(shown: OutputArgs, as_json, as_markdown, renderable) -> None:
-    """A bisection's report on stdout in the chosen format (and the Markdown in ``-o`` for a table)."""
+def _show_result(shown: OutputArgs, result: Result | EnvResult, command: str) -> None:
+    """A bisection's report (of releases, or of environments) on stdout in the chosen format (and
+    the Markdown in ``-o`` for a table)."""
+    from . import chainreport
+    from .envbisect import EnvResult
+    from .results import dumps
+
+    env = isinstance(result, EnvResult)
+    markdown = chainreport.env_markdown if env else rep.bisect_markdown
     if shown.fmt is Format.json:
-        emit(as_json() + "\n", shown.output)
+        emit((json.dumps(result.to_json(), indent=2) if env else dumps(result)) + "\n", shown.output)
     elif shown.fmt is Format.markdown:
-        emit(as_markdown(), shown.output)
+        emit(markdown(result, command), shown.output)
     else:
-        out.print(renderable())
+        out.print(chainreport.env_renderable(result, command) if env else rep.bisect_renderable(result, command))
         if shown.output:
-            write_output(as_markdown(), shown.output)
+            write_output(markdown(result, command), shown.output)
 
 
 def _reproduce_command(package: str, good: str, bad: str) -> str:
@@ -1069,6 +1167,8 @@ def diff_envs(
     with user_errors():
         if shown.output and not shown.output.parent.is_dir():
             raise InputError(f"-o {shown.output}: there is no folder {shown.output.parent}")
+        if shown.fmt is Format.html:
+            raise InputError("--format html is for dsbisect report and dsbisect show")
         d = envreport.compare(good, bad, python)
         if shown.fmt is Format.json:
             emit(json.dumps(envreport.to_json(d), indent=2) + "\n", shown.output)

@@ -29,7 +29,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import gitrepo
-from .bisection import Bisection, Plan, Request, Result, plan, result_json, step_json
+from .bisection import Bisection, Plan, plan
 from .envfile import Change, Kind
 from .envplan import ENV_PACKAGE, EnvPlan, EnvRequest, Resolver, named_in, plan_envs, requirements
 from .envs import EnvManager
@@ -37,34 +37,10 @@ from .envsearch import EnvSearch, find_culprits
 from .errors import DsbisectError, InputError
 from .model import Answer, BaseMode, IndexOptions, Point, Stage
 from .runner import Runner
+from .results import Confounder, Request, Result, Step, TrialRun
 from .search import Side
 
 __all__ = ["EnvBisection", "EnvPlan", "EnvRequest", "EnvResult", "env_json", "plan_envs"]
-
-
-@dataclass(frozen=True)
-class TrialRun:
-    """One level-1 trial: the changes applied on top of the good environment, and how it went."""
-
-    applied: frozenset[int]
-    side: Side
-    label: str
-    run_ids: tuple[int, ...]
-    outcome: str
-    detail: str  # the skip's reason (uv's, when the pins could not be satisfied), the signature...
-
-
-@dataclass(frozen=True)
-class Confounder:
-    """A pin uv had to move for a release of a culprit (level 2)."""
-
-    package: str
-    version: str
-    moved: tuple[str, ...]  # "c 1.0 -> 2.0"
-    reason: str
-
-    def describe(self) -> str:
-        return f"at {self.package} {self.version} uv had to move {', '.join(self.moved)} ({self.reason[:200]})"
 
 
 @dataclass(frozen=True)
@@ -84,11 +60,14 @@ class EnvResult:
     skipped: tuple[str, ...] = ()  # culprits not bisected below the change, and why
     confounders: tuple[Confounder, ...] = ()
     notes: tuple[str, ...] = ()
-    steps: tuple = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
+    steps: tuple[Step, ...] = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
 
     @property
     def exit_code(self) -> int:
         return max([self.verdict.exit_code, *(r.exit_code for r in self.releases)])
+
+    def to_json(self) -> dict:
+        return env_json(self)
 
     @property
     def failure(self) -> tuple[Answer, str]:
@@ -117,7 +96,7 @@ class _Trials(Bisection):
     def _save(self, status: str, result: dict) -> None:
         self.env.save(status, result)
 
-    def _ends_message(self, step, name: str, label: str, fix: bool) -> tuple[Answer, str]:
+    def _ends_message(self, step: Step, name: str, label: str, fix: bool) -> tuple[Answer, str]:
         env = self.req.good if name in ("good", "broken") else self.req.bad
         shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}[step.outcome.value]
         if name in ("bad", "fixed"):
@@ -134,7 +113,7 @@ class _Trials(Bisection):
         found = self.runner.run_many(self.req.case, points, want=self.req.repeat, enough=self._enough)
         return [self._step(p, runs, Stage.ENV) for p, runs in zip(points, found)]
 
-    def side(self, step) -> Side:
+    def side(self, step: Step) -> Side:
         return self._side(step.verdict)
 
 
@@ -235,7 +214,7 @@ class EnvBisection:
 
     def _finish(self, result: EnvResult) -> EnvResult:
         result = dataclasses.replace(result, steps=tuple(self._steps))
-        self.save("done", env_json(result))
+        self.save("done", result.to_json())
         return result
 
     # ------------------------------------------------------------ trials
@@ -257,9 +236,9 @@ class EnvBisection:
         chosen = list(subsets)[:2 * max(1, self.req.width)]
         self.runner.prepare_ahead(self.req.case, [self._point(frozenset(s), trials) for s in chosen])
 
-    def _trial(self, applied, step, trials: _Trials) -> TrialRun:
-        return TrialRun(frozenset(applied), trials.side(step), step.label, tuple(r.id for r in step.runs),
-                        step.outcome.value, step.detail)
+    def _trial(self, applied: frozenset[int], step: Step, trials: _Trials) -> TrialRun:
+        return TrialRun(frozenset(applied), trials.side(step), step.label, step.tally.run_ids, step.outcome,
+                        step.detail)
 
     def _closure(self, subset: frozenset[int]) -> tuple[frozenset[int], str]:
         """``subset`` with the changes uv's error names added until uv can satisfy it (at most
@@ -439,12 +418,8 @@ def change_json(c: Change) -> dict:
             "bad": c.bad.requirement if c.bad else None, "bisectable": c.bisectable, "describe": c.describe()}
 
 
-def trial_json(t: TrialRun) -> dict:
-    return {"applied": sorted(t.applied), "side": t.side.value, "label": t.label,
-            "outcome": t.outcome, "run_ids": list(t.run_ids), "detail": t.detail}
-
-
 def env_json(r: EnvResult) -> dict:
+    """``bisect --good-env --format json`` (the result column of an environment bisection)."""
     req = r.request
     return {
         "kind": "environment",
@@ -457,8 +432,8 @@ def env_json(r: EnvResult) -> dict:
         "message": r.message,
         "env_diff": {
             "changes": [change_json(c) for c in r.changes],
-            "ends": [trial_json(t) for t in r.ends],
-            "trials": [trial_json(t) for t in r.trials],
+            "ends": [t.to_json() for t in r.ends],
+            "trials": [t.to_json() for t in r.trials],
             "culprits": [r.changes[i].name for i in r.culprits],
             "culprit_changes": [change_json(r.changes[i]) for i in r.culprits],
             "required": [r.changes[i].name for i in r.required],
@@ -467,9 +442,8 @@ def env_json(r: EnvResult) -> dict:
             "units": [list(u) for u in r.units],
             "notes": list(r.notes),
         },
-        "releases": [result_json(x) for x in r.releases],
+        "releases": [x.to_json() for x in r.releases],
         "not_bisected": list(r.skipped),
-        "confounders": [{"package": x.package, "version": x.version, "moved": list(x.moved), "reason": x.reason}
-                        for x in r.confounders],
-        "steps": [step_json(s) for s in r.steps] + [step_json(s) for x in r.releases for s in x.steps],
+        "confounders": [x.to_json() for x in r.confounders],
+        "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps],
     }

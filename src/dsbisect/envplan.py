@@ -21,11 +21,11 @@ from packaging.utils import canonicalize_name
 
 from . import base as base_env
 from . import gitrepo
-from .bisection import Request
 from .cache import CachePaths
 from .envfile import Change, Environment, Kind, apply, diff
 from .errors import EnvBuildError, InputError
 from .model import BaseMode, Case, EnvOptions, IndexOptions, RegressOn, digest
+from .results import Request
 from .uv import Uv
 
 ALWAYS_HELD = ("dsbisect",)  # in a freeze of the env dsbisect runs in; the tool, not the job: the base's

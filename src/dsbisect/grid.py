@@ -34,7 +34,7 @@ from .store import RunRecord
 
 STYLE = {Outcome.PASS: "bold green", Outcome.FAIL: "bold red", Outcome.HANG: "bold magenta", Outcome.SKIP: "yellow"}
 ICON = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.HANG: "⏳", Outcome.SKIP: "⏭️"}
-RANK = {Outcome.HANG: 0, Outcome.FAIL: 1, Outcome.PASS: 2, Outcome.SKIP: 3}
+RANK = {o: o.rank for o in Outcome}  # the one worst-outcome order (model.WORST_FIRST)
 MAX_COLUMNS = 4  # a column axis with more values than this, and than the row axis, becomes the rows
 
 

@@ -38,10 +38,12 @@ from .model import (
     Outcome,
     Point,
     RegressOn,
+    Stage,
     Verdict,
 )
 from .identity import Identity, Rule, judge_run
 from .redact import redact
+from .results import Recorded, Result, Step
 from .store import RunRecord, Store
 
 
@@ -280,8 +282,8 @@ def log_text(store: Store, b: Logged) -> str:
     else:  # recorded before dsbisect kept the command line: only what the parameters say
         options = [f"--case={p['case']}"] + [f"--pin={x}" for x in p.get("pins", [])]
         command = "dsbisect bisect " + shlex.join([b.package, b.good, b.bad, *options])
-    r = b.result
-    state = b.status + (f": {r['verdict']}" if r.get("verdict") else "")
+    r = Recorded.from_json(b.result)
+    state = b.status + (f": {r.verdict.value}" if r.verdict else "")
     lines = [f"# dsbisect log of bisection {b.key}: {b.package} {b.good} → {b.bad} ({state})",
              f"# {_shown(command)}"]
     if not argv:
@@ -289,43 +291,44 @@ def log_text(store: Store, b: Logged) -> str:
                      "e.g. --matrix, --collective-timeout, to every line)")
     if p.get("cwd"):
         lines.append(f"# ran in {p['cwd']}: replay from there (the case's files are found as the command found them)")
-    answer = _answer(b)
+    answer = _answer(r)
     if answer:
         lines.append(f"# answer: {answer}")
     lines.append("# replay with: dsbisect replay FILE --store NEW, then the command above with --store NEW "
                  "runs nothing")
     seen: set[int] = set()
-    for step in r.get("steps", []):
-        for run_id in step.get("run_ids", []):
+    for step in r.steps:
+        for run_id in step.tally.run_ids:
             if run_id in seen:
                 continue
             seen.add(run_id)
-            if step.get("stage") == "prove":  # a reverted tree: no `dsbisect mark` can name it
-                lines.append(f"# run {run_id}: the revert proof ({_one_line(_shown(step.get('subject', '')), 120)}, "
-                             f"{step.get('outcome', '?')}); the bisection runs it again")
+            if step.stage is Stage.PROVE:  # a reverted tree: no `dsbisect mark` can name it
+                lines.append(f"# run {run_id}: the revert proof ({_one_line(_shown(step.subject), 120)}, "
+                             f"{step.outcome.value}); the bisection runs it again")
                 continue
             lines.append(_line(store.run(run_id), run_id, step, b.package, options, regress_on, signature, learned,
-                               every_pin=r.get("kind") == "environment"))
+                               every_pin=r.environment))
     return "\n".join(lines) + "\n"
 
 
-def _answer(b: Logged) -> str:
-    r = b.result
-    if r.get("kind") == "environment":  # bisect --good-env: the culprits, then each one's release
-        culprits = (r.get("env_diff") or {}).get("culprits") or []
+def _answer(r: Recorded) -> str:
+    if r.environment:  # bisect --good-env: the culprits, then each one's release
+        culprits = r.culprits
         parts = [f"culprit{'s' if len(culprits) > 1 else ''} {' and '.join(culprits)}"] if culprits else []
-        return "; ".join(parts + [f"{x['package']}: " + _answer(Logged(b.key, x["package"], x["good"], x["bad"],
-                                                                        b.params, b.status, x, b.updated))
-                                  for x in r.get("releases", [])])
-    words = ("last broken", "first fixed") if b.params.get("find_fix") else ("last good", "first bad")
+        return "; ".join(parts + [f"{x.request.package}: {_release_answer(x)}" for x in r.answers])
+    return _release_answer(r.answers[0]) if r.answers else ""
+
+
+def _release_answer(r: Result) -> str:
+    words = ("last broken", "first fixed") if r.request.find_fix else ("last good", "first bad")
     parts = []
-    if r.get("last_good"):
-        parts.append(f"{words[0]} {r['last_good']}")
-    if r.get("first_bad"):
-        parts.append(f"{words[1]} {r['first_bad']}")
-    c = r.get("commit") or {}
-    if c.get("first_bad"):
-        parts.append(f"{words[1]} commit {c['first_bad'][:10]} {c.get('subject', '')}".rstrip())
+    if r.last_good:
+        parts.append(f"{words[0]} {r.last_good}")
+    if r.first_bad:
+        parts.append(f"{words[1]} {r.first_bad}")
+    c = r.commit
+    if c is not None and c.first_bad:
+        parts.append(f"{words[1]} commit {c.first_bad[:10]} {c.subject}".rstrip())
     return ", ".join(parts)
 
 
@@ -335,7 +338,7 @@ def run_verdict(r: RunRecord, regress_on: RegressOn, signature: str | None,
     return judge_run(r, Rule(regress_on, signature, learned))
 
 
-def _line(r: RunRecord | None, run_id: int, step: dict, package: str, options: list[str],
+def _line(r: RunRecord | None, run_id: int, step: Step, package: str, options: list[str],
           regress_on: RegressOn, signature: str | None, learned: Identity | None = None,
           every_pin: bool = False) -> str:
     """``every_pin``: the point's held pins are not in the command line (an environment
@@ -359,16 +362,16 @@ def _line(r: RunRecord | None, run_id: int, step: dict, package: str, options: l
                 about += f": {r.signature or r.reason}"
         note = r.evidence.get("note", "") if is_manual(r) else ""
     else:  # the run is not in this store (a repaired one): the step's own verdict
-        mark, items, commit, note = step["verdict"], [f"{package}=={step['version']}"], step.get("commit"), ""
+        mark, items, commit, note = step.verdict.value, [f"{package}=={step.version}"], step.commit, ""
         about = "not in the store; the step's verdict"
     args = ["dsbisect", "mark", mark, *items] + (["--commit", commit] if commit else [])
     if note:
         args.append(f"--note={note}")
     head, tail = _split_tail(options)
     where = f"run {run_id}"
-    if step.get("stage") in ("commit", "confirm") and commit:
-        where += f" ({step['stage']} {commit[:10]})"
-    elif step.get("stage") == "confirm":
+    if step.stage in (Stage.COMMIT, Stage.CONFIRM) and commit:
+        where += f" ({step.stage.value} {commit[:10]})"
+    elif step.stage is Stage.CONFIRM:
         where += " (confirm)"
     comment = _one_line(_shown(f"{where}: {about}"), 160)
     return f"{shlex.join(args + head + tail)}  # {comment}"

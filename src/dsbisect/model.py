@@ -12,17 +12,38 @@ import hashlib
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from .redact import HIDDEN, mask_args, secret_name
 
+E = TypeVar("E", bound=enum.Enum)
+
 
 def digest(obj: object) -> str:
     """The 16-hex-digit key of a JSON-able value (sorted keys, compact separators)."""
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def read_enum(cls: type[E], value: object, default: E) -> E:
+    """A recorded enum value, or ``default`` for one this version does not know (an odd record)."""
+    try:
+        return cls(value)
+    except (ValueError, TypeError):
+        return default
+
+
+def read_int(value: object, default: int = 0) -> int:
+    """A recorded count or id (a bool or any other value is not one: ``default``)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def read_ints(value: object) -> tuple[int, ...]:
+    """A recorded list of ids, without what is not one."""
+    return tuple(i for i in value if read_int(i, -1) >= 0) if isinstance(value, (list, tuple)) else ()
 
 
 # ------------------------------------------------------------------- closed sets
@@ -35,6 +56,20 @@ class Outcome(enum.Enum):
     FAIL = "fail"
     HANG = "hang"
     SKIP = "skip"  # could not be tested: env build, import, not enough GPUs, exit 125
+
+    @property
+    def rank(self) -> int:
+        """The worst-outcome order (0 the worst): what stands for several runs of one point."""
+        return WORST_FIRST.index(self)
+
+
+# A hang is worse than a failure, a failure than a pass; a skip says the least (it tested nothing).
+WORST_FIRST = (Outcome.HANG, Outcome.FAIL, Outcome.PASS, Outcome.SKIP)
+
+
+def worst(outcomes) -> Outcome:
+    """The outcome that stands for ``outcomes`` (None, a run still going, is passed over); SKIP when none."""
+    return min((o for o in outcomes if o is not None), key=lambda o: o.rank, default=Outcome.SKIP)
 
 
 class Verdict(enum.Enum):

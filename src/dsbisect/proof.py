@@ -12,10 +12,10 @@ bisection runs the point and hands the sides and outcomes of its runs in.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .model import Outcome
+from .model import Outcome, read_enum, read_int, read_ints
 from .search import Side
 
 
@@ -40,6 +40,23 @@ class Proof:
     conflicts: tuple[str, ...] = ()
     detail: str = ""  # why it is untestable, or what a run that decided said
     run_ids: tuple[int, ...] = ()
+
+    def to_json(self) -> dict:
+        """The result's ``proof`` (``--format json``); ``find_fix`` is the result's mode, not here."""
+        return {"commit": self.commit, "onto": self.onto, "onto_commit": self.onto_commit, "merge": self.merge,
+                "outcome": self.outcome.value if self.outcome else None, "runs": self.runs, "agree": self.agree,
+                "verdict": self.verdict.value, "conflicts": list(self.conflicts), "detail": self.detail,
+                "run_ids": list(self.run_ids)}
+
+    @classmethod
+    def from_json(cls, d: Mapping, find_fix: bool = False) -> Proof:
+        """A recorded proof (keys it does not know are passed over; missing ones take their defaults)."""
+        conflicts = d.get("conflicts")
+        return cls(str(d.get("commit") or ""), str(d.get("onto") or ""), str(d.get("onto_commit") or ""),
+                   read_enum(ProofVerdict, d.get("verdict"), ProofVerdict.UNTESTABLE), find_fix, bool(d.get("merge")),
+                   read_enum(Outcome, d.get("outcome"), None), read_int(d.get("runs")), read_int(d.get("agree")),
+                   tuple(str(c) for c in conflicts) if isinstance(conflicts, list) else (), str(d.get("detail") or ""),
+                   read_ints(d.get("run_ids")))
 
     def describe(self) -> str:
         what = f"reverting {'merge ' if self.merge else ''}{self.commit[:10]}"
@@ -72,19 +89,3 @@ def judge(observed: Sequence[tuple[Side, Outcome]]) -> tuple[ProofVerdict, Outco
     if old:
         return ProofVerdict.PROVEN, old[0], len(old)
     return ProofVerdict.UNTESTABLE, None, 0
-
-
-def proof_json(p: Proof) -> dict:
-    return {
-        "commit": p.commit,
-        "onto": p.onto,
-        "onto_commit": p.onto_commit,
-        "merge": p.merge,
-        "outcome": p.outcome.value if p.outcome else None,
-        "runs": p.runs,
-        "agree": p.agree,
-        "verdict": p.verdict.value,
-        "conflicts": list(p.conflicts),
-        "detail": p.detail,
-        "run_ids": list(p.run_ids),
-    }

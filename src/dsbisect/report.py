@@ -29,6 +29,7 @@ from .model import Answer, Outcome, Stage
 from .outside import safe, safe_text
 from .redact import redact_tree
 from .proof import ProofVerdict
+from .results import Result, Step
 from .store import RunRecord
 
 __all__ = ["ICON", "RANK", "STYLE", "Cell", "Grid", "bisect_markdown", "bisect_renderable", "cell", "envs_table",
@@ -295,37 +296,43 @@ def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
 # ------------------------------------------------------------------ bisection
 
 
-def by_hand(runs) -> str:
-    """" (marked by hand)" when a result among ``runs`` came from ``dsbisect mark`` or ``bisect --manual``."""
-    return " (marked by hand)" if any(r.evidence.get("manual") for r in runs) else ""
-
-
 def manual_lines(runs: list[RunRecord]) -> list[str]:
     """One line per run marked by hand: its result was given, not run by dsbisect."""
     return [f"#{r.id} {r.case_name} · {r.point.label}: {r.outcome.value.upper()} (marked by hand"
             + (f": {r.evidence['note']})" if r.evidence.get("note") else ")") for r in runs if r.evidence.get("manual")]
 
 
-def _step_cell(step) -> Text:
-    counts = ", ".join(f"{o.value} {n}" for o, n in Counter(r.outcome for r in step.runs).items())
+def _step_cell(step: Step) -> Text:
+    counts = ", ".join(f"{o.value} {n}" for o, n in _counts(step))
     text = step.outcome.value.upper()
-    if len(step.runs) > 1:
+    if len(step.tally.run_ids) > 1:
         text += f" ({counts})"
-    return Text(text + by_hand(step.runs), style=STYLE[step.outcome])
+    return Text(text + _by_hand(step), style=STYLE[step.outcome])
 
 
-def _run_ids(step) -> str:
-    ids = [r.id for r in step.runs]
+def _counts(step: Step) -> list[tuple[Outcome, int]]:
+    """The step's outcomes in the order its runs first showed them (the recorded tally's order when read back)."""
+    if step.runs:
+        return list(Counter(r.outcome for r in step.runs).items())
+    return list(step.tally.counts)
+
+
+def _by_hand(step: Step) -> str:
+    return " (marked by hand)" if step.tally.manual else ""
+
+
+def _run_ids(step: Step) -> str:
+    ids = list(step.tally.run_ids)
     if len(ids) > 3:
         return f"#{ids[0]}…#{ids[-1]} ({len(ids)})"
     return " ".join(f"#{i}" for i in ids)
 
 
-def _point(step, width: int) -> Text:
+def _point(step: Step, width: int) -> Text:
     return safe_text(step.label if step.stage is Stage.RELEASE else f"{step.label} {step.subject[:width]}")
 
 
-def bisect_table(result, detail: bool = True) -> Table:
+def bisect_table(result: Result, detail: bool = True) -> Table:
     """The steps; ``detail``: with each step's reason in a column (a wide terminal)."""
     req = result.request
     table = Table(header_style="bold", title=safe_text(f"dsbisect bisect {req.package} {req.good} {req.bad}"))
@@ -342,7 +349,7 @@ class BisectView:
     """The bisection for a terminal or a pipe: below 120 columns, or piped, each step's reason
     goes under the table on lines of its own (whole when piped) instead of a narrow column."""
 
-    def __init__(self, result, command: str, piped: bool | None = None):
+    def __init__(self, result: Result, command: str, piped: bool | None = None):
         self.result, self.command, self.piped = result, command, piped
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -365,7 +372,7 @@ class BisectView:
         yield line(self.command, piped, indent=2)
 
 
-def bisect_summary(result) -> list[str]:
+def bisect_summary(result: Result) -> list[str]:
     """The final block, as plain lines (terminal and Markdown share it)."""
     req = result.request
     bad_word = "first fixed" if req.find_fix else "first bad"
@@ -373,10 +380,9 @@ def bisect_summary(result) -> list[str]:
     lines = [f"verdict: {result.verdict.value}"]
     if result.message:
         lines.append(result.message)
-    regression = getattr(result, "regression", None)
-    if regression is not None and regression.describe():
-        lines.append(regression.describe())
-    lines += [d for d in getattr(result, "different", ()) if d not in result.message]
+    if result.regression is not None and result.regression.describe():
+        lines.append(result.regression.describe())
+    lines += [d for d in result.different if d not in result.message]
     if result.last_good:
         lines.append(f"{good_word} release: {req.package} {result.last_good}")
     if result.first_bad:
@@ -395,6 +401,7 @@ def bisect_summary(result) -> list[str]:
         lines.append(result.commit_message)
     if result.confirm is not None and result.confirm.confirmed:
         lines.append(f"confirmed: {result.confirm.describe()}")
+    lines += [c.describe() for c in getattr(result, "confidence", ()) if c.sure]  # at the cap: the message says it
     if result.good_end:
         lines.append(result.good_end)
     lines += [f"not tested: {c}" for c in result.caveats]  # the answer may lie there
@@ -404,13 +411,13 @@ def bisect_summary(result) -> list[str]:
     return [safe(ln) for ln in lines]
 
 
-def _proof_doubt(result) -> str | None:
+def _proof_doubt(result: Result) -> str | None:
     """The proof's line when it did not prove the commit (said loudly; the answer stands)."""
     p = result.proof
     return safe(p.describe()) if p is not None and p.verdict is not ProofVerdict.PROVEN else None
 
 
-def _first_bad_step(result):
+def _first_bad_step(result: Result) -> Step | None:
     want = result.commit.first_bad if result.commit and result.commit.first_bad else None
     for s in reversed(result.steps):
         if want and s.commit == want and s.stage is not Stage.PROVE:
@@ -420,11 +427,11 @@ def _first_bad_step(result):
     return None
 
 
-def _bisect_runs(result) -> list[RunRecord]:
-    return [r for s in result.steps for r in s.runs]
+def _bisect_runs(result: Result) -> list[RunRecord]:
+    return result.runs
 
 
-def _bisect_env(result) -> list[str]:
+def _bisect_env(result: Result) -> list[str]:
     facts = next((r.facts for r in _bisect_runs(result) if r.facts.get("versions")), {})
     req = result.request
     lines = []
@@ -441,18 +448,18 @@ def _bisect_env(result) -> list[str]:
     return [safe(ln) for ln in lines]
 
 
-def bisect_renderable(result, command: str, piped: bool | None = None) -> Group:
+def bisect_renderable(result: Result, command: str, piped: bool | None = None) -> Group:
     return Group(BisectView(result, command, piped))
 
 
-def bisect_markdown(result, command: str) -> str:
+def bisect_markdown(result: Result, command: str) -> str:
     req = result.request
     lines = [f"### dsbisect: {req.package} {req.good} → {req.bad} ({req.mode.value}, "
              + f"regress on {_rule(result)})", ""]
     lines += ["| stage | point | outcome | verdict | runs | seconds | detail |", "|---|---|---|---|---|---|---|"]
     for s in result.steps:
         point = s.label if s.stage is Stage.RELEASE else f"`{s.label}` {_md(s.subject[:60])}"
-        lines.append(f"| {s.stage.value} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()}{by_hand(s.runs)} | {s.verdict.value} | "
+        lines.append(f"| {s.stage.value} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()}{_by_hand(s)} | {s.verdict.value} | "
                      f"{_run_ids(s)} | {s.seconds:.1f} | {_md((s.detail or '')[:200])} |")
     doubt = _proof_doubt(result)
     lines += ["", "**Result**", ""] + [f"- **{ln}**" if ln == doubt else f"- {ln}" for ln in bisect_summary(result)]
@@ -466,8 +473,8 @@ def bisect_markdown(result, command: str) -> str:
     return _join(lines)
 
 
-def _rule(result) -> str:
-    regression = getattr(result, "regression", None)
+def _rule(result: Result) -> str:
+    regression = result.regression
     if regression is None or regression.asked is regression.regress_on:
         return result.request.regress_on.value
     return f"{regression.regress_on.value}, from {regression.asked.value}"

@@ -83,16 +83,6 @@ def _narrow(lo: int, hi: int, known: dict[int, Side]) -> tuple[int, int]:
     return lo, hi
 
 
-def linear(sides: Sequence[Side]) -> int:
-    """The reference answer: the first testable index that behaves like the new end."""
-    return next(i for i, s in enumerate(sides) if s is Side.NEW)
-
-
-def max_probes(n: int) -> int:
-    """Probes a binary search needs between two known ends, without skips: ceil(log2(n - 1))."""
-    return max(0, n - 2).bit_length()
-
-
 def lookahead(lo: int, hi: int, known: dict[int, Side], picks: Sequence[int], width: int = 1) -> list[int]:
     """The indices the search may probe next, whatever ``picks`` answer: for each monotone answer
     (the first NEW among the sorted picks at each place), the next probes of the narrowed range.

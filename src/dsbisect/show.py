@@ -12,6 +12,7 @@ from rich.text import Text
 
 from .facts import describe_env
 from .grid import displayable
+from .htmlsource import rank_tables
 from .model import Outcome
 from .forensics import analyze, render_stack
 from .outside import safe_text
@@ -53,6 +54,7 @@ def render_run(r: RunRecord, lines: int = 30) -> Group:
                                f"{', '.join(map(str, _listed(r.evidence['escaped'])))}", style="yellow"))
     if r.run_dir and Path(r.run_dir).is_dir():
         parts += _deadlock_proof(Path(r.run_dir))
+        parts += rank_tables(r)  # the rank × sequence-number table of a hang
         parts += _stacks(Path(r.run_dir), hung=r.outcome is Outcome.HANG)
         parts += _tails(Path(r.run_dir), lines)
     return Group(*parts)
