@@ -120,6 +120,8 @@ BISECT = {
     "caveats": ["str"],
     "confirm": {"runs": "int", "confirmed": "bool", "last_good": CONFIRM_END, "first_bad": CONFIRM_END},
     "proof": "object|null",
+    # issue 22's --confidence P (null without it): {"asked", "release", "commit"}
+    "confidence": ({"asked": "number", "release": "object|null", "commit": "object|null"}, "null"),
 }
 
 ENV_SIDE = {"source": "str", "format": "str", "python": "str|null", "requires_python": "str|null",
