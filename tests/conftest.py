@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -106,6 +108,33 @@ def cli():
             os.chdir(old)
 
     return invoke
+
+
+def cli_json(cli, *args: str, cwd: Path, exit_code: int = 0):
+    """``dsbisect ARGS -q --format json`` through ``cli``: its exit code asserted, its report parsed
+    (the result too, for its stderr).  The one way the tests read a command's JSON."""
+    res = cli(args[0], "-q", "--format", "json", *args[1:], cwd=cwd)  # before any `-- COMMAND`
+    assert res.exit_code == exit_code, res.output
+    return json.loads(res.stdout), res
+
+
+def offline(house: Path, cache_dir: Path | None = None) -> list[str]:
+    """The options of a test's runs: packages from the local wheelhouse ``house`` only, venvs in
+    the session's ``cache_dir``."""
+    return ["--offline", "--find-links", str(house)] + (["--cache-dir", str(cache_dir)] if cache_dir else [])
+
+
+def wait_until(predicate, timeout: float, what: str = "", every: float = 0.05):
+    """``predicate()``'s first true value, asked every ``every`` s; fails the test after ``timeout``
+    s (instead of a fixed sleep: as short as it can be, and long enough on a loaded machine)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = predicate()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g} s: {what or predicate}")
+        time.sleep(every)
 
 
 def make_case(folder: Path, name: str = "c", script: str = "pass\n", **settings):

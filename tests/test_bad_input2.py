@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from conftest import write_matrix
+from conftest import offline, write_matrix
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from rich.console import Console
@@ -230,7 +230,7 @@ def test_a_path_of_the_wrong_kind_is_one_line_before_anything_is_made(tmp_path, 
     (tmp_path / "x.py").write_text("pass\n")
     (tmp_path / "afile").write_text("#!/bin/sh\n")  # not executable
     (tmp_path / "adir").mkdir()
-    store = ["--store", str(tmp_path / "st"), "--offline", "--find-links", str(wheelhouse)] if args[0] == "run" else []
+    store = ["--store", str(tmp_path / "st"), *offline(wheelhouse)] if args[0] == "run" else []
     res = cli(*args[:1], *store, *args[1:], cwd=tmp_path)
     _one_line_exit_2(res, *words)
     assert not (tmp_path / "st").exists()

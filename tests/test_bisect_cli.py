@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import git, live_pids, write_matrix
+from conftest import git, live_pids, offline, write_matrix
 
 pytestmark = pytest.mark.slow
 
@@ -25,9 +25,9 @@ def _house(tmp_path_factory, name: str, releases: dict[str, str]) -> Path:
 
 
 def _bisect(cli, tmp_path, cache_dir, house, package, good, bad, *extra, fmt="json", nproc=2):
+    """One bisection of the toy case in its own matrix; the result as it came (some end in exit 1)."""
     write_matrix(tmp_path, [good], package=package, collective_timeout=3, nproc=nproc)
-    args = ["bisect", package, good, bad, "--case", "toy", "--offline", "--find-links", str(house),
-            "--cache-dir", str(cache_dir), "-q", "--format", fmt, *extra]
+    args = ["bisect", package, good, bad, "--case", "toy", *offline(house, cache_dir), "-q", "--format", fmt, *extra]
     return cli(*args, cwd=tmp_path)
 
 
@@ -124,8 +124,8 @@ def test_repeat_catches_an_intermittent_hang(tmp_path_factory, tmp_path, cli, ca
     house = _house(tmp_path_factory, "dsb-flaky", {"1.0.0": "ok", "1.1.0": "flaky", "1.2.0": "flaky"})
     _counted_matrix(tmp_path, "dsb-flaky")
     # The counter makes every second run of a flaky release hang: one run would see a pass.
-    res = cli("bisect", "dsb-flaky", "1.0.0", "1.2.0", "--case", "toy", "--repeat", "2", "--offline",
-              "--find-links", str(house), "--cache-dir", str(cache_dir), "-q", "--format", "json", cwd=tmp_path)
+    res = cli("bisect", "dsb-flaky", "1.0.0", "1.2.0", "--case", "toy", "--repeat", "2", *offline(house, cache_dir),
+              "-q", "--format", "json", cwd=tmp_path)
     out = json.loads(res.stdout)
     assert res.exit_code == 0, res.output
     assert out["first_bad"] == "1.1.0"
@@ -138,8 +138,7 @@ def test_repeat_catches_an_intermittent_hang(tmp_path_factory, tmp_path, cli, ca
 def test_confirm_reruns_the_boundary_and_catches_a_flaky_one(tmp_path_factory, tmp_path, cli, cache_dir):
     house = _house(tmp_path_factory, "dsb-conf", {"1.0.0": "ok", "1.1.0": "flaky", "1.2.0": "raise"})
     _counted_matrix(tmp_path, "dsb-conf")
-    common = ["--case", "toy", "--regress-on", "any", "--offline", "--find-links", str(house),
-              "--cache-dir", str(cache_dir), "-q", "--format", "json"]
+    common = ["--case", "toy", "--regress-on", "any", *offline(house, cache_dir), "-q", "--format", "json"]
     # One run per point: 1.1.0's first run passes (the counter's odd run), so 1.2.0 is named.
     res = cli("bisect", "dsb-conf", "1.0.0", "1.2.0", *common, cwd=tmp_path)
     assert res.exit_code == 0, res.output
@@ -168,7 +167,7 @@ def test_confirm_confirms_a_steady_boundary(tmp_path_factory, tmp_path, cli, cac
     steady = _house(tmp_path_factory, "dsb-steady", {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "raise"})
     write_matrix(tmp_path, ["1.0.0"], package="dsb-steady", collective_timeout=3, nproc=1)
     res = cli("bisect", "dsb-steady", "1.0.0", "1.2.0", "--confirm", "2", "--case", "toy", "--regress-on", "fail",
-              "--offline", "--find-links", str(steady), "--cache-dir", str(cache_dir), "-q", "--format", "json",
+              *offline(steady, cache_dir), "-q", "--format", "json",
               cwd=tmp_path)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
@@ -177,15 +176,15 @@ def test_confirm_confirms_a_steady_boundary(tmp_path_factory, tmp_path, cli, cac
                               "last_good": {"point": "1.1.0", "agree": 2, "runs": 2, "as": "good"},
                               "first_bad": {"point": "1.2.0", "agree": 2, "runs": 2, "as": "bad"}}
     table = cli("bisect", "dsb-steady", "1.0.0", "1.2.0", "--confirm", "2", "--case", "toy", "--regress-on", "fail",
-                "--offline", "--find-links", str(steady), "--cache-dir", str(cache_dir), "-q", cwd=tmp_path)
+                *offline(steady, cache_dir), "-q", cwd=tmp_path)
     assert "confirmed: last good 1.1.0 good in 2 of 2 runs; first bad 1.2.0 bad in 2 of 2 runs" in table.stdout
 
 
 @pytest.mark.soak
 def test_killed_bisect_resumes_from_the_store(tmp_path, cache_dir, wheelhouse):
     write_matrix(tmp_path, ["1.0.0"], collective_timeout=3)
-    cmd = [sys.executable, "-m", "dsbisect", "bisect", "dsb-toy", "1.1.0", "1.4.0", "--case", "toy", "--offline",
-           "--find-links", str(wheelhouse), "--cache-dir", str(cache_dir), "-q", "--format", "json"]
+    cmd = [sys.executable, "-m", "dsbisect", "bisect", "dsb-toy", "1.1.0", "1.4.0", "--case", "toy", *offline(wheelhouse, cache_dir),
+           "-q", "--format", "json"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     db = tmp_path / ".dsbisect" / "dsbisect.sqlite3"
@@ -276,7 +275,7 @@ def test_commit_level_names_the_commit(tmp_path_factory, tmp_path, cli, cache_di
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, cli, wheelhouse, args, expected):
     write_matrix(tmp_path, ["1.0.0"])
-    res = cli(*args, "--offline", "--find-links", str(wheelhouse), "-q", cwd=tmp_path)
+    res = cli(*args, *offline(wheelhouse), "-q", cwd=tmp_path)
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and expected in lines[0], res.output

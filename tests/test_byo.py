@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import cli_json, offline
+
 import toypkg
 from dsbisect import matrix as matrix_mod
 from dsbisect.errors import InputError
@@ -69,11 +71,9 @@ def project(tmp_path):
 
 
 def _run(cli, project, house, cache_dir, *command, versions="dsb-byo=4.0.0,4.3.0", extra=()):
-    res = cli("run", "--versions", versions, "--accelerator", "cpu", "--collective-timeout", "5",
-              "--offline", "--find-links", str(house), "--cache-dir", str(cache_dir), "--format", "json", *extra,
-              "--", *command, cwd=project)
-    assert res.exit_code == 0, res.output
-    return {r["versions"]["dsb-byo"]: r for r in json.loads(res.stdout)["runs"]}
+    report, _ = cli_json(cli, "run", "--versions", versions, "--accelerator", "cpu", "--collective-timeout", "5",
+                         *offline(house, cache_dir), *extra, "--", *command, cwd=project)
+    return {r["versions"]["dsb-byo"]: r for r in report["runs"]}
 
 
 @pytest.mark.parametrize("line", [
@@ -116,7 +116,7 @@ def test_an_executable_is_judged_by_its_exit_code(cli, project, house, cache_dir
 
 def test_bisect_takes_the_command_line(cli, project, house, cache_dir):
     res = cli("bisect", "dsb-byo", "4.0.0", "4.4.0", "--accelerator", "cpu", "--regress-on", "any",
-              "--offline", "--find-links", str(house), "--cache-dir", str(cache_dir), "--format", "json", "-q",
+              *offline(house, cache_dir), "--format", "json", "-q",
               "--", "./check.sh", cwd=project)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)

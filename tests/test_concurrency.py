@@ -9,15 +9,14 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import make_case, write_matrix
+from conftest import make_case, offline, write_matrix
 
 @pytest.mark.slow
 def test_two_points_at_once(tmp_path, tmp_path_factory, cli, cache_dir):
     house = toypkg.build_wheelhouse(tmp_path_factory.mktemp("conc-wheels"), {"1.0.0": "ok", "1.1.0": "skip"},
                                     dist="dsb-conc")
     write_matrix(tmp_path, ["1.0.0", "1.1.0"], package="dsb-conc", collective_timeout=8)
-    res = cli("run", "matrix.yaml", "--jobs", "2", "--offline", "--find-links", str(house),
-              "--cache-dir", str(cache_dir), "--format", "json", cwd=tmp_path)
+    res = cli("run", "matrix.yaml", "--jobs", "2", *offline(house, cache_dir), "--format", "json", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     runs = {r["point"]: r for r in json.loads(res.stdout)["runs"]}
     ok, hung = runs["dsb-conc 1.0.0"], runs["dsb-conc 1.1.0"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import toypkg
-from conftest import live_pids, write_matrix
+from conftest import cli_json, live_pids, offline, write_matrix
 
 pytestmark = pytest.mark.slow
 
@@ -61,10 +61,8 @@ cases:
 
 
 def _run(cli, folder: Path, house: Path, cache_dir: Path, *extra: str) -> dict:
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(house), "--cache-dir", str(cache_dir),
-              "-q", "--format", "json", *extra, cwd=folder)
-    assert res.exit_code == 0, res.output
-    return {r["point"]: r for r in json.loads(res.stdout)["runs"]}
+    report, _ = cli_json(cli, "run", "matrix.yaml", *offline(house, cache_dir), *extra, cwd=folder)
+    return {r["point"]: r for r in report["runs"]}
 
 
 def test_one_rank_runs_without_launcher_pass_fail_and_skip(tmp_path, cli, house, cache_dir):
@@ -120,7 +118,7 @@ def test_one_rank_hang_has_the_ranks_stack(tmp_path, cli, house, cache_dir):
 def test_launcher_makes_the_check_for_its_ranks(tmp_path, cli, house, cache_dir):
     """2 ranks: the deepspeed launcher's own interpreter checks, and exits before any rank starts."""
     write_matrix(tmp_path, ["1.2.0", "1.0.0"], package="dsb-direct", collective_timeout=10)
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(house), "--cache-dir", str(cache_dir),
+    res = cli("run", "matrix.yaml", *offline(house, cache_dir),
               "-q", "--format", "json", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     runs = {r["point"]: r for r in json.loads(res.stdout)["runs"]}

@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 import toypkg
-from conftest import live_pids, write_matrix
+from conftest import live_pids, offline, write_matrix
 
 from dsbisect.evidence import Capture
 from dsbisect.launch import LaunchResult, LaunchSpec, free_port, launch
@@ -247,7 +247,7 @@ def _rounds(run: RunDir) -> list[str]:
 def test_toy_deadlock_is_a_hang_within_20_s_at_a_300_s_collective_timeout(tmp_path, cli, wheelhouse, cache_dir):
     """Through the whole tool: matrix, point venv (with the hook), deepspeed launcher, classify, show."""
     write_matrix(tmp_path, ["1.3.0"], collective_timeout=300, timeout=400)
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(wheelhouse), "--cache-dir", str(cache_dir),
+    res = cli("run", "matrix.yaml", *offline(wheelhouse, cache_dir),
               "-q", "--format", "json", cwd=tmp_path)
     ended = time.time()
     assert res.exit_code == 0, res.output

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import offline
+
 import toypkg
 
 RULE = """\
@@ -50,7 +52,7 @@ def _setup(tmp_path: Path, prefix: str, dists, good: dict, bad: dict, rule: str)
     _freeze(tmp_path / "bad.txt", prefix, bad)
     (tmp_path / "check.py").write_text(RULE.format(rule=rule.replace("v('", f"v('{prefix}-")))
     return ["--script", "check.py", "--nproc", "1", "--accelerator", "cpu", "--regress-on", "fail",
-            "--offline", "--find-links", str(wh)]
+            *offline(wh)]
 
 
 def _bisect(cli, tmp_path, cache_dir, args, *extra, code=0):
@@ -268,14 +270,14 @@ def test_the_chain_goes_on_to_the_commit_with_git_repo(tmp_path_factory, tmp_pat
     write_matrix(tmp_path, ["1.0.0"], package="dsb-eg-toy", collective_timeout=3, nproc=1)
     matrix = tmp_path / "matrix.yaml"
     matrix.write_text(matrix.read_text().replace("defaults:\n", "defaults:\n  build_pins: []\n"))
-    out, res = _bisect(cli, tmp_path, cache_dir, ["--case", "toy", "--regress-on", "fail", "--offline",
-                                                   "--find-links", str(wh), "--git-repo", str(repo)])
+    out, res = _bisect(cli, tmp_path, cache_dir, ["--case", "toy", "--regress-on", "fail", *offline(wh),
+                                                  "--git-repo", str(repo)])
     assert out["env_diff"]["culprits"] == ["dsb-eg-toy"]
     (rel,) = out["releases"]
     assert (rel["last_good"], rel["first_bad"]) == ("1.0.0", "1.1.0")
     assert (rel["commit"]["first_bad"], rel["commit"]["subject"]) == (hashes[2], "change 3")
     res = cli("bisect", "--good-env", "good.txt", "--bad-env", "bad.txt", "--case", "toy", "--regress-on", "fail",
-              "--offline", "--find-links", str(wh), "--git-repo", str(repo), "--cache-dir", str(cache_dir),
+              *offline(wh), "--git-repo", str(repo), "--cache-dir", str(cache_dir),
               "--store", str(tmp_path / "store"), "-q", "--format", "markdown", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     first = res.stdout.splitlines()[2]  # the chain, before the tables

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import live_pids, write_matrix
+from conftest import live_pids, offline, write_matrix
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
@@ -43,7 +43,7 @@ def test_nccl_hang_is_caught_with_evidence_and_gpus_are_released(tmp_path, tmp_p
         pytest.skip("no deepspeed in the base and no DSBISECT_TEST_DEEPSPEED wheelhouse given")
     matrix.write_text(text)
     extra = [a for d in links for a in ("--find-links", d)]
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(house), *extra, "--cache-dir", str(cache_dir),
+    res = cli("run", "matrix.yaml", *offline(house), *extra, "--cache-dir", str(cache_dir),
               "-q", "--format", "json", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)

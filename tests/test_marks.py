@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import toypkg
-from conftest import make_case, write_matrix
+from conftest import make_case, offline, write_matrix
 
 from dsbisect.bisection import Bisection
 from dsbisect.errors import InputError
@@ -408,14 +408,14 @@ def test_a_bisection_takes_marks_as_runs_and_runs_nothing(tmp_path, cli, cache_d
     for mark, version in (("good", "1.0.0"), ("good", "1.1.0"), ("bad", "1.2.0"), ("bad", "1.3.0")):
         res = cli("mark", mark, f"dsb-toy=={version}", "--case", "toy", "--note", "on the cluster", cwd=tmp_path)
         assert res.exit_code == 0, res.output
-    res = cli("bisect", "dsb-toy", "1.0.0", "1.3.0", "--case", "toy", "--offline", "--find-links", str(wheelhouse),
-              "--cache-dir", str(cache_dir), "-q", "--format", "json", cwd=tmp_path)
+    res = cli("bisect", "dsb-toy", "1.0.0", "1.3.0", "--case", "toy", *offline(wheelhouse, cache_dir),
+              "-q", "--format", "json", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "1.1.0", "1.2.0")  # 1.2.0 really passes
     assert all(s["manual"] for s in out["steps"]) and len(_folders(tmp_path / ".dsbisect")) == 4
-    table = cli("bisect", "dsb-toy", "1.0.0", "1.3.0", "--case", "toy", "--offline", "--find-links",
-                str(wheelhouse), "--cache-dir", str(cache_dir), "-q", cwd=tmp_path).stdout
+    table = cli("bisect", "dsb-toy", "1.0.0", "1.3.0", "--case", "toy", *offline(wheelhouse, cache_dir),
+                "-q", cwd=tmp_path).stdout
     assert "FAIL (marked by hand)" in table and "marked bad by hand: on the cluster" in table
 
 
@@ -469,8 +469,8 @@ def _answering(cwd: Path, args: list[str], answers: str):
 @pytest.mark.slow
 def test_bisect_manual_asks_at_each_point(tmp_path, cli, cache_dir, wheelhouse):
     write_matrix(tmp_path, ["1.0.0"], collective_timeout=3)
-    args = ["bisect", "dsb-toy", "1.0.0", "1.3.0", "--case", "toy", "--manual", "--offline", "--find-links",
-            str(wheelhouse), "--cache-dir", str(cache_dir), "-q", "--format", "json"]
+    args = ["bisect", "dsb-toy", "1.0.0", "1.3.0", "--case", "toy", "--manual", *offline(wheelhouse, cache_dir),
+            "-q", "--format", "json"]
     # The ends (1.0.0, 1.3.0), then 1.1.0 (skipped: "maybe" is asked again), then 1.2.0.
     res = _answering(tmp_path, args, "good\nbad\nmaybe\ns\ng\n")
     assert res.exit_code == 0, res.output

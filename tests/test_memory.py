@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import offline, write_matrix
 from dsbisect import memory
 from dsbisect.memory import OomCount, OomKill, Room
 from dsbisect.records import Evidence, RunFacts
@@ -283,8 +283,8 @@ def _remove(path: Path, parent: Path) -> None:
 
 
 def _dsbisect(folder: Path, cgroup: Path, house: Path, cache_dir: Path, mb: int, *extra: str):
-    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", "--offline", "--find-links", str(house),
-           "--cache-dir", str(cache_dir), "--format", "json", "--jobs", "2", *extra]
+    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", *offline(house, cache_dir),
+           "--format", "json", "--jobs", "2", *extra]
     inner = f'echo $$ > "{cgroup}/cgroup.procs" && exec "$@"'
     out = subprocess.run(["/bin/sh", "-c", inner, "sh", *cmd], cwd=folder, capture_output=True, text=True,
                          timeout=400, env=dict(os.environ, DSB_TOY_MB=str(mb), DSB_TOY_HOLD="5"))

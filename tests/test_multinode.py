@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 import toypkg
-from conftest import make_case, write_matrix
+from conftest import make_case, offline, write_matrix
 from dsbisect import matrix as matrix_mod
 from dsbisect import multinode
 from dsbisect.errors import MatrixError
@@ -234,11 +234,11 @@ def _marked(run_dir: str) -> list[int]:
 
 
 @pytest.mark.slow
-def test_two_nodes_through_pdsh(tmp_path, cli, nodes, mn_house, cache_dir):
+def test_two_nodes_through_pdsh(tmp_path, cli, nodes, mn_house, cache_dir, monkeypatch):
     ssh_dir, _ = nodes
-    multinode.forget_checks()
+    monkeypatch.setattr(multinode, "_checked", {})  # each node checked afresh
     _matrix(tmp_path, ssh_dir, ["node-a", "node-b"], ["2.0.0", "2.1.0"])
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(mn_house), "--cache-dir", str(cache_dir),
+    res = cli("run", "matrix.yaml", *offline(mn_house, cache_dir),
               "--format", "json", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     runs = {r["point"]: r for r in json.loads(res.stdout)["runs"]}
@@ -269,7 +269,7 @@ def test_a_node_without_the_venv_or_with_another_torch_is_a_skip(tmp_path, cli, 
     ssh_dir, daemons = nodes
     if not {"c", "d"} <= daemons:
         pytest.skip("no mount namespaces here (unshare --mount failed)")
-    multinode.forget_checks()
+    monkeypatch.setattr(multinode, "_checked", {})  # each node checked afresh
     calls = tmp_path / "ssh-calls"
     wrapper = tmp_path / "ssh"
     wrapper.write_text(f'#!/bin/sh\necho call >> {calls}\nexec ssh "$@"\n')
@@ -277,7 +277,7 @@ def test_a_node_without_the_venv_or_with_another_torch_is_a_skip(tmp_path, cli, 
     monkeypatch.setenv("DSBISECT_SSH", str(wrapper))
     _matrix(tmp_path, ssh_dir, ["node-a", "node-c"], ["2.0.0"])
     (tmp_path / "hosts-d").write_text("node-a slots=1\nnode-d slots=1\n")
-    common = ("--offline", "--find-links", str(mn_house), "--cache-dir", str(cache_dir), "--format", "json")
+    common = (*offline(mn_house, cache_dir), "--format", "json")
     for hostfile, expect in (("hosts", "node node-c cannot run the point venv's python"),
                              ("hosts-d", "node node-d has torch 0.0.0+other, this node torch")):
         res = cli("run", "matrix.yaml", "--hostfile", hostfile, *common, cwd=tmp_path)
@@ -291,17 +291,17 @@ def test_a_node_without_the_venv_or_with_another_torch_is_a_skip(tmp_path, cli, 
 
 
 @pytest.mark.slow
-def test_env_values_arrive_literally_on_every_node(tmp_path, cli, nodes, mn_house, cache_dir):
+def test_env_values_arrive_literally_on_every_node(tmp_path, cli, nodes, mn_house, cache_dir, monkeypatch):
     """DeepSpeed wraps exported values in double quotes for the remote shell: $( ), backticks and
     $VAR would run there.  Every node must get the value as written, as the local node does."""
     ssh_dir, _ = nodes
-    multinode.forget_checks()
+    monkeypatch.setattr(multinode, "_checked", {})  # each node checked afresh
     literal = f"$(touch {tmp_path}/pwned1) `touch {tmp_path}/pwned2` \"dq\" 'sq' $HOME a  b\\c; echo ;"
     _matrix(tmp_path, ssh_dir, ["node-a", "node-b"], ["2.2.0"])
     matrix = tmp_path / "matrix.yaml"
     quoted = json.dumps(literal)  # a YAML double-quoted string is JSON-compatible
     matrix.write_text(matrix.read_text().replace('env: {OMP_NUM_THREADS: "1",', f'env: {{DSB_LITERAL: {quoted}, OMP_NUM_THREADS: "1",'))
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(mn_house), "--cache-dir", str(cache_dir),
+    res = cli("run", "matrix.yaml", *offline(mn_house, cache_dir),
               "--format", "json", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     (run,) = json.loads(res.stdout)["runs"]

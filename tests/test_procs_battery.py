@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import toypkg
-from conftest import live_pids
+from conftest import live_pids, offline
 
 from dsbisect import proc, reaper
 from dsbisect.model import RunStatus
@@ -98,8 +98,8 @@ cases:
     env: {{OMP_NUM_THREADS: "1", PROCS_FILE: "{pids}", PROCS_DAEMONS: "{daemons}"}}
     axes: {{dsb-procs: [{", ".join(f'"{v}"' for v in versions)}]}}
 """)
-    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", "--offline", "--find-links", str(house),
-           "--cache-dir", str(cache_dir), "--format", "json", "--jobs", str(len(versions))]
+    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", *offline(house, cache_dir),
+           "--format", "json", "--jobs", str(len(versions))]
     return subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True), pids
 
 
@@ -178,8 +178,7 @@ def test_a_huge_file_on_the_command_line_is_digested_with_bounded_memory(tmp_pat
         f.truncate(1500 << 20)
     (tmp_path / "quick.py").write_text("import sys\nprint('read', sys.argv[1:])\n")
     run = subprocess.Popen([sys.executable, "-m", "dsbisect", "run", "--versions", "dsb-procs=1.0.0",
-                            "--accelerator", "cpu", "--offline", "--find-links", str(house), "--cache-dir",
-                            str(cache_dir), "--format", "json", "--", "python", "quick.py", "big.bin"],
+                            "--accelerator", "cpu", *offline(house, cache_dir), "--format", "json", "--", "python", "quick.py", "big.bin"],
                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = _peak_rss(run)
     out, err = run.communicate()

@@ -7,7 +7,7 @@ import json
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import cli_json, write_matrix
 
 pytestmark = pytest.mark.slow
 
@@ -21,10 +21,8 @@ def _publish(index, tmp_path, dist: str, releases: dict[str, str], yanked: tuple
 def _bisect(cli, tmp_path, cache_dir, index, dist, good, bad, *extra):
     # one rank: what these tests check is the range, and "ok"/"raise" need no second rank
     write_matrix(tmp_path, ["6.0.0"], package=dist, collective_timeout=5, nproc=1)
-    res = cli("bisect", dist, good, bad, "--case", "toy", "--regress-on", "fail", "--index-url", index.url,
-              "--cache-dir", str(cache_dir), "-q", "--format", "json", *extra, cwd=tmp_path)
-    assert res.exit_code == 0, res.output
-    return json.loads(res.stdout), res
+    return cli_json(cli, "bisect", dist, good, bad, "--case", "toy", "--regress-on", "fail", "--index-url",
+                    index.url, "--cache-dir", str(cache_dir), *extra, cwd=tmp_path)
 
 
 def test_latest_and_auto_find_their_ends(tmp_path, cli, cache_dir, simple_index):

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import offline, write_matrix
 
 from dsbisect.identity import Rule
 from dsbisect.model import RegressOn, Verdict
@@ -25,8 +25,8 @@ RANGE = {"1.0.0": "ok", "1.1.0": "other", "1.2.0": "ok", "1.3.0": "newline"}
 
 def _bisect(cli, folder: Path, cache_dir, house, *extra):
     write_matrix(folder, ["1.0.0"], package="dsb-other", collective_timeout=3, nproc=1)
-    return cli("bisect", "dsb-other", "1.0.0", "1.3.0", "--case", "toy", "--offline", "--find-links", str(house),
-               "--cache-dir", str(cache_dir), "-q", "--format", "json", *extra, cwd=folder)
+    return cli("bisect", "dsb-other", "1.0.0", "1.3.0", "--case", "toy", *offline(house, cache_dir),
+               "-q", "--format", "json", *extra, cwd=folder)
 
 
 def test_an_unrelated_failure_inside_the_range_does_not_move_the_answer(tmp_path_factory, cli, cache_dir):
@@ -76,8 +76,8 @@ def test_auto_counts_a_crash_where_an_explicit_hang_rule_does_not(tmp_path_facto
                                     dist="dsb-crash")
     folder = tmp_path_factory.mktemp("crash")
     write_matrix(folder, ["1.0.0"], package="dsb-crash", collective_timeout=3, nproc=1)
-    args = ["bisect", "dsb-crash", "1.0.0", "1.1.0", "--case", "toy", "--offline", "--find-links", str(house),
-            "--cache-dir", str(cache_dir), "-q", "--format", "json"]
+    args = ["bisect", "dsb-crash", "1.0.0", "1.1.0", "--case", "toy", *offline(house, cache_dir),
+            "-q", "--format", "json"]
     res = cli(*args, "--regress-on", "hang", cwd=folder)
     assert res.exit_code == 1 and json.loads(res.stdout)["verdict"] == "untestable"
     res = cli(*args, cwd=folder)
@@ -93,7 +93,7 @@ def test_one_toy_deadlock_has_one_identity_early_and_at_the_timeout(tmp_path, cl
     for name, extra, limit in (("early", [], 300), ("late", ["--no-early-hang"], 6)):
         folder = tmp_path / name
         write_matrix(folder, ["1.3.0"], collective_timeout=limit, timeout=limit + 100)
-        res = cli("run", "matrix.yaml", "--offline", "--find-links", str(wheelhouse), "--cache-dir", str(cache_dir),
+        res = cli("run", "matrix.yaml", *offline(wheelhouse, cache_dir),
                   "-q", "--format", "json", *extra, cwd=folder)
         assert res.exit_code == 0, res.output
         (run,) = json.loads(res.stdout)["runs"]
@@ -117,8 +117,8 @@ def test_stepping_around_a_different_failure_that_leaves_the_boundary_open_is_am
                                     {"1.0.0": "ok", "1.1.0": "other", "1.2.0": "newline"}, dist="dsb-amb")
     folder = tmp_path_factory.mktemp("amb")
     write_matrix(folder, ["1.0.0"], package="dsb-amb", collective_timeout=3, nproc=1)
-    res = cli("bisect", "dsb-amb", "1.0.0", "1.2.0", "--case", "toy", "--offline", "--find-links", str(house),
-              "--cache-dir", str(cache_dir), "-q", "--format", "json", cwd=folder)
+    res = cli("bisect", "dsb-amb", "1.0.0", "1.2.0", "--case", "toy", *offline(house, cache_dir),
+              "-q", "--format", "json", cwd=folder)
     out = json.loads(res.stdout)
     assert (out["verdict"], out["last_good"], out["maybe"]) == ("ambiguous", "1.0.0", ["1.1.0", "1.2.0"])
     assert "1.1.0 failed differently (AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'" \

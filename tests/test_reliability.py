@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 import toypkg
-from conftest import live_pids, write_matrix
+from conftest import live_pids, offline, wait_until, write_matrix
 from dsbisect import reaper
 from dsbisect.model import Outcome, Point, RunStatus
 from dsbisect.store import Store
@@ -84,7 +84,6 @@ BAD_ARGS = [
     (["show", "1"], "no dsbisect store in"),
     (["report"], "no dsbisect store in"),
     (["report", "--store", "{file}"], "is a file, not a folder"),
-    (["versions", "dsb-toy", "--index-url", "https://me:s3cr3t@127.0.0.1:9/simple"], "https://***@127.0.0.1:9/simple"),
     (["envs", "prune", "--cache-dir", "{tmp}/cache"], "say which venvs: --all, or --older-than DAYS"),
     (["versions", "dsb-toy", "1.0.0"], "give both GOOD and BAD, or neither"),
     (["prefetch", "{matrix}", "--offline"], "cannot run --offline itself"),
@@ -112,6 +111,14 @@ def test_bad_matrix_is_one_line_exit_2_and_creates_nothing(tmp_path, cli, name):
     assert res.exit_code == 2, res.output
     assert _one_line(res).startswith("error: m.yaml")
     assert "Traceback" not in res.output and _created(tmp_path, before) == set()
+
+
+def test_an_unreachable_index_is_one_line_exit_1_with_its_credentials_hidden(tmp_path, cli):
+    """Not bad input (exit 1: the index did not answer; tests/test_cli.py has more of its forms)."""
+    res = cli("versions", "dsb-toy", "--index-url", "https://me:s3cr3t@127.0.0.1:9/simple", cwd=tmp_path)
+    assert res.exit_code == 1, res.output
+    assert "https://***@127.0.0.1:9/simple" in _one_line(res) and "s3cr3t" not in res.output
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("args, expected", BAD_ARGS, ids=[" ".join(a[:3]) + "…" + e[:12] for a, e in BAD_ARGS])
@@ -286,8 +293,8 @@ def _start(tmp_path: Path, house: Path, cache_dir: Path, version: str, *extra: s
            launcher: str = "deepspeed") -> subprocess.Popen:
     write_matrix(tmp_path, [version], package="dsb-fault", collective_timeout=120, timeout=300,
                  extra=f"    launcher: {launcher}\n")
-    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", "--offline", "--find-links", str(house),
-           "--cache-dir", str(cache_dir), "--format", "json", *extra]
+    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", *offline(house, cache_dir),
+           "--format", "json", *extra]
     return subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, **(env or {})))
 
@@ -358,8 +365,8 @@ def test_kill_9_of_dsbisect_takes_the_run_with_it_and_the_next_start_says_so(tmp
     proc.kill()
     proc.wait()
     guard.kill()
-    time.sleep(1)
-    assert live_pids([p.pid for p in procs])
+    wait_until(lambda: not live_pids([guard.pid]), 10, "the guard to die")
+    assert live_pids([p.pid for p in procs])  # dsbisect and its guard are gone, the ranks are not
     nxt = _start(again, fault_house, cache_dir, "1.0.0", "--timeout", "5")
     nxt.communicate(timeout=120)
     _gone_within(procs, 5)
@@ -432,7 +439,7 @@ def _peak_rss(proc: subprocess.Popen) -> int:
 
 
 def test_credentials_never_reach_a_report(tmp_path):
-    from dsbisect.redact import redact, redact_env
+    from dsbisect.redact import redact, redact_tree
 
     secret = "s3cr3t-T0KEN"
     st = Store(tmp_path / "st")  # what is stored for display is redacted when it is recorded
@@ -442,7 +449,7 @@ def test_credentials_never_reach_a_report(tmp_path):
 
     line = redact(f"uv: Failed to fetch https://__token__:{secret}@h/simple/x; HF_TOKEN={secret} WANDB_API_KEY='{secret}'")
     assert secret not in line and "https://***@h/simple/x" in line
-    assert redact_env({"HF_TOKEN": secret, "OMP_NUM_THREADS": "1"}) == {"HF_TOKEN": "***", "OMP_NUM_THREADS": "1"}
+    assert redact_tree({"HF_TOKEN": secret, "OMP_NUM_THREADS": "1"}) == {"HF_TOKEN": "***", "OMP_NUM_THREADS": "1"}
     pins = "held pins: tokenizers==0.15.2, huggingface-hub>=0.20, accelerate!=1.0"
     assert redact(pins) == pins  # a requirement is no NAME=value
 

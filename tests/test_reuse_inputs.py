@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import offline
 import toypkg
 
 pytestmark = pytest.mark.slow
@@ -56,8 +58,8 @@ def project(tmp_path, monkeypatch):
 
 def _run(cli, project, house, cache_dir, *command, extra=(), versions="dsb-reuse=1.1.0"):
     """``dsbisect run`` of ``command`` (default: the script): (the run's JSON, stderr)."""
-    res = cli("run", "--versions", versions, "--nproc", "1", "--accelerator", "cpu", "--offline",
-              "--find-links", str(house), "--cache-dir", str(cache_dir), "--format", "json", *extra,
+    res = cli("run", "--versions", versions, "--nproc", "1", "--accelerator", "cpu", *offline(house, cache_dir),
+              "--format", "json", *extra,
               "--", *(command or ("python", "x.py")), cwd=project)
     assert res.exit_code == 0, res.output
     (run,) = json.loads(res.stdout)["runs"]
@@ -73,7 +75,7 @@ cases:
     args: [{args}]
     axes: {{dsb-reuse: ["1.1.0"]}}
 """)
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(house), "--cache-dir", str(cache_dir),
+    res = cli("run", "matrix.yaml", *offline(house, cache_dir),
               "--format", "json", cwd=project)
     assert res.exit_code == 0, res.output
     (run,) = json.loads(res.stdout)["runs"]
@@ -165,8 +167,8 @@ defaults: {accelerator: cpu, nproc: 1, timeout: 120, env: {OMP_NUM_THREADS: "1"}
 cases:
   one: {script: x.py, axes: {dsb-reuse: ["1.0.0"]}}
 """)
-    args = ("bisect", "dsb-reuse", "1.0.0", "1.1.0", "--case", "one", "--regress-on", "fail", "--offline",
-            "--find-links", str(house), "--cache-dir", str(cache_dir), "--format", "json")
+    args = ("bisect", "dsb-reuse", "1.0.0", "1.1.0", "--case", "one", "--regress-on", "fail", *offline(house, cache_dir),
+            "--format", "json")
     res = cli(*args, cwd=project)
     assert res.exit_code == 0 and json.loads(res.stdout)["first_bad"] == "1.1.0", res.output
     ids = {i for s in json.loads(res.stdout)["steps"] for i in s["run_ids"]}
@@ -219,8 +221,8 @@ def test_another_interpreter_runs_again_and_the_report_names_it(cli, project, ho
     # No torch there: the point cannot be tested, and says so with that interpreter's facts.
     assert other["outcome"] == "skip" and "torch" in other["reason"]
     assert other["environment"]["fingerprint"]["interpreter"]["executable"] == str(other_python)
-    res = cli("run", "--versions", "dsb-reuse=1.1.0", "--nproc", "1", "--accelerator", "cpu", "--offline",
-              "--find-links", str(house), "--cache-dir", str(cache_dir), "--python", str(other_python), "--",
+    res = cli("run", "--versions", "dsb-reuse=1.1.0", "--nproc", "1", "--accelerator", "cpu", *offline(house, cache_dir),
+              "--python", str(other_python), "--",
               "python", "x.py", cwd=project)
     assert f"python 3.{sys.version_info[1]}" in res.stdout and f"({other_python})" in res.stdout, res.stdout
     assert mine["executable"] not in res.stdout

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import live_pids, write_matrix
+from conftest import live_pids, offline, write_matrix
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +31,7 @@ def grid_house(tmp_path_factory):
 
 def test_grid_matches_the_toy_releases(tmp_path, cli, grid_house, cache_dir):
     write_matrix(tmp_path, list(GRID), package="dsb-grid", collective_timeout=5)
-    common = ("--offline", "--find-links", str(grid_house), "--cache-dir", str(cache_dir), "-q")
+    common = (*offline(grid_house, cache_dir), "-q")
     res = cli("run", "matrix.yaml", "--format", "json", *common, cwd=tmp_path)
     assert res.exit_code == 0, res.output
     report = json.loads(res.stdout)
@@ -85,8 +85,7 @@ def test_grid_matches_the_toy_releases(tmp_path, cli, grid_house, cache_dir):
 
 def test_killed_run_resumes_without_losing_or_repeating(tmp_path, grid_house, cache_dir):
     write_matrix(tmp_path, ["3.0.0", "3.2.0"], package="dsb-grid", collective_timeout=5)
-    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", "--offline", "--find-links", str(grid_house),
-           "--cache-dir", str(cache_dir), "-q"]
+    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", *offline(grid_house, cache_dir), "-q"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     db = tmp_path / ".dsbisect" / "dsbisect.sqlite3"

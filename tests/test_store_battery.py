@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import live_pids, write_matrix
+from conftest import live_pids, offline, write_matrix
 from dsbisect import claims
 from dsbisect.claims import Liveness
 from dsbisect.envs import EnvManager
@@ -334,8 +334,8 @@ def test_a_rank_printing_most_of_a_small_store_disk_still_passes(tmp_path, cache
     house = toypkg.build_wheelhouse(tmp_path / "wheels", {"1.4.0": "chatty"}, dist="dsb-chatty")
     with small_fs("40m") as fs:
         write_matrix(tmp_path, ["1.4.0"], package="dsb-chatty", nproc=1, collective_timeout=60, timeout=240)
-        out = subprocess.run([sys.executable, "-m", "dsbisect", "run", "matrix.yaml", "--offline", "--find-links",
-                              str(house), "--cache-dir", str(cache_dir), "--store", str(fs / "st"), "--format",
+        out = subprocess.run([sys.executable, "-m", "dsbisect", "run", "matrix.yaml", *offline(house, cache_dir),
+                              "--store", str(fs / "st"), "--format",
                               "json"], cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ, DSB_TOY_MB="30"))
         assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
         (run,) = json.loads(out.stdout)["runs"]

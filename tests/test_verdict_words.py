@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import write_matrix
+from conftest import offline, write_matrix
 from dsbisect.model import Outcome
 from dsbisect.outcome import classify, is_hang_text
 
@@ -194,8 +194,8 @@ def test_the_words_then_silence_is_still_a_fast_hang(tmp_path):
 
 
 def _run(tmp_path: Path, house: Path, cache_dir: Path, version: str, *extra: str) -> dict:
-    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", "--offline", "--find-links", str(house),
-           "--cache-dir", str(cache_dir), "--format", "json", *extra]
+    cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", *offline(house, cache_dir),
+           "--format", "json", *extra]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     (run,) = json.loads(out.stdout)["runs"]

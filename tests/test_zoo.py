@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import offline
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not (sys.platform == "linux" and platform.machine() == "x86_64"),
@@ -54,8 +56,7 @@ def test_accelerate_tied_load_state_names_0_25_0(cli, cache_dir, tmp_path, monke
     out = tmp_path / "bisect.json"
     res = cli("bisect", "accelerate", "0.22.0", "0.28.0",
               "--matrix", "repro_scripts/zoo/matrix.yaml", "--case", "accelerate_tied_load_state",
-              "--regress-on", "fail", "--offline", "--find-links", str(WHEELS),
-              "--cache-dir", str(cache_dir), "--store", str(tmp_path / "store"),
+              "--regress-on", "fail", *offline(WHEELS, cache_dir), "--store", str(tmp_path / "store"),
               "--format", "json", "-o", str(out), "-q", cwd=ROOT)
     assert res.exit_code == 0, res.output
     report = json.loads(out.read_text())

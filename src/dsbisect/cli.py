@@ -3,15 +3,15 @@
 stdout is the report; stderr is progress and errors.  A DsbisectError becomes one red
 line and its exit code (0 done, 1 domain failure, 2 bad input, 130 interrupted).
 
-Options that several commands share are declared once, as fields of the frozen
-dataclasses below (``IndexArgs``, ``EnvArgs``...); ``@bundled`` spreads a bundle's fields
-into a command's options and hands the command one instance of it.
+Every command is a plain Typer function.  Options that several commands share are declared
+once, as ``Annotated`` aliases (``OfflineOpt``, ``TimeoutOpt``...) that the signatures name;
+a command gathers them into the frozen bundles below (``IndexArgs``, ``EnvArgs``...), which
+check them and turn them into what the layers below take.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import json
 import math
 import os
@@ -40,7 +40,7 @@ from .errors import DsbisectError, InputError, Stopped, signal_of
 from .files import read_small_text
 from .outside import safe, safe_text
 from .redact import redact, remember, secret_values
-from .marks import Mark
+from .marks import Mark, invocation
 from .model import Accelerator, BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend, RegressOn
 from .session import cache_root, index_options, open_runner
 
@@ -192,55 +192,72 @@ RepeatOpt = Annotated[int, typer.Option("--repeat", min=1, max=MAX_COUNT, help="
 CacheOpt = Annotated[Optional[Path], typer.Option("--cache-dir", "--env-root", help="Where venvs, wheels and uv's cache live (default: the user cache dir; on a cluster, shared storage).", envvar="DSBISECT_CACHE_DIR")]
 
 
-def bundled(fn):
-    """Spread the fields of each bundle-typed parameter of ``fn`` into options of its own.
+# Options that several commands share: each declared once, as an Annotated alias that the
+# commands' signatures name; a command gathers them into the frozen bundles below
+# (``IndexArgs(offline, find_links, index_url, extra_index_url)``...), which do the checking.
 
-    ``def run(index: IndexArgs = IndexArgs())`` gets ``--offline``, ``--find-links``...
-    and is called with ``index=IndexArgs(offline=..., find_links=...)``.
-    """
-    hints = typing.get_type_hints(fn, include_extras=True)
-    params, bundles = [], {}
-    for p in inspect.signature(fn).parameters.values():
-        kind = hints.get(p.name)
-        if dataclasses.is_dataclass(kind):
-            fields = typing.get_type_hints(kind, include_extras=True)
-            bundles[p.name] = (kind, [f.name for f in dataclasses.fields(kind)])
-            params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=fields[f.name],
-                                         default=f.default) for f in dataclasses.fields(kind)]
-        else:
-            params.append(p.replace(annotation=hints.get(p.name, p.annotation)))
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="No network: packages come from --find-links only.")]
+FindLinksOpt = Annotated[Optional[list[Path]], typer.Option("--find-links", metavar="DIR", help="A local wheelhouse (repeatable).")]
+IndexUrlOpt = Annotated[Optional[str], typer.Option("--index-url", metavar="URL", help="Package index (PEP 503/691 simple API).", envvar="DSBISECT_INDEX_URL")]
+ExtraIndexUrlOpt = Annotated[Optional[list[str]], typer.Option("--extra-index-url", metavar="URL", help="Extra package index (repeatable).")]
 
-    def command(**kwargs):
-        for name, (kind, names) in bundles.items():
-            kwargs[name] = kind(**{n: kwargs.pop(n) for n in names})
-        return fn(**kwargs)
+PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter (and, layered, environment) the point venvs are made from.")]
+BaseOpt = Annotated[Optional[BaseMode], typer.Option("--base", help="How point venvs see that environment (default from matrix.yaml, else auto).")]
 
-    command.__name__, command.__doc__ = fn.__name__, fn.__doc__
-    command.__signature__ = inspect.Signature(params)
-    command.__annotations__ = {p.name: p.annotation for p in params}
-    return command
+TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Wall timeout per run, seconds (overrides the matrix).")]
+CollectiveTimeoutOpt = Annotated[Optional[float], typer.Option("--collective-timeout", help="Collective timeout passed to the scripts, seconds.")]
+IdleTimeoutOpt = Annotated[Optional[float], typer.Option("--idle-timeout", help="Hang if no output (and no stack moved) for this long, seconds.")]
+NoEarlyHangOpt = Annotated[bool, typer.Option("--no-early-hang", help="Wait for the collective timeout even when the ranks' state proves a deadlock.")]
+
+HostfileOpt = Annotated[Optional[Path], typer.Option("--hostfile", help="Multi-node: the deepspeed launcher's hostfile (overrides the matrix).")]
+NumNodesOpt = Annotated[Optional[int], typer.Option("--num-nodes", min=1, max=MAX_COUNT, help="Multi-node: use the first N hosts of the hostfile.")]
+LauncherBackendOpt = Annotated[Optional[LauncherBackend], typer.Option("--launcher-backend", help="Multi-node back end of the deepspeed launcher.")]
+MasterAddrOpt = Annotated[Optional[str], typer.Option("--master-addr", help="Multi-node: address of the node of rank 0.")]
+IncludeOpt = Annotated[Optional[str], typer.Option("--include", help="The deepspeed launcher's --include, e.g. 'node1@node2:0,1'.")]
+ExcludeOpt = Annotated[Optional[str], typer.Option("--exclude", help="The deepspeed launcher's --exclude.")]
+
+JobsOpt = Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, max=MAX_COUNT, help="Points at once (default: one per free GPU slice, or per nproc CPU cores; 8 Slurm jobs with --executor slurm).")]
+ExecutorOpt = Annotated[ExecutorKind, typer.Option("--executor", help="Where runs go: here, or one Slurm job per run (sbatch).")]
+PartitionOpt = Annotated[Optional[str], typer.Option("--partition", help="Slurm partition of the jobs (--executor slurm).")]
+SlurmTimeOpt = Annotated[Optional[int], typer.Option("--slurm-time", min=1, max=10**7, help="Slurm time limit per job, minutes (default: the case timeout + 30).")]
+GpusPerJobOpt = Annotated[Optional[int], typer.Option("--gpus-per-job", min=0, max=MAX_COUNT, help="GPUs per node of each Slurm job (default: nproc for accelerator: cuda, else 0).")]
+SlurmArgOpt = Annotated[Optional[list[str]], typer.Option("--slurm-arg", help="Another sbatch argument, e.g. --slurm-arg=--account=abc (repeatable).")]
+
+FormatOpt = Annotated[Format, typer.Option("--format", help="Report format on stdout.")]
+OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")]
+
+
+class _Picked:
+    """A bundle made from a dict of a command's parsed parameters (those of a replayed mark line)."""
+
+    @classmethod
+    def pick(cls, params: dict):
+        return cls(**{f.name: params[f.name] for f in dataclasses.fields(cls)})
 
 
 @dataclass(frozen=True)
-class IndexArgs:
+class IndexArgs(_Picked):
     """Where packages come from."""
 
-    offline: Annotated[bool, typer.Option("--offline", help="No network: packages come from --find-links only.")] = False
-    find_links: Annotated[Optional[list[Path]], typer.Option("--find-links", metavar="DIR", help="A local wheelhouse (repeatable).")] = None
-    index_url: Annotated[Optional[str], typer.Option("--index-url", metavar="URL", help="Package index (PEP 503/691 simple API).", envvar="DSBISECT_INDEX_URL")] = None
-    extra_index_url: Annotated[Optional[list[str]], typer.Option("--extra-index-url", metavar="URL", help="Extra package index (repeatable).")] = None
+    offline: bool = False
+    find_links: Optional[list[Path]] = None
+    index_url: Optional[str] = None
+    extra_index_url: Optional[list[str]] = None
 
     def options(self) -> IndexOptions:
+        """The index settings, resolved (``notes``: the pip/uv settings left out, said by the
+        command once its input is checked, so that bad input stays one line)."""
         return index_options(self.offline, self.find_links, self.index_url, self.extra_index_url)
 
 
 @dataclass(frozen=True)
-class EnvArgs:
+class EnvArgs(_Picked):
     """Where point venvs live and what they are made from."""
 
-    cache_dir: CacheOpt = None
-    python: Annotated[Optional[str], typer.Option("--python", help="Interpreter (and, layered, environment) the point venvs are made from.")] = None
-    base: Annotated[Optional[BaseMode], typer.Option("--base", help="How point venvs see that environment (default from matrix.yaml, else auto).")] = None
+    cache_dir: Optional[Path] = None
+    python: Optional[str] = None
+    base: Optional[BaseMode] = None
 
     def options(self, defaults: EnvOptions) -> EnvOptions:
         """The venv options (the interpreter checked now, before anything is created)."""
@@ -253,13 +270,13 @@ class EnvArgs:
 
 
 @dataclass(frozen=True)
-class TimeoutArgs:
+class TimeoutArgs(_Picked):
     """Per-run limits that override the matrix's."""
 
-    timeout: Annotated[Optional[float], typer.Option("--timeout", help="Wall timeout per run, seconds (overrides the matrix).")] = None
-    collective_timeout: Annotated[Optional[float], typer.Option("--collective-timeout", help="Collective timeout passed to the scripts, seconds.")] = None
-    idle_timeout: Annotated[Optional[float], typer.Option("--idle-timeout", help="Hang if no output (and no stack moved) for this long, seconds.")] = None
-    no_early_hang: Annotated[bool, typer.Option("--no-early-hang", help="Wait for the collective timeout even when the ranks' state proves a deadlock.")] = False
+    timeout: Optional[float] = None
+    collective_timeout: Optional[float] = None
+    idle_timeout: Optional[float] = None
+    no_early_hang: bool = False
 
     def apply(self, case: Case) -> Case:
         for flag, value in (("--timeout", self.timeout), ("--collective-timeout", self.collective_timeout),
@@ -271,15 +288,15 @@ class TimeoutArgs:
 
 
 @dataclass(frozen=True)
-class NodeArgs:
+class NodeArgs(_Picked):
     """Multi-node options for the deepspeed launcher (override the matrix)."""
 
-    hostfile: Annotated[Optional[Path], typer.Option("--hostfile", help="Multi-node: the deepspeed launcher's hostfile (overrides the matrix).")] = None
-    num_nodes: Annotated[Optional[int], typer.Option("--num-nodes", min=1, max=MAX_COUNT, help="Multi-node: use the first N hosts of the hostfile.")] = None
-    launcher_backend: Annotated[Optional[LauncherBackend], typer.Option("--launcher-backend", help="Multi-node back end of the deepspeed launcher.")] = None
-    master_addr: Annotated[Optional[str], typer.Option("--master-addr", help="Multi-node: address of the node of rank 0.")] = None
-    include: Annotated[Optional[str], typer.Option("--include", help="The deepspeed launcher's --include, e.g. 'node1@node2:0,1'.")] = None
-    exclude: Annotated[Optional[str], typer.Option("--exclude", help="The deepspeed launcher's --exclude.")] = None
+    hostfile: Optional[Path] = None
+    num_nodes: Optional[int] = None
+    launcher_backend: Optional[LauncherBackend] = None
+    master_addr: Optional[str] = None
+    include: Optional[str] = None
+    exclude: Optional[str] = None
 
     def apply(self, case: Case) -> Case:
         return matrix_mod.with_nodes(
@@ -289,15 +306,15 @@ class NodeArgs:
 
 
 @dataclass(frozen=True)
-class ExecArgs:
+class ExecArgs(_Picked):
     """How many points at once, and where they run."""
 
-    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, max=MAX_COUNT, help="Points at once (default: one per free GPU slice, or per nproc CPU cores; 8 Slurm jobs with --executor slurm).")] = None
-    executor: Annotated[ExecutorKind, typer.Option("--executor", help="Where runs go: here, or one Slurm job per run (sbatch).")] = ExecutorKind.local
-    partition: Annotated[Optional[str], typer.Option("--partition", help="Slurm partition of the jobs (--executor slurm).")] = None
-    slurm_time: Annotated[Optional[int], typer.Option("--slurm-time", min=1, max=10**7, help="Slurm time limit per job, minutes (default: the case timeout + 30).")] = None
-    gpus_per_job: Annotated[Optional[int], typer.Option("--gpus-per-job", min=0, max=MAX_COUNT, help="GPUs per node of each Slurm job (default: nproc for accelerator: cuda, else 0).")] = None
-    slurm_arg: Annotated[Optional[list[str]], typer.Option("--slurm-arg", help="Another sbatch argument, e.g. --slurm-arg=--account=abc (repeatable).")] = None
+    jobs: Optional[int] = None
+    executor: ExecutorKind = ExecutorKind.local
+    partition: Optional[str] = None
+    slurm_time: Optional[int] = None
+    gpus_per_job: Optional[int] = None
+    slurm_arg: Optional[list[str]] = None
 
     def executor_for(self):
         """None (run here), or the Slurm executor with the command line's job settings."""
@@ -312,10 +329,10 @@ class ExecArgs:
 
 
 @dataclass(frozen=True)
-class OutputArgs:
-    fmt: Annotated[Format, typer.Option("--format", help="Report format on stdout.")] = Format.table
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")] = None
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress lines.")] = False
+class OutputArgs(_Picked):
+    fmt: Format = Format.table
+    output: Optional[Path] = None
+    quiet: bool = False
 
     def check(self, html: bool = False) -> None:
         """--output checked before anything runs (a bisection's hours are not lost to a typo)."""
@@ -324,6 +341,25 @@ class OutputArgs:
                              "--format html -o FILE when this is done")
         if self.output is not None:
             check_output(self.output)
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """The bundles of a command that runs points (`run`, `bisect`), handed on as one."""
+
+    limits: TimeoutArgs
+    index: IndexArgs
+    envs: EnvArgs
+    where: ExecArgs
+    nodes: NodeArgs
+    shown: OutputArgs
+
+
+def _say_notes(index: IndexOptions) -> None:
+    """What of the user's pip/uv settings dsbisect leaves out, once the input is checked (the
+    commands that open a runner say it through their progress lines)."""
+    for note in index.notes:
+        say(f"note: {note}")
 
 
 def check_output(path: Path, flag: str = "--output") -> None:
@@ -394,7 +430,6 @@ def emit(text: str, output: Path | None) -> None:
 
 
 @app.command()
-@bundled
 def run(
     args: Annotated[Optional[list[str]], typer.Argument(metavar="[MATRIX | -- COMMAND...]", help="The matrix file (default matrix.yaml), or, with --versions/--pin, after --, your own command line.")] = None,
     case: CasesOpt = None,
@@ -405,15 +440,41 @@ def run(
     rerun: Annotated[bool, typer.Option("--rerun", help="Run points again even if the store has them.")] = False,
     repeat: RepeatOpt = 1,
     store: StoreOpt = Path(".dsbisect"),
-    limits: TimeoutArgs = TimeoutArgs(),
-    index: IndexArgs = IndexArgs(),
-    envs: EnvArgs = EnvArgs(),
-    where: ExecArgs = ExecArgs(),
-    nodes: NodeArgs = NodeArgs(),
-    shown: OutputArgs = OutputArgs(),
+    timeout: TimeoutOpt = None,
+    collective_timeout: CollectiveTimeoutOpt = None,
+    idle_timeout: IdleTimeoutOpt = None,
+    no_early_hang: NoEarlyHangOpt = False,
+    offline: OfflineOpt = False,
+    find_links: FindLinksOpt = None,
+    index_url: IndexUrlOpt = None,
+    extra_index_url: ExtraIndexUrlOpt = None,
+    cache_dir: CacheOpt = None,
+    python: PythonOpt = None,
+    base: BaseOpt = None,
+    jobs: JobsOpt = None,
+    executor: ExecutorOpt = ExecutorKind.local,
+    partition: PartitionOpt = None,
+    slurm_time: SlurmTimeOpt = None,
+    gpus_per_job: GpusPerJobOpt = None,
+    slurm_arg: SlurmArgOpt = None,
+    hostfile: HostfileOpt = None,
+    num_nodes: NumNodesOpt = None,
+    launcher_backend: LauncherBackendOpt = None,
+    master_addr: MasterAddrOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    fmt: FormatOpt = Format.table,
+    output: OutputOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Run every case of MATRIX at every version point, or your own command at --versions/--pin,
     and print the pass/fail/hang/skip grid."""
+    limits = TimeoutArgs(timeout, collective_timeout, idle_timeout, no_early_hang)
+    index = IndexArgs(offline, find_links, index_url, extra_index_url)
+    envs = EnvArgs(cache_dir, python, base)
+    where = ExecArgs(jobs, executor, partition, slurm_time, gpus_per_job, slurm_arg)
+    nodes = NodeArgs(hostfile, num_nodes, launcher_backend, master_addr, include, exclude)
+    shown = OutputArgs(fmt, output, quiet)
     from .versions import check_points
 
     with user_errors():
@@ -477,15 +538,17 @@ def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case], html_
 
 
 @app.command()
-@bundled
 def report(
     store: StoreOpt = Path(".dsbisect"),
     case: CasesOpt = None,
     bisection: Annotated[Optional[str], typer.Option("--bisection", metavar="KEY", help="Only this bisection (its key, or the start of it) and its runs.")] = None,
     html_file: Annotated[Optional[Path], typer.Option("--html", metavar="FILE", help="Also write the HTML report (ladders, rank views) to FILE; the Markdown links it.")] = None,
-    shown: OutputArgs = OutputArgs(),
+    fmt: FormatOpt = Format.table,
+    output: OutputOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Print the grid of every recorded run again, from the store."""
+    shown = OutputArgs(fmt, output, quiet)
     with user_errors():
         shown.check(html=True)
         if html_file is not None:
@@ -649,8 +712,8 @@ class KeepsWords(TyperCommand):
 
 
 @app.command(cls=KeepsWords)
-@bundled
 def bisect(
+    ctx: typer.Context,
     package: Annotated[Optional[str], typer.Argument(metavar="PACKAGE", help="The package whose releases move (deepspeed, transformers, accelerate, ...); not with --good-env.")] = None,
     good: Annotated[Optional[str], typer.Argument(metavar="GOOD", help="A release that works (with --find-fix: the old broken one), or 'auto': found by walking back from BAD.")] = None,
     bad: Annotated[Optional[str], typer.Argument(metavar="BAD", help="A later release that is broken (with --find-fix: the fixed one), or 'latest'.")] = None,
@@ -678,12 +741,32 @@ def bisect(
     bad_env: Annotated[Optional[Path], typer.Option("--bad-env", metavar="ENV", help="The environment that is broken: which change(s) do it (level 1), which release of each (level 2), which commit (level 3, --git-repo).")] = None,
     hold: Annotated[Optional[list[str]], typer.Option("--hold", metavar="NAME", help="With --good-env: keep this package at the base's version instead of bisecting its change, e.g. torch (repeatable).")] = None,
     store: StoreOpt = Path(".dsbisect"),
-    limits: TimeoutArgs = TimeoutArgs(),
-    index: IndexArgs = IndexArgs(),
-    envs: EnvArgs = EnvArgs(),
-    where: ExecArgs = ExecArgs(),
-    nodes: NodeArgs = NodeArgs(),
-    shown: OutputArgs = OutputArgs(),
+    timeout: TimeoutOpt = None,
+    collective_timeout: CollectiveTimeoutOpt = None,
+    idle_timeout: IdleTimeoutOpt = None,
+    no_early_hang: NoEarlyHangOpt = False,
+    offline: OfflineOpt = False,
+    find_links: FindLinksOpt = None,
+    index_url: IndexUrlOpt = None,
+    extra_index_url: ExtraIndexUrlOpt = None,
+    cache_dir: CacheOpt = None,
+    python: PythonOpt = None,
+    base: BaseOpt = None,
+    jobs: JobsOpt = None,
+    executor: ExecutorOpt = ExecutorKind.local,
+    partition: PartitionOpt = None,
+    slurm_time: SlurmTimeOpt = None,
+    gpus_per_job: GpusPerJobOpt = None,
+    slurm_arg: SlurmArgOpt = None,
+    hostfile: HostfileOpt = None,
+    num_nodes: NumNodesOpt = None,
+    launcher_backend: LauncherBackendOpt = None,
+    master_addr: MasterAddrOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
+    fmt: FormatOpt = Format.table,
+    output: OutputOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Find the first release of PACKAGE between GOOD and BAD that breaks the case (then the commit);
     or, with --good-env and --bad-env, which change between two environments breaks it, then its release and commit.
@@ -695,49 +778,62 @@ def bisect(
       dsbisect bisect transformers 4.36.2 4.39.2 --pin deepspeed==0.9.5 -- ./repro.sh
       dsbisect bisect --good-env good.txt --bad-env bad.txt -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
     """
-    from .bisection import Bisection, plan
     from .results import Request
 
+    shared = RunArgs(TimeoutArgs(timeout, collective_timeout, idle_timeout, no_early_hang),
+                     IndexArgs(offline, find_links, index_url, extra_index_url), EnvArgs(cache_dir, python, base),
+                     ExecArgs(jobs, executor, partition, slurm_time, gpus_per_job, slurm_arg),
+                     NodeArgs(hostfile, num_nodes, launcher_backend, master_addr, include, exclude),
+                     OutputArgs(fmt, output, quiet))
+    case_opts = dict(case=case, script=script, matrix=matrix, nproc=nproc, accelerator=accelerator)
     with user_errors():
         _check_confidence(confidence, repeat, confirm, good, good_env is not None or bad_env is not None or bool(hold))
     if good_env is not None or bad_env is not None or hold:
-        return _bisect_envs(good_env, bad_env, hold or [], [w for w in (package, good, bad) if w is not None] + (command or []),
-                            dict(case=case, script=script, matrix=matrix, nproc=nproc, accelerator=accelerator),
+        return _bisect_envs(ctx, good_env, bad_env, hold or [],
+                            [w for w in (package, good, bad) if w is not None] + (command or []), case_opts,
                             dict(regress_on=regress_on, find_fix=find_fix, repeat=repeat, confirm=confirm,
                                  signature=signature, git_repo=git_repo, verify_commit_ends=verify_commit_ends,
                                  any_failure=any_failure, prove=prove),
-                            bool(pin or pre or include_yanked), manual, store, limits, index, envs, where, nodes, shown)
+                            bool(pin or pre or include_yanked), manual, store, shared)
     with user_errors():
-        shown.check()
+        shared.shown.check()
         if package is None or good is None or bad is None:
             raise InputError("give PACKAGE GOOD BAD (or --good-env and --bad-env)")
-        the_case, env_defaults = _bisect_case(case, script, matrix, nproc, accelerator, command)
-        the_case = nodes.apply(limits.apply(the_case))
-        executor = where.executor_for()
+        the_case, env_defaults = _bisect_case(command=command, **case_opts)
+        the_case = shared.nodes.apply(shared.limits.apply(the_case))
+        run_where = shared.where.executor_for()
         if signature is not None and not signature.strip():
             raise InputError("--signature needs some text")
         req = Request(package=package, good=good, bad=bad, case=the_case,
                       pins=matrix_mod.check_pins(pin or [], package), regress_on=regress_on, find_fix=find_fix,
                       repeat=repeat, signature=signature, pre=pre, git_repo=git_repo,
                       verify_commit_ends=verify_commit_ends, confirm=confirm, include_yanked=include_yanked,
-                      prove=prove, argv=tuple(_invocation()), any_failure=any_failure, confidence=confidence)
-        idx = index.options()
-        env_options = envs.options(env_defaults)
-        planned = plan(req, idx)  # everything checked before the store or the cache is touched
-        if bad == "latest":
-            req = dataclasses.replace(req, bad=planned.versions[-1])
-            say(f"latest release of {package}: {req.bad}")
-        ui = ProgressUI(shown.quiet)
-        runner = open_runner(store, envs.cache_dir, env_options, idx, ui, jobs=where.jobs,
-                             executor=_manual_executor(where, ui) if manual else executor)
-        req = dataclasses.replace(req, width=len(runner.slots(the_case)))
-        with ui.running():
-            result = Bisection(runner, idx, req).run(planned)
-        command = _reproduce_command(package, good, bad)
-        _show_result(shown, result, command)
-        if result.exit_code:
-            say_error(result.message, label=f"{result.verdict.value}:")
-            raise typer.Exit(result.exit_code)
+                      prove=prove, argv=tuple(invocation(ctx)), any_failure=any_failure, confidence=confidence)
+        _bisect_releases(req, env_defaults, run_where, manual, store, shared, _reproduce_command(package, good, bad))
+
+
+def _bisect_releases(req, env_defaults: EnvOptions, executor, manual: bool, store: Path, shared: RunArgs,
+                     command: str) -> None:
+    """`bisect PACKAGE GOOD BAD`: the release (then commit) bisection of ``req``, checked before
+    the store or the cache is touched, and its report (``command``: the line that reproduces it)."""
+    from .bisection import Bisection, plan
+
+    idx = shared.index.options()
+    env_options = shared.envs.options(env_defaults)
+    planned = plan(req, idx)  # everything checked before the store or the cache is touched
+    if req.bad == "latest":
+        req = dataclasses.replace(req, bad=planned.versions[-1])
+        say(f"latest release of {req.package}: {req.bad}")
+    ui = ProgressUI(shared.shown.quiet)
+    runner = open_runner(store, shared.envs.cache_dir, env_options, idx, ui, jobs=shared.where.jobs,
+                         executor=_manual_executor(shared.where, ui) if manual else executor)
+    req = dataclasses.replace(req, width=len(runner.slots(req.case)))
+    with ui.running():
+        result = Bisection(runner, idx, req).run(planned)
+    _show_result(shared.shown, result, command)
+    if result.exit_code:
+        say_error(result.message, label=f"{result.verdict.value}:")
+        raise typer.Exit(result.exit_code)
 
 
 def _check_confidence(p: float | None, repeat: int, confirm: int, good: str | None, envs: bool) -> None:
@@ -757,9 +853,8 @@ def _check_confidence(p: float | None, repeat: int, confirm: int, good: str | No
                          "regression would fool")
 
 
-def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], words: list[str], case_opts: dict,
-                 search: dict, release_only: bool, manual: bool, store: Path, limits: TimeoutArgs, index: IndexArgs,
-                 envs: EnvArgs, where: ExecArgs, nodes: NodeArgs, shown: OutputArgs) -> None:
+def _bisect_envs(ctx: typer.Context, good_env: Path | None, bad_env: Path | None, hold: list[str], words: list[str],
+                 case_opts: dict, search: dict, release_only: bool, manual: bool, store: Path, shared: RunArgs) -> None:
     """`bisect --good-env A --bad-env B`: the environment bisection (envbisect), checked first."""
     from .envbisect import EnvBisection, EnvRequest, plan_envs
     from .envfile import read_environment
@@ -767,7 +862,9 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
     with user_errors():
         if good_env is None or bad_env is None:
             raise InputError("give both --good-env and --bad-env" if good_env or bad_env else "--hold needs --good-env and --bad-env")
-        given = _click_context().meta.get("dsbisect.words", [])
+        limits, index, envs, where, nodes, shown = (shared.limits, shared.index, shared.envs, shared.where,
+                                                    shared.nodes, shared.shown)
+        given = ctx.meta.get("dsbisect.words", [])
         after = given[given.index("--") + 1:] if "--" in given else []
         if len(words) > len(after):
             raise InputError("give either PACKAGE GOOD BAD or --good-env and --bad-env, not both")
@@ -780,7 +877,7 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
         executor = where.executor_for()
         if search["signature"] is not None and not search["signature"].strip():
             raise InputError("--signature needs some text")
-        inv = _invocation()  # Click's PACKAGE GOOD BAD (the command's first words) first, then the options
+        inv = invocation(ctx)  # Click's PACKAGE GOOD BAD (the command's first words) first, then the options
         argv = (inv[:inv.index("--")] if "--" in inv else inv)[min(3, len(words)):] + (["--", *words] if words else [])
         req = EnvRequest(read_environment(good_env), read_environment(bad_env), the_case,
                          hold=tuple(dict.fromkeys(hold)), argv=tuple(argv), **search)
@@ -801,14 +898,6 @@ def _bisect_envs(good_env: Path | None, bad_env: Path | None, hold: list[str], w
             verdict, message = result.failure
             say_error(message, label=f"{verdict.value}:")
             raise typer.Exit(result.exit_code)
-
-
-def _click_context():
-    try:
-        from typer._click.globals import get_current_context
-    except ImportError:  # a typer that does not vendor click
-        from click import get_current_context
-    return get_current_context()
 
 
 def _show_result(shown: OutputArgs, result: Result | EnvResult, command: str) -> None:
@@ -866,15 +955,18 @@ def _bisect_case(case: str | None, script: Path | None, matrix: Path, nproc: int
 
 
 @app.command()
-@bundled
 def versions(
     package: Annotated[str, typer.Argument(help="A package name.")],
     good: Annotated[Optional[str], typer.Argument(help="From this release...")] = None,
     bad: Annotated[Optional[str], typer.Argument(help="...to this one, inclusive.")] = None,
     pre: Annotated[bool, typer.Option("--pre", help="Include pre-releases.")] = False,
-    index: IndexArgs = IndexArgs(),
+    offline: OfflineOpt = False,
+    find_links: FindLinksOpt = None,
+    index_url: IndexUrlOpt = None,
+    extra_index_url: ExtraIndexUrlOpt = None,
 ) -> None:
     """List the releases a bisection of PACKAGE would test, oldest first."""
+    index = IndexArgs(offline, find_links, index_url, extra_index_url)
     from .versions import candidates, listed
 
     with user_errors():
@@ -882,6 +974,7 @@ def versions(
         if (good is None) != (bad is None):
             raise InputError("give both GOOD and BAD, or neither")
         rels = listed(package, idx, pre) if good is None else candidates(package, good, bad, idx, pre)
+        _say_notes(idx)
         for v in rels:
             out.print(safe_text(str(v)))
 
@@ -889,11 +982,8 @@ def versions(
 # ------------------------------------------------------- mark, log, replay
 # (commands that record results obtained elsewhere and replay a bisection's decisions)
 
-_MARK_PLANS: list | None = None  # set by `replay` while it reads its lines through `mark`'s own parser
-
 
 @app.command()
-@bundled
 def mark(
     verdict: Annotated[Mark, typer.Argument(metavar="good|bad|skip", help="What the point did, as a bisection would take it (bad: the regression shows).")],
     args: Annotated[list[str] | None, typer.Argument(metavar="POINT... [-- COMMAND...]", help="The point, as PACKAGE==VERSION words (several versions of one package: one mark each); then, after --, the command line of a case given as one (as bisect takes it).")] = None,
@@ -907,8 +997,16 @@ def mark(
     git_repo: Annotated[Path | None, typer.Option("--git-repo", metavar="CLONE", help="Resolve a short --commit in this clone.")] = None,
     note: Annotated[str | None, typer.Option("--note", metavar="TEXT", help="What you saw, e.g. 'hang at step 812 on 64 GPUs'.")] = None,
     store: StoreOpt = Path(".dsbisect"),
-    limits: TimeoutArgs = TimeoutArgs(),
-    nodes: NodeArgs = NodeArgs(),
+    timeout: TimeoutOpt = None,
+    collective_timeout: CollectiveTimeoutOpt = None,
+    idle_timeout: IdleTimeoutOpt = None,
+    no_early_hang: NoEarlyHangOpt = False,
+    hostfile: HostfileOpt = None,
+    num_nodes: NumNodesOpt = None,
+    launcher_backend: LauncherBackendOpt = None,
+    master_addr: MasterAddrOpt = None,
+    include: IncludeOpt = None,
+    exclude: ExcludeOpt = None,
 ) -> None:
     """Record a result obtained elsewhere (your 64-GPU job) as a run of the case at POINT; a
     bisection of that case uses it like any run, and every report shows it as marked by hand.
@@ -919,17 +1017,13 @@ def mark(
       dsbisect mark good deepspeed==0.12.2 deepspeed==0.12.3 --pin transformers==4.39.2 -- deepspeed --num_gpus 8 train.py
       dsbisect mark bad deepspeed==0.12.4 --commit 2afa1c7f --git-repo ~/src/DeepSpeed --case checkpoint_after_training
     """
-    def planned():
-        return _mark_plan(verdict, args, case, script, matrix, pin, nproc, accelerator, commit, git_repo, note,
-                          limits, nodes)
-
-    if _MARK_PLANS is not None:  # a line of `dsbisect replay`: its errors are the replay's, with the line
-        _MARK_PLANS.append(planned())
-        return
     from .marks import record
 
+    limits = TimeoutArgs(timeout, collective_timeout, idle_timeout, no_early_hang)
+    nodes = NodeArgs(hostfile, num_nodes, launcher_backend, master_addr, include, exclude)
     with user_errors():
-        plan = planned()
+        plan = _mark_plan(verdict, args, case, script, matrix, pin, nproc, accelerator, commit, git_repo, note,
+                          limits, nodes)
         the_store = _marks_store(store)
         for point in plan.points:
             r = record(the_store, plan.case, point, plan.mark, plan.note)
@@ -987,7 +1081,6 @@ def replay(
 ) -> None:
     """Record every mark of a log into the store (marks it already holds are not doubled): the
     bisection of the log's header then gives the same answer without running anything."""
-    global _MARK_PLANS
     from .marks import already, parse_log, record
 
     with user_errors():
@@ -995,21 +1088,7 @@ def replay(
             text = read_small_text(file)
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"{file}: cannot be read ({getattr(e, 'strerror', None) or e})") from None
-        lines = parse_log(text, str(file))
-        mark_command = typer.main.get_command(app).commands["mark"]
-        plans = []
-        for line in lines:  # every line checked before anything is recorded
-            _MARK_PLANS = []
-            try:
-                with mark_command.make_context("mark", list(line.args)) as ctx:
-                    mark_command.invoke(ctx)
-                plans.append((line, _MARK_PLANS[0]))
-            except _CLICK_ERROR as e:
-                raise InputError(f"{file}:{line.number}: {' '.join(e.format_message().split())}") from None
-            except DsbisectError as e:
-                raise InputError(f"{file}:{line.number}: {e}") from None
-            finally:
-                _MARK_PLANS = None
+        plans = [(line, _replayed_plan(line, file)) for line in parse_log(text, str(file))]  # all checked first
         the_store = _marks_store(store)
         there = already(the_store, [(line.number, p) for line, p in plans])
         made = 0
@@ -1022,16 +1101,20 @@ def replay(
         say(f"{made} mark(s) recorded in {the_store.dir}" + (f"; {len(there)} already there" if there else ""))
 
 
-def _invocation() -> list[str]:
-    """The running command's line, canonical (for `dsbisect log`); [] outside a command."""
-    from .marks import invocation
-
+def _replayed_plan(line, file: Path):
+    """A log's mark line, read by `mark`'s own option parser and planned by the same code as
+    `mark` (nothing recorded); its errors name the file and line."""
+    command = typer.main.get_command(app).commands["mark"]
     try:
-        from typer._click.globals import get_current_context
-    except ImportError:  # a typer that does not vendor click
-        from click import get_current_context
-    ctx = get_current_context(silent=True)
-    return invocation(ctx) if ctx is not None else []
+        with command.make_context("mark", list(line.args)) as ctx:
+            p = ctx.params
+        return _mark_plan(p["verdict"], p["args"], p["case"], p["script"], p["matrix"], p["pin"], p["nproc"],
+                          p["accelerator"], p["commit"], p["git_repo"], p["note"], TimeoutArgs.pick(p),
+                          NodeArgs.pick(p))
+    except _CLICK_ERROR as e:
+        raise InputError(f"{file}:{line.number}: {' '.join(e.format_message().split())}") from None
+    except DsbisectError as e:
+        raise InputError(f"{file}:{line.number}: {e}") from None
 
 
 def _manual_executor(where: ExecArgs, ui: ProgressUI):
@@ -1068,15 +1151,17 @@ def run_one(
 
 
 @app.command("diff")
-@bundled
 def diff_envs(
     good: Annotated[Path, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder, a python, or - (stdin).")],
     bad: Annotated[Path, typer.Argument(metavar="BAD", help="The environment that breaks (any of the same).")],
     python: Annotated[Optional[str], typer.Option("--python", help="The interpreter trials are made from: what its environment provides is noted (default: dsbisect's own).")] = None,
-    shown: OutputArgs = OutputArgs(),
+    fmt: FormatOpt = Format.table,
+    output: OutputOpt = None,
+    quiet: QuietOpt = False,
 ) -> None:
     """Print what changed between two environments (changed, added, removed), running nothing.
     Exit 1 when they do not differ."""
+    shown = OutputArgs(fmt, output, quiet)
     from . import envreport
 
     with user_errors():
@@ -1112,7 +1197,6 @@ def snapshot_base(
 
 
 @app.command()
-@bundled
 def prefetch(
     matrix: Annotated[Optional[Path], typer.Argument(help="The matrix file (default matrix.yaml; with --no-cases, read only when there).")] = None,
     dest: Annotated[Path, typer.Option("--dest", help="The wheelhouse folder to fill.")] = Path("wheelhouse"),
@@ -1131,12 +1215,17 @@ def prefetch(
     bad_env: Annotated[Optional[Path], typer.Option("--bad-env", metavar="ENV", help="The broken environment (with --good-env).")] = None,
     hold: Annotated[Optional[list[str]], typer.Option("--hold", metavar="NAME", help="As bisect's: keep this package at the target base's version, not fetched (repeatable).")] = None,
     cache_dir: CacheOpt = None,
-    index: IndexArgs = IndexArgs(),
+    offline: OfflineOpt = False,
+    find_links: FindLinksOpt = None,
+    index_url: IndexUrlOpt = None,
+    extra_index_url: ExtraIndexUrlOpt = None,
 ) -> None:
     """Download (and build) everything the matrix's points (or two environments) need into a wheelhouse for --offline use."""
     from . import gitrepo
     from .envs import EnvManager
     from .prefetch import Prefetcher, Target, env_fetch, env_holding, load_snapshot, points_to_fetch
+
+    index = IndexArgs(offline, find_links, index_url, extra_index_url)
 
     with user_errors():
         if not cases_too and case:
@@ -1161,19 +1250,10 @@ def prefetch(
         env_options = m.env if m is not None else EnvOptions()
         fetch = env_fetch(*envs, env_holding(*envs, tuple(dict.fromkeys(hold or ())), target, env_options.python),
                           idx, with_candidates) if envs else None
+        _say_notes(idx)
         pf = Prefetcher(EnvManager(cache_root(cache_dir), env_options, idx, log=indented), dest, target, log=indented)
         try:
-            for p in points:
-                say(f"{p.label}")
-                pf.point(p)
-            if fetch is not None:
-                say(f"{envs[0].source} -> {envs[1].source}")
-                for label in pf.environments(fetch):
-                    say(f"  {label}: uv cannot install it in either environment's pins: not fetched")
-            if tool:
-                pf.tool()
-            if extras:
-                pf.requirements(extras)
+            _prefetch_fill(pf, points, envs, fetch, tool, extras)
             if repo:
                 old, new = commits.split("..", 1)
                 pf.commits(repo, package, old, new)
@@ -1182,6 +1262,22 @@ def prefetch(
         say(f"{len(pf.added)} file(s) added; {pf.dest} holds {pf.size() / 1e6:.1f} MB")
         for name in pf.added:
             out.print(safe_text(name))
+
+
+def _prefetch_fill(pf, points, envs, fetch, tool: bool, extras) -> None:
+    """Fetch into ``pf``'s wheelhouse what the points, the two environments, dsbisect itself
+    (``tool``) and the ``--extra`` requirements need."""
+    for p in points:
+        say(f"{p.label}")
+        pf.point(p)
+    if fetch is not None:
+        say(f"{envs[0].source} -> {envs[1].source}")
+        for label in pf.environments(fetch):
+            say(f"  {label}: uv cannot install it in either environment's pins: not fetched")
+    if tool:
+        pf.tool()
+    if extras:
+        pf.requirements(extras)
 
 
 def _prefetch_envs(good_env: Path | None, bad_env: Path | None, hold: list[str]):

@@ -26,6 +26,11 @@ class RangeError(InputError):
     """The version range of a bisection is malformed (good >= bad, not on the index...)."""
 
 
+class ExternalFailure(DsbisectError):
+    """Something outside dsbisect that it relies on failed: a package index it cannot reach, git
+    in a clone, sbatch.  The input was fine, so this is exit 1, not 2; the message says what failed."""
+
+
 class EnvBuildError(DsbisectError):
     """A point's virtual environment could not be built. Runs record it as SKIP."""
 

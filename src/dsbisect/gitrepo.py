@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import proc
-from .errors import InputError
+from .errors import DsbisectError, ExternalFailure, InputError
 
 
 @dataclass(frozen=True)
@@ -26,10 +26,10 @@ class Commit:
 def _git(repo: Path, *args: str) -> str:
     """What git printed, read as data: whole, or refused (it is never used cut)."""
     done = git(repo, *args, keep=proc.DATA)
-    if not done.ok:
-        raise InputError(f"git {' '.join(args[:2])} in {repo} failed: {done.last_line()}")
+    if not done.ok:  # the clone checked, the refs resolved: git itself failed (exit 1, not bad input)
+        raise ExternalFailure(f"git {' '.join(args[:2])} in {repo} failed: {done.last_line()}")
     if done.cut:
-        raise InputError(f"git {' '.join(args[:2])} in {repo} printed over {proc.DATA.head >> 20} MB; "
+        raise DsbisectError(f"git {' '.join(args[:2])} in {repo} printed over {proc.DATA.head >> 20} MB; "
                          "bisect a shorter range")
     return done.stdout
 
@@ -57,7 +57,13 @@ def tag_for(repo: Path, package: str, version: str) -> str:
 
 
 def resolve(repo: Path, ref: str) -> str:
-    return _git(repo, "rev-parse", "--verify", f"{ref}^{{commit}}").strip()
+    """The hash of ``ref``; an InputError when the clone has no such commit (a ref one gave)."""
+    done = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", keep=proc.DATA)
+    if done.returncode == 1 and not done.stdout.strip():  # --verify --quiet: 1 is "no such commit"
+        raise InputError(f"{repo} has no commit {ref!r}")
+    if not done.ok:
+        raise ExternalFailure(f"git rev-parse in {repo} failed: {done.last_line()}")
+    return done.stdout.strip()
 
 
 def is_ancestor(repo: Path, old: str, new: str) -> bool:
@@ -67,7 +73,7 @@ def is_ancestor(repo: Path, old: str, new: str) -> bool:
 def merge_base(repo: Path, a: str, b: str) -> str:
     out = _git(repo, "merge-base", resolve(repo, a), resolve(repo, b)).strip()
     if not out:
-        raise InputError(f"{a} and {b} have no common history in {repo}")
+        raise DsbisectError(f"{a} and {b} have no common history in {repo}")
     return out
 
 

@@ -44,7 +44,7 @@ from typing import Any
 
 from .errors import InputError
 from .files import read_small_text
-from .model import IndexOptions
+from .model import IndexOptions, IndexStrategy
 from .redact import redact
 
 try:
@@ -56,7 +56,7 @@ except ModuleNotFoundError:  # Python 3.10
         _toml = None  # type: ignore[assignment]
 
 PYPI = "https://pypi.org/simple/"
-STRATEGIES = ("first-index", "unsafe-first-match", "unsafe-best-match")
+STRATEGIES = tuple(s.value for s in IndexStrategy)
 
 # Environment variables that decide uv's indexes; ``uv_child_env`` removes them (the resolved
 # options say it all), and UV_CONFIG_FILE since it outranks --no-config in uv.
@@ -90,16 +90,19 @@ class Resolved:
     ``index.index_url`` None means PyPI.  ``sources`` pairs each setting (``index_url``,
     ``extra_index_urls``, ``find_links``, ``offline``, ``index_strategy``) with where it came
     from: ``--index-url``, ``UV_INDEX_URL``, a uv file's path, ``PIP_INDEX_URL``,
-    ``pip.conf ~/.config/pip/pip.conf``, or ``default``.  ``index_strategy`` is uv's
+    ``pip.conf ~/.config/pip/pip.conf``, or ``default``.  ``index.strategy`` is uv's
     (None: uv's default, ``first-index``), which ``IndexOptions`` does not carry.  ``notes``
     (credentials hidden) say what was left out and why; ``files`` are the configuration files read.
     """
 
     index: IndexOptions
     sources: tuple[tuple[str, str], ...]
-    index_strategy: str | None = None
     notes: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+
+    @property
+    def index_strategy(self) -> IndexStrategy | None:
+        return self.index.strategy
 
     def source(self, setting: str) -> str:
         return dict(self.sources).get(setting, "default")
@@ -116,17 +119,9 @@ class Resolved:
                 parts.append(f"extra {' '.join(ix.extra_index_urls)} ({self.source('extra_index_urls')})")
         if ix.find_links:
             parts.append(f"find-links {' '.join(ix.find_links)} ({self.source('find_links')})")
-        if self.index_strategy and self.index_strategy != "first-index":
-            parts.append(f"index-strategy {self.index_strategy} ({self.source('index_strategy')})")
+        if self.index_strategy and self.index_strategy is not IndexStrategy.FIRST_INDEX:
+            parts.append(f"index-strategy {self.index_strategy.value} ({self.source('index_strategy')})")
         return redact("; ".join(parts))
-
-    def to_json(self) -> dict:
-        """For reports (credentials hidden); the runs use ``index`` itself."""
-        ix = self.index
-        return {"index_url": redact(ix.index_url or PYPI), "extra_index_urls": [redact(u) for u in ix.extra_index_urls],
-                "find_links": [redact(d) for d in ix.find_links], "offline": ix.offline,
-                "index_strategy": self.index_strategy, "sources": {k: redact(v) for k, v in self.sources},
-                "notes": list(self.notes), "files": list(self.files)}
 
 
 def uv_child_env(env: Mapping[str, str], resolved: Resolved | None = None) -> dict[str, str]:
@@ -135,7 +130,7 @@ def uv_child_env(env: Mapping[str, str], resolved: Resolved | None = None) -> di
     out = {k: v for k, v in env.items() if k not in UV_INDEX_ENV}
     out["UV_NO_CONFIG"] = "1"
     if resolved is not None and resolved.index_strategy:
-        out["UV_INDEX_STRATEGY"] = resolved.index_strategy
+        out["UV_INDEX_STRATEGY"] = resolved.index_strategy.value
     return out
 
 
@@ -173,6 +168,11 @@ class _Layer:
     def says_anything(self) -> bool:
         return bool([e for e in self.entries if not e.explicit] or self.find_links or self.no_index)
 
+    def origins(self) -> set[str]:
+        """Where this tool's settings were read (``PIP_INDEX_URL``, ``pip.conf ~/...``)."""
+        return {e.origin for e in self.entries} | {o for _, o in self.find_links} | (
+            {self.no_index[1]} if self.no_index else set())
+
 
 def resolve(cli: IndexOptions, env: Mapping[str, str], cwd: Path, home: Path, *,
             etc: Path = Path("/etc")) -> Resolved:
@@ -187,44 +187,25 @@ def resolve(cli: IndexOptions, env: Mapping[str, str], cwd: Path, home: Path, *,
     files: list[str] = []
     uv, uv_offline, strategy = _uv_layer(env, cwd, home, etc, notes, files)
     pip = _pip_layer(env, cwd, home, etc, notes, files)
-
     if uv.says_anything():
         base = uv
         _note_pip_ignored(pip, uv, notes)
     else:
         base = pip
-    cli_entries = ([_Entry(cli.index_url, "--index-url", default=True)] if cli.index_url else []) + [
-        _Entry(u, "--extra-index-url") for u in cli.extra_index_urls]
-    entries = _first_per_name(cli_entries + base.entries)
-
-    default = next((e for e in entries if e.default and not e.flat), None)
-    for e in entries:
-        if e.default and not e.flat and default is not None and not _same(e.url, default.url):
-            notes.append(f"{e.origin}: default index {e.url} not used: {default.origin} comes first")
-        if e.default and e.flat:
-            notes.append(f"{e.origin}: the flat index {e.url} marked default is used as --find-links; "
-                         "the default index stays " + (default.url if default else "PyPI"))
-    index_url = default.url if default else None
-    extras = _unique([e for e in entries if not e.default and not e.explicit and not e.flat],
-                     skip=index_url or PYPI)
-    flat = [e for e in entries if e.flat and (e.default or not e.explicit)]
-    links = _unique_pairs([(_link(v), o) for v, o in [(d, "--find-links") for d in cli.find_links]
-                           + base.find_links + [(e.url, e.origin) for e in flat]])
-
+    default, extras, flat, links = _chosen(cli, base, notes)
     offline: tuple[bool, str] | None = (True, "--offline") if cli.offline else None
     if offline is None and uv_offline and uv_offline[0]:
         offline = uv_offline
     if offline is None and base.no_index and base.no_index[0]:
         offline = base.no_index
-
-    for e in [*([default] if default else []), *extras, *flat]:
-        if e.name and any(f"UV_INDEX_{_env_name(e.name)}_{k}" in env for k in ("USERNAME", "PASSWORD")):
-            notes.append(f"index {e.name!r} ({e.url}) takes credentials from UV_INDEX_{_env_name(e.name)}_*, "
-                         "which uv gives only to a named index of its own configuration; "
-                         "dsbisect passes the URL, so put them in ~/.netrc or the keyring")
-
-    index = IndexOptions(offline=bool(offline), find_links=tuple(v for v, _ in links), index_url=index_url,
-                         extra_index_urls=tuple(e.url for e in extras))
+    _note_credentials(env, [*([default] if default else []), *extras, *flat], notes)
+    used = [*([default.origin] if default else []), *(e.origin for e in extras), *(o for _, o in links),
+            *([offline[1]] if offline else [])]
+    if strategy is None and base is pip and set(used) & pip.origins() and (default or extras):
+        strategy = (IndexStrategy.UNSAFE_BEST_MATCH, PIP_STRATEGY)  # pip's own way with several indexes: the best version of any
+    index = IndexOptions(offline=bool(offline), find_links=tuple(v for v, _ in links),
+                         index_url=default.url if default else None, extra_index_urls=tuple(e.url for e in extras),
+                         strategy=IndexStrategy(strategy[0]) if strategy else None)
     sources = (
         ("index_url", default.origin if default else "default"),
         ("extra_index_urls", _origins(e.origin for e in extras)),
@@ -232,8 +213,42 @@ def resolve(cli: IndexOptions, env: Mapping[str, str], cwd: Path, home: Path, *,
         ("offline", offline[1] if offline else "default"),
         ("index_strategy", strategy[1] if strategy else "default"),
     )
-    return Resolved(index=index, sources=sources, index_strategy=strategy[0] if strategy else None,
-                    notes=tuple(redact(n) for n in dict.fromkeys(notes)), files=tuple(dict.fromkeys(files)))
+    return Resolved(index=index, sources=sources, notes=tuple(redact(n) for n in dict.fromkeys(notes)),
+                    files=tuple(dict.fromkeys(files)))
+
+
+# Where the index strategy comes from when dsbisect decides it: pip's settings name several
+# indexes, and pip takes the best version of any of them (uv's unsafe-best-match).
+PIP_STRATEGY = "pip's settings, as pip would use them"
+
+
+def _chosen(cli: IndexOptions, base: _Layer, notes: list[str]):
+    """The default index, the extra indexes and the find-links of the command line over ``base``
+    (the tool whose settings count), as uv combines them."""
+    cli_entries = ([_Entry(cli.index_url, "--index-url", default=True)] if cli.index_url else []) + [
+        _Entry(u, "--extra-index-url") for u in cli.extra_index_urls]
+    entries = _first_per_name(cli_entries + base.entries)
+    default = next((e for e in entries if e.default and not e.flat), None)
+    for e in entries:
+        if e.default and not e.flat and default is not None and not _same(e.url, default.url):
+            notes.append(f"{e.origin}: default index {e.url} not used: {default.origin} comes first")
+        if e.default and e.flat:
+            notes.append(f"{e.origin}: the flat index {e.url} marked default is used as --find-links; "
+                         "the default index stays " + (default.url if default else "PyPI"))
+    extras = _unique([e for e in entries if not e.default and not e.explicit and not e.flat],
+                     skip=default.url if default else PYPI)
+    flat = [e for e in entries if e.flat and (e.default or not e.explicit)]
+    links = _unique_pairs([(_link(v), o) for v, o in [(d, "--find-links") for d in cli.find_links]
+                           + base.find_links + [(e.url, e.origin) for e in flat]])
+    return default, extras, flat, links
+
+
+def _note_credentials(env: Mapping[str, str], entries: list[_Entry], notes: list[str]) -> None:
+    for e in entries:
+        if e.name and any(f"UV_INDEX_{_env_name(e.name)}_{k}" in env for k in ("USERNAME", "PASSWORD")):
+            notes.append(f"index {e.name!r} ({e.url}) takes credentials from UV_INDEX_{_env_name(e.name)}_*, "
+                         "which uv gives only to a named index of its own configuration; "
+                         "dsbisect passes the URL, so put them in ~/.netrc or the keyring")
 
 
 def _note_pip_ignored(pip: _Layer, uv: _Layer, notes: list[str]) -> None:
@@ -258,7 +273,14 @@ def _uv_layer(env: Mapping[str, str], cwd: Path, home: Path, etc: Path, notes: l
     """uv's settings: (indexes, find-links, no-index), offline, index strategy."""
     if env.get("UV_NO_INDEX"):
         notes.append("UV_NO_INDEX is not a uv setting (uv has only --no-index and no-index = true); ignored")
-    opts = []  # (options of the file, display name), nearest first
+    opts = _uv_files(env, cwd, home, etc, notes)
+    files += [o.where for o in opts]
+    return _uv_settings(env, cwd, opts)
+
+
+def _uv_files(env: Mapping[str, str], cwd: Path, home: Path, etc: Path, notes: list[str]) -> list[_UvOptions]:
+    """The index settings of the configuration files uv reads, nearest first."""
+    opts = []
     config_file = env.get("UV_CONFIG_FILE")
     if config_file:
         path = _abs(config_file, cwd)
@@ -277,9 +299,11 @@ def _uv_layer(env: Mapping[str, str], cwd: Path, home: Path, etc: Path, notes: l
             system = _uv_system(env, etc)
             if system:
                 opts.append(_uv_file(system, home, strict=True, notes=notes))
-    opts = [o for o in opts if o is not None]
-    files += [o.where for o in opts]
+    return [o for o in opts if o is not None]
 
+
+def _uv_settings(env: Mapping[str, str], cwd: Path, opts: list[_UvOptions]):
+    """uv's environment over its files ``opts``: (indexes, find-links, no-index), offline, index strategy."""
     named: dict[str, _Entry] = {}  # the first index of each name, nearest file first
     for sec in [o.pip for o in opts] + [o.top for o in opts]:
         for e in sec.get("index", []):
@@ -461,39 +485,7 @@ def _index_arg(value: str, origin: str, default: bool, named: Mapping[str, _Entr
 def _pip_layer(env: Mapping[str, str], cwd: Path, home: Path, etc: Path, notes: list[str],
                files: list[str]) -> _Layer:
     """pip's index settings, merged as pip merges them (pip's ``configuration.py``)."""
-    config_file = env.get("PIP_CONFIG_FILE")
-    read: list[Path] = []
-    if config_file != os.devnull:
-        xdg_dirs = (env.get("XDG_CONFIG_DIRS", "").strip() or str(etc / "xdg")).split(":")
-        read += [Path(d) / "pip" / "pip.conf" for d in xdg_dirs if d] + [etc / "pip.conf"]  # global
-        if not (config_file and _abs(config_file, cwd).exists()):  # pip skips the user's files then
-            xdg = env.get("XDG_CONFIG_HOME", "").strip()
-            read += [home / ".pip" / "pip.conf", (Path(xdg) if xdg else home / ".config") / "pip" / "pip.conf"]
-        if env.get("VIRTUAL_ENV"):
-            read.append(Path(env["VIRTUAL_ENV"]) / "pip.conf")  # site
-        if config_file:
-            read.append(_abs(config_file, cwd))  # PIP_CONFIG_FILE outranks them all (pip's code and docs since 23.1)
-    values: dict[tuple[str, str], tuple[str, str]] = {}  # (section, key) -> (value, origin)
-    for path in read:
-        if not path.is_file():
-            continue
-        where = f"pip.conf {_show(path, home)}"
-        files.append(where)
-        parser = configparser.RawConfigParser()
-        try:
-            parser.read_string(read_small_text(path), source=str(path))
-        except OSError as e:
-            raise InputError(f"{where}: cannot read it ({e.strerror or e})") from None
-        except (configparser.Error, UnicodeDecodeError) as e:
-            raise InputError(f"{where}: not a valid pip configuration file ({_one_line(e)})") from None
-        for section in ("global", "install"):
-            if parser.has_section(section):
-                for key, value in parser.items(section):
-                    if value.strip():  # pip ignores empty values
-                        values[(section, key.lower().replace("_", "-"))] = (value, where)
-    for name, value in env.items():
-        if name.startswith("PIP_") and value.strip():
-            values[(":env:", name[4:].lower().replace("_", "-"))] = (value, name)
+    values = _pip_values(env, cwd, home, etc, files)
 
     def get(key: str) -> tuple[str, str] | None:
         for section in (":env:", "install", "global"):
@@ -519,6 +511,50 @@ def _pip_layer(env: Mapping[str, str], cwd: Path, home: Path, etc: Path, notes: 
             notes.append(f"{got[1]}: {key} not applied: dsbisect runs pip with PIP_CONFIG_FILE={os.devnull} "
                          f"(set PIP_{key.upper().replace('-', '_')} instead)")
     return layer
+
+
+def _pip_files(env: Mapping[str, str], cwd: Path, home: Path, etc: Path) -> list[Path]:
+    """The pip.conf files pip reads, weakest first."""
+    config_file = env.get("PIP_CONFIG_FILE")
+    read: list[Path] = []
+    if config_file != os.devnull:
+        xdg_dirs = (env.get("XDG_CONFIG_DIRS", "").strip() or str(etc / "xdg")).split(":")
+        read += [Path(d) / "pip" / "pip.conf" for d in xdg_dirs if d] + [etc / "pip.conf"]  # global
+        if not (config_file and _abs(config_file, cwd).exists()):  # pip skips the user's files then
+            xdg = env.get("XDG_CONFIG_HOME", "").strip()
+            read += [home / ".pip" / "pip.conf", (Path(xdg) if xdg else home / ".config") / "pip" / "pip.conf"]
+        if env.get("VIRTUAL_ENV"):
+            read.append(Path(env["VIRTUAL_ENV"]) / "pip.conf")  # site
+        if config_file:
+            read.append(_abs(config_file, cwd))  # PIP_CONFIG_FILE outranks them all (pip's code and docs since 23.1)
+    return read
+
+
+def _pip_values(env: Mapping[str, str], cwd: Path, home: Path, etc: Path,
+                files: list[str]) -> dict[tuple[str, str], tuple[str, str]]:
+    """(section, key) -> (value, origin) of pip's files and ``PIP_*`` variables, the stronger last."""
+    values: dict[tuple[str, str], tuple[str, str]] = {}
+    for path in _pip_files(env, cwd, home, etc):
+        if not path.is_file():
+            continue
+        where = f"pip.conf {_show(path, home)}"
+        files.append(where)
+        parser = configparser.RawConfigParser()
+        try:
+            parser.read_string(read_small_text(path), source=str(path))
+        except OSError as e:
+            raise InputError(f"{where}: cannot read it ({e.strerror or e})") from None
+        except (configparser.Error, UnicodeDecodeError) as e:
+            raise InputError(f"{where}: not a valid pip configuration file ({_one_line(e)})") from None
+        for section in ("global", "install"):
+            if parser.has_section(section):
+                for key, value in parser.items(section):
+                    if value.strip():  # pip ignores empty values
+                        values[(section, key.lower().replace("_", "-"))] = (value, where)
+    for name, value in env.items():
+        if name.startswith("PIP_") and value.strip():
+            values[(":env:", name[4:].lower().replace("_", "-"))] = (value, name)
+    return values
 
 
 # ------------------------------------------------------------------------ helpers

@@ -445,6 +445,14 @@ class EnvOptions:
         return cls(d["python"], BaseMode(d["base"]), tuple(d["build_pins"]), tuple(d["build_with_torch"]))
 
 
+class IndexStrategy(str, enum.Enum):
+    """uv's --index-strategy: how it picks a version when several indexes have the package."""
+
+    FIRST_INDEX = "first-index"  # uv's default
+    UNSAFE_FIRST_MATCH = "unsafe-first-match"
+    UNSAFE_BEST_MATCH = "unsafe-best-match"  # pip's way: the best version of any index
+
+
 @dataclass(frozen=True)
 class IndexOptions:
     """Where packages come from: ``--offline``, ``--find-links``, ``--index-url``."""
@@ -453,8 +461,11 @@ class IndexOptions:
     find_links: tuple[str, ...] = ()
     index_url: str | None = None  # None: PyPI
     extra_index_urls: tuple[str, ...] = ()
-    strategy: str | None = None  # uv's --index-strategy (None: first-index)
+    strategy: IndexStrategy | None = None  # uv's --index-strategy (None: uv's default, first-index)
     origin: str = ""  # where these settings came from, one line for reports (credentials hidden)
+    # what of the user's pip/uv settings could not be passed on, and the files read (said once the
+    # input is checked; not stored, not compared)
+    notes: tuple[str, ...] = field(default=(), compare=False)
 
     def uv_args(self) -> list[str]:
         args: list[str] = []
@@ -466,7 +477,7 @@ class IndexOptions:
             for url in self.extra_index_urls:
                 args += ["--extra-index-url", url]
             if self.strategy:
-                args += ["--index-strategy", self.strategy]
+                args += ["--index-strategy", self.strategy.value]
         for d in self.find_links:
             args += ["--find-links", d]
         return args
@@ -485,9 +496,9 @@ class IndexOptions:
 
     def to_json(self) -> dict:
         return {"offline": self.offline, "find_links": list(self.find_links), "index_url": self.index_url,
-                "extra_index_urls": list(self.extra_index_urls), "strategy": self.strategy, "origin": self.origin}
+                "extra_index_urls": list(self.extra_index_urls), "strategy": self.strategy.value if self.strategy else None, "origin": self.origin}
 
     @classmethod
     def from_json(cls, d: dict) -> IndexOptions:
         return cls(d["offline"], tuple(d["find_links"]), d["index_url"], tuple(d["extra_index_urls"]),
-                   d.get("strategy"), d.get("origin", ""))
+                   IndexStrategy(d["strategy"]) if d.get("strategy") else None, d.get("origin", ""))

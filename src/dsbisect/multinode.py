@@ -220,11 +220,6 @@ def _compare(listed: list[str], answers: list[tuple[dict | None, str]], python: 
     return ""
 
 
-def forget_checks() -> None:
-    with _checked_lock:
-        _checked.clear()
-
-
 # ----------------------------------------------------------- the run's env on every node
 
 

@@ -259,11 +259,6 @@ def _could_be_secret(key: str, v) -> bool:
     return bool(v) if isinstance(v, str) else key.lower() not in _COUNTS
 
 
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of ``env`` for display: secret-looking names get ``***``, the rest is redacted."""
-    return {k: HIDDEN if secret_name(k) else redact(v) for k, v in env.items()}
-
-
 SCRUB_LIMIT = 64 << 20  # larger files (none is, once logs are capped) are left as they are
 
 

@@ -69,7 +69,9 @@ def cache_root(cache_dir: Path | None) -> Path:
 def index_options(offline: bool, find_links: list[Path] | None, index_url: str | None,
                   extra: list[str] | None) -> IndexOptions:
     """Where packages come from, resolved once for listing releases, installing and building
-    alike: the command line, then uv's environment and files, then pip's (indexes.resolve)."""
+    alike: the command line, then uv's environment and files, then pip's (indexes.resolve).
+    ``origin`` is the line reports show; ``notes`` say which of the user's pip/uv settings were
+    left out, then which configuration files were read (``open_runner`` says them)."""
     links = []
     for d in find_links or []:
         if not d.is_dir():
@@ -83,13 +85,8 @@ def index_options(offline: bool, find_links: list[Path] | None, index_url: str |
         src = resolved.source("offline")
         raise InputError(f"{'--offline' if src == '--offline' else f'offline ({src})'} needs at least one "
                          "--find-links wheelhouse")
-    strategy = resolved.index_strategy
-    from_pip = any(src.startswith(("PIP_", "pip.conf")) for _, src in resolved.sources)
-    if strategy is None and from_pip and (ix.index_url or ix.extra_index_urls):
-        strategy = "unsafe-best-match"  # pip's own way with several indexes: the best version of any
-    return dataclasses.replace(ix, strategy=strategy, origin=resolved.describe() + (
-        f"; index-strategy {strategy} (pip's settings, as pip would use them)" if strategy != resolved.index_strategy
-        else ""))
+    return dataclasses.replace(ix, origin=resolved.describe(), notes=resolved.notes + (
+        (f"index settings read from {', '.join(resolved.files)}",) if resolved.notes and resolved.files else ()))
 
 
 def make_runner(store: Store, cache_dir: Path | None, env_options: EnvOptions, index: IndexOptions,
@@ -110,6 +107,8 @@ def open_runner(store_dir: Path, cache_dir: Path | None, env_options: EnvOptions
     make_shared(root)
     store = Store(folder)
     for note in store.notes:
+        progress("note", note)
+    for note in index.notes:  # the input checked: said once, before anything runs
         progress("note", note)
     reap_orphans(store, progress)
     return make_runner(store, cache_dir, env_options, index, progress, **kw)

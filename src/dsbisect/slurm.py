@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from . import proc
-from .errors import InputError, Interrupted
+from .errors import ExternalFailure, Interrupted, Stopped, signal_of
 from .model import Accelerator, Case, EnvOptions, IndexOptions, Outcome, Point, RunStatus
 from .redact import scrub_folder
 from .rundir import RunDir
@@ -88,9 +88,9 @@ class SlurmExecutor:
         runner.progress("run", f"{label}: slurm job {job_id} submitted ({folder.name})")
         try:
             state = self._wait(runner, folder, job_id, label, cancel)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as e:  # Ctrl-C (130), SIGTERM (143) or SIGHUP (129), as on every path
             _scancel(job_id)
-            raise Interrupted(f"interrupted; slurm job {job_id} was cancelled") from None
+            raise Interrupted(f"interrupted; slurm job {job_id} was cancelled", signal_of(e)) from None
         record = _import(runner, case, point, attempt, folder, job_id, state)
         scrub_folder(folder, skip=(RunDir.RECORD,))  # job.json carried the index's credentials and the command's tokens
         runner.progress("done", f"{label}: {record.outcome.value} (slurm job {job_id}"
@@ -122,12 +122,12 @@ class SlurmExecutor:
         argv = self.sbatch_argv(folder, case, gpus)
         done = proc.run(argv, timeout=120)
         if done.returncode is None and done.error.startswith("no answer"):
-            raise InputError("--executor slurm: sbatch did not answer within 120 s")
+            raise ExternalFailure("--executor slurm: sbatch did not answer within 120 s")
         if done.returncode is None:
-            raise InputError("--executor slurm: sbatch is not on PATH (run dsbisect on a Slurm login node)")
+            raise ExternalFailure("--executor slurm: sbatch is not on PATH (run dsbisect on a Slurm login node)")
         if not done.ok:
-            raise InputError(f"sbatch refused the job: {done.last_line()} "
-                             "(check --partition, --slurm-time, --gpus-per-job, --slurm-arg and the matrix's slurm:)")
+            raise ExternalFailure(f"sbatch refused the job: {done.last_line()} "
+                                  "(check --partition, --slurm-time, --gpus-per-job, --slurm-arg and the matrix's slurm:)")
         return done.stdout.strip().split(";")[0]
 
     # -- waiting
@@ -254,7 +254,7 @@ def run_job(spec_path: Path, progress: Progress) -> RunRecord:
 
 
 def _interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
+    raise Stopped(signum)  # the job exits 143, as a SIGTERM'd dsbisect does anywhere
 
 
 # ---------------------------------------------------------------- back on the submitter

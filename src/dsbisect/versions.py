@@ -21,7 +21,7 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from .errors import InputError, RangeError
+from .errors import ExternalFailure, InputError, RangeError
 from .files import DATA_LIMIT, read_small
 from .model import Case, IndexOptions
 
@@ -215,6 +215,12 @@ def exact_version(req: Requirement) -> str | None:
     return None
 
 
+def _bad_url_errors() -> tuple[type[Exception], ...]:
+    import requests
+
+    return requests.exceptions.MissingSchema, requests.exceptions.InvalidSchema, requests.exceptions.InvalidURL
+
+
 @lru_cache(maxsize=64)
 def _index_cached(url: str, name: str, timeout: float = 60.0) -> tuple[Release, ...]:
     import requests
@@ -228,9 +234,14 @@ def _index_cached(url: str, name: str, timeout: float = 60.0) -> tuple[Release, 
                 page = client.get_project_page(name, timeout=timeout)
     except NoSuchProjectError:
         return ()
-    except (requests.RequestException, UnsupportedContentTypeError, ValueError) as e:
-        raise InputError(f"cannot read {name} from the index {url} ({type(e).__name__}: {e}); "
-                         "use --offline --find-links DIR without a network") from None
+    except _bad_url_errors() as e:  # the URL given cannot name an index: bad input
+        raise InputError(f"the index {url} is not a usable URL ({type(e).__name__}: {e})") from None
+    except (UnsupportedContentTypeError, ValueError) as e:  # it answered, with no package index
+        raise InputError(f"cannot read {name} from the index {url} ({type(e).__name__}: {e}): is it a "
+                         "simple (PEP 503/691) index?") from None
+    except requests.RequestException as e:  # unreachable, refused, timed out, a server error: not the input's fault
+        raise ExternalFailure(f"cannot read {name} from the index {url} ({type(e).__name__}: {e}); "
+                              "use --offline --find-links DIR without a network") from None
     by_version: dict[Version, list[bool]] = {}
     for pkg in page.packages:
         if not pkg.version:
