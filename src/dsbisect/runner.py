@@ -57,6 +57,7 @@ from .redact import remember, scrub_folder, secret_values
 from .reuse import Reuse, digests, named_paths
 from .rundir import RunDir
 from .store import RunRecord, Store
+from .toolchain import first_on_path, ninja_dir
 
 Progress = Callable[[str, str], None]
 
@@ -508,6 +509,7 @@ class Runner:
             env["PATH"] = f"{venv.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         if venv is not None:  # ops compiled just in time (DeepSpeed's) are built once per venv, then loaded
             env.setdefault("TORCH_EXTENSIONS_DIR", str(venv.path / EXTENSIONS))
+            env = first_on_path(env, ninja_dir(self.envs.paths.root))  # one ninja, whatever the caller's PATH
         if case.compat:
             env["DSBISECT_COMPAT"] = ",".join(case.compat)
         if accel is Accelerator.CPU:
