@@ -114,3 +114,47 @@ def test_stop_ahead_kills_a_look_ahead_build_under_way(tmp_path):
     assert envs.built(point) is None  # no venv, and no half-built one left behind
     assert not list((tmp_path / "cache").rglob("dsb_slow-1.0.0-*.whl"))
     assert not [p for p in (tmp_path / "cache").rglob("*.tmp") if p.is_dir()]
+
+
+@pytest.mark.slow
+def test_a_bisection_ends_without_waiting_for_a_look_ahead_build(tmp_path):
+    """1.0.0 good, 1.1.0 bad: once 1.1.0 is tested the answer is known, and the look-ahead
+    build of 1.2.0 (in case 1.1.0 had passed: an sdist whose setup.py runs for 90 s) is
+    killed when the bisection returns, not waited for."""
+    from dataclasses import replace
+
+    from toypkg import build_wheel
+
+    from dsbisect.bisection import Bisection
+    from dsbisect.model import Accelerator, Answer, RegressOn
+    from dsbisect.results import Request
+
+    house = tmp_path / "house"
+    build_wheel(house, "1.0.0", "ok")
+    build_wheel(house, "1.1.0", "raise")
+    build_wheel(house, "1.3.0", "raise")
+    marker = tmp_path / "setup-pid"
+    src = tmp_path / "sdist" / "dsb_toy-1.2.0"
+    (src / "dsb_toy").mkdir(parents=True)
+    (src / "pyproject.toml").write_text(PYPROJECT.replace("dsb-slow", "dsb-toy").replace('"1.0.0"', '"1.2.0"')
+                                        .replace('["dsb_slow"]', '["dsb_toy"]'))
+    (src / "setup.py").write_text(SETUP.format(marker=str(marker)))
+    (src / "dsb_toy" / "__init__.py").write_text("")
+    with tarfile.open(house / "dsb_toy-1.2.0.tar.gz", "w:gz") as tar:
+        tar.add(src, arcname="dsb_toy-1.2.0")
+    index = IndexOptions(offline=True, find_links=(str(house),))
+    envs = EnvManager(tmp_path / "cache", EnvOptions(build_pins=(), build_with_torch=("dsb-toy",)), index)
+    runner = Runner(store=Store(tmp_path / "st"), envs=envs)
+    case = replace(make_case(tmp_path, script="import dsb_toy\nassert dsb_toy.BEHAVIOUR == 'ok', 'boom'\n", nproc=1),
+                   accelerator=Accelerator.CPU)
+    req = Request(package="dsb-toy", good="1.0.0", bad="1.3.0", case=case, regress_on=RegressOn.FAIL)
+    t0 = time.monotonic()
+    result = Bisection(runner, index, req).run()
+    took = time.monotonic() - t0
+    assert (result.verdict, result.last_good, result.first_bad) == (Answer.FOUND, "1.0.0", "1.1.0"), result.message
+    started = marker.is_file()  # its setup.py had started (else it was dropped before it got there)
+    print(f"bisection took {took:.1f} s; the look-ahead build {'was in setup.py' if started else 'had not reached setup.py'}")
+    if started:
+        assert live_pids([int(marker.read_text())]) == []  # killed when the bisection returned
+    assert envs.built(Point(versions=(("dsb-toy", "1.2.0"),))) is None
+    assert [s.version for s in result.steps] == ["1.0.0", "1.3.0", "1.1.0"]  # 1.2.0 was never run
