@@ -70,6 +70,11 @@ def test_finds_the_first_hanging_release_in_log2_runs(tmp_path, cli, cache_dir, 
     assert again.exit_code == 0
     assert len(_runs(tmp_path)) == len(runs)  # nothing ran again
     assert "first bad release: dsb-toy 1.3.0" in again.stdout and "Reproduce with:" in again.stdout
+    # ...and the way on: the clone the commit step needs (offline: no release date, the whole
+    # history), and the same bisection with --git-repo; not in the JSON (its keys are pinned)
+    assert "Next: find the commit" in again.stdout and "Next" not in res.stdout
+    assert "git clone --filter=blob:none <the dsb-toy repository>" in again.stdout
+    assert "dsbisect bisect dsb-toy 1.0.0 1.7.0 --git-repo dsb-toy" in again.stdout
     md = _bisect(cli, tmp_path, cache_dir, wheelhouse, "dsb-toy", "1.0.0", "1.7.0", fmt="markdown")
     assert "| release | 1.3.0 | ⏳ HANG | bad |" in md.stdout and "<details>" in md.stdout
 

@@ -57,3 +57,30 @@ def test_import_check_cache_and_bisection_upsert(tmp_path):
     i = st.save_bisection("k", "deepspeed", "0.12.2", "0.12.4", {"a": 1}, "running", {})
     j = st.save_bisection("k", "deepspeed", "0.12.2", "0.12.4", {"a": 1}, "done", {"first_bad": "0.12.4"})
     assert i == j and st.bisection("k").result == {"first_bad": "0.12.4"} and st.bisection("k").status == "done"
+
+
+def test_a_store_made_inside_a_clone_does_not_show_in_git_status(tmp_path):
+    """README as a script (issue 23 item 6): running from a subfolder makes ``<it>/.dsbisect/``;
+    it carries its own ``*`` .gitignore, so ``git status`` of the clone stays clean."""
+    from conftest import git
+
+    git(tmp_path, "init", "-q")
+    sub = tmp_path / "repro_scripts" / "byo"
+    sub.mkdir(parents=True)
+    (sub / "job.py").write_text("pass\n")
+    git(tmp_path, "add", "-A")
+    git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    st = Store(sub / ".dsbisect")
+    rid = st.start_run("job", "case1", P, "env1", 1)
+    st.finish_run(rid, Outcome.PASS, 0, 1.0)
+    st.close()
+    assert any((sub / ".dsbisect").rglob("run.json")) or (sub / ".dsbisect" / "dsbisect.sqlite3").is_file()
+    assert (sub / ".dsbisect" / ".gitignore").read_text() == "*\n"
+    assert git(tmp_path, "status", "--porcelain", "--untracked-files=all") == ""
+    # --store at a folder of the user's that exists: left alone (``*`` there would hide their files)
+    mine = tmp_path / "results"
+    mine.mkdir()
+    Store(mine).close()
+    assert not (mine / ".gitignore").exists()
+    Store(tmp_path / "new-store").close()  # a folder dsbisect makes: ignored
+    assert (tmp_path / "new-store" / ".gitignore").read_text() == "*\n"

@@ -830,7 +830,7 @@ def _bisect_releases(req, env_defaults: EnvOptions, executor, manual: bool, stor
     req = dataclasses.replace(req, width=len(runner.slots(req.case)))
     with ui.running():
         result = Bisection(runner, idx, req).run(planned)
-    _show_result(shared.shown, result, command)
+    _show_result(shared.shown, result, command, _next_step(result, command, idx))
     if result.exit_code:
         say_error(result.message, label=f"{result.verdict.value}:")
         raise typer.Exit(result.exit_code)
@@ -900,23 +900,39 @@ def _bisect_envs(ctx: typer.Context, good_env: Path | None, bad_env: Path | None
             raise typer.Exit(result.exit_code)
 
 
-def _show_result(shown: OutputArgs, result: Result | EnvResult, command: str) -> None:
+def _show_result(shown: OutputArgs, result: Result | EnvResult, command: str, after=None) -> None:
     """A bisection's report (of releases, or of environments) on stdout in the chosen format (and
-    the Markdown in ``-o`` for a table)."""
+    the Markdown in ``-o`` for a table); ``after``: a release answer's next step (not in JSON)."""
     from . import chainreport
     from .envbisect import EnvResult
     from .results import dumps
 
     env = isinstance(result, EnvResult)
-    markdown = chainreport.env_markdown if env else rep.bisect_markdown
+    markdown = chainreport.env_markdown if env else (lambda r, c: rep.bisect_markdown(r, c, after))
     if shown.fmt is Format.json:
         emit((json.dumps(result.to_json(), indent=2) if env else dumps(result)) + "\n", shown.output)
     elif shown.fmt is Format.markdown:
         emit(markdown(result, command), shown.output)
     else:
-        out.print(chainreport.env_renderable(result, command) if env else rep.bisect_renderable(result, command))
+        out.print(chainreport.env_renderable(result, command) if env else
+                  rep.bisect_renderable(result, command, after=after))
         if shown.output:
             write_output(markdown(result, command), shown.output)
+
+
+def _next_step(result: Result, command: str, idx):
+    """What to do after a found release pair (nextstep): the clone (from a margin before the last
+    good release's upload date on the index, when it says) and the compare link."""
+    from . import nextstep
+    from .versions import released
+
+    if nextstep.next_step(result, command, None) is None:
+        return None  # no index read for an answer that has no next step
+    try:
+        when = released(result.request.package, result.last_good, idx)
+    except InputError:  # the index went away since the search: the clone keeps the whole history
+        when = None
+    return nextstep.next_step(result, command, when)
 
 
 def _reproduce_command(package: str, good: str, bad: str) -> str:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import os
 import selectors
+import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -57,25 +60,53 @@ class Completed:
         return last_line(self.stderr or self.stdout) or self.error or default or f"exit {self.returncode}"
 
 
+class Cancelled(Exception):
+    """A ``run`` stopped because its thread's cancel event was set (see ``cancellable``)."""
+
+
+_local = threading.local()
+
+
+@contextmanager
+def cancellable(stop: threading.Event) -> Iterator[None]:
+    """Within it, each ``run`` of this thread runs in its own process group, and once ``stop``
+    is set the group is killed (a build's compilers too) and ``run`` raises ``Cancelled``;
+    a ``run`` asked after ``stop`` is set starts nothing.  For work that may stop being
+    needed, such as a bisection's look-ahead builds."""
+    before = getattr(_local, "stop", None)
+    _local.stop = stop
+    try:
+        yield
+    finally:
+        _local.stop = before
+
+
 def run(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
         timeout: float | None = None, stdout=None, keep: Keep = KEEP) -> Completed:
     """Run ``argv`` to its end with stdin closed; each output stream read as it comes, at most
     ``keep`` of it kept as text (or stdout written into the file ``stdout``)."""
     args = tuple(str(a) for a in argv)
+    stop: threading.Event | None = getattr(_local, "stop", None)
+    if stop is not None and stop.is_set():
+        raise Cancelled(f"{args[0]}: cancelled before it started")
     try:
         proc = subprocess.Popen(args, env=dict(env) if env is not None else None, cwd=cwd,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if stdout is None else stdout,
-                                stderr=subprocess.PIPE)
+                                stderr=subprocess.PIPE, start_new_session=stop is not None)
     except OSError as e:
         return Completed(args, None, "", "", f"{args[0]}: {e.strerror or e}")
     streams = {proc.stderr: _Kept(keep)} | ({proc.stdout: _Kept(keep)} if stdout is None else {})
+    kill = (lambda: _kill_group(proc)) if stop is not None else proc.kill
     try:
-        finished = _drain(streams, None if timeout is None else time.monotonic() + timeout)
+        finished = _drain(streams, None if timeout is None else time.monotonic() + timeout, stop)
+        if stop is not None and stop.is_set():
+            kill()
+            raise Cancelled(f"{args[0]}: cancelled")
         if not finished:
-            proc.kill()
+            kill()
             _drain(streams, time.monotonic() + 2.0)  # what it printed before; a grandchild may hold the pipe
     except BaseException:  # Ctrl-C, SIGTERM: the command does not outlive the reason it ran
-        proc.kill()
+        kill()
         raise
     finally:
         for f in streams:
@@ -86,16 +117,28 @@ def run(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, cwd
     return Completed(args, code if finished else None, out.text(), err.text(), error, out.cut + err.cut)
 
 
-def _drain(streams: dict, deadline: float | None) -> bool:
-    """Read every stream to its end (True), or until ``deadline`` (False)."""
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the process group ``proc`` leads (it was started in a session of its own)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _drain(streams: dict, deadline: float | None, stop: threading.Event | None = None) -> bool:
+    """Read every stream to its end (True), or until ``deadline`` or ``stop`` (False)."""
     with selectors.DefaultSelector() as sel:
         for f in streams:
             if not f.closed:
                 sel.register(f, selectors.EVENT_READ)
         while sel.get_map():
+            if stop is not None and stop.is_set():
+                return False
             wait = None if deadline is None else deadline - time.monotonic()
             if wait is not None and wait <= 0:
                 return False
+            if stop is not None:  # looks at ``stop`` a few times a second
+                wait = 0.2 if wait is None else min(wait, 0.2)
             for key, _ in sel.select(wait):
                 data = os.read(key.fd, 1 << 16)
                 if data:

@@ -19,13 +19,14 @@ from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
 
-from . import __version__
+from . import __version__, nextstep
 from .compat import describe as describe_shims
 from .facts import describe_env, describe_host, size
 from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, cell, grid, line
 from .grid import markdown as grid_tables_markdown
 from .grid import md as _md
 from .model import Answer, Outcome, Stage
+from .nextstep import NextStep
 from .outside import safe, safe_text
 from .redact import redact_tree
 from .proof import ProofVerdict
@@ -349,8 +350,8 @@ class BisectView:
     """The bisection for a terminal or a pipe: below 120 columns, or piped, each step's reason
     goes under the table on lines of its own (whole when piped) instead of a narrow column."""
 
-    def __init__(self, result: Result, command: str, piped: bool | None = None):
-        self.result, self.command, self.piped = result, command, piped
+    def __init__(self, result: Result, command: str, piped: bool | None = None, after: NextStep | None = None):
+        self.result, self.command, self.piped, self.after = result, command, piped, after
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         piped = self.piped if self.piped is not None else not console.is_terminal
@@ -370,6 +371,8 @@ class BisectView:
             yield line(text, piped, style="dim")
         yield Text("Reproduce with:")
         yield line(self.command, piped, indent=2)
+        for text in nextstep.lines(self.after) if self.after else ():
+            yield line(text.strip(), piped, indent=2) if text.startswith(" ") else line(text, piped, style="bold")
 
 
 def bisect_summary(result: Result) -> list[str]:
@@ -448,11 +451,13 @@ def _bisect_env(result: Result) -> list[str]:
     return [safe(ln) for ln in lines]
 
 
-def bisect_renderable(result: Result, command: str, piped: bool | None = None) -> Group:
-    return Group(BisectView(result, command, piped))
+def bisect_renderable(result: Result, command: str, piped: bool | None = None,
+                      after: NextStep | None = None) -> Group:
+    """``after``: the way on from a release answer (nextstep), shown under the command."""
+    return Group(BisectView(result, command, piped, after))
 
 
-def bisect_markdown(result: Result, command: str) -> str:
+def bisect_markdown(result: Result, command: str, after: NextStep | None = None) -> str:
     req = result.request
     lines = [f"### dsbisect: {req.package} {req.good} → {req.bad} ({req.mode.value}, "
              + f"regress on {_rule(result)})", ""]
@@ -464,6 +469,9 @@ def bisect_markdown(result: Result, command: str) -> str:
     doubt = _proof_doubt(result)
     lines += ["", "**Result**", ""] + [f"- **{ln}**" if ln == doubt else f"- {ln}" for ln in bisect_summary(result)]
     lines += ["", "Reproduce with:", "", _fence(command), ""]
+    if after is not None:
+        lines += ["Next: find the commit", "", _fence(f"{after.clone}\n{after.rerun}", "bash"), ""]
+        lines += [f"Changes between the releases: {after.compare}", ""] if after.compare else []
     lines += inputs_markdown(_bisect_runs(result))
     lines += ["**Environment**", ""] + [f"- {ln}" for ln in _bisect_env(result)] + [""]
     lines += topology_markdown(_bisect_runs(result))

@@ -57,6 +57,7 @@ from .reuse import Reuse, digests, named_paths
 from .rundir import RunDir
 from .records import Evidence, ImportCheck, RunFacts, RunRecord, SkipCause
 from .store import Store
+from .toolchain import first_on_path, ninja_dir
 
 Progress = Callable[[str, str], None]
 
@@ -94,6 +95,7 @@ class Runner:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _ahead: ThreadPoolExecutor | None = None  # builds the venvs a bisection may need next
     _ahead_jobs: list = field(default_factory=list)
+    _ahead_stop: threading.Event = field(default_factory=threading.Event)  # set: the one under way is killed
     _gate: PointGate = field(default_factory=lambda: PointGate())
 
     # ---------------------------------------------------------- concurrency
@@ -184,15 +186,26 @@ class Runner:
             return
         if self._ahead is None:
             self._ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsbisect-ahead")
+            self._ahead_stop = threading.Event()
         for job in self._ahead_jobs:
             job.cancel()
-        self._ahead_jobs = [self._ahead.submit(self._prepare, case, p) for p in points]
+        self._ahead_jobs = [self._ahead.submit(self._prepare_ahead, case, p) for p in points]
 
     def stop_ahead(self) -> None:
-        """Drop the look-ahead builds not started; wait for the one under way (it ends cleanly)."""
+        """The answer is known: drop the look-ahead builds not started and kill the one under way
+        (its uv, pip and compilers; the half-built venv is removed as after any failed build),
+        rather than wait for a venv no one will run (a DeepSpeed sdist build takes a minute)."""
         if self._ahead is not None:
+            self._ahead_stop.set()
             self._ahead.shutdown(wait=True, cancel_futures=True)
             self._ahead, self._ahead_jobs = None, []
+
+    def _prepare_ahead(self, case: Case, point: Point) -> None:
+        try:
+            with proc.cancellable(self._ahead_stop):
+                self._prepare(case, point)
+        except proc.Cancelled:
+            return  # not needed any more; a later run of this point builds it again
 
     def _prepare(self, case: Case, point: Point) -> None:
         if self.executor is not None or not self._enough_gpus(case):
@@ -497,6 +510,7 @@ class Runner:
             env["PATH"] = f"{venv.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         if venv is not None:  # ops compiled just in time (DeepSpeed's) are built once per venv, then loaded
             env.setdefault("TORCH_EXTENSIONS_DIR", str(venv.path / EXTENSIONS))
+            env = first_on_path(env, ninja_dir(self.envs.paths.root))  # one ninja, whatever the caller's PATH
         if case.compat:
             env["DSBISECT_COMPAT"] = ",".join(case.compat)
         if accel is Accelerator.CPU:

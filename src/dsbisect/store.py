@@ -140,6 +140,19 @@ def store_dir(path: Path) -> Path:
     return path
 
 
+def _ignored_by_git(folder: Path, made: bool) -> None:
+    """A ``*`` ``.gitignore`` in the store folder (as in the env root): a store made inside a
+    clone (``.dsbisect/`` of a subfolder the job ran from) never shows in ``git status``.  Only in
+    a folder dsbisect made or named ``.dsbisect``: never in a folder of the user's (``--store .``)."""
+    ignore = folder / ".gitignore"
+    if (made or folder.name == ".dsbisect") and not ignore.exists():
+        try:
+            ignore.write_text("*\n")
+        except OSError as e:  # a full disk is said where the store writes next; the rest is the user's
+            if not disk.is_full(e):
+                raise
+
+
 def check_store_path(path: Path, writable: bool = True) -> Path:
     """The store folder for ``--store PATH``, or an InputError saying why it cannot be one."""
     folder = store_dir(path)
@@ -174,7 +187,9 @@ class Store:
         if readonly:
             self.db = _open_readonly(self.path)
         else:
+            made = not self.dir.exists()
             self.dir.mkdir(parents=True, exist_ok=True)
+            _ignored_by_git(self.dir, made)
             self.hold = lock or _lock(self.dir)
             try:
                 if lock is None:

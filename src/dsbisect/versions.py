@@ -7,7 +7,8 @@ wheelhouses.  Yanked releases are left out, and so are pre-releases unless asked
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -33,6 +34,18 @@ class Release:
     version: Version
     yanked: bool = False
     where: str = ""
+    uploaded: datetime | None = field(default=None, compare=False)  # the index's first upload-time, if it says
+
+
+def released(package: str, version: str, index: IndexOptions) -> datetime | None:
+    """When the index first got a file of ``package==version`` (None offline, or if it does not say)."""
+    if index.offline:
+        return None
+    for url in (*index.extra_index_urls, default_index(index)):
+        for rel in _index(url, canonicalize_name(package)):
+            if str(rel.version) == str(parse(version)) and rel.uploaded is not None:
+                return rel.uploaded
+    return None
 
 
 def default_index(index: IndexOptions) -> str:
@@ -243,6 +256,7 @@ def _index_cached(url: str, name: str, timeout: float = 60.0) -> tuple[Release, 
         raise ExternalFailure(f"cannot read {name} from the index {url} ({type(e).__name__}: {e}); "
                               "use --offline --find-links DIR without a network") from None
     by_version: dict[Version, list[bool]] = {}
+    uploaded: dict[Version, datetime] = {}
     for pkg in page.packages:
         if not pkg.version:
             continue
@@ -251,7 +265,10 @@ def _index_cached(url: str, name: str, timeout: float = 60.0) -> tuple[Release, 
         except InvalidVersion:
             continue
         by_version.setdefault(v, []).append(bool(pkg.is_yanked))
-    return tuple(Release(v, all(ys), url) for v, ys in by_version.items())
+        when = getattr(pkg, "upload_time", None)
+        if isinstance(when, datetime) and (v not in uploaded or when < uploaded[v]):
+            uploaded[v] = when
+    return tuple(Release(v, all(ys), url, uploaded.get(v)) for v, ys in by_version.items())
 
 
 def _local_page(url: str, name: str):
