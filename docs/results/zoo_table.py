@@ -39,7 +39,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 RUNS = HERE / "zoo-runs"
-TRUTHS = [HERE / "zoo-truth-hf.json", HERE / "zoo-truth-deepspeed.json"]
+TRUTHS = [HERE / "zoo-truth-hf.json", HERE / "zoo-truth-deepspeed.json", HERE / "zoo-truth-gpu.json"]
 CLONE_WORDS = {"ACCELERATE_CLONE": "accelerate_clone", "DEEPSPEED_CLONE": "deepspeed_clone"}
 
 # What happened in each run, beyond what the outputs say (written after reading the run's log).
@@ -195,6 +195,7 @@ def rows() -> list[dict]:
         out.append({
             "case": e["case"], "package": e["package"], "source": e["source"], "kind": e["kind"],
             "where": e["where"], "truth": e.get("truth"), "result": res, "match": match, "note": note,
+            **({"root": e["root"]} if e.get("root") else {}),
         })
     return out
 
@@ -284,8 +285,8 @@ def markdown(table: list[dict]) -> str:
     for t in table:
         e = entries[t["case"]]
         meta_p = RUNS / f"{t['case']}.meta.json"
-        lines += [f"### {t['case']}", "", f"Source: {t['source']} (PR: {e.get('pr')}).", "",
-                  t["note"], ""]
+        lines += [f"### {t['case']}", "", f"Source: {t['source']} (PR: {e.get('pr')})."
+                  + (f" Root: {e['root']}." if e.get("root") else ""), "", t["note"], ""]
         if meta_p.exists():
             meta = json.loads(meta_p.read_text())
             lines += ["Ran:", "", "```bash", meta["command"], "```", ""]

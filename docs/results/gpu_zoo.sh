@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The zoo's single-GPU cases on one H200 (no network), one device call per stage; outputs under $OUT.
+# Prepared on a machine with a network, in the repository root, in an ignored folder G (default
+# .gpuzoo) that the call carries:
+#   G/base.json   `dsbisect snapshot-base` of the GPU machine (or the format-1 equivalent)
+#   G/tool        dsbisect's wheels the base lacks: prefetch --no-cases --tool --base-snapshot G/base.json
+#   G/wh          the cases' wheelhouse: prefetch repro_scripts/zoo/matrix.yaml --case ... --with-candidates
+#                 --python-version 3.12 --platform manylinux_2_28_x86_64 --base-snapshot G/base.json
+#   G/src, G/zoo  copies of src/ and repro_scripts/zoo/ (the tool's code and the cases, fixed)
+#   G/debs        stage S: Debian 12 packages of Slurm 22.05 and munge (docs/results/slurm_gpu_up.sh)
+# Stages:
+#   Z  the four single-GPU bisections, one after another (dsbisect's json, then markdown from the store)
+#   S  a one-node Slurm with the GPU as gres, and one of them again with --executor slurm (--gres=gpu:1)
+set -u
+stage=${1:?stage Z or S}
+G=${G:-.gpuzoo}
+OUT=${OUT:-/tmp/gpu-zoo}
+W=/tmp/gz-$stage            # everything the stage writes; $OUT gets $stage.log and $stage.tgz of W
+mkdir -p "$OUT" "$W"
+exec > >(tee -a "$OUT/$stage.log") 2>&1
+export PYTHONUNBUFFERED=1
+BUDGET=${BUDGET:-560}
+[ -x /tmp/site/bin/uv ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$G"/tool/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/$G/src PATH=/tmp/site/bin:$PATH
+left() { local l=$(( BUDGET - SECONDS )); echo $(( l > 1 ? l : 1 )); }
+FL="--offline --find-links $PWD/$G/wh"
+M="--matrix $G/zoo/matrix.yaml"
+# bisect NAME LANE ARGS...: the bisection as JSON (wall time and exit in NAME.meta), then Markdown
+# from the store; LANE names the store and cache (lanes run side by side on the one GPU)
+bisect() {
+  local name=$1 lane=$2; shift 2
+  local store=$W/store-$lane
+  local fl="$FL --cache-dir /tmp/gz-cache-$lane"
+  if [ "$(left)" -lt 45 ]; then echo "== no time left for $name"; return; fi
+  echo "== $(date -u +%T) dsbisect bisect $*"
+  local t0=$SECONDS
+  timeout -s INT "$(left)" python3 -m dsbisect bisect "$@" $M $fl --store "$store" --format json -o "$W/$name.json" > /dev/null
+  local rc=$?
+  echo "{\"exit_code\": $rc, \"seconds\": $(( SECONDS - t0 )), \"date\": \"$(date -u +%F)\"}" > "$W/$name.meta"
+  echo "== $name: exit $rc after $(( SECONDS - t0 )) s"
+  [ $rc -ne 124 ] && [ $rc -ne 130 ] && python3 -m dsbisect bisect "$@" $M $fl --store "$store" --format markdown -q \
+    -o "$W/$name.md" > /dev/null
+}
+nvidia-smi -L
+case $stage in
+  Z)
+    # two lanes at once on the one GPU (each run needs < 2 GB of it); separate stores, caches and ports
+    ( bisect ds_z3_offload_clip_device a deepspeed 0.14.1 0.15.0 --find-fix --case ds_z3_offload_clip_device --regress-on fail
+      bisect ds_z2_offload_ga a deepspeed 0.14.5 0.15.4 --find-fix --case ds_z2_offload_ga --regress-on fail
+    ) > "$W/lane-a.log" 2>&1 &
+    ( bisect ds_z3_offload_set_grad_norm b deepspeed 0.16.4 0.17.2 --find-fix --case ds_z3_offload_set_grad_norm --regress-on fail
+      bisect ds_z2_offload_gpu_memory b deepspeed 0.16.4 0.17.2 --find-fix --case ds_z2_offload_gpu_memory --regress-on fail
+    ) > "$W/lane-b.log" 2>&1 &
+    wait
+    cat "$W"/lane-*.log
+    for l in a b; do python3 -m dsbisect report --store "$W/store-$l" --format json -o "$W/runs-$l.json" > /dev/null; done
+    ;;
+  S)
+    DEBS=$G/debs bash $G/slurm_gpu_up.sh || exit 1
+    # what Slurm gave each job: its GRES and CUDA_VISIBLE_DEVICES, polled while the bisection runs
+    ( while sleep 2; do scontrol show job -d 2>/dev/null | grep -E "JobId=|JobState=|TresPerNode|GRES=|TRES=" ; done \
+      | awk '!seen[$0]++' > "$W/slurm-jobs.txt" ) &
+    poll=$!
+    bisect slurm-gpu s deepspeed 0.14.1 0.15.0 --find-fix --case ds_z3_offload_clip_device --regress-on fail \
+      --executor slurm --partition debug
+    kill $poll
+    grep -h -E "gres|GRES|Allocate JobId|JobId=.*done" /tmp/slurm/log/slurmctld.log | tail -60 > "$W/slurmctld-gres.log"
+    grep -rh "CUDA_VISIBLE_DEVICES=" "$W/store-s" 2>/dev/null | sort | uniq -c > "$W/job-cvd.txt"
+    cp /etc/slurm/slurm.conf /etc/slurm/gres.conf "$W/"
+    python3 -m dsbisect report --store "$W/store-s" --format json -o "$W/slurm-runs.json" > /dev/null
+    bash $G/slurm_gpu_up.sh down
+    ;;
+esac
+echo "== GPU processes left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
+echo "== stage $stage done after ${SECONDS}s"
+tar czf "$OUT/$stage.tgz" --exclude='venvs' --exclude='*.pt' -C "$W" .
