@@ -4,12 +4,13 @@
 # .gpuzoo) that the call carries:
 #   G/base.json   `dsbisect snapshot-base` of the GPU machine (or the format-1 equivalent)
 #   G/tool        dsbisect's wheels the base lacks: prefetch --no-cases --tool --base-snapshot G/base.json
-#   G/wh          the cases' wheelhouse: prefetch repro_scripts/zoo/matrix.yaml --case ... --with-candidates
+#   G/wh, G/wh-acc  the cases' wheelhouses: prefetch repro_scripts/zoo/matrix.yaml --case ... --with-candidates
 #                 --python-version 3.12 --platform manylinux_2_28_x86_64 --base-snapshot G/base.json
+#                 (wheels that G/tool holds too, pydantic's, dropped from G/wh: 64 MiB a call)
 #   G/src, G/zoo  copies of src/ and repro_scripts/zoo/ (the tool's code and the cases, fixed)
 #   G/debs        stage S: Debian 12 packages of Slurm 22.05 and munge (docs/results/slurm_gpu_up.sh)
 # Stages:
-#   Z  the four single-GPU bisections, one after another (dsbisect's json, then markdown from the store)
+#   Z  the five single-GPU bisections, in three lanes side by side (dsbisect's json, then markdown from the store)
 #   S  a one-node Slurm with the GPU as gres, and one of them again with --executor slurm (--gres=gpu:1)
 set -u
 stage=${1:?stage Z or S}
@@ -23,7 +24,8 @@ BUDGET=${BUDGET:-560}
 [ -x /tmp/site/bin/uv ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "$G"/tool/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD/$G/src PATH=/tmp/site/bin:$PATH
 left() { local l=$(( BUDGET - SECONDS )); echo $(( l > 1 ? l : 1 )); }
-FL="--offline --find-links $PWD/$G/wh"
+FL="--offline"
+for d in wh wh-s wh-acc tool; do [ -d "$G/$d" ] && FL="$FL --find-links $PWD/$G/$d"; done
 M="--matrix $G/zoo/matrix.yaml"
 # bisect NAME LANE ARGS...: the bisection as JSON (wall time and exit in NAME.meta), then Markdown
 # from the store; LANE names the store and cache (lanes run side by side on the one GPU)
@@ -51,19 +53,21 @@ case $stage in
     ( bisect ds_z3_offload_set_grad_norm b deepspeed 0.16.4 0.17.2 --find-fix --case ds_z3_offload_set_grad_norm --regress-on fail
       bisect ds_z2_offload_gpu_memory b deepspeed 0.16.4 0.17.2 --find-fix --case ds_z2_offload_gpu_memory --regress-on fail
     ) > "$W/lane-b.log" 2>&1 &
+    ( bisect accelerate_fp16_wrapped_forward c accelerate 0.15.0 0.20.3 --case accelerate_fp16_wrapped_forward --regress-on fail
+    ) > "$W/lane-c.log" 2>&1 &
     wait
     cat "$W"/lane-*.log
-    for l in a b; do python3 -m dsbisect report --store "$W/store-$l" --format json -o "$W/runs-$l.json" > /dev/null; done
+    for l in a b c; do python3 -m dsbisect report --store "$W/store-$l" --format json -o "$W/runs-$l.json" > /dev/null; done
     ;;
   S)
     DEBS=$G/debs bash $G/slurm_gpu_up.sh || exit 1
     # what Slurm gave each job: its GRES and CUDA_VISIBLE_DEVICES, polled while the bisection runs
-    ( while sleep 2; do scontrol show job -d 2>/dev/null | grep -E "JobId=|JobState=|TresPerNode|GRES=|TRES=" ; done \
-      | awk '!seen[$0]++' > "$W/slurm-jobs.txt" ) &
+    ( while sleep 2; do scontrol show job -d 2>/dev/null; done >> "$W/slurm-jobs.raw" ) &
     poll=$!
     bisect slurm-gpu s deepspeed 0.14.1 0.15.0 --find-fix --case ds_z3_offload_clip_device --regress-on fail \
       --executor slurm --partition debug
     kill $poll
+    grep -E "JobId=|JobState=|TresPerNode|GRES=|TRES=|Command=" "$W/slurm-jobs.raw" | awk '!seen[$0]++' > "$W/slurm-jobs.txt"
     grep -h -E "gres|GRES|Allocate JobId|JobId=.*done" /tmp/slurm/log/slurmctld.log | tail -60 > "$W/slurmctld-gres.log"
     grep -rh "CUDA_VISIBLE_DEVICES=" "$W/store-s" 2>/dev/null | sort | uniq -c > "$W/job-cvd.txt"
     cp /etc/slurm/slurm.conf /etc/slurm/gres.conf "$W/"
