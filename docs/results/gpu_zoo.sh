@@ -9,11 +9,13 @@
 #                 (wheels that G/tool holds too, pydantic's, dropped from G/wh: 64 MiB a call)
 #   G/src, G/zoo  copies of src/ and repro_scripts/zoo/ (the tool's code and the cases, fixed)
 #   G/debs        stage S: Debian 12 packages of Slurm 22.05 and munge (docs/results/slurm_gpu_up.sh)
-# Stages:
-#   Z  the five single-GPU bisections, in three lanes side by side (dsbisect's json, then markdown from the store)
-#   S  a one-node Slurm with the GPU as gres, and one of them again with --executor slurm (--gres=gpu:1)
+# Stage A (one call): the five single-GPU bisections in four lanes side by side on the one GPU, and
+# a one-node Slurm with the GPU as gres running one of them again with --executor slurm
+# (--gres=gpu:1).  Each lane's log streams to $OUT/lane-X.log; each finished bisection is appended
+# (json, meta, markdown) to $OUT/A-results.tar.
 set -u
-stage=${1:?stage Z or S}
+set -m   # lanes run in the background: with job control they keep SIGINT (else ignored there)
+stage=${1:?stage A}
 G=${G:-.gpuzoo}
 OUT=${OUT:-/tmp/gpu-zoo}
 W=/tmp/gz-$stage            # everything the stage writes; $OUT gets $stage.log and $stage.tgz of W
@@ -40,41 +42,45 @@ bisect() {
   local rc=$?
   echo "{\"exit_code\": $rc, \"seconds\": $(( SECONDS - t0 )), \"date\": \"$(date -u +%F)\"}" > "$W/$name.meta"
   echo "== $name: exit $rc after $(( SECONDS - t0 )) s"
-  [ $rc -ne 124 ] && [ $rc -ne 130 ] && python3 -m dsbisect bisect "$@" $M $fl --store "$store" --format markdown -q \
+  [ $rc -ne 124 ] && [ $rc -ne 130 ] && timeout 30 python3 -m dsbisect bisect "$@" $M $fl --store "$store" --format markdown -q \
     -o "$W/$name.md" > /dev/null
+  # what is done comes back even if the call is cut short: appended to one tar under $OUT
+  flock /tmp/gz.lock tar rf "$OUT/$stage-results.tar" -C "$W" "$name.json" "$name.meta" $( [ -f "$W/$name.md" ] && echo "$name.md" ) 2>/dev/null
 }
+# lane NAME CMDS: a lane's log streams to $OUT
+lane() { local n=$1; shift; ( "$@" ) > "$OUT/lane-$n.log" 2>&1 & }
+lane_a() { bisect ds_z3_offload_clip_device a deepspeed 0.14.1 0.15.0 --find-fix --case ds_z3_offload_clip_device --regress-on fail $T; }
+lane_b() { bisect ds_z3_offload_set_grad_norm b deepspeed 0.16.5 0.17.1 --find-fix --case ds_z3_offload_set_grad_norm --regress-on fail $T
+           bisect ds_z2_offload_gpu_memory b deepspeed 0.16.5 0.17.1 --find-fix --case ds_z2_offload_gpu_memory --regress-on fail $T; }
+lane_c() { bisect accelerate_fp16_wrapped_forward c accelerate 0.15.0 0.20.3 --case accelerate_fp16_wrapped_forward --regress-on fail $T; }
+lane_d() { bisect ds_z2_offload_ga d deepspeed 0.14.4 0.15.3 --find-fix --case ds_z2_offload_ga --regress-on fail $T; }
+lane_s() {
+  DEBS=$G/debs bash $G/slurm_gpu_up.sh || return 1
+  # what Slurm gave each job (GRES, CUDA_VISIBLE_DEVICES), polled while the bisection runs
+  ( while sleep 2; do scontrol show job -d 2>/dev/null; done >> "$W/slurm-jobs.raw" ) &
+  local poll=$!
+  bisect slurm-gpu s deepspeed 0.16.5 0.17.1 --find-fix --case ds_z3_offload_set_grad_norm --regress-on fail $T \
+    --executor slurm --partition debug
+  kill $poll
+  grep -E "JobId=|JobState=|TresPerNode|GRES=|TRES=|Command=" "$W/slurm-jobs.raw" | awk '!seen[$0]++' > "$W/slurm-jobs.txt"
+  grep -h -iE "gres|Allocate JobId|done" /tmp/slurm/log/slurmctld.log | tail -80 > "$W/slurmctld-gres.log"
+  grep -rh "CUDA_VISIBLE_DEVICES=" "$W/store-s" 2>/dev/null | sort | uniq -c > "$W/job-cvd.txt"
+  cp /etc/slurm/slurm.conf /etc/slurm/gres.conf "$W/"
+  timeout 30 python3 -m dsbisect report --store "$W/store-s" --format json -o "$W/slurm-runs.json" > /dev/null
+  flock /tmp/gz.lock tar rf "$OUT/$stage-results.tar" -C "$W" slurm-jobs.txt slurmctld-gres.log job-cvd.txt slurm.conf gres.conf slurm-runs.json
+  bash $G/slurm_gpu_up.sh down
+}
+T="--timeout ${RUN_TIMEOUT:-150}"
 nvidia-smi -L
 case $stage in
-  Z)
-    # two lanes at once on the one GPU (each run needs < 2 GB of it); separate stores, caches and ports
-    ( bisect ds_z3_offload_clip_device a deepspeed 0.14.1 0.15.0 --find-fix --case ds_z3_offload_clip_device --regress-on fail
-      bisect ds_z2_offload_ga a deepspeed 0.14.5 0.15.4 --find-fix --case ds_z2_offload_ga --regress-on fail
-    ) > "$W/lane-a.log" 2>&1 &
-    ( bisect ds_z3_offload_set_grad_norm b deepspeed 0.16.4 0.17.2 --find-fix --case ds_z3_offload_set_grad_norm --regress-on fail
-      bisect ds_z2_offload_gpu_memory b deepspeed 0.16.4 0.17.2 --find-fix --case ds_z2_offload_gpu_memory --regress-on fail
-    ) > "$W/lane-b.log" 2>&1 &
-    ( bisect accelerate_fp16_wrapped_forward c accelerate 0.15.0 0.20.3 --case accelerate_fp16_wrapped_forward --regress-on fail
-    ) > "$W/lane-c.log" 2>&1 &
+  A)  # everything at once: five local bisections in four lanes, and one through Slurm (--gres=gpu:1)
+    lane a lane_a; lane b lane_b; lane c lane_c; lane d lane_d; lane s lane_s
     wait
-    cat "$W"/lane-*.log
-    for l in a b c; do python3 -m dsbisect report --store "$W/store-$l" --format json -o "$W/runs-$l.json" > /dev/null; done
+    for l in a b c d; do timeout 30 python3 -m dsbisect report --store "$W/store-$l" --format json -o "$W/runs-$l.json" > /dev/null; done
+    flock /tmp/gz.lock tar rf "$OUT/$stage-results.tar" -C "$W" $(cd "$W" && ls runs-*.json)
     ;;
-  S)
-    DEBS=$G/debs bash $G/slurm_gpu_up.sh || exit 1
-    # what Slurm gave each job: its GRES and CUDA_VISIBLE_DEVICES, polled while the bisection runs
-    ( while sleep 2; do scontrol show job -d 2>/dev/null; done >> "$W/slurm-jobs.raw" ) &
-    poll=$!
-    bisect slurm-gpu s deepspeed 0.14.1 0.15.0 --find-fix --case ds_z3_offload_clip_device --regress-on fail \
-      --executor slurm --partition debug
-    kill $poll
-    grep -E "JobId=|JobState=|TresPerNode|GRES=|TRES=|Command=" "$W/slurm-jobs.raw" | awk '!seen[$0]++' > "$W/slurm-jobs.txt"
-    grep -h -E "gres|GRES|Allocate JobId|JobId=.*done" /tmp/slurm/log/slurmctld.log | tail -60 > "$W/slurmctld-gres.log"
-    grep -rh "CUDA_VISIBLE_DEVICES=" "$W/store-s" 2>/dev/null | sort | uniq -c > "$W/job-cvd.txt"
-    cp /etc/slurm/slurm.conf /etc/slurm/gres.conf "$W/"
-    python3 -m dsbisect report --store "$W/store-s" --format json -o "$W/slurm-runs.json" > /dev/null
-    bash $G/slurm_gpu_up.sh down
-    ;;
+  *) echo "stage A only"; exit 2 ;;
 esac
 echo "== GPU processes left: $(nvidia-smi --query-compute-apps=pid --format=csv,noheader | wc -l)"
 echo "== stage $stage done after ${SECONDS}s"
-tar czf "$OUT/$stage.tgz" --exclude='venvs' --exclude='*.pt' -C "$W" .
+
