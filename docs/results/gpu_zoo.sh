@@ -55,7 +55,11 @@ lane_b() { bisect ds_z3_offload_set_grad_norm b deepspeed 0.16.5 0.17.1 --find-f
 lane_c() { bisect accelerate_fp16_wrapped_forward c accelerate 0.15.0 0.20.3 --case accelerate_fp16_wrapped_forward --regress-on fail $T; }
 lane_d() { bisect ds_z2_offload_ga d deepspeed 0.14.4 0.15.3 --find-fix --case ds_z2_offload_ga --regress-on fail $T; }
 lane_s() {
-  DEBS=$G/debs bash $G/slurm_gpu_up.sh || return 1
+  if ! DEBS=$G/debs timeout 120 bash $G/slurm_gpu_up.sh; then  # keep Slurm's own logs of a failed start
+    cp -r /tmp/slurm/log "$W/slurm-log" 2>/dev/null
+    flock /tmp/gz.lock tar rf "$OUT/$stage-results.tar" -C "$W" slurm-log 2>/dev/null
+    return 1
+  fi
   # what Slurm gave each job (GRES, CUDA_VISIBLE_DEVICES), polled while the bisection runs
   ( while sleep 2; do scontrol show job -d 2>/dev/null; done >> "$W/slurm-jobs.raw" ) &
   local poll=$!

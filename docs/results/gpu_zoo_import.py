@@ -3,7 +3,7 @@
 zoo-runs/: each case's dsbisect JSON, with the paths of the GPU machine rewritten, and the
 meta.json zoo_table.py reads (command, wall time, exit code, date, machine, dsbisect commit).
 
-    python docs/results/gpu_zoo_import.py FOLDER --commit <dsbisect commit> --machine "..."
+    python docs/results/gpu_zoo_import.py FOLDER --commit <dsbisect commit> --machine "..." [--suffix attempt1]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--commit", required=True)
     ap.add_argument("--machine", required=True)
     ap.add_argument("--limit-minutes", type=float, default=560 / 60)
+    ap.add_argument("--suffix", default="", help="name the files <case>.<suffix>.json (a kept attempt)")
     args = ap.parse_args()
     truths = {e["case"]: e for e in json.loads((HERE / "zoo-truth-gpu.json").read_text())}
     for case, entry in truths.items():
@@ -43,17 +44,18 @@ def main() -> None:
             print(f"{case}: not run")
             continue
         m = json.loads(meta.read_text())
+        name = f"{case}.{args.suffix}" if args.suffix else case
         if out.exists():
-            (HERE / "zoo-runs" / f"{case}.json").write_text(redact(out.read_text()))
+            (HERE / "zoo-runs" / f"{name}.json").write_text(redact(out.read_text()))
         command = (entry["command"] + " --offline --find-links <wheelhouse> --format json"
-                   f" -o zoo-runs/{case}.json --store <store>")
+                   f" -o zoo-runs/{name}.json --store <store>")
         record = {
             "case": case, "command": command, "dsbisect_commit": args.commit, "first_run": args.commit,
             "exit_code": m["exit_code"], "interrupted": m["exit_code"] in (124, 130),
             "limit_minutes": args.limit_minutes, "seconds": float(m["seconds"]), "date": m["date"],
             "machine": args.machine,
         }
-        (HERE / "zoo-runs" / f"{case}.meta.json").write_text(json.dumps(record, indent=2) + "\n")
+        (HERE / "zoo-runs" / f"{name}.meta.json").write_text(json.dumps(record, indent=2) + "\n")
         print(f"{case}: exit {m['exit_code']}, {m['seconds']} s")
 
 

@@ -16,7 +16,8 @@ fi
 # Libraries: only those the machine lacks (a library package never replaces one it has).
 have=$(ldconfig -p)
 for deb in "$DEBS"/lib*.deb; do
-  so=$(dpkg -c "$deb" | awk '{print $NF}' | grep -E '\.so\.[0-9]+$' | sed -n 1p | xargs -r basename || true)
+  # the library's soname: the name its symlink carries ("./usr/lib/.../libhwloc.so.15 -> libhwloc.so.15.6.3")
+  so=$(dpkg -c "$deb" | grep -oE '[^/ ]+\.so\.[0-9]+ -> ' | sed -n 1p | cut -d' ' -f1 || true)
   [ -n "$so" ] && grep -qF " $so " <<< "$have" && continue
   echo "slurm-gpu-up: unpacking $(basename "$deb") (no $so here)"; dpkg -x "$deb" /
 done
@@ -74,8 +75,10 @@ cat /etc/slurm/gres.conf
 alive $D/slurmd.pid && kill "$(cat $D/slurmd.pid)" && sleep 1
 alive $D/slurmctld.pid && kill "$(cat $D/slurmctld.pid)" && sleep 1
 setsid nohup slurmctld -D > $D/log/slurmctld.out 2>&1 < /dev/null &
-for _ in $(seq 60); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.5; done
+# each look bounded: with no controller answering, one `scontrol ping` can wait out MessageTimeout
+for _ in $(seq 40); do timeout 3 scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.5; done
+timeout 3 scontrol ping 2>/dev/null | grep -q UP || { echo "slurm-gpu-up: slurmctld does not answer" >&2; tail -30 $D/log/* >&2; exit 1; }
 setsid nohup slurmd -D -N localhost > $D/log/slurmd.out 2>&1 < /dev/null &
-for _ in $(seq 60); do sinfo -h -o %T 2>/dev/null | grep -qx idle && break; sleep 0.5; done
-sinfo -h -o %T | grep -qx idle || { echo "slurm-gpu-up: the node did not become idle" >&2; tail -20 $D/log/*; exit 1; }
+for _ in $(seq 40); do timeout 3 sinfo -h -o %T 2>/dev/null | grep -qx idle && break; sleep 0.5; done
+timeout 3 sinfo -h -o %T | grep -qx idle || { echo "slurm-gpu-up: the node did not become idle" >&2; tail -20 $D/log/*; exit 1; }
 sinfo -o '%P %a %D %T %N %G'

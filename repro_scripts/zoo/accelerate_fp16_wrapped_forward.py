@@ -17,8 +17,10 @@ How established:
     (#1637) first in v0.21.0; src/accelerate/accelerator.py has `model.forward.__func__` in v0.20.0
     .. v0.20.3 and not in v0.12.0 .. v0.19.0, which wrap `model.forward` itself.
 Kind: fail.
-Environment: one CUDA GPU (accelerate refuses fp16 mixed precision without one), 1 process under
-    torchrun; accelerate < 0.21 imports pkg_resources (setuptools < 82).  Without CUDA the script
+Environment: one CUDA GPU (accelerate refuses fp16 mixed precision without one), 1 process, not
+    distributed (the script drops torchrun's variables: under DDP the wrapper's bound forward hides
+    the bug); accelerate < 0.21 imports pkg_resources (setuptools < 82).  The same line breaks on the
+    CPU with bf16 (checked by hand on 0.19.0 / 0.20.3 / 0.21.0), but the case uses fp16, the GPU path.  Without CUDA the script
     exits 125.
 
 A Linear model whose forward a library has wrapped in a plain function (as monkey-patching
@@ -43,6 +45,12 @@ def main() -> int:
 
     print(f"torch {torch.__version__}, accelerate {accelerate.__version__}, {torch.cuda.get_device_name()}, "
           f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}", flush=True)
+    # A single-process run, as `python train.py` starts it.  dsbisect's 1-rank run sets torchrun's
+    # variables; under them accelerate (DistributedType.MULTI_GPU) wraps the model in DDP, whose
+    # forward is a bound method, and the plain function below never reaches the broken line (seen
+    # on the H200: 0.20.3 passed).
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        os.environ.pop(k, None)
     acc = Accelerator(mixed_precision="fp16")
     model = torch.nn.Linear(16, 16)
     inner = model.forward

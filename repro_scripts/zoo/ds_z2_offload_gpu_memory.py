@@ -20,7 +20,8 @@ Environment: one CUDA GPU (~1 GB of its memory), 1 rank under the deepspeed laun
     CUDA the script exits 125.
 
 A bf16 model of 16 Linear(2048, 2048) layers (67 M parameters, 134 MB in bf16) under ZeRO-2 with
-the optimizer offloaded (a torch SGD, zero_force_ds_cpu_optimizer false: no JIT-built op).  The
+the optimizer offloaded (a torch SGD, zero_force_ds_cpu_optimizer false and
+zero_allow_untested_optimizer true: no JIT-built op).  The
 GPU memory the optimizer step allocates on top of what was allocated before it
 (torch.cuda.max_memory_allocated after reset_peak_memory_stats) is measured on the second step.
 Exit 0 when it is under half the bf16 parameter size; the broken releases allocate ~2x it (the
@@ -59,6 +60,7 @@ def main() -> int:
         "bf16": {"enabled": True},
         "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memory": True}},
         "zero_force_ds_cpu_optimizer": False,
+        "zero_allow_untested_optimizer": True,  # a torch optimizer under ZeRO: else an AssertionError
         "steps_per_print": 1000,
     }
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=1e-3),

@@ -19,7 +19,8 @@ Kind: fix (find the release that fixed it).
 Environment: one CUDA GPU, 1 rank under the deepspeed launcher.  Without CUDA the script exits 125.
 
 One step of a small fp32 MLP under ZeRO-3 with the optimizer offloaded (a torch SGD,
-zero_force_ds_cpu_optimizer false: no JIT-built op): after backward every parameter's gradient is
+zero_force_ds_cpu_optimizer false and
+zero_allow_untested_optimizer true: no JIT-built op): after backward every parameter's gradient is
 set to zero with deepspeed.utils.safe_set_local_grad.  Exit 0 when the engine's global gradient
 norm after the step is zero (the gradients it stepped on); the broken releases report the norm of
 the gradients from before the replacement.
@@ -56,6 +57,7 @@ def main() -> int:
         "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "pin_memory": False},
                               "contiguous_gradients": True, "overlap_comm": False},
         "zero_force_ds_cpu_optimizer": False,
+        "zero_allow_untested_optimizer": True,  # a torch optimizer under ZeRO: else an AssertionError
         "steps_per_print": 1000,
     }
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
