@@ -4,17 +4,25 @@ Source: https://github.com/huggingface/accelerate/pull/2694  "Fix the rng states
         generator to be synchronized for correct sharding of dataset across GPUs" (the PR carries
         the report, its logs and the reproduction: ``torch.manual_seed(process_index)``, then a
         ``DataLoader(shuffle=True)`` through ``prepare``, and the gathered indices miss samples).
-Cause:  ``prepare_data_loader`` shards a ``RandomSampler`` with ``BatchSamplerShard``, which
-        assumes every rank draws the same permutation; accelerate makes that so by giving the
-        sampler a ``torch.Generator`` and broadcasting its state at every ``__iter__``
-        (``synchronized_generator``).  The seedable-sampler rework (PR #2057, 0.24.0) replaced the
-        sampler by a ``SeedableRandomSampler`` seeded from each rank's own
-        ``torch.random.initial_seed()`` and dropped the generator sync; #2319 (0.26.0) made the
-        seedable sampler opt-in but did not bring the sync back.  #2694 gives the sampler a
-        generator again and synchronises it.
+Cause:  ``prepare_data_loader`` shards a shuffling sampler with ``BatchSamplerShard``, which
+        assumes every rank draws the same permutation.  Up to 0.23 accelerate made that so by
+        broadcasting the state of the sampler's generator at every ``__iter__``; from 0.24 it
+        replaced the sampler by a ``SeedableRandomSampler`` seeded the same on every rank (the
+        epoch, or a fresh generator's fixed default seed).  PR #2126 ("Allow for ACCELERATE_SEED
+        env var", 183c9dd3, 0.25.0) seeds it from ``torch.random.initial_seed()`` -- each rank's
+        own seed -- and the ranks' shards overlap.  (From 0.26.0, #2319 made the seedable sampler
+        opt-in, and the default path shuffled from each rank's global RNG without a sync: still
+        broken.)  PR #2694 (baafaf4a, 0.30.0) gives the sampler a generator and synchronises it.
 
-Truth: see docs/results/zoo-truth-hf.json (case accelerate_sampler_shard_dupes): established by
-  ``git tag --contains`` on the PRs' commits and by running the releases either side.
+Truth (kind: fail, regression): last good 0.24.1, first bad 0.25.0, commit
+  183c9dd3ce74f97d951f093e8c9573dfd1b1be61 (#2126); broken through 0.29.3, fixed in 0.30.0 by
+  baafaf4a6e039ea936e215904248cb57ba768722 (#2694).
+How established: ``git log -S 'self.seed = torch.random.initial_seed()'`` names #2126 as the line's
+  introduction; ``git show 183c9dd3^:src/accelerate/data_loader.py`` seeds with
+  ``self.epoch + self.generator.initial_seed()`` of a fresh ``torch.Generator()`` (the same on
+  every rank); ``git tag --contains 183c9dd3`` -> v0.25.0 first (17th of the 61 first-parent
+  commits from the merge base of v0.24.1 and v0.25.0); ``git tag --contains baafaf4a`` ->
+  v0.30.0; and the releases run by hand: 0.23.0 and 0.24.0 pass, 0.25.0 fails.
 
 Environment: CPU only, 2 ranks (torchrun, gloo), < 1 GB, ~10 s a run.  accelerate < 0.21 imports
 ``pkg_resources``: the case pins ``setuptools<82``.
