@@ -116,7 +116,9 @@ MISSES: dict[str, str] = {
         "regression, with no 'failed differently' line and no caveat; the search then went 0.23.0 -> "
         "0.24.0 and named 7843286f (#2057): a real regression of this job, but not the one its bad end "
         "shows. The run with `--signature \"no attribute 'batch_size'\"` "
-        "(zoo-runs/accelerate_batch_sampler_no_batch_size.signature.json) is the control. Not fixed "
+        "(zoo-runs/accelerate_batch_sampler_no_batch_size.signature.json, same store, 134 s) is the control: "
+        "found 0.25.0 -> 0.26.0, first bad commit 0d2280da (#2310, of 48), revert proof 'proven' -- the "
+        "truth. Not fixed "
         "here (src/ was out of this helper's scope): a fix would compare the normalised message too "
         "when the learned failure has one (or the line, not only the function), and name a same-frame, "
         "different-message probe as 'failed differently'.",
@@ -131,7 +133,9 @@ MISSES: dict[str, str] = {
         "outside the package, so no package frame can match them either. Any failure message that lists a "
         "varying number of items (missing keys, mismatched ranks, dropped samples) splits one bug into "
         "several this way. The control run with `--any-failure` "
-        "(zoo-runs/accelerate_sampler_shard_dupes.any-failure.json) counts 0.25.0. Not fixed here (src/ "
+        "(zoo-runs/accelerate_sampler_shard_dupes.any-failure.json, same store, 153 s) counts 0.25.0 and "
+        "found 0.24.1 -> 0.25.0, first bad commit 183c9dd3 (#2126, of 61), revert proof 'proven' -- the "
+        "truth. Not fixed here (src/ "
         "was out of this helper's scope): a fix would collapse a run of normalised numbers (`[<n>, <n>, "
         "...]`) to one token before comparing.",
 }
