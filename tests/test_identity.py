@@ -12,7 +12,7 @@ from dsbisect.model import Outcome, RegressOn, Verdict
     ("CUDA error: an illegal memory access at 0x7f3a2c00beef", "CUDA error: an illegal memory access at <hex>"),
     ("Output 0 of SplitBackward0 is a view", "Output <n> of SplitBackward0 is a view"),
     ("size mismatch for weight: copying torch.Size([4096, 1024]) into torch.Size([1024])",
-     "size mismatch for weight: copying torch.Size([<n>, <n>]) into torch.Size([<n>])"),
+     "size mismatch for weight: copying torch.Size([<n>…]) into torch.Size([<n>…])"),
     ("No such file or directory: '/tmp/run-12/ckpt/global_step3/mp_rank_00_model_states.pt'",
      "No such file or directory: <path>"),
     (r"cannot open C:\Users\me\ckpt\latest", "cannot open <path>"),
@@ -21,6 +21,8 @@ from dsbisect.model import Outcome, RegressOn, Verdict
     ("loss went NaN", "loss went NaN"),
     ("  spaces \n  and\tlines  ", "spaces and lines"),
     ("lr=1e-05 step -3", "lr=<n> step <n>"),
+    ("samples [5, 7, 8, 9, 16] were served to no rank", "samples [<n>…] were served to no rank"),
+    ("shape (4,8,2) vs (4, 8,) at 3, 4", "shape (<n>…) vs (<n>…) at <n>, <n>"),
 ])
 def test_normalise(text, expected):
     assert normalise(text) == expected
@@ -37,6 +39,11 @@ def test_normalise(text, expected):
     ("rank 1 killed by SIGSEGV (Fatal Python error: Segmentation fault)",
      "rank 0 killed by SIGSEGV (Fatal Python error: Segmentation fault)", True),
     ("rank 1 killed by SIGSEGV (Fatal Python error: Segmentation fault)", "exit 1", False),
+    # the zoo's accelerate_sampler_shard_dupes: one check, lists of other lengths at two releases
+    ("AssertionError: samples [5, 7, 8, 9, 16] were served to no rank",
+     "AssertionError: samples [5, 6, 11, 20] were served to no rank", True),
+    ("AssertionError: samples [5] were served to no rank", "AssertionError: samples [5, 6] were served to no rank",
+     True),
 ])
 def test_failures_match_by_type_and_normalised_message(a, b, same):
     assert matches(learn(Outcome.FAIL, a), learn(Outcome.FAIL, b)) is same
@@ -47,6 +54,23 @@ def test_a_failure_whose_message_changed_matches_in_the_same_innermost_package_f
     b = learn(Outcome.FAIL, "KeyError: 'module.weight'", frames=("deepspeed/runtime/engine.py:load",))
     c = learn(Outcome.FAIL, "KeyError: 'module.weight'", frames=("deepspeed/utils/zero_to_fp32.py:parse",))
     assert matches(a, b) and not matches(a, c)
+
+
+@pytest.mark.parametrize("a, b, same", [
+    # the zoo's accelerate_batch_sampler_no_batch_size: 0.24.0's own regression (#2057) in the
+    # same function as the bad end's (#2310): another attribute is another failure
+    ("AttributeError: 'DataLoaderShard' object has no attribute 'sampler'",
+     "AttributeError: 'DataLoaderShard' object has no attribute 'batch_size'", False),
+    ("KeyError: 'weight'", "KeyError: '_orig_mod.weight'", True),  # a rename keeps the name inside
+    ("RuntimeError: Expected all tensors to be on the same device",
+     "RuntimeError: Expected all tensors to be on the same device, but found at least two devices", True),
+    ("TypeError: step() got an unexpected keyword argument 'closure'",
+     "TypeError: step() got an unexpected keyword argument 'lr'", False),
+    ("ValueError: 'a' and 'b' differ", "ValueError: 'b' and 'a' differ now", True),  # the same names
+])
+def test_a_changed_message_in_the_same_frame_matches_only_when_it_names_the_same_things(a, b, same):
+    where = ("accelerate/data_loader.py:prepare_data_loader",)
+    assert matches(learn(Outcome.FAIL, a, frames=where), learn(Outcome.FAIL, b, frames=where)) is same
 
 
 # One deadlock, two rules: the early proof and the collective timeout's forensics.

@@ -49,16 +49,39 @@ _HEX = re.compile(r"\b0x[0-9a-fA-F]+\b|\b(?=[0-9a-fA-F]*\d)(?=[0-9a-fA-F]*[a-fA-
 _PATH = re.compile(r"(?:[A-Za-z]:\\|~?/)?(?:[\w.\-]+[/\\])+[\w.\-]+|(?<![\w.])/[\w.\-]+")
 _NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
 _QUOTED = re.compile(r"'(<path>)'|\"(<path>)\"")
+_NUMBERS = re.compile(r"(?<=[\[(])\s*<n>(?:\s*,\s*<n>)*\s*,?\s*(?=[\])])")  # a list or tuple of numbers: its length varies too
+_NAMES = re.compile(r"'([^'\s]+)'|\"([^\"\s]+)\"|`([^`\s]+)`")  # what a message names: 'batch_size', "a.weight"
 
 
 def normalise(text: str) -> str:
     """A failure message without what differs from run to run or release to release: hex ids
-    and addresses (<hex>), paths (<path>), numbers (<n>); spaces collapsed."""
+    and addresses (<hex>), paths (<path>), numbers (<n>), bracketed lists of numbers of any
+    length ([<n>…]); spaces collapsed."""
     text = _HEX.sub("<hex>", text)
     text = _PATH.sub("<path>", text)
     text = _QUOTED.sub(r"\1\2", text)
     text = _NUMBER.sub("<n>", text)
+    text = _NUMBERS.sub("<n>…", text)
     return " ".join(text.split())
+
+
+def _names(message: str) -> set[str]:
+    return {a or b or c for a, b, c in _NAMES.findall(message)} - {"<path>", "<n>", "<hex>"}
+
+
+def _related(a: str, b: str) -> bool:
+    """One name renamed into the other: 'weight' and 'module.weight', 'fc' and '_orig_mod.fc'."""
+    return a in b or b in a
+
+
+def same_names(a: str, b: str) -> bool:
+    """Whether two messages name the same things, allowing a rename that keeps the name inside
+    the other ('weight' → 'module.weight'): ``'X' has no attribute 'sampler'`` and ``'X' has no
+    attribute 'batch_size'`` name different attributes, so they are different failures."""
+    na, nb = _names(a), _names(b)
+    only_a, only_b = na - nb, nb - na
+    return all(any(_related(x, y) for y in only_b) for x in only_a) and \
+        all(any(_related(y, x) for x in only_a) for y in only_b)
 
 
 # ------------------------------------------------------------------- identity
@@ -134,8 +157,9 @@ def learn(outcome: Outcome, reason: str, signature: str = "", frames: tuple[str,
 def matches(learned: Identity, seen: Identity | None) -> bool:
     """Whether ``seen`` is the failure ``learned`` names.  A hang that names no collective (a
     plain timeout) cannot be told apart from another hang: it matches; so does a failure in the
-    same innermost frame of the package whose message changed between releases, and a hang
-    whose ranks' waits are a part of the other's (a rank whose stack could not be read)."""
+    same innermost frame of the package whose message changed between releases but names the
+    same things (``same_names``), and a hang whose ranks' waits are a part of the other's (a
+    rank whose stack could not be read)."""
     if seen is None or seen.kind is not learned.kind:
         return False
     if learned.kind is Outcome.HANG:  # where a rank's stack was not read, its clause is missing
@@ -145,7 +169,8 @@ def matches(learned: Identity, seen: Identity | None) -> bool:
         return False
     if learned.message == seen.message:
         return True
-    return bool(learned.frames and seen.frames and learned.frames[0] == seen.frames[0])
+    return bool(learned.frames and seen.frames and learned.frames[0] == seen.frames[0]) and \
+        same_names(learned.message, seen.message)
 
 
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+, in (\S+)')
