@@ -77,7 +77,8 @@ RUN_BY_OUTCOME = {
     "fail": _run(EVIDENCE | {"error_frames": ["str"]}, LAUNCHED_ENVIRONMENT),
     "hang": _run(EVIDENCE | {"hang_detected_after_s?": "number"}, LAUNCHED_ENVIRONMENT),
     # untestable: the point's venv does not import the package (nothing launched)
-    "skip": _run({}, CHECKED, exit_code="null"),
+    # its evidence is why it was skipped: records.SkipCause (added with the typed records, issue 19)
+    "skip": _run({"skip_cause": "str"}, CHECKED, exit_code="null"),
 }
 
 GRID = {  # `run --format json` and `report --format json`, without "runs"

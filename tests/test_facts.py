@@ -132,7 +132,7 @@ def test_the_separate_check_and_the_node_check_are_the_hooks_one_check(fresh_fac
     (line,) = [ln for ln in node.stdout.splitlines() if ln.startswith("DSBISECT-NODE ")]
     answer = json.loads(line.removeprefix("DSBISECT-NODE "))
     assert check.ok and answer["error"] == ""
-    assert answer["torch"] == check.facts["versions"]["torch"] and answer["cuda"] == check.facts["cuda"]
-    assert answer["gpus"] == len(check.facts.get("gpus", [])) and answer["nccl"] == check.facts.get("nccl")
+    assert answer["torch"] == check.facts.version("torch") and answer["cuda"] == check.facts.cuda
+    assert answer["gpus"] == len(check.facts.gpus or ()) and answer["nccl"] == check.facts.nccl
     broken = facts.import_check(Path(sys.executable), ["no-such-dist"], proc.clean_env())
-    assert not broken.ok and broken.reason == "no-such-dist is not installed" and "versions" in broken.facts
+    assert not broken.ok and broken.reason == "no-such-dist is not installed" and broken.facts.versions is not None

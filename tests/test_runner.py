@@ -41,7 +41,7 @@ def test_one_rank_goes_through_every_step_and_gives_its_port_back(tmp_path, whee
     assert "rank ran dsb_toy" in RunDir(Path(record.run_dir)).rank_log(0).read_text()
     done = runner.run_here(case, point, attempt=2)  # the whole pipeline: a run of its own, a port of its own
     assert done.id != record.id and done.outcome is Outcome.PASS and done.signature == ""
-    assert done.facts["accelerator"] == "cpu" and done.facts["versions"]["dsb-toy"] == "1.0.0"
+    assert done.facts.accelerator == "cpu" and done.facts.version("dsb-toy") == "1.0.0"
     assert store.run(done.id).outcome is Outcome.PASS and runner._ports == set()
 
 
