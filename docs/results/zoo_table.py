@@ -44,6 +44,25 @@ CLONE_WORDS = {"ACCELERATE_CLONE": "accelerate_clone", "DEEPSPEED_CLONE": "deeps
 
 # What happened in each run, beyond what the outputs say (written after reading the run's log).
 RUN_NOTES: dict[str, str] = {
+    "accelerate_batch_sampler_no_batch_size":
+        "Missed at first (dsbisect c31b15b; zoo-runs/accelerate_batch_sampler_no_batch_size.first-run.json, "
+        "13 runs, 228 s): **dsbisect's fault, fixed and re-run.** 0.24.0 also fails in prepare_data_loader, "
+        "with its own regression (`'VariableBatches' object has no attribute 'sampler'`, PR #2057, fixed in "
+        "0.25.0 by #2097), and the failure identity counted any failure of the same exception type in the "
+        "same innermost package function as the bad end's (`... no attribute 'batch_size'`, #2310), whatever "
+        "the message: the first run answered 0.23.0 -> 0.24.0, #2057. Fixed in identity.matches (a changed "
+        "message in the same frame is the same failure only when it names the same things, up to a rename "
+        "that keeps one name inside the other). Re-run from a copy of the same store (dsbisect bd17f0f, "
+        "every run it needed already recorded, 2 s): 0.24.0 'failed differently ... not counted', found "
+        "0.25.0 -> 0.26.0, first bad commit 0d2280da (#2310), revert proof proven: the truth.",
+    "accelerate_sampler_shard_dupes":
+        "Missed at first (dsbisect 2ae900f; zoo-runs/accelerate_sampler_shard_dupes.first-run.json, 6 runs, "
+        "194 s, answered ambiguous 0.24.1 -> 0.26.0): **dsbisect's fault, fixed and re-run.** 0.25.0, the "
+        "true first bad release, fails the same check as the bad end (`samples [5, 7, 8, 9, 16] were served "
+        "to no rank` against `samples [5, 6, 11, 20] ...`), but normalise kept the list's length, so it was "
+        "called 'failed differently' and stepped around. Fixed in identity.normalise (a bracketed list of "
+        "numbers of any length is `[<n>…]`). Re-run from a copy of the same store (dsbisect bd17f0f, 123 s): "
+        "found 0.24.1 -> 0.25.0, first bad commit 183c9dd3 (#2126), revert proof proven: the truth.",
     "ds_decoupled_ckpt_dead_writer":
         "Release level only (2026-12-01, dsbisect 519577e, 2 CPUs): the full command was stopped with "
         "SIGTERM after 28 min, when the commit step had begun (23 first-parent commits, each hang "
@@ -130,41 +149,6 @@ MISSES: dict[str, str] = {
         "new run, 23 s, the other points reused from the store) it answers last good 4.45.2, first bad "
         "4.46.0: the truth. Nothing changed in dsbisect; the strict comparison counts the default "
         "run's 4.46.1 as a miss.",
-    "accelerate_batch_sampler_no_batch_size":
-        "**dsbisect's fault (its failure identity), with a second regression inside the range the truth "
-        "had not named.** Between the ends lies another regression of the same job: 0.24.0 also fails in "
-        "prepare_data_loader, with `AttributeError: 'VariableBatches' object has no attribute 'sampler'` "
-        "(PR #2057, 7843286f, read `dataloader.batch_sampler.sampler` unconditionally; PR #2097 fixed it in "
-        "0.25.0, which passes). The bad end's failure, the one the case is about, is `... no attribute "
-        "'batch_size'` (#2310, 0.26.0). README: 'A probe that fails *differently* is neither good nor bad: "
-        "it is stepped around and named'. But identity.matches counts any failure of the same exception "
-        "type whose innermost package frame is the same *function* as the learned one, whatever the "
-        "message, so 0.24.0's different AttributeError (same function, another line) was counted as the "
-        "regression, with no 'failed differently' line and no caveat; the search then went 0.23.0 -> "
-        "0.24.0 and named 7843286f (#2057): a real regression of this job, but not the one its bad end "
-        "shows. The run with `--signature \"no attribute 'batch_size'\"` "
-        "(zoo-runs/accelerate_batch_sampler_no_batch_size.signature.json, same store, 134 s) is the control: "
-        "found 0.25.0 -> 0.26.0, first bad commit 0d2280da (#2310, of 48), revert proof 'proven' -- the "
-        "truth. Not fixed "
-        "here (src/ was out of this helper's scope): a fix would compare the normalised message too "
-        "when the learned failure has one (or the line, not only the function), and name a same-frame, "
-        "different-message probe as 'failed differently'.",
-    "accelerate_sampler_shard_dupes":
-        "**dsbisect's fault (its failure identity), answered honestly as ambiguous.** The releases were "
-        "searched right (0.20.3, 0.24.0, 0.24.1 good; 0.26.0, 0.26.1 bad), but 0.25.0, the true first bad "
-        "release, was called 'failed differently' and stepped around, which left 0.25.0 and 0.26.0 as "
-        "candidates: verdict ambiguous, no commit step. Both failures are the same check of the script, "
-        "`AssertionError: samples [5, 7, 8, 9, 16] were served to no rank` (0.25.0) and `samples [5, 6, 11, "
-        "20] ...` (0.26.1, the bad end). identity.normalise turns each number into <n> but keeps the list's "
-        "length, so the two messages differ (five <n> against four), and the check raises in the script, "
-        "outside the package, so no package frame can match them either. Any failure message that lists a "
-        "varying number of items (missing keys, mismatched ranks, dropped samples) splits one bug into "
-        "several this way. The control run with `--any-failure` "
-        "(zoo-runs/accelerate_sampler_shard_dupes.any-failure.json, same store, 153 s) counts 0.25.0 and "
-        "found 0.24.1 -> 0.25.0, first bad commit 183c9dd3 (#2126, of 61), revert proof 'proven' -- the "
-        "truth. Not fixed here (src/ "
-        "was out of this helper's scope): a fix would collapse a run of normalised numbers (`[<n>, <n>, "
-        "...]`) to one token before comparing.",
 }
 
 
