@@ -190,7 +190,7 @@ class SimpleIndex:
         self.files: dict[str, list[tuple[str, str]]] = {}
         handler = functools.partial(_QuietHandler, directory=str(root))
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}/simple/"
 

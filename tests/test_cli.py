@@ -102,7 +102,7 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 @pytest.fixture
 def failing_index():
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/simple/"
     server.shutdown()
     server.server_close()

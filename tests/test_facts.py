@@ -101,6 +101,7 @@ def test_nvcc_of_the_point_venvs_cuda_home(fresh_facts, tmp_path):
                                                              cuda="12.4", nvcc="12.4.131"))
 
 
+@pytest.mark.slow  # subprocesses that start interpreters: ~1.5-2.5 s (the fast tier's budget)
 def test_the_check_code_reads_cuda_home_only_for_a_cuda_torch(fresh_facts, tmp_path):
     check = facts.import_check(Path(sys.executable), ["packaging"], proc.clean_env())
     assert check.ok, check.reason

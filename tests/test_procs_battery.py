@@ -256,6 +256,7 @@ def test_a_command_printing_120_mb_keeps_head_and_tail_in_bounded_memory():
     assert got["out_len"] <= keep and got["err_len"] <= keep and got["cut"] > 110e6, got
 
 
+@pytest.mark.slow  # subprocesses that start interpreters: ~1.5-2.5 s (the fast tier's budget)
 def test_a_command_that_times_out_keeps_what_it_printed():
     done = proc.run([sys.executable, "-c", "import time; print('before', flush=True); time.sleep(60)"], timeout=1.5)
     assert done.returncode is None and done.error == "no answer within 1.5 s" and done.stdout == "before\n"

@@ -233,6 +233,7 @@ def test_a_copied_runs_folder_without_its_database_gives_no_stale_evidence(tmp_p
     assert list(folder.iterdir()) == [] and (old / "launcher.log").exists()
 
 
+@pytest.mark.slow  # subprocesses that start interpreters: ~1.5-2.5 s (the fast tier's budget)
 def test_reading_works_on_a_read_only_store(tmp_path, cli, wheelhouse):
     store = tmp_path / "st"
     ids = _stored_runs(store)
@@ -462,6 +463,7 @@ def test_the_reproduce_line_hides_credentials(tmp_path, monkeypatch):
     assert cli_mod._reproduce_command("x", "1", "2") == "dsbisect bisect x 1 2 --index-url https://***@h/simple"
 
 
+@pytest.mark.slow  # subprocesses that start interpreters: ~1.5-2.5 s (the fast tier's budget)
 def test_what_dsbisect_writes_is_private_unless_shared(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1] / "src"))
     out = subprocess.run([sys.executable, "-c", "from dsbisect.cli import main; main()", "store", "repair",

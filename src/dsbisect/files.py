@@ -56,3 +56,14 @@ def read_small_text(path: Path | str, limit: int = TEXT_LIMIT, errors: str = "st
 def too_large(path: Path | str, size: int, limit: int) -> OSError:
     return OSError(errno.EFBIG, f"too large to read ({size_text(size)}; at most {size_text(limit)} is read)",
                    str(path))
+
+
+def existing_dir(path: object) -> Path | None:
+    """``path`` as a folder that is there; None for none, or for what no folder can be named by
+    (a damaged record's value: not text, too long, a NUL byte)."""
+    if not isinstance(path, (str, Path)) or not str(path):
+        return None
+    try:
+        return Path(path) if Path(path).is_dir() else None
+    except (OSError, ValueError):
+        return None

@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from . import flightrec, forensics
-from .files import DATA_LIMIT, read_small
+from .files import DATA_LIMIT, existing_dir, read_small
 from .grid import displayable
 from .htmlreport import Page, RunPage
 from .ladder import Ladder, Rung, Tested
@@ -51,13 +51,8 @@ def run_page(record, store_dir: Path | None, tail_lines: int = 40) -> RunPage:
 
 def run_folder(record, store_dir: Path | None) -> Path | None:
     """The run's folder: as recorded, else the store's own folder of that run id."""
-    if record.run_dir and Path(record.run_dir).is_dir():
-        return Path(record.run_dir)
-    if store_dir is not None:
-        own = Path(store_dir) / "runs" / f"{record.id:06d}"
-        if own.is_dir():
-            return own
-    return None
+    own = Path(store_dir) / "runs" / f"{record.id:06d}" if store_dir is not None else None
+    return existing_dir(record.run_dir) or existing_dir(own)
 
 
 def folder_looks(folder: Path) -> tuple[tuple[Look, ...], bool, str]:

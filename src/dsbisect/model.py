@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from packaging.requirements import Requirement
+from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
 from .redact import HIDDEN, mask_args, secret_name
@@ -189,6 +189,14 @@ class GitSource:
         return f"{self.commit}-revert-{self.reverted}" if self.reverted else self.commit
 
 
+def _pin_name(pin: str) -> str | None:
+    """A pin's canonical name; None for text that is no requirement (a damaged record's: shown as it is)."""
+    try:
+        return canonicalize_name(Requirement(pin).name)
+    except InvalidRequirement:
+        return None
+
+
 @dataclass(frozen=True)
 class Point:
     """One set of versions to test: the moving packages plus the pins held fixed."""
@@ -202,7 +210,7 @@ class Point:
         moved = {canonicalize_name(n) for n, _ in self.versions}
         if self.source:
             moved.add(canonicalize_name(self.source.package))
-        held = tuple(p for p in self.pins if canonicalize_name(Requirement(p).name) not in moved)
+        held = tuple(p for p in self.pins if _pin_name(p) not in moved)
         exact = tuple(f"{n}=={v}" for n, v in self.versions if not self._is_source(n))
         return held + exact
 

@@ -22,6 +22,7 @@ from rich.text import Text
 from . import __version__, nextstep
 from .compat import describe as describe_shims
 from .facts import describe_env, describe_host, size
+from .files import existing_dir
 from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, cell, grid, line
 from .grid import markdown as grid_tables_markdown
 from .grid import md as _md
@@ -237,7 +238,7 @@ def topology_markdown(runs: list[RunRecord]) -> list[str]:
 def _stack_details(run: RunRecord) -> str:
     from .forensics import analyze, render_stack
 
-    if not run.run_dir or not Path(run.run_dir).is_dir():
+    if existing_dir(run.run_dir) is None:
         return ""
     sig = analyze(Path(run.run_dir))
     if sig is None:

@@ -11,6 +11,7 @@ from rich.rule import Rule
 from rich.text import Text
 
 from .facts import describe_env
+from .files import existing_dir
 from .grid import displayable
 from .htmlsource import rank_tables
 from .model import Outcome
@@ -52,11 +53,12 @@ def render_run(r: RunRecord, lines: int = 30) -> Group:
     if r.evidence.escaped:
         parts.append(safe_text(f"  escaped the process tree, stopped by their tag: pid(s) "
                                f"{', '.join(map(str, r.evidence.escaped))}", style="yellow"))
-    if r.run_dir and Path(r.run_dir).is_dir():
-        parts += _deadlock_proof(Path(r.run_dir))
+    folder = existing_dir(r.run_dir)
+    if folder is not None:
+        parts += _deadlock_proof(folder)
         parts += rank_tables(r)  # the rank × sequence-number table of a hang
-        parts += _stacks(Path(r.run_dir), hung=r.outcome is Outcome.HANG)
-        parts += _tails(Path(r.run_dir), lines)
+        parts += _stacks(folder, hung=r.outcome is Outcome.HANG)
+        parts += _tails(folder, lines)
     return Group(*parts)
 
 
