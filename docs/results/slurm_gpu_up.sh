@@ -22,6 +22,11 @@ for deb in "$DEBS"/lib*.deb; do
   echo "slurm-gpu-up: unpacking $(basename "$deb") (no $so here)"; dpkg -x "$deb" /
 done
 for deb in "$DEBS"/slurm*.deb "$DEBS"/munge_*.deb; do dpkg -x "$deb" /; done
+# Debian names the daemons slurmctld-wlm / slurmd-wlm and links the plain names through
+# update-alternatives, which dpkg -x does not run: link them here.
+for d in slurmctld slurmd slurmstepd; do
+  command -v $d >/dev/null || { [ -x /usr/sbin/$d-wlm ] && ln -sf /usr/sbin/$d-wlm /usr/sbin/$d; }
+done
 ldconfig
 getent group munge >/dev/null || groupadd -r munge
 getent passwd munge >/dev/null || useradd -r -g munge -d /nonexistent -s /usr/sbin/nologin munge
@@ -69,6 +74,9 @@ MinJobAge=300
 NodeName=localhost CPUs=$CPUS RealMemory=$MEM Gres=gpu:$GPUS State=UNKNOWN
 PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP
 CONF
+# No systemd (no dbus scope for slurmstepd) on such a machine: slurmd makes its cgroup itself
+mkdir -p /sys/fs/cgroup/system.slice 2>/dev/null || true  # where slurmd puts the stepds' scope
+printf 'CgroupPlugin=cgroup/v2\nIgnoreSystemd=yes\nIgnoreSystemdOnFailure=yes\n' > /etc/slurm/cgroup.conf
 : > /etc/slurm/gres.conf
 for i in $(seq 0 $(( GPUS - 1 ))); do echo "NodeName=localhost Name=gpu File=/dev/nvidia$i" >> /etc/slurm/gres.conf; done
 cat /etc/slurm/gres.conf
@@ -77,8 +85,8 @@ alive $D/slurmctld.pid && kill "$(cat $D/slurmctld.pid)" && sleep 1
 setsid nohup slurmctld -D > $D/log/slurmctld.out 2>&1 < /dev/null &
 # each look bounded: with no controller answering, one `scontrol ping` can wait out MessageTimeout
 for _ in $(seq 40); do timeout 3 scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.5; done
-timeout 3 scontrol ping 2>/dev/null | grep -q UP || { echo "slurm-gpu-up: slurmctld does not answer" >&2; tail -30 $D/log/* >&2; exit 1; }
+timeout 3 scontrol ping 2>/dev/null | grep -q UP || { echo "slurm-gpu-up: slurmctld does not answer" >&2; tail -n 30 $D/log/* >&2; exit 1; }
 setsid nohup slurmd -D -N localhost > $D/log/slurmd.out 2>&1 < /dev/null &
 for _ in $(seq 40); do timeout 3 sinfo -h -o %T 2>/dev/null | grep -qx idle && break; sleep 0.5; done
-timeout 3 sinfo -h -o %T | grep -qx idle || { echo "slurm-gpu-up: the node did not become idle" >&2; tail -20 $D/log/*; exit 1; }
+timeout 3 sinfo -h -o %T | grep -qx idle || { echo "slurm-gpu-up: the node did not become idle" >&2; tail -n 20 $D/log/*; exit 1; }
 sinfo -o '%P %a %D %T %N %G'
