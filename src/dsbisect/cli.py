@@ -36,7 +36,7 @@ from . import __version__
 from . import matrix as matrix_mod
 from . import report as rep
 from .disk import is_full, message as disk_message
-from .errors import DsbisectError, InputError, Stopped, signal_of
+from .errors import DsbisectError, ExternalFailure, InputError, Stopped, signal_of
 from .files import read_small_text
 from .outside import safe, safe_text
 from .redact import redact, remember, secret_values
@@ -930,7 +930,7 @@ def _next_step(result: Result, command: str, idx):
         return None  # no index read for an answer that has no next step
     try:
         when = released(result.request.package, result.last_good, idx)
-    except InputError:  # the index went away since the search: the clone keeps the whole history
+    except (InputError, ExternalFailure):  # no index (offline, gone since the search): the clone keeps the whole history
         when = None
     return nextstep.next_step(result, command, when)
 

@@ -152,10 +152,10 @@ def _lie(items: list[str]) -> str:
 
 def _missing_from_wheelhouse(package: str, lo: Version, hi: Version, have: set[Version], pre: bool) -> list[str]:
     """Releases between lo and hi the default index has and the wheelhouse lacks; [] when the
-    index cannot be reached (an offline machine)."""
+    index cannot be reached (an offline machine: the look is best effort, never a failure)."""
     try:
         online = _index_cached(default_index(IndexOptions()), canonicalize_name(package), 5.0)
-    except InputError:
+    except (InputError, ExternalFailure):
         return []
     return [str(r.version) for r in sorted(online, key=lambda r: r.version)
             if lo < r.version < hi and r.version not in have and not r.yanked and (pre or not r.version.is_prerelease)]
