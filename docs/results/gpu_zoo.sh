@@ -46,9 +46,13 @@ bisect() {
     -o "$W/$name.md" > /dev/null
   # what is done comes back even if the call is cut short: appended to one tar under $OUT
   flock /tmp/gz.lock tar rf "$OUT/$stage-results.tar" -C "$W" "$name.json" "$name.meta" $( [ -f "$W/$name.md" ] && echo "$name.md" ) 2>/dev/null
+  # and the runs' own logs and records (small), so that a surprising answer can be read back here
+  ( cd "$W" && find "store-$lane" \( -name '*.log' -o -name 'run.json' \) -size -2M -print0 \
+      | flock /tmp/gz.lock tar rf "$OUT/$stage-results.tar" --null -T - ) 2>/dev/null
 }
 # lane NAME CMDS: a lane's log streams to $OUT
-lane() { local n=$1; shift; ( "$@" ) > "$OUT/lane-$n.log" 2>&1 & }
+LANES=()
+lane() { local n=$1; shift; ( "$@" ) > "$OUT/lane-$n.log" 2>&1 & LANES+=($!); }
 lane_a() { bisect ds_z3_offload_clip_device a deepspeed 0.14.1 0.15.0 --find-fix --case ds_z3_offload_clip_device --regress-on fail $T; }
 lane_b() { bisect ds_z3_offload_set_grad_norm b deepspeed 0.16.5 0.17.1 --find-fix --case ds_z3_offload_set_grad_norm --regress-on fail $T
            bisect ds_z2_offload_gpu_memory b deepspeed 0.16.5 0.17.1 --find-fix --case ds_z2_offload_gpu_memory --regress-on fail $T; }
@@ -79,7 +83,7 @@ nvidia-smi -L
 case $stage in
   A)  # everything at once: five local bisections in four lanes, and one through Slurm (--gres=gpu:1)
     lane a lane_a; lane b lane_b; lane c lane_c; lane d lane_d; lane s lane_s
-    wait
+    wait "${LANES[@]}"   # the lanes only: a bare wait also waits for the log's tee (bash >= 5.1), forever
     for l in a b c d; do timeout 30 python3 -m dsbisect report --store "$W/store-$l" --format json -o "$W/runs-$l.json" > /dev/null; done
     flock /tmp/gz.lock tar rf "$OUT/$stage-results.tar" -C "$W" $(cd "$W" && ls runs-*.json)
     ;;

@@ -7,12 +7,12 @@
 #   DEBS=folder-of-debs bash docs/results/slurm_gpu_up.sh        (down: ... slurm_gpu_up.sh down)
 set -euo pipefail
 D=${SLURM_DIR:-/tmp/slurm}
-DEBS=${DEBS:?folder of .deb files}
 alive() { [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
 if [ "${1:-up}" = down ]; then
   for f in $D/slurmd.pid $D/slurmctld.pid /run/munge/munged.pid; do alive $f && kill "$(cat $f)"; done
   exit 0
 fi
+DEBS=${DEBS:?folder of .deb files}
 # Libraries: only those the machine lacks (a library package never replaces one it has).
 have=$(ldconfig -p)
 for deb in "$DEBS"/lib*.deb; do
