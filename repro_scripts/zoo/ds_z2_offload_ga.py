@@ -1,19 +1,20 @@
-"""ZeRO-2 + ZeRO-Offload with gradient accumulation accumulates the micro-batch gradients wrongly
-(one GPU).
+"""ZeRO-2 + ZeRO-Offload with gradient accumulation drops the gradients of every micro-step but the
+first (one GPU): a regression brought in by the PR that set out to fix the accumulation.
 
 Issue / PR:
-    https://github.com/deepspeedai/DeepSpeed/pull/6550  ("Fix gradient accumulation for
-        Z2+offload": "The ZeRO 1/2 optimizer performs incorrect gradient accumulation in the path
-        for ZeRO2 + Offloading": micro_step_id starts at 0 but is reset to -1 after a step, and
-        gradients are copied to the CPU buffer at steps that are not the accumulation boundary)
-Truth (find-fix): last broken 0.15.1, first fixed 0.15.2, fix commit
-    c85c8703bc49eefb78d8d64b5f0027f7b8acf9ff (#6550).
+    https://github.com/deepspeedai/DeepSpeed/pull/7967  ("Fix zero 1 and 2 CPU-offloaded gradient
+        norm": "This PR fixes a bug introduced in #6550 ... gradients are only copied to CPU when
+        micro_step_id=0. For micro_step_id > 0, the gradients were effectively dropped"), and the
+        comment of 2024-10-17 on https://github.com/deepspeedai/DeepSpeed/pull/6550 (grad norms of
+        ZeRO-2 and ZeRO-3 "not in the same scale" since that PR).
+Truth (regression): last good 0.15.1, first bad 0.15.2, first bad commit
+    c85c8703bc49eefb78d8d64b5f0027f7b8acf9ff (#6550, "Fix gradient accumulation for Z2+offload").
 How established:
-    `git tag --contains c85c8703b` on the DeepSpeed history: first in v0.15.2;
-    deepspeed/runtime/zero/stage_1_and_2.py has INITIAL_MICRO_STEP_ID (the fix) from v0.15.2 on
-    and not in v0.14.5 .. v0.15.1; v0.15.1 is an ancestor of v0.15.2.  Where the bug began is not
-    part of the truth (the copy-at-non-boundary code is older than the range).
-Kind: fix (find the release that fixed it).
+    #7967 names #6550 as the cause; `git tag --contains c85c8703b` on the DeepSpeed history: first
+    in v0.15.2; v0.15.1 is an ancestor of v0.15.2.  (This case was first written as the find-fix
+    of #6550; its own run on an H200 showed 0.14.4 matching the reference and 0.15.3 off by 58 %,
+    which is what sent us to #7967: docs/results/2026-12-02-h200-gpuzoo.md.)
+Kind: regression.
 Environment: one CUDA GPU (the offload path moves gradients between the GPU and pinned CPU
     buffers), 1 rank under the deepspeed launcher.  Without CUDA the script exits 125.
 
