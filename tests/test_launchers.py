@@ -325,7 +325,7 @@ def _acc(folder: Path, line: str, config: str | None = None) -> Case:
     ("python -m accelerate.commands.launch --num_processes 2 train.py", None, False, 2, True),
     ("accelerate launch --num_processes 2 train.py", None, True, 2, False),  # it sees the GPUs and picks multi-GPU
     ("accelerate launch --multi_gpu --num_processes 2 train.py", None, False, 2, False),
-    ("accelerate launch --use_deepspeed --num_processes 4 --num_machines 2 train.py", None, False, 4, False),
+    ("accelerate launch --use_deepspeed --num_processes 4 --num_machines 2 train.py", None, False, 2, False),  # per node
     ("accelerate launch --num_processes 1 train.py", None, False, 1, False),  # --multi_gpu refuses 1
     ("accelerate launch train.py", None, False, 1, False),  # on CPU it counts 0 GPUs: one process
     ("accelerate launch train.py", None, True, None, False),  # one per GPU it sees
@@ -476,7 +476,8 @@ def test_accelerate_launch_on_cpu_starts_every_rank_with_its_log(cli, cache_dir,
     first = (folder / "launcher.log").read_text().splitlines()[0]
     assert first.startswith("dsbisect: 2 ranks, --multi_gpu added: on CPU accelerate launch starts one process")
     assert " --num_processes 2 --main_process_port " in first and first.endswith(" --multi_gpu train.py")
-    assert "2 ranks; --multi_gpu added: on CPU accelerate launch starts one process without it" in res.stderr
+    assert "running (run 1, 2 ranks, cpu; --multi_gpu added: on CPU accelerate launch starts one process without it)" \
+        in res.stderr
     assert "warning" not in res.stderr
 
     (tmp_path / "half.sh").write_text(HALF)
@@ -487,3 +488,13 @@ def test_accelerate_launch_on_cpu_starts_every_rank_with_its_log(cli, cache_dir,
             "fewer ranks than asked")
     assert said in res.stderr
     assert said in " ".join(run["evidence"].get("notes") or []), run["evidence"]
+
+
+def test_a_refused_accelerate_line_is_one_line_exit_2_and_creates_nothing(cli, tmp_path):
+    (tmp_path / "train.py").write_text("pass\n")
+    res = cli("run", "--versions", "accelerate=0.28.0", "--", "accelerate", "launch", "--cpu", "--num_processes", "2",
+              "train.py", cwd=tmp_path)
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--cpu starts one process, not the 2 of --num_processes" in lines[0], res.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]

@@ -1262,7 +1262,7 @@ def prefetch(
     cases_too: Annotated[bool, typer.Option("--cases/--no-cases", help="Fetch what the cases need (default), or only --tool/--commits.")] = True,
     extra: Annotated[Optional[list[str]], typer.Option("--extra", help="Another requirement to fetch, e.g. 'setuptools<75' for building commits offline (repeatable).")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="Build wheels of commits of this clone (with --commits).")] = None,
-    commits: Annotated[Optional[str], typer.Option("--commits", help="OLD..NEW: tags or hashes; every first-parent commit in between.")] = None,
+    commits: Annotated[Optional[str], typer.Option("--commits", help="Tags or hashes; every first-parent commit in between (with --git-repo).")] = None,
     package: Annotated[str, typer.Option("--package", help="The package the clone builds (with --git-repo).")] = "deepspeed",
     good_env: Annotated[Optional[Path], typer.Option("--good-env", metavar="ENV", help="With --bad-env: what `bisect --good-env/--bad-env` installs: every pin of both (level 1); with --with-candidates every release between each change's two versions (level 2). The matrix's cases only with --case.")] = None,
     bad_env: Annotated[Optional[Path], typer.Option("--bad-env", metavar="ENV", help="The broken environment (with --good-env).")] = None,

@@ -77,10 +77,10 @@ class Ranks:
 
 
 def _counted(nproc: int | None, nnodes: int | None, why: str) -> Ranks:
-    """nproc per node on nnodes nodes (None: not known from the line)."""
+    """nproc per node on nnodes nodes (None: not known from the line); per node on several."""
     if nproc is None or nnodes is None:
         return Ranks(None, why)
-    return Ranks(nproc * nnodes)
+    return Ranks(nproc, per_node=True) if nnodes > 1 else Ranks(nproc)
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,7 @@ def accelerate_ranks(cmd: Command, cuda: bool) -> Ranks:
     run on gloo (accelerate's MULTI_CPU).  (``--cpu`` with several is refused when the line is
     parsed: it would start one.)"""
     asked = cmd.nproc * cmd.nnodes if cmd.nproc and cmd.nnodes else None
-    many = Ranks(asked, "as many processes as accelerate counts GPUs") if asked is None else Ranks(asked)
+    many = _counted(cmd.nproc, cmd.nnodes, "as many processes as accelerate counts GPUs")
     if cmd.has_option("--mpirun_hostfile"):
         return many
     if cmd.has_option("--cpu"):
@@ -242,7 +242,7 @@ def accelerate_ranks(cmd: Command, cuda: bool) -> Ranks:
         return Ranks(1) if cmd.has_option("--config_file") else many
     if asked is None or asked < 2:
         return Ranks(1)
-    return Ranks(asked, added=f"{MULTI_GPU} added: on CPU accelerate launch starts one process without it")
+    return replace(many, added=f"{MULTI_GPU} added: on CPU accelerate launch starts one process without it")
 
 
 # --------------------------------------------------------------------- srun

@@ -480,10 +480,10 @@ class Runner:
         remote_left: list[str] = []
         given = record_inputs(case, run)
         named = digests(named_paths(case))  # as the run starts: what changes under it is its output
-        how = "1 rank, no launcher" if line.direct else line.ranks.describe() + (
-            f"; {line.ranks.added}" if line.ranks.added else "")
+        how = "1 rank, no launcher" if line.direct else line.ranks.describe()
+        added = f"; {line.ranks.added}" if line.ranks.added else ""
         self.progress("run", f"{case.name} · {job.point.label}: running (run {job.record.id}, {how}, "
-                             f"{job.accel.value})")
+                             f"{job.accel.value}{added})")
         t0 = time.monotonic()
         ooms = memory.oom_counts()
         try:

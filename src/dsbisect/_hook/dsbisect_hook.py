@@ -591,7 +591,10 @@ def _main():
     rank = os.environ.get("RANK")
     if run_dir and rank is not None and os.path.isdir(run_dir):
         if os.environ.get("DSBISECT_RANK_LOG") == "1":
-            _rank_log(run_dir, rank)
+            try:
+                _rank_log(run_dir, rank)
+            except OSError as e:  # the output stays where it was; the stack dump still registers
+                sys.stderr.write(f"dsbisect hook: no rank log: {e}\n")
         _register_stack_dump(run_dir, rank)
         if os.environ.get("DSBISECT_FR_PROBE", "1") != "0":
             _start_fr_probe(run_dir)
