@@ -374,6 +374,16 @@ def test_each_line_says_the_ranks_it_starts(tmp_path, name, cuda, shown):
     assert line_for(case).ranks(case, cuda).describe() == shown
 
 
+def test_a_line_known_to_start_fewer_says_so_before_it_runs(tmp_path):
+    case = _acc(tmp_path, "accelerate launch --config_file acc.yaml train.py", "distributed_type: 'NO'\nnum_processes: 2\n")
+    ranks = line_for(case).ranks(case, True)
+    assert ranks.said() == ("warning: the line asks for 2 processes; with its config's distributed_type NO "
+                            "accelerate launch starts one")
+    assert line_for(case).ranks(case, False).said().startswith("--multi_gpu added")  # on CPU it is added
+    one = _acc(tmp_path, "accelerate launch --config_file acc.yaml train.py", "distributed_type: 'NO'\n")
+    assert line_for(one).ranks(one, True).said() == ""
+
+
 def test_a_launcher_that_counts_devices_itself_has_no_known_count(tmp_path):
     (tmp_path / "train.py").write_text("pass\n")
     for line, who in (("torchrun --nproc-per-node auto train.py", "torchrun"), ("deepspeed train.py", "deepspeed")):

@@ -53,12 +53,18 @@ class Target:
 class Ranks:
     """How many ranks a line starts: ``count`` in all (None: dsbisect cannot know, ``unknown``
     says why), ``per_node`` when the count is per node of several; ``added``: the option dsbisect
-    adds so that the line starts them, and why."""
+    adds so that the line starts them, and why; ``fewer``: why the line starts fewer than it
+    asks for, known before it runs."""
 
     count: int | None
     unknown: str = ""
     per_node: bool = False
     added: str = ""
+    fewer: str = ""
+
+    def said(self) -> str:
+        """What dsbisect adds, or warns of, before the run ("" when neither)."""
+        return self.added or (f"warning: {self.fewer}" if self.fewer else "")
 
     def describe(self) -> str:
         """'2 ranks', '1 rank', '4 ranks per node', 'ranks: unknown (…)'."""
@@ -238,8 +244,12 @@ def accelerate_ranks(cmd: Command, cuda: bool) -> Ranks:
         return many
     if cmd.has_option("--tpu") or cmd.distributed_type not in _ACCELERATE_ONE:
         return Ranks(None, f"accelerate's {cmd.distributed_type or 'TPU'} launcher")
-    if cuda:  # accelerate picks multi-GPU itself when it sees several GPUs, unless a config says otherwise
-        return Ranks(1) if cmd.has_option("--config_file") else many
+    if cuda and cmd.has_option("--config_file"):  # its single process, as on the user's machine
+        return Ranks(1, fewer=f"the line asks for {asked} processes; with its config's distributed_type "
+                              f"{cmd.distributed_type or '(none)'} accelerate launch starts one") if asked and asked > 1 \
+            else Ranks(1)
+    if cuda:  # accelerate picks multi-GPU itself when it sees several GPUs
+        return many
     if asked is None or asked < 2:
         return Ranks(1)
     return replace(many, added=f"{MULTI_GPU} added: on CPU accelerate launch starts one process without it")

@@ -450,9 +450,9 @@ class Runner:
             with open(run.launcher_log, "a") as note:  # launch appends; show and forensics read both logs
                 note.write(f"dsbisect: 1 rank, run without a launcher (rank 0 of 1, output in "
                            f"{run.rank_log(0).relative_to(run.path)}): {' '.join(p.argv[4:])}\n")
-        elif ranks.added:
+        elif ranks.said():
             with open(run.launcher_log, "a") as note:
-                note.write(f"dsbisect: {ranks.describe()}, {ranks.added}: {redact(shlex.join(p.argv))}\n")
+                note.write(f"dsbisect: {ranks.describe()}, {ranks.said()}: {redact(shlex.join(p.argv))}\n")
         secrets = secret_values(variables, [*p.argv, *(case.command.argv if case.command else ())])
         remember(secrets)  # the ranks' and the command line's: whatever this process shows from now on masks them
         spec = LaunchSpec(
@@ -481,7 +481,7 @@ class Runner:
         given = record_inputs(case, run)
         named = digests(named_paths(case))  # as the run starts: what changes under it is its output
         how = "1 rank, no launcher" if line.direct else line.ranks.describe()
-        added = f"; {line.ranks.added}" if line.ranks.added else ""
+        added = f"; {line.ranks.said()}" if line.ranks.said() else ""
         self.progress("run", f"{case.name} · {job.point.label}: running (run {job.record.id}, {how}, "
                              f"{job.accel.value}{added})")
         t0 = time.monotonic()
@@ -586,8 +586,8 @@ def _judge(job: _Job, line: _Line, ran: _Ran) -> tuple[Classified, str, Evidence
     frames = tuple(package_frames(tail, c.reason, _import_names(job.env, job.point))) if c.outcome is Outcome.FAIL \
         else None  # where it failed in the packages under test: the failure's identity
     notes = [*run.cap_logs()]  # after the evidence was read from them
-    if line.ranks.added:
-        notes.append(f"{line.ranks.describe()}: {line.ranks.added}")
+    if line.ranks.said():
+        notes.append(f"{line.ranks.describe()}: {line.ranks.said()}")
     notes += scrub_folder(run.path, line.secrets, skip=(RunDir.RECORD,))  # the group may read it
     left_tree = sorted(set(result.escaped) | set(ran.escaped.stopped))
     if left_tree:
