@@ -245,9 +245,9 @@ def accelerate_ranks(cmd: Command, cuda: bool) -> Ranks:
     if cmd.has_option("--tpu") or cmd.distributed_type not in _ACCELERATE_ONE:
         return Ranks(None, f"accelerate's {cmd.distributed_type or 'TPU'} launcher")
     if cuda and cmd.has_option("--config_file"):  # its single process, as on the user's machine
-        return Ranks(1, fewer=f"the line asks for {asked} processes; with its config's distributed_type "
-                              f"{cmd.distributed_type or '(none)'} accelerate launch starts one") if asked and asked > 1 \
-            else Ranks(1)
+        fewer = (f"the line asks for {asked} processes; with its config's distributed_type "
+                 f"{cmd.distributed_type or '(none)'} accelerate launch starts one")
+        return Ranks(1, fewer=fewer if asked and asked > 1 else "")
     if cuda:  # accelerate picks multi-GPU itself when it sees several GPUs
         return many
     if asked is None or asked < 2:
