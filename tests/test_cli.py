@@ -287,12 +287,12 @@ def test_the_index_settings_left_out_are_said_where_the_index_is_resolved(tmp_pa
 # ------------------------------------------------------------------- --help at 80 columns
 
 
-def _help80(*words: str):
+def _help80(*words: str, columns: int = 80):
     from typer.testing import CliRunner
 
     from dsbisect.cli import app
 
-    res = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"})
+    res = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb"})
     assert res.exit_code == 0, res.output
     return res.stdout
 
@@ -342,3 +342,11 @@ def test_a_short_command_shows_its_options_in_one_panel():
     text = _help80("versions")
     assert re.findall(r"╭─ (.+?) ─", text) == ["Arguments", "Options"]
     assert "Usage:" in text and " PACKAGE [GOOD] [BAD]" in text  # the usage line spells arguments as typed
+
+
+@pytest.mark.parametrize("columns", [50, 200])
+def test_help_at_other_widths_cuts_nothing_either(columns):
+    text = _help80("bisect", columns=columns)
+    assert max(len(line) for line in text.splitlines()) <= columns and "…" not in text
+    words = set(re.findall(r"(?<![\w-])-[-\w]+", text))
+    assert {"--verify-commit-ends", "--no-verify-commit-ends", "--collective-timeout", "--extra-index-url"} <= words
