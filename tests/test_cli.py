@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -281,3 +282,71 @@ def test_the_index_settings_left_out_are_said_where_the_index_is_resolved(tmp_pa
     res = cli("versions", "dsb-toy", *offline(wheelhouse), cwd=tmp_path)
     assert res.exit_code == 0, res.stderr
     assert not [n for n in res.stderr.splitlines() if f"{conf}:" in n]  # (a machine's /etc/pip.conf may say more)
+
+
+# ------------------------------------------------------------------- --help at 80 columns
+
+
+def _help80(*words: str, columns: int = 80):
+    from typer.testing import CliRunner
+
+    from dsbisect.cli import app
+
+    res = CliRunner().invoke(app, [*words, "--help"], env={"COLUMNS": str(columns), "NO_COLOR": "1", "TERM": "dumb"})
+    assert res.exit_code == 0, res.output
+    return res.stdout
+
+
+@pytest.mark.parametrize("name", ["", *sorted(n for n in OPTIONS if n != "run-one")])
+def test_help_at_80_columns_cuts_nothing(name):
+    """Issue 23: typer's table cut option names (--verify-commit…), defaults and examples at 80
+    columns. Every name of every option, every value a default names and every example line are
+    whole; nothing passes the 80th column; flags take no '<bool>' metavar."""
+    from dsbisect.cli import app
+
+    text = _help80(*name.split())
+    command = typer.main.get_command(app)
+    for word in name.split():
+        command = command.commands[word]
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text and "<bool>" not in text and "<str>" not in text and "{" not in text
+    words = set(re.findall(r"(?<![\w-])-[-\w]+", text))
+    for param in command.params:
+        if param.param_type_name == "option" and not param.hidden:
+            assert set(param.opts + param.secondary_opts) <= words, (param.opts, param.secondary_opts)
+    for example in [line for line in (command.help or "").splitlines() if line.startswith("  dsbisect ")]:
+        assert " ".join(example.split()) in " ".join(text.split()), example
+
+
+def test_bisect_help_is_short_and_puts_the_common_options_first():
+    text = _help80("bisect")
+    assert len(text.splitlines()) <= 160  # it was 274 lines, at 80 columns
+    titles = re.findall(r"╭─ (.+?) ─", text)
+    assert titles[:2] == ["Arguments", "Options"] and {"Timeouts", "Commits", "Multi-node"} <= set(titles)
+    main = text.split("╭─ Options ")[1].split("╰")[0]
+    firsts = re.findall(r"│ (--[\w-]+)", main)
+    assert firsts[:6] == ["--case", "--script", "--matrix", "--pin", "--nproc", "--accelerator"]
+    assert "--timeout" not in firsts and "--partition" not in firsts and "--confidence" not in firsts
+
+
+@pytest.mark.parametrize("name", ["run", "bisect"])
+def test_nproc_and_accelerator_say_they_go_with_a_command(name):
+    """The README gives --accelerator cpu -- deepspeed …: the help must not say "with --script" only."""
+    text = " ".join(_help80(name).split())
+    for option in ("--nproc N", "--accelerator cpu|cuda|auto"):
+        said = text.split(option, 1)[1][:160]
+        assert "-- python x.py" in said or "-- COMMAND" in said, said
+
+
+def test_a_short_command_shows_its_options_in_one_panel():
+    text = _help80("versions")
+    assert re.findall(r"╭─ (.+?) ─", text) == ["Arguments", "Options"]
+    assert "Usage:" in text and " PACKAGE [GOOD] [BAD]" in text  # the usage line spells arguments as typed
+
+
+@pytest.mark.parametrize("columns", [50, 200])
+def test_help_at_other_widths_cuts_nothing_either(columns):
+    text = _help80("bisect", columns=columns)
+    assert max(len(line) for line in text.splitlines()) <= columns and "…" not in text
+    words = set(re.findall(r"(?<![\w-])-[-\w]+", text))
+    assert {"--verify-commit-ends", "--no-verify-commit-ends", "--collective-timeout", "--extra-index-url"} <= words

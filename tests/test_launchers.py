@@ -7,6 +7,7 @@ every launcher that existed before ``launchers`` are pinned to what runner.py bu
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import replace
 from pathlib import Path
@@ -102,8 +103,6 @@ BEFORE = [
      ''),
     ('cmd-launch', '/T/venv/bin/python -u -m torch.distributed.launch --nproc_per_node 2 --master-port 29500 --log-dir /T/run/ranks --tee 3 train.py',
      ''),
-    ('cmd-acc', '/T/venv/bin/python -u -m accelerate.commands.launch --num_processes 2 --main_process_port 29500 train.py --lr 1',
-     ''),
     ('cmd-exe', './run.sh a b',
      ''),
     ('cmd-script', '/T/venv/bin/python -u -m deepspeed.launcher.runner --num_gpus 2 --master_port 29500 --enable_each_rank_log=/T/run/ranks /T/train.py --y',
@@ -112,6 +111,9 @@ BEFORE = [
 
 SRUN_RANK = shlex.quote(launchers.SRUN_RANK)
 NEW = [
+    # accelerate on CPU: --multi_gpu, or accelerate starts one process (issue 23); its ranks' logs through the hook
+    ("cmd-acc", "/T/venv/bin/python -u -m accelerate.commands.launch --num_processes 2 --main_process_port 29500 "
+                "--multi_gpu train.py --lr 1", "DSBISECT_RANK_LOG=1"),
     ("srun-script", f"srun --ntasks=2 --output=/T/run/ranks/rank%t.log --kill-on-bad-exit=1 /bin/sh -c {SRUN_RANK} "
                     "dsbisect-rank /T/venv/bin/python -u /T/train.py --steps 3", "MASTER_PORT=29500"),
     ("srun-args", f"srun -n3 --kill-on-bad-exit=0 --output=/T/run/ranks/rank%t.log /bin/sh -c {SRUN_RANK} "
@@ -198,7 +200,8 @@ def test_each_line_names_its_rank_logs_as_the_run_folder_reads_them(tmp_path):
     assert LINES["deepspeed"].rank_logs is RankLogs.DEEPSPEED and rank_of_log(run.ranks / "20260101_rank2.log") == 2
     assert LINES["torchrun"].rank_logs is RankLogs.TORCHRUN
     assert rank_of_log(run.ranks / "x" / "attempt_0" / "1" / "stdout.log") == 1
-    assert {LINES["accelerate"].rank_logs, LINES["executable"].rank_logs} == {RankLogs.NONE}
+    assert LINES["executable"].rank_logs is RankLogs.NONE
+    assert LINES["accelerate"].rank_logs is RankLogs.DIRECT  # the start-up hook's ranks/rank<R>.log
 
 
 # ------------------------------------------------------------------ srun lines
@@ -304,3 +307,204 @@ def test_a_case_crosses_json_with_its_parsed_command(tmp_path, name):
     again = Case.from_json(case.to_json())
     assert again == case and again.key == case.key
     assert again.command is None or again.command.argv == case.command.argv
+
+
+# ------------------------------------------------------- the ranks a line starts
+
+
+def _acc(folder: Path, line: str, config: str | None = None) -> Case:
+    (folder / "train.py").write_text("pass\n")
+    if config is not None:
+        (folder / "acc.yaml").write_text(config)
+    return matrix.command_case(shlex.split(line), folder)
+
+
+@pytest.mark.parametrize(("line", "config", "cuda", "count", "added"), [
+    ("accelerate launch --num_processes 2 train.py", None, False, 2, True),  # issue 23: one process without it
+    ("accelerate launch --num-processes=3 train.py", None, False, 3, True),  # accelerate's other spelling
+    ("python -m accelerate.commands.launch --num_processes 2 train.py", None, False, 2, True),
+    ("accelerate launch --num_processes 2 train.py", None, True, 2, False),  # it sees the GPUs and picks multi-GPU
+    ("accelerate launch --multi_gpu --num_processes 2 train.py", None, False, 2, False),
+    ("accelerate launch --use_deepspeed --num_processes 4 --num_machines 2 train.py", None, False, 2, False),  # per node
+    ("accelerate launch --num_processes 1 train.py", None, False, 1, False),  # --multi_gpu refuses 1
+    ("accelerate launch train.py", None, False, 1, False),  # on CPU it counts 0 GPUs: one process
+    ("accelerate launch train.py", None, True, None, False),  # one per GPU it sees
+    ("accelerate launch --cpu train.py", None, False, 1, False),
+    ("accelerate launch --cpu --num_processes 2 --mpirun_hostfile h train.py", None, False, 2, False),
+    ("accelerate launch --tpu --num_processes 8 train.py", None, False, None, False),
+    ("accelerate launch --config_file acc.yaml train.py", "distributed_type: MULTI_GPU\nnum_processes: 2\n",
+     False, 2, False),
+    ("accelerate launch --config_file acc.yaml train.py", "distributed_type: DEEPSPEED\nnum_processes: 2\n",
+     False, 2, False),
+    ("accelerate launch --config_file acc.yaml train.py", "distributed_type: MULTI_CPU\nnum_processes: 2\n",
+     False, 2, True),
+    ("accelerate launch --config_file acc.yaml train.py", "distributed_type: 'NO'\nnum_processes: 2\n",
+     True, 1, False),  # the config's single process, as on the user's machine
+])
+def test_accelerate_lines_start_what_they_ask_for(tmp_path, line, config, cuda, count, added):
+    case = _acc(tmp_path, line, config)
+    ranks = line_for(case).ranks(case, cuda)
+    assert (ranks.count, bool(ranks.added)) == (count, added)
+    argv = plan(case, _target(tmp_path), cuda).argv
+    assert argv.count("--multi_gpu") == (1 if added or "--multi_gpu" in line else 0)
+    if added:
+        assert ranks.describe() == f"{count} ranks" and "--multi_gpu" in ranks.added
+        assert argv[argv.index("--multi_gpu") + 1] == "train.py"  # an option of accelerate's, not the script's
+
+
+@pytest.mark.parametrize(("line", "config"), [
+    ("accelerate launch --cpu --num_processes 2 train.py", None),
+    ("accelerate launch --cpu --config_file acc.yaml train.py", "num_processes: 4\n"),
+])
+def test_accelerate_cpu_with_several_processes_is_refused(tmp_path, line, config):
+    """accelerate's --cpu runs the script once in every release: the line cannot do what it says."""
+    with pytest.raises(InputError, match=r"^command: accelerate launch: --cpu starts one process, not the \d"):
+        _acc(tmp_path, line, config)
+
+
+@pytest.mark.parametrize(("name", "cuda", "shown"), [
+    ("ds-cpu", False, "2 ranks"), ("tr", False, "2 ranks"), ("direct-ds", False, "1 rank"),
+    ("ds-hostfile", False, "2 ranks per node"), ("cmd-ds", False, "2 ranks"), ("cmd-tr", False, "2 ranks"),
+    ("cmd-launch", False, "2 ranks"), ("cmd-srun", False, "2 ranks"), ("cmd-script", False, "2 ranks"),
+    ("cmd-acc", False, "2 ranks"), ("cmd-acc", True, "2 ranks"),
+    ("cmd-exe", False, "ranks: unknown (an executable starts its own)"),  # issue 23: it said "2 ranks"
+])
+def test_each_line_says_the_ranks_it_starts(tmp_path, name, cuda, shown):
+    case = _cases(tmp_path)[name][0]
+    assert line_for(case).ranks(case, cuda).describe() == shown
+
+
+def test_a_line_known_to_start_fewer_says_so_before_it_runs(tmp_path):
+    case = _acc(tmp_path, "accelerate launch --config_file acc.yaml train.py", "distributed_type: 'NO'\nnum_processes: 2\n")
+    ranks = line_for(case).ranks(case, True)
+    assert ranks.said() == ("warning: the line asks for 2 processes; with its config's distributed_type NO "
+                            "accelerate launch starts one")
+    assert line_for(case).ranks(case, False).said().startswith("--multi_gpu added")  # on CPU it is added
+    one = _acc(tmp_path, "accelerate launch --config_file acc.yaml train.py", "distributed_type: 'NO'\n")
+    assert line_for(one).ranks(one, True).said() == ""
+
+
+def test_a_launcher_that_counts_devices_itself_has_no_known_count(tmp_path):
+    (tmp_path / "train.py").write_text("pass\n")
+    for line, who in (("torchrun --nproc-per-node auto train.py", "torchrun"), ("deepspeed train.py", "deepspeed")):
+        case = matrix.command_case(shlex.split(line), tmp_path)
+        assert line_for(case).ranks(case, False).describe() == f"ranks: unknown ({who} counts this machine's devices)"
+
+
+def test_a_shortfall_is_said_from_the_ranks_that_started():
+    two = launchers.Ranks(2)
+    assert two.shortfall({0, 1}) == "" and two.shortfall({0, 1, 2}) == ""
+    assert two.shortfall({0}) == ("the line asks for 2 ranks; the point venv's Python ran as 1 of them (rank 0): "
+                                  "the run tested fewer ranks than asked")
+    assert "ran as none of them" in two.shortfall(set())
+    assert launchers.Ranks(1).shortfall(set()) == ""  # one rank: nothing to miss
+    assert launchers.Ranks(None, "x").shortfall(set()) == ""  # an executable's: unknown
+    assert launchers.Ranks(2, per_node=True).shortfall({0}) == ""  # the other nodes' ranks leave no trace here
+
+
+def test_accelerate_lines_with_their_own_logs_keep_them(tmp_path):
+    for line in ("accelerate launch --num_processes 2 --log_dir mine --tee 3 train.py",
+                 "accelerate launch -t 3 --num_processes 2 train.py"):
+        case = _acc(tmp_path, line)
+        assert "DSBISECT_RANK_LOG" not in plan(case, _target(tmp_path)).env
+
+
+def test_the_hook_sends_a_ranks_output_to_its_log(tmp_path):
+    """DSBISECT_RANK_LOG=1 in a rank: stdout and stderr (its children's too) into ranks/rank<R>.log;
+    a process without RANK (the launcher) and a child of the rank leave theirs as they were."""
+    import subprocess
+    import sys
+
+    hook = Path(launchers.__file__).parent / "_hook"
+    run = RunDir(tmp_path / "run")
+    run.path.mkdir()
+    code = ("import dsbisect_hook, os, subprocess, sys; print('out'); print('err', file=sys.stderr); "
+            "subprocess.run([sys.executable, '-c', 'import dsbisect_hook, os; print(\"child\", "
+            "os.environ[\"DSBISECT_RANK_LOG\"])'])")
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(hook), "DSBISECT_RUN_DIR": str(run.path),
+           "DSBISECT_RANK_LOG": "1", "DSBISECT_FR_PROBE": "0", "DSBISECT_PDEATHSIG": "0", "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run([sys.executable, "-c", code], env=env | {"RANK": "1"}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and done.stdout == "" and done.stderr == ""
+    assert run.rank_log(1).read_text().split() == ["out", "err", "child", "0"]
+    assert run.ranks_started() == {1}
+    done = subprocess.run([sys.executable, "-c", "import dsbisect_hook; print('launcher')"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.stdout == "launcher\n" and not run.rank_log(0).exists()
+
+
+# ------------------------------------------------- real accelerate launch on CPU
+
+ZOO_WHEELS = Path(__file__).resolve().parent / "data" / "zoo-wheels"
+_INDEX_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "UV_INDEX_URL",
+              "UV_EXTRA_INDEX_URL", "UV_FIND_LINKS", "UV_INDEX", "UV_DEFAULT_INDEX", "UV_NO_INDEX", "UV_CONFIG_FILE",
+              "DSBISECT_INDEX_URL", "DSBISECT_STORE")
+ACCELERATE_SCRIPT = """\
+from accelerate import PartialState
+state = PartialState()
+print(f"process {state.process_index} of {state.num_processes}: {state.distributed_type}", flush=True)
+state.wait_for_everyone()
+"""
+# A torchrun rank that never runs the point venv's Python (rank 1): the run tests one rank of two.
+HALF = """\
+#!/bin/sh
+[ "$RANK" = 0 ] && exec python -c "print('rank 0 ran')"
+echo "rank $RANK: no python"
+"""
+
+
+def _zoo_run(cli, cache_dir, folder: Path, *line: str):
+    from conftest import offline
+
+    res = cli("run", "--format", "json", "--versions", "accelerate=0.28.0", "--accelerator", "cpu",
+              "--store", str(folder / "store"), *offline(ZOO_WHEELS, cache_dir), "--", *line, cwd=folder)
+    assert res.exit_code == 0, res.output
+    import json
+
+    (run,) = json.loads(res.stdout)["runs"]
+    return run, res
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not ZOO_WHEELS.is_dir(), reason="the zoo's accelerate wheels")
+def test_accelerate_launch_on_cpu_starts_every_rank_with_its_log(cli, cache_dir, tmp_path, monkeypatch):
+    """Issue 23: `accelerate launch --num_processes 2` on CPU ran one process while dsbisect said
+    "2 ranks", and its output was all in launcher.log. Real accelerate 0.28.0, real ranks."""
+    for name in _INDEX_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)
+    monkeypatch.setenv("UV_NO_CONFIG", "1")
+    (tmp_path / "train.py").write_text(ACCELERATE_SCRIPT)
+    run, res = _zoo_run(cli, cache_dir, tmp_path, "accelerate", "launch", "--num_processes", "2", "train.py")
+    assert run["outcome"] == "pass", run["reason"]
+    folder = Path(run["run_dir"])
+    logs = {p.name: p.read_text() for p in (folder / "ranks").glob("*.log")}
+    assert sorted(logs) == ["rank0.log", "rank1.log"], logs
+    assert "process 0 of 2: DistributedType.MULTI_CPU" in logs["rank0.log"]
+    assert "process 1 of 2: DistributedType.MULTI_CPU" in logs["rank1.log"]
+    assert "process 0 of 2" not in (folder / "launcher.log").read_text()  # the ranks' output is in their logs
+    first = (folder / "launcher.log").read_text().splitlines()[0]
+    assert first.startswith("dsbisect: 2 ranks, --multi_gpu added: on CPU accelerate launch starts one process")
+    assert " --num_processes 2 --main_process_port " in first and first.endswith(" --multi_gpu train.py")
+    assert "running (run 1, 2 ranks, cpu; --multi_gpu added: on CPU accelerate launch starts one process without it)" \
+        in res.stderr
+    assert "warning" not in res.stderr
+
+    (tmp_path / "half.sh").write_text(HALF)
+    (tmp_path / "half.sh").chmod(0o755)
+    run, res = _zoo_run(cli, cache_dir, tmp_path, "torchrun", "--nproc-per-node", "2", "--no-python", "./half.sh")
+    assert run["outcome"] == "pass", run["reason"]
+    said = ("warning: the line asks for 2 ranks; the point venv's Python ran as 1 of them (rank 0): the run tested "
+            "fewer ranks than asked")
+    assert said in res.stderr
+    assert said in " ".join(run["evidence"].get("notes") or []), run["evidence"]
+
+
+def test_a_refused_accelerate_line_is_one_line_exit_2_and_creates_nothing(cli, tmp_path):
+    (tmp_path / "train.py").write_text("pass\n")
+    res = cli("run", "--versions", "accelerate=0.28.0", "--", "accelerate", "launch", "--cpu", "--num_processes", "2",
+              "train.py", cwd=tmp_path)
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--cpu starts one process, not the 2 of --num_processes" in lines[0], res.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["train.py"]

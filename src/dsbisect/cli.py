@@ -52,7 +52,26 @@ if typing.TYPE_CHECKING:
 _CLICK_ERROR = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
 
 
-class OneLineErrors(TyperGroup):
+class CompactHelp:
+    """``--help`` laid out by ``helptext``: at 80 columns no option name, default or example is
+    cut, as typer's table cuts them."""
+
+    def format_help(self, ctx, formatter) -> None:
+        from . import helptext
+
+        console = Console(highlight=False, markup=False, emoji=False)
+        console.print(helptext.render(self, ctx, console.width, order=tuple(_PANELS)))
+
+
+class HelpCommand(CompactHelp, TyperCommand):
+    pass
+
+
+class HelpGroup(CompactHelp, TyperGroup):
+    pass
+
+
+class OneLineErrors(CompactHelp, TyperGroup):
     """Usage errors (a bad option value, an unknown option) as one line and exit 2, like every
     other input error, instead of Click's usage box."""
 
@@ -89,19 +108,30 @@ _METAVARS = {"store": "DIR", "cache_dir": "DIR", "find_links": "DIR", "matrix": 
              "python_version": "X.Y", "master_addr": "HOST", "include": "SPEC", "exclude": "SPEC", "pin": "REQ",
              "nproc": "N", "repeat": "N", "confirm": "N", "jobs": "N", "num_nodes": "N", "slurm_time": "MINUTES",
              "gpus_per_job": "N", "lines": "N", "older_than": "DAYS", "index_url": "URL", "extra_index_url": "URL"}
-# Options shown apart in --help (they matter on clusters only).
-_PANELS = {"Slurm and multi-node": ("executor", "partition", "slurm_time", "gpus_per_job", "slurm_arg", "hostfile",
-                                    "num_nodes", "launcher_backend", "master_addr", "include", "exclude"),
-           "Where packages come from": ("offline", "find_links", "index_url", "extra_index_url", "cache_dir",
-                                        "python", "base", "pre", "include_yanked")}
+# The options shown apart in --help, by panel (typer's rich_help_panel), in this order after
+# the few most people need; a command with few options shows them all in one panel.
+_PANELS = {"What counts as bad; flaky runs": ("any_failure", "signature", "repeat", "confirm", "confidence"),
+           "Commits": ("verify_commit_ends", "prove"),
+           "Two environments": ("good_env", "bad_env", "hold"),
+           "Timeouts": ("timeout", "collective_timeout", "idle_timeout", "no_early_hang"),
+           "Where packages come from": ("offline", "find_links", "index_url", "extra_index_url", "pre",
+                                        "include_yanked"),
+           "Venvs": ("cache_dir", "python", "base"),
+           "How runs are made: at once, by hand, on Slurm": ("jobs", "manual", "executor", "partition",
+                                                             "slurm_time", "gpus_per_job", "slurm_arg"),
+           "Multi-node": ("hostfile", "num_nodes", "launcher_backend", "master_addr", "include", "exclude")}
+_ONE_PANEL = 10  # options (--help too) up to which a command shows them in one panel
 
 
 def _plain_metavars(command) -> None:
-    """--case NAME, --find-links DIR, --timeout SECONDS: what to give, not a Python type."""
-    for param in getattr(command, "params", []):
+    """--case NAME, --find-links DIR, --timeout SECONDS: what to give, not a Python type; the
+    options of a command with many in their panels."""
+    params = getattr(command, "params", [])
+    many = sum(p.param_type_name == "option" for p in params) >= _ONE_PANEL
+    for param in params:
         panel = next((p for p, names in _PANELS.items() if param.name in names), None)
-        if panel and param.param_type_name == "option":
-            param.rich_help_panel = panel
+        if param.param_type_name == "option":
+            param.rich_help_panel = panel if many else None
         if param.param_type_name == "option" and not param.is_flag and not getattr(param, "metavar", None):
             desc = getattr(param, "type_descriptor", None)  # typer >= 0.2x; older ones keep click's param.type
             listed = (desc.choices or ()) if desc is not None and desc.is_choice else \
@@ -116,9 +146,11 @@ def _plain_metavars(command) -> None:
 
 app = typer.Typer(cls=OneLineErrors, add_completion=True, no_args_is_help=True, rich_markup_mode="rich",
                   help="Find the release (and commit) of DeepSpeed, Transformers or Accelerate that broke a distributed job.",
-                  epilog="Examples:  dsbisect run matrix.yaml  ·  dsbisect bisect deepspeed 0.12.2 0.12.4 --case NAME  ·  "
-                         "dsbisect bisect deepspeed auto latest -- deepspeed --num_gpus 2 train.py --deepspeed ds.json")
-envs_app = typer.Typer(no_args_is_help=True, help="List or prune the cached point venvs.")
+                  epilog="\b\nExamples:\n  dsbisect run matrix.yaml\n  dsbisect bisect deepspeed 0.12.2 0.12.4 --case NAME\n"
+                         "  dsbisect bisect deepspeed 0.17.6 0.18.9 --accelerator cpu \\\n"
+                         "      -- deepspeed --num_gpus 2 train.py --deepspeed ds_config.json\n"
+                         "  dsbisect COMMAND --help     (its options)")
+envs_app = typer.Typer(cls=HelpGroup, no_args_is_help=True, help="List or prune the cached point venvs.")
 app.add_typer(envs_app, name="envs")
 
 # No text printed is ever read as markup or emoji codes: what dsbisect styles, it styles with Text.
@@ -204,9 +236,9 @@ ExtraIndexUrlOpt = Annotated[Optional[list[str]], typer.Option("--extra-index-ur
 PythonOpt = Annotated[Optional[str], typer.Option("--python", help="Interpreter (and, layered, environment) the point venvs are made from.")]
 BaseOpt = Annotated[Optional[BaseMode], typer.Option("--base", help="How point venvs see that environment (default from matrix.yaml, else auto).")]
 
-TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Wall timeout per run, seconds (overrides the matrix).")]
-CollectiveTimeoutOpt = Annotated[Optional[float], typer.Option("--collective-timeout", help="Collective timeout passed to the scripts, seconds.")]
-IdleTimeoutOpt = Annotated[Optional[float], typer.Option("--idle-timeout", help="Hang if no output (and no stack moved) for this long, seconds.")]
+TimeoutOpt = Annotated[Optional[float], typer.Option("--timeout", help="Wall time a run may take (overrides the matrix).")]
+CollectiveTimeoutOpt = Annotated[Optional[float], typer.Option("--collective-timeout", help="The ranks' collective timeout: the default of torch's process groups and of deepspeed.init_distributed (a script that sets its own keeps it).")]
+IdleTimeoutOpt = Annotated[Optional[float], typer.Option("--idle-timeout", help="A hang when no log grows and no rank's stack moves for this long.")]
 NoEarlyHangOpt = Annotated[bool, typer.Option("--no-early-hang", help="Wait for the collective timeout even when the ranks' state proves a deadlock.")]
 
 HostfileOpt = Annotated[Optional[Path], typer.Option("--hostfile", help="Multi-node: the deepspeed launcher's hostfile (overrides the matrix).")]
@@ -429,14 +461,14 @@ def emit(text: str, output: Path | None) -> None:
 # ---------------------------------------------------------------------- run
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def run(
     args: Annotated[Optional[list[str]], typer.Argument(metavar="[MATRIX | -- COMMAND...]", help="The matrix file (default matrix.yaml), or, with --versions/--pin, after --, your own command line.")] = None,
     case: CasesOpt = None,
     versions: Annotated[Optional[list[str]], typer.Option("--versions", metavar="PKG=V1,V2", help="With -- COMMAND: the versions of a package to run it at (repeatable: every combination).")] = None,
     pin: Annotated[Optional[list[str]], typer.Option("--pin", metavar="REQ", help="With -- COMMAND: a requirement held in every point, e.g. deepspeed==0.12.4 (repeatable).")] = None,
-    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks, for `-- python x.py` commands.")] = 2,
-    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="With -- COMMAND: where the ranks run.")] = Accelerator.AUTO,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks of -- python x.py (a launcher line, e.g. torchrun --nproc-per-node 2, says its own).")] = 2,
+    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks of -- COMMAND run: cpu, cuda, or auto (cuda when this machine has the GPUs).")] = Accelerator.AUTO,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run points again even if the store has them.")] = False,
     repeat: RepeatOpt = 1,
     store: StoreOpt = Path(".dsbisect"),
@@ -537,7 +569,7 @@ def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case], html_
 # ------------------------------------------------------------------- report
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def report(
     store: StoreOpt = Path(".dsbisect"),
     case: CasesOpt = None,
@@ -608,12 +640,12 @@ def _html_link(html_file: Path | None, markdown: Path | None) -> str:
     return f"The whole report as one page (bisection ladders, rank × collective views of the hangs): [{target.name}]({target.as_posix()})"
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def show(
     run_id: Annotated[int, typer.Argument(help="A run id, as printed in reports.")],
     store: StoreOpt = Path(".dsbisect"),
     lines: Annotated[int, typer.Option("--lines", min=0, help="Log lines to show per log.")] = 30,
-    fmt: Annotated[Format, typer.Option("--format", help="table (the terminal) or html (one self-contained page).")] = Format.table,
+    fmt: Annotated[Format, typer.Option("--format", metavar="table|html", help="table (the terminal) or html (one self-contained page).")] = Format.table,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write the HTML page to this file.")] = None,
 ) -> None:
     """Print one run: outcome, environment, hang signature, stacks and log tails."""
@@ -646,11 +678,11 @@ def _open_store(store: Path):
     return Store(check_store_path(store, writable=False), readonly=True)
 
 
-store_app = typer.Typer(no_args_is_help=True, help="Look after a store.")
+store_app = typer.Typer(cls=HelpGroup, no_args_is_help=True, help="Look after a store.")
 app.add_typer(store_app, name="store")
 
 
-@store_app.command("repair")
+@store_app.command("repair", cls=HelpCommand)
 def store_repair(store: StoreOpt = Path(".dsbisect")) -> None:
     """Rebuild a lost or damaged dsbisect.sqlite3 from the records in the run folders."""
     from .store import repair
@@ -667,7 +699,7 @@ def store_repair(store: StoreOpt = Path(".dsbisect")) -> None:
 # --------------------------------------------------------------------- envs
 
 
-@envs_app.command("list")
+@envs_app.command("list", cls=HelpCommand)
 def envs_list(cache_dir: CacheOpt = None) -> None:
     """List the cached point venvs with their pins and size."""
     from .envs import EnvManager
@@ -676,7 +708,7 @@ def envs_list(cache_dir: CacheOpt = None) -> None:
         out.print(rep.envs_table(EnvManager(cache_root(cache_dir)).existing()))
 
 
-@envs_app.command("prune")
+@envs_app.command("prune", cls=HelpCommand)
 def envs_prune(
     cache_dir: CacheOpt = None,
     everything: Annotated[bool, typer.Option("--all", help="Every venv of the cache.")] = False,
@@ -701,7 +733,7 @@ def envs_prune(
 # ------------------------------------------------------------------- bisect
 
 
-class KeepsWords(TyperCommand):
+class KeepsWords(HelpCommand):
     """A command that keeps its command line's words as given (``ctx.meta["dsbisect.words"]``):
     with --good-env, Click fills the optional PACKAGE GOOD BAD with the first words after ``--``,
     and only the words themselves say whether any came before it."""
@@ -722,8 +754,8 @@ def bisect(
     script: Annotated[Optional[Path], typer.Option("--script", help="Run this script instead of a case.")] = None,
     matrix: Annotated[Path, typer.Option("--matrix", help="Matrix file that defines --case.")] = Path("matrix.yaml"),
     pin: Annotated[Optional[list[str]], typer.Option("--pin", help="Hold another package, e.g. transformers==4.39.2 (repeatable).")] = None,
-    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks, with --script.")] = 2,
-    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="With --script: where the ranks run.")] = Accelerator.AUTO,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks of --script or -- python x.py (a launcher line, e.g. deepspeed --num_gpus 2, says its own).")] = 2,
+    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks of --script or -- COMMAND run: cpu, cuda, or auto (cuda when this machine has the GPUs); a --case says its own.")] = Accelerator.AUTO,
     regress_on: Annotated[RegressOn, typer.Option("--regress-on", help="What counts as bad: auto (what the bad end shows: a hang or a failure), hang, fail, or any.")] = RegressOn.AUTO,
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Count every failure of that kind as bad, not only the bad end's own (by default one that fails differently is stepped around).")] = False,
     find_fix: Annotated[bool, typer.Option("--find-fix", help="Find the first release that fixed it instead.")] = False,
@@ -773,10 +805,12 @@ def bisect(
 
     \b
     Examples:
-      dsbisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training --regress-on any
-      dsbisect bisect deepspeed auto latest -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
-      dsbisect bisect transformers 4.36.2 4.39.2 --pin deepspeed==0.9.5 -- ./repro.sh
-      dsbisect bisect --good-env good.txt --bad-env bad.txt -- deepspeed --num_gpus 2 train.py --deepspeed ds.json
+      dsbisect bisect deepspeed 0.17.6 0.18.9 --accelerator cpu \\
+          -- deepspeed --num_gpus 2 train.py --deepspeed ds_config.json
+      dsbisect bisect deepspeed 0.12.2 0.12.4 --case checkpoint_after_training
+      dsbisect bisect transformers 4.36.2 4.39.2 --pin deepspeed==0.9.5 \\
+          -- ./repro.sh
+      dsbisect bisect --good-env good.txt --bad-env bad.txt -- python train.py
     """
     from .results import Request
 
@@ -970,7 +1004,7 @@ def _bisect_case(case: str | None, script: Path | None, matrix: Path, nproc: int
     return m.only_case(case), m.env
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def versions(
     package: Annotated[str, typer.Argument(help="A package name.")],
     good: Annotated[Optional[str], typer.Argument(help="From this release...")] = None,
@@ -999,7 +1033,7 @@ def versions(
 # (commands that record results obtained elsewhere and replay a bisection's decisions)
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def mark(
     verdict: Annotated[Mark, typer.Argument(metavar="good|bad|skip", help="What the point did, as a bisection would take it (bad: the regression shows).")],
     args: Annotated[list[str] | None, typer.Argument(metavar="POINT... [-- COMMAND...]", help="The point, as PACKAGE==VERSION words (several versions of one package: one mark each); then, after --, the command line of a case given as one (as bisect takes it).")] = None,
@@ -1007,8 +1041,8 @@ def mark(
     script: Annotated[Path | None, typer.Option("--script", metavar="FILE", help="The case of this script (as bisect --script).")] = None,
     matrix: Annotated[Path, typer.Option("--matrix", metavar="FILE", help="Matrix file that defines --case.")] = Path("matrix.yaml"),
     pin: Annotated[list[str] | None, typer.Option("--pin", metavar="REQ", help="A requirement the bisection held, e.g. transformers==4.39.2 (repeatable).")] = None,
-    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks, with --script (as bisect).")] = 2,
-    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="With --script or a command (as bisect).")] = Accelerator.AUTO,
+    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks of --script or -- python x.py (as bisect).")] = 2,
+    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks of --script or -- COMMAND ran (as bisect).")] = Accelerator.AUTO,
     commit: Annotated[str | None, typer.Option("--commit", metavar="HASH", help="The point is this commit of the package (a commit step's point); POINT names the release it leads to.")] = None,
     git_repo: Annotated[Path | None, typer.Option("--git-repo", metavar="CLONE", help="Resolve a short --commit in this clone.")] = None,
     note: Annotated[str | None, typer.Option("--note", metavar="TEXT", help="What you saw, e.g. 'hang at step 812 on 64 GPUs'.")] = None,
@@ -1029,9 +1063,12 @@ def mark(
 
     \b
     Examples:
-      dsbisect mark bad deepspeed==0.12.4 --case checkpoint_after_training --note 'hang at step 812'
-      dsbisect mark good deepspeed==0.12.2 deepspeed==0.12.3 --pin transformers==4.39.2 -- deepspeed --num_gpus 8 train.py
-      dsbisect mark bad deepspeed==0.12.4 --commit 2afa1c7f --git-repo ~/src/DeepSpeed --case checkpoint_after_training
+      dsbisect mark bad deepspeed==0.12.4 --case checkpoint_after_training \\
+          --note 'hang at step 812'
+      dsbisect mark good deepspeed==0.12.2 deepspeed==0.12.3 \\
+          --pin transformers==4.39.2 -- deepspeed --num_gpus 8 train.py
+      dsbisect mark bad deepspeed==0.12.4 --commit 2afa1c7f --git-repo ../DeepSpeed \\
+          --case checkpoint_after_training
     """
     from .marks import record
 
@@ -1077,7 +1114,7 @@ def _marks_store(store: Path):
     return the_store
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def log(
     key: Annotated[str | None, typer.Argument(metavar="[KEY]", help="The bisection whose key starts with this (default: the last one).")] = None,
     store: StoreOpt = Path(".dsbisect"),
@@ -1090,7 +1127,7 @@ def log(
         emit(safe(log_text(the_store, find_bisection(the_store, key))), None)
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def replay(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="A log written by `dsbisect log` (mark lines; # comments).")],
     store: StoreOpt = Path(".dsbisect"),
@@ -1154,7 +1191,7 @@ def _manual_executor(where: ExecArgs, ui: ProgressUI):
 
 
 
-@app.command("run-one", hidden=True)
+@app.command("run-one", hidden=True, cls=HelpCommand)
 def run_one(
     spec: Annotated[Path, typer.Argument(help="The job.json that `--executor slurm` wrote.")],
 ) -> None:
@@ -1166,7 +1203,7 @@ def run_one(
         say(f"run {record.id}: {record.outcome.value}" + (f" ({record.reason})" if record.reason else ""))
 
 
-@app.command("diff")
+@app.command("diff", cls=HelpCommand)
 def diff_envs(
     good: Annotated[Path, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder, a python, or - (stdin).")],
     bad: Annotated[Path, typer.Argument(metavar="BAD", help="The environment that breaks (any of the same).")],
@@ -1196,7 +1233,7 @@ def diff_envs(
                 shown.output.write_text(envreport.markdown(d))
 
 
-@app.command("snapshot-base")
+@app.command("snapshot-base", cls=HelpCommand)
 def snapshot_base(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the snapshot (JSON).")],
     python: Annotated[Optional[str], typer.Option("--python", help="The interpreter whose environment to describe.")] = None,
@@ -1212,7 +1249,7 @@ def snapshot_base(
             f"{data['platform']}) written to {output}")
 
 
-@app.command()
+@app.command(cls=HelpCommand)
 def prefetch(
     matrix: Annotated[Optional[Path], typer.Argument(help="The matrix file (default matrix.yaml; with --no-cases, read only when there).")] = None,
     dest: Annotated[Path, typer.Option("--dest", help="The wheelhouse folder to fill.")] = Path("wheelhouse"),
@@ -1225,7 +1262,7 @@ def prefetch(
     cases_too: Annotated[bool, typer.Option("--cases/--no-cases", help="Fetch what the cases need (default), or only --tool/--commits.")] = True,
     extra: Annotated[Optional[list[str]], typer.Option("--extra", help="Another requirement to fetch, e.g. 'setuptools<75' for building commits offline (repeatable).")] = None,
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="Build wheels of commits of this clone (with --commits).")] = None,
-    commits: Annotated[Optional[str], typer.Option("--commits", help="OLD..NEW: tags or hashes; every first-parent commit in between.")] = None,
+    commits: Annotated[Optional[str], typer.Option("--commits", help="Tags or hashes; every first-parent commit in between (with --git-repo).")] = None,
     package: Annotated[str, typer.Option("--package", help="The package the clone builds (with --git-repo).")] = "deepspeed",
     good_env: Annotated[Optional[Path], typer.Option("--good-env", metavar="ENV", help="With --bad-env: what `bisect --good-env/--bad-env` installs: every pin of both (level 1); with --with-candidates every release between each change's two versions (level 2). The matrix's cases only with --case.")] = None,
     bad_env: Annotated[Optional[Path], typer.Option("--bad-env", metavar="ENV", help="The broken environment (with --good-env).")] = None,

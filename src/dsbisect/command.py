@@ -55,7 +55,8 @@ class Command:
     (``--no_python``, or the executable itself) it names.  ``options`` are the launcher options
     read, as (canonical name, value or None for a flag).  ``nproc`` is ranks per node and
     ``nnodes`` nodes, None where the line leaves them to the machine.  ``files`` are the
-    existing files the line names, in order of appearance, each once.
+    existing files the line names, in order of appearance, each once.  ``distributed_type`` is
+    an ``accelerate launch`` line's ``--config_file``'s (``MULTI_GPU``, ``DEEPSPEED``, ``NO``…).
     """
 
     argv: tuple[str, ...]
@@ -70,6 +71,7 @@ class Command:
     target: str = ""
     module: str | None = None
     options: tuple[tuple[str, str | None], ...] = ()
+    distributed_type: str | None = None
 
     def has_option(self, name: str) -> bool:
         """Whether the user gave launcher option ``name``, under any spelling the launcher accepts."""
@@ -340,9 +342,10 @@ def _parse_launcher(argv: tuple[str, ...], kind: CommandKind, start: int, cwd: P
         script = None if module or "--no_python" in given else _existing_script(rest[0], cwd, grammar.launcher)
     nproc, nnodes = _WORLD[kind](given, cwd)
     values = tuple(v for _, v in options if v)
+    mode = _accelerate_mode(given, cwd) if kind is CommandKind.ACCELERATE else None
     return Command(argv, kind, launcher_args=tokens[:end], script=script, script_args=rest[1:], nproc=nproc,
                    nnodes=nnodes, files=named_files(tokens[:end] + values + rest, cwd), prefix=argv[:start],
-                   target=rest[0], module=module, options=tuple(options))
+                   target=rest[0], module=module, options=tuple(options), distributed_type=mode)
 
 
 def _existing_script(name: str, cwd: Path, who: str) -> Path:
@@ -526,7 +529,19 @@ def _accelerate_world(given: Mapping[str, str | None], cwd: Path) -> tuple[int |
     config = _accelerate_config(given.get("--config_file"), cwd)
     processes = _positive(given.get("--num_processes")) or _positive(config.get("num_processes"))
     machines = _positive(given.get("--num_machines")) or _positive(config.get("num_machines")) or 1
+    if "--cpu" in given and (processes or 1) > 1 and "--mpirun_hostfile" not in given:
+        # accelerate's --cpu runs the script once (its simple launcher), in every release: the
+        # processes asked for would never start, and a bisection of one rank tests something else
+        raise InputError(f"accelerate launch: --cpu starts one process, not the {processes} of --num_processes "
+                         "(without --mpirun_hostfile); leave --cpu out (on CPU dsbisect adds --multi_gpu, "
+                         "which starts them) or ask for --num_processes 1")
     return (processes // machines if processes else None), machines
+
+
+def _accelerate_mode(given: Mapping[str, str | None], cwd: Path) -> str | None:
+    """The ``distributed_type`` of an ``accelerate launch`` line's ``--config_file`` (None without one)."""
+    value = _accelerate_config(given.get("--config_file"), cwd).get("distributed_type")
+    return str(value).upper() if value is not None else None
 
 
 def _accelerate_config(name: str | None, cwd: Path) -> dict:

@@ -9,6 +9,8 @@ user's program, run as it is).  Each owns:
   user gave taken away;
 - ``rank_env``: the variables the ranks get from dsbisect rather than from a launcher;
 - ``rank_logs``: where the ranks' own logs go (``rundir.RankLogs``: the run folder's one naming);
+- ``ranks``: how many ranks the line will really start (``Ranks``: None for an executable, whose
+  count dsbisect cannot know), and what dsbisect added so that it starts those it asks for;
 - the manual instructions (``instructions``), made from the same ``plan`` that the runner runs.
 
 The lines a launcher prints when a rank fails (deepspeed's "exits with return code", torch
@@ -26,11 +28,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
-from .command import PYTHON, CommandKind, options_of, with_options
+from .command import PYTHON, Command, CommandKind, options_of, with_options
 from .model import Accelerator, Case, Launcher, Nodes, Point
 from .redact import redact
 from .rundir import RankLogs, RunDir, flight_recorder_env
@@ -44,6 +46,47 @@ class Target:
     run: RunDir
     port: int
     devices: tuple[int, ...] | None = None
+    cuda: bool = False  # the ranks run on GPUs (set by ``plan``)
+
+
+@dataclass(frozen=True)
+class Ranks:
+    """How many ranks a line starts: ``count`` in all (None: dsbisect cannot know, ``unknown``
+    says why), ``per_node`` when the count is per node of several; ``added``: the option dsbisect
+    adds so that the line starts them, and why; ``fewer``: why the line starts fewer than it
+    asks for, known before it runs."""
+
+    count: int | None
+    unknown: str = ""
+    per_node: bool = False
+    added: str = ""
+    fewer: str = ""
+
+    def said(self) -> str:
+        """What dsbisect adds, or warns of, before the run ("" when neither)."""
+        return self.added or (f"warning: {self.fewer}" if self.fewer else "")
+
+    def describe(self) -> str:
+        """'2 ranks', '1 rank', '4 ranks per node', 'ranks: unknown (…)'."""
+        if self.count is None:
+            return f"ranks: unknown ({self.unknown})" if self.unknown else "ranks: unknown"
+        return f"{self.count} rank{'' if self.count == 1 else 's'}" + (" per node" if self.per_node else "")
+
+    def shortfall(self, started: set[int]) -> str:
+        """The warning when a run started fewer ranks than the line asked for ("" when it did
+        not, or when the count is unknown or per node of several: ranks elsewhere leave no trace here)."""
+        if self.count is None or self.per_node or self.count < 2 or len(started) >= self.count:
+            return ""
+        seen = (f"the point venv's Python ran as {len(started)} of them (rank {', '.join(map(str, sorted(started)))})"
+                if started else "the point venv's Python ran as none of them (no process had RANK set)")
+        return f"the line asks for {self.count} ranks; {seen}: the run tested fewer ranks than asked"
+
+
+def _counted(nproc: int | None, nnodes: int | None, why: str) -> Ranks:
+    """nproc per node on nnodes nodes (None: not known from the line); per node on several."""
+    if nproc is None or nnodes is None:
+        return Ranks(None, why)
+    return Ranks(nproc, per_node=True) if nnodes > 1 else Ranks(nproc)
 
 
 @dataclass(frozen=True)
@@ -70,6 +113,12 @@ class LaunchLine:
     def rank_env(self, case: Case, t: Target, cuda: bool, visible: str | None) -> dict[str, str]:
         """What the ranks get from dsbisect (a launcher gives them the rest)."""
         return {}
+
+    def ranks(self, case: Case, cuda: bool) -> Ranks:
+        """The ranks the line starts: a command line's own count, else the case's ``nproc`` (per node)."""
+        if case.command:
+            return _counted(case.command.nproc, case.command.nnodes, f"{self.kind} counts this machine's devices")
+        return Ranks(case.nproc, per_node=case.nodes.multi)
 
 
 # ------------------------------------------------------------------ deepspeed
@@ -143,16 +192,67 @@ class Torchrun(LaunchLine):
 
 class Accelerate(LaunchLine):
     """``accelerate launch`` (a command line only): it starts torch elastic (or the deepspeed
-    launcher) itself, so its ranks write to its own output."""
+    launcher) itself.  On CPU it starts one process unless told how to start several, so where
+    the line asks for more dsbisect adds ``--multi_gpu``, as accelerate does itself on a machine
+    with several GPUs (``accelerate_ranks``).  Its ranks write to its own output; the start-up
+    hook sends each rank's to ``ranks/rank<R>.log`` (``DSBISECT_RANK_LOG``) unless the line
+    names logs of its own (``--log_dir``, ``--tee``)."""
 
     kind = "accelerate"
     module = "accelerate.commands.launch"
-    rank_logs = RankLogs.NONE
+    rank_logs = RankLogs.DIRECT
 
     def argv(self, case: Case, t: Target) -> list[str]:
         cmd = case.command
-        add = {"--main_process_port": str(t.port)}
+        add: dict[str, str | None] = {"--main_process_port": str(t.port)}
+        if accelerate_ranks(cmd, t.cuda).added:
+            add[MULTI_GPU] = None
         return [str(t.python), "-u", "-m", self.module, *with_options(cmd, add), cmd.target, *cmd.script_args]
+
+    def rank_env(self, case: Case, t: Target, cuda: bool, visible: str | None) -> dict[str, str]:
+        own = any(case.command.has_option(o) for o in ("--log_dir", "--tee"))
+        return {} if own else {"DSBISECT_RANK_LOG": "1"}
+
+    def ranks(self, case: Case, cuda: bool) -> Ranks:
+        return accelerate_ranks(case.command, cuda)
+
+
+MULTI_GPU = "--multi_gpu"
+# The flags that pick accelerate's launcher; the config's distributed_type values that start every process.
+_ACCELERATE_MODES = ("--multi_gpu", "--use_deepspeed", "--use_fsdp", "--use_megatron_lm")
+_ACCELERATE_MANY = {"MULTI_GPU", "MULTI_NPU", "MULTI_XPU", "MULTI_MLU", "MULTI_SDAA", "MULTI_MUSA", "MULTI_HPU",
+                    "MULTI_NEURON", "DEEPSPEED", "FSDP", "MEGATRON_LM"}
+_ACCELERATE_ONE = {None, "NO", "MULTI_CPU"}  # its simple launcher: the script, once
+
+
+def accelerate_ranks(cmd: Command, cuda: bool) -> Ranks:
+    """The processes ``accelerate launch`` starts for ``cmd``, read as its ``launch_command``
+    picks a launcher (the same in 0.22 … 1.14): ``--cpu`` or no mode runs the script once
+    (``mpirun`` starts them with ``--mpirun_hostfile``); a mode flag or a config's multi-process
+    ``distributed_type`` starts ``--num_processes``; with neither and no config file, it picks
+    multi-GPU itself when it sees more than one GPU.  On CPU, where that never happens, a line
+    that asks for 2 or more gets ``--multi_gpu`` added (``added``): its ranks find no GPU and
+    run on gloo (accelerate's MULTI_CPU).  (``--cpu`` with several is refused when the line is
+    parsed: it would start one.)"""
+    asked = cmd.nproc * cmd.nnodes if cmd.nproc and cmd.nnodes else None
+    many = _counted(cmd.nproc, cmd.nnodes, "as many processes as accelerate counts GPUs")
+    if cmd.has_option("--mpirun_hostfile"):
+        return many
+    if cmd.has_option("--cpu"):
+        return Ranks(1)
+    if any(cmd.has_option(flag) for flag in _ACCELERATE_MODES) or cmd.distributed_type in _ACCELERATE_MANY:
+        return many
+    if cmd.has_option("--tpu") or cmd.distributed_type not in _ACCELERATE_ONE:
+        return Ranks(None, f"accelerate's {cmd.distributed_type or 'TPU'} launcher")
+    if cuda and cmd.has_option("--config_file"):  # its single process, as on the user's machine
+        fewer = (f"the line asks for {asked} processes; with its config's distributed_type "
+                 f"{cmd.distributed_type or '(none)'} accelerate launch starts one")
+        return Ranks(1, fewer=fewer if asked and asked > 1 else "")
+    if cuda:  # accelerate picks multi-GPU itself when it sees several GPUs
+        return many
+    if asked is None or asked < 2:
+        return Ranks(1)
+    return replace(many, added=f"{MULTI_GPU} added: on CPU accelerate launch starts one process without it")
 
 
 # --------------------------------------------------------------------- srun
@@ -209,6 +309,9 @@ class Direct(LaunchLine):
     rank_logs = RankLogs.DIRECT
     direct = True
 
+    def ranks(self, case: Case, cuda: bool) -> Ranks:
+        return Ranks(1)
+
     def argv(self, case: Case, t: Target) -> list[str]:
         local = ["--local_rank=0"] if case.launcher is Launcher.DEEPSPEED else []
         return ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(t.run.rank_log(0)),
@@ -237,6 +340,9 @@ class Executable(LaunchLine):
     kind = "executable"
     rank_logs = RankLogs.NONE
     folds_check = False
+
+    def ranks(self, case: Case, cuda: bool) -> Ranks:
+        return Ranks(None, "an executable starts its own")
 
     def argv(self, case: Case, t: Target) -> list[str]:
         return list(case.command.argv)
@@ -286,7 +392,7 @@ def launch_env(case: Case, run: RunDir) -> dict[str, str]:
 def plan(case: Case, t: Target, cuda: bool = False, visible: str | None = None) -> Plan:
     """What to start for ``case``: its line's argv, the variables dsbisect gives (the run's and
     the ranks'), and the folder it runs from."""
-    line = line_for(case)
+    line, t = line_for(case), replace(t, cuda=cuda)
     env = launch_env(case, t.run) | line.rank_env(case, t, cuda, visible)
     return Plan(line, tuple(line.argv(case, t)), env, case.cwd or t.run.path)
 

@@ -26,6 +26,7 @@ from .files import existing_dir
 from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, cell, grid, line
 from .grid import markdown as grid_tables_markdown
 from .grid import md as _md
+from .launchers import line_for
 from .model import Answer, Outcome, Stage
 from .nextstep import NextStep
 from .outside import safe, safe_text
@@ -447,7 +448,8 @@ def _bisect_env(result: Result) -> list[str]:
     lines += [f"compat shim (a possible confounder): {s}" for s in describe_shims(req.case.compat)]
     lines += index_lines(_bisect_runs(result)) + shadow_lines(_bisect_runs(result))
     lines += host_lines(_bisect_runs(result))
-    lines.append(f"dsbisect {__version__}; case {req.case.name} ({req.case.nproc} ranks, "
+    ranks = line_for(req.case).ranks(req.case, cuda=bool(facts) and facts.accelerator == "cuda")
+    lines.append(f"dsbisect {__version__}; case {req.case.name} ({ranks.describe()}, "
                  f"collective timeout {req.case.collective_timeout:g} s)")
     return [safe(ln) for ln in lines]
 

@@ -5,7 +5,8 @@
     <store>/runs/<id>/
       launcher.log                  the launcher's stdout and stderr
       ranks/**/*.log                each rank's output (the launcher's per-rank logs; a 1-rank
-                                    run without a launcher writes ranks/rank0.log itself)
+                                    run without a launcher writes ranks/rank0.log itself, and
+                                    the start-up hook an accelerate launch rank's rank<R>.log)
       import_check.json             the point's import check made in the run by the start-up hook
                                     (versions, CUDA, NCCL; "error" when an import failed)
       stacks/pyspy.rank<R>.<tag>.txt       py-spy dumps (tag: quiet, idle, watchdog, deadline)
@@ -89,6 +90,11 @@ class RunDir:
 
     def faulthandler(self, rank: str | int, pid: int) -> Path:
         return self.stacks / f"rank{rank}.pid{pid}.txt"
+
+    def ranks_started(self) -> set[int]:
+        """The ranks whose processes started here: the start-up hook registers a stack file for
+        every process of the point venv with RANK set, before the script runs."""
+        return {rank for rank, _, _ in self.faulthandler_dumps()}
 
     def faulthandler_dumps(self) -> list[tuple[int, int, Path]]:
         """(rank, pid, path) of every faulthandler file."""

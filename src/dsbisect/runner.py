@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import shlex
 import shutil
 import threading
 import time
@@ -40,7 +41,7 @@ from .errors import DiskFull, EnvBuildError, Interrupted, StoreError, signal_of
 from .evidence import Capture
 from .forensics import analyze, hang_signature
 from .launch import LaunchResult, LaunchSpec, free_port, launch
-from .launchers import Target, line_for, plan
+from .launchers import Ranks, Target, line_for, plan
 from .model import (
     Accelerator,
     Case,
@@ -52,7 +53,7 @@ from .model import (
 from .identity import package_frames
 from .outcome import Classified, classify
 from .proc import clean_env
-from .redact import remember, scrub_folder, secret_values
+from .redact import redact, remember, scrub_folder, secret_values
 from .reuse import Reuse, digests, named_paths
 from .rundir import RunDir
 from .records import Evidence, ImportCheck, RunFacts, RunRecord, SkipCause
@@ -421,6 +422,10 @@ class Runner:
                 return self._skip(job.record, check.reason, SkipCause.IMPORT, env_key=job.env.key,
                                   found=check.facts, case=job.case, env=job.env)
         c, signature, evidence = _judge(job, line, ran)
+        short = line.ranks.shortfall(job.run.ranks_started()) if c.outcome is not Outcome.SKIP else ""
+        if short:
+            self.progress("note", f"{job.case.name} · {job.point.label}: warning: {short}")
+            evidence = evidence.noted(f"warning: {short}")
         return self._record(job, ran, check, c, signature, evidence)
 
     def _launch_line(self, job: _Job, checks: bool) -> _Line:
@@ -440,11 +445,14 @@ class Runner:
         p = plan(case, Target(env.python, run, port, devices), cuda, variables.get("CUDA_VISIBLE_DEVICES"))
         variables |= p.env
         run.ranks.mkdir(parents=True, exist_ok=True)
-        direct = p.line.direct
+        direct, ranks = p.line.direct, p.line.ranks(case, cuda)
         if direct:
             with open(run.launcher_log, "a") as note:  # launch appends; show and forensics read both logs
                 note.write(f"dsbisect: 1 rank, run without a launcher (rank 0 of 1, output in "
                            f"{run.rank_log(0).relative_to(run.path)}): {' '.join(p.argv[4:])}\n")
+        elif ranks.said():
+            with open(run.launcher_log, "a") as note:
+                note.write(f"dsbisect: {ranks.describe()}, {ranks.said()}: {redact(shlex.join(p.argv))}\n")
         secrets = secret_values(variables, [*p.argv, *(case.command.argv if case.command else ())])
         remember(secrets)  # the ranks' and the command line's: whatever this process shows from now on masks them
         spec = LaunchSpec(
@@ -459,7 +467,7 @@ class Runner:
             expected_ranks=case.nproc if cuda else 0,
             early_hang=case.early_hang,
         )
-        return _Line(spec, port, direct, secrets)
+        return _Line(spec, port, direct, secrets, ranks)
 
     def _supervise(self, job: _Job, line: _Line) -> _Ran:
         """Launch and watch the run, then give its port back and stop what escaped its tree."""
@@ -472,9 +480,10 @@ class Runner:
         remote_left: list[str] = []
         given = record_inputs(case, run)
         named = digests(named_paths(case))  # as the run starts: what changes under it is its output
-        how = "1 rank, no launcher" if line.direct else f"{case.nproc} ranks"
+        how = "1 rank, no launcher" if line.direct else line.ranks.describe()
+        added = f"; {line.ranks.said()}" if line.ranks.said() else ""
         self.progress("run", f"{case.name} · {job.point.label}: running (run {job.record.id}, {how}, "
-                             f"{job.accel.value})")
+                             f"{job.accel.value}{added})")
         t0 = time.monotonic()
         ooms = memory.oom_counts()
         try:
@@ -548,6 +557,7 @@ class _Line:
     port: int  # the rendezvous port, held for the run
     direct: bool  # one rank, without a launcher
     secrets: frozenset[str]  # values masked in the run folder afterwards
+    ranks: Ranks  # the ranks the line starts, and what dsbisect added so that it does
 
 
 @dataclass(frozen=True)
@@ -576,6 +586,8 @@ def _judge(job: _Job, line: _Line, ran: _Ran) -> tuple[Classified, str, Evidence
     frames = tuple(package_frames(tail, c.reason, _import_names(job.env, job.point))) if c.outcome is Outcome.FAIL \
         else None  # where it failed in the packages under test: the failure's identity
     notes = [*run.cap_logs()]  # after the evidence was read from them
+    if line.ranks.said():
+        notes.append(f"{line.ranks.describe()}: {line.ranks.said()}")
     notes += scrub_folder(run.path, line.secrets, skip=(RunDir.RECORD,))  # the group may read it
     left_tree = sorted(set(result.escaped) | set(ran.escaped.stopped))
     if left_tree:

@@ -19,6 +19,12 @@ variables are set, and it never raises.
   ``DSBISECT_STACK_SIGNAL`` (default SIGUSR1) writing to
   ``<run dir>/stacks/rank<R>.pid<P>.txt``, so dsbisect can ask every rank for its Python
   stack without ptrace.  The file's existence tells dsbisect the handler is in place.
+- ``DSBISECT_RANK_LOG=1`` with ``DSBISECT_RUN_DIR`` (in a rank, i.e. with ``RANK`` set; the
+  launch line of a launcher that writes no per-rank logs of its own: ``accelerate launch``):
+  the rank's stdout and stderr (file descriptors 1 and 2, so its children's too) go to
+  ``<run dir>/ranks/rank<R>.log`` (appended), before anything else of the rank writes.  The
+  variable becomes ``0`` in ``os.environ`` at once: a spawned helper that inherited RANK
+  keeps the rank's log.
 - ``DSBISECT_CHECK_IMPORTS=dist,dist`` with ``DSBISECT_RUN_DIR`` (the first interpreter of a
   run: the launcher, or the rank of a 1-rank run without one): the point's import check, made
   in the run instead of in an interpreter of its own.  The variable is taken out of
@@ -198,6 +204,22 @@ def _register_stack_dump(run_dir, rank):
 
 
 _keep = []
+
+
+def _rank_log(run_dir, rank):
+    """Send this rank's stdout and stderr to ``ranks/rank<R>.log`` of the run folder."""
+    os.environ["DSBISECT_RANK_LOG"] = "0"  # its children write to the same descriptors already
+    if not rank.isdigit():
+        return
+    folder = os.path.join(run_dir, "ranks")
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(os.path.join(folder, f"rank{rank}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+    for stream in (sys.stdout, sys.stderr):
+        if stream is not None:
+            stream.flush()
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 def _die_with_parent():
@@ -568,6 +590,11 @@ def _main():
         _start_import_log(run_dir)
     rank = os.environ.get("RANK")
     if run_dir and rank is not None and os.path.isdir(run_dir):
+        if os.environ.get("DSBISECT_RANK_LOG") == "1":
+            try:
+                _rank_log(run_dir, rank)
+            except OSError as e:  # the output stays where it was; the stack dump still registers
+                sys.stderr.write(f"dsbisect hook: no rank log: {e}\n")
         _register_stack_dump(run_dir, rank)
         if os.environ.get("DSBISECT_FR_PROBE", "1") != "0":
             _start_fr_probe(run_dir)
