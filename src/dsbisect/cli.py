@@ -966,6 +966,9 @@ def _bisect_case(case: str | None, script: Path | None, matrix: Path, nproc: int
         return matrix_mod.command_case(command, Path.cwd(), nproc=nproc, accelerator=accelerator), EnvOptions()
     if script:
         return matrix_mod.script_case(script, nproc, accelerator), EnvOptions()
+    if case is None and not matrix.exists():  # nothing named what to run: say what to give
+        raise InputError(f"give --case NAME, --script FILE or -- COMMAND: what to run (no {matrix} here to take "
+                         "its one case from)")
     m = matrix_mod.load(matrix)
     return m.only_case(case), m.env
 
@@ -983,13 +986,13 @@ def versions(
 ) -> None:
     """List the releases a bisection of PACKAGE would test, oldest first."""
     index = IndexArgs(offline, find_links, index_url, extra_index_url)
-    from .versions import candidates, listed
+    from .versions import LATEST, candidates, listed
 
     with user_errors():
         idx = index.options()
-        if (good is None) != (bad is None):
+        if good is None and bad is not None:
             raise InputError("give both GOOD and BAD, or neither")
-        rels = listed(package, idx, pre) if good is None else candidates(package, good, bad, idx, pre)
+        rels = listed(package, idx, pre) if good is None else candidates(package, good, bad or LATEST, idx, pre)
         _say_notes(idx)
         for v in rels:
             out.print(safe_text(str(v)))
@@ -1040,6 +1043,7 @@ def mark(
     with user_errors():
         plan = _mark_plan(verdict, args, case, script, matrix, pin, nproc, accelerator, commit, git_repo, note,
                           limits, nodes)
+        _check_marked(plan, store, released=commit is None)
         the_store = _marks_store(store)
         for point in plan.points:
             r = record(the_store, plan.case, point, plan.mark, plan.note)
@@ -1063,6 +1067,26 @@ def _mark_plan(verdict, args, case, script, matrix, pin, nproc, accelerator, com
     source = commit_source(versions[0][0], commit, git_repo) if commit else None
     points = points_for(the_case, versions, matrix_mod.check_pins(pin or []), source)
     return Planned(the_case, tuple(points), Mark(verdict), " ".join((note or "").split()))
+
+
+def _check_marked(plan, store: Path, released: bool) -> None:
+    """Before anything is recorded: every marked version is one that the case's bisections in the
+    store test, and (``released``: not a commit) a release the index knows, when it can tell."""
+    from . import versions
+    from .marks import bisected_ranges, not_released, out_of_range
+    from .session import index_options
+    from .store import DB, Store, store_dir
+
+    folder = store_dir(store)
+    st = Store(folder, readonly=True) if (folder / DB).is_file() else None
+    for point in plan.points:
+        for name, version in point.versions:
+            ranges = bisected_ranges(st, plan.case.name, name) if st is not None else []
+            why = out_of_range(name, version, plan.case.name, ranges)
+            if not why and not ranges and released:
+                why = not_released(name, version, versions.release_list(name, index_options(False, None, None, None)))
+            if why:
+                raise InputError(why)
 
 
 def _marks_store(store: Path):
