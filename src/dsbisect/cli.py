@@ -18,7 +18,6 @@ import os
 import shlex
 import signal
 import sys
-import time
 import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -123,7 +122,7 @@ app.add_typer(envs_app, name="envs")
 
 # No text printed is ever read as markup or emoji codes: what dsbisect styles, it styles with Text.
 out = Console(soft_wrap=True, markup=False, emoji=False, highlight=False)
-err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False, highlight=False)
+from .progress import ProgressUI, err  # noqa: E402 - stderr: progress and errors share one console
 
 
 def say_error(message: str, label: str = "error:") -> None:
@@ -379,45 +378,6 @@ def write_output(text: str, path: Path, flag: str = "--output") -> None:
     except OSError as e:  # checked before the work, so something changed since: say so, keep stdout's copy
         raise DsbisectError(f"{flag} {path}: could not be written ({e.strerror or e}); the report is on "
                             "stdout and the runs are in the store") from None
-
-
-class ProgressUI:
-    """Progress on stderr: one line per finished step ("point 4 of 18" when the count is known),
-    a spinner with the elapsed time for the current one."""
-
-    def __init__(self, quiet: bool = False, total: int = 0):
-        self.quiet, self.total, self.finished = quiet, total, 0
-        self.status = None
-        self.t0 = time.monotonic()
-
-    def __call__(self, kind: str, text: str) -> None:
-        if self.quiet:
-            return
-        text = safe(text)
-        if kind in ("done", "reused") and self.total:
-            self.finished += 1
-            text = f"[point {self.finished} of {self.total}] {text}"
-        if kind in ("done", "reused", "note"):
-            err.print(Text(f"  {text}"))
-            if self.status:
-                self.status.update(Text(""))
-        elif self.status is not None:
-            elapsed = int(time.monotonic() - self.t0)
-            self.status.update(Text(f"{text}  {elapsed // 60:02d}:{elapsed % 60:02d} elapsed"))
-        else:
-            err.print(Text(f"  {text}", style="dim"))
-
-    @contextmanager
-    def running(self) -> Iterator[None]:
-        if err.is_terminal and not self.quiet:
-            with err.status("starting") as status:
-                self.status = status
-                try:
-                    yield
-                finally:
-                    self.status = None
-        else:
-            yield
 
 
 def emit(text: str, output: Path | None) -> None:
