@@ -238,18 +238,18 @@ def test_a_bad_heartbeat_is_one_line_exit_2_and_creates_nothing(tmp_path, cli, m
 def test_a_piped_bisection_says_its_range_look_ahead_pace_and_one_time_per_run(tmp_path_factory, tmp_path, cli,
                                                                               cache_dir, monkeypatch):
     house = toypkg.build_wheelhouse(tmp_path_factory.mktemp("progress-house"),
-                                    {"3.0.0": "ok", "3.1.0": "ok", "3.2.0": "raise", "3.3.0": "raise"},
+                                    {"3.0.0": "ok", "3.1.0": "raise", "3.2.0": "raise"},
                                     dist="dsb-progress")
     write_matrix(tmp_path, ["3.0.0"], package="dsb-progress", nproc=1)
     monkeypatch.setenv("DSBISECT_HEARTBEAT", "2")
-    res = cli("bisect", "dsb-progress", "3.0.0", "3.3.0", "--case", "toy", "--jobs", "1",
+    res = cli("bisect", "dsb-progress", "3.0.0", "3.2.0", "--case", "toy", "--jobs", "1",
               *offline(house, cache_dir), cwd=tmp_path)
     assert res.exit_code == 0, res.output
     err = res.stderr
-    assert ("4 releases from 3.0.0 to 3.3.0 (2 between them: about 2 steps after the ends); both ends first: "
-            "3.0.0 (good) and 3.3.0 (bad)") in err
+    assert ("3 releases from 3.0.0 to 3.2.0 (1 between them: about 1 step after the ends); both ends first: "
+            "3.0.0 (good) and 3.2.0 (bad)") in err
     assert err.index("both ends first") < err.index("running (run 1")
-    assert re.search(r"left \(about \d steps?, about \d+ (s|min) at the pace so far\); testing 3\.[12]\.0", err), err
+    assert re.search(r"left \(about \d steps?, about \d+ (s|min) at the pace so far\); testing 3\.1\.0", err), err
     assert re.search(r"look-ahead for toy · dsb-progress 3\.\d\.0 \([^)]*built while another point runs\): "
                      r"building env \w+ \(dsb-progress==3\.\d\.0\)", err), err
     assert "  … still toy · dsb-progress 3." in err  # a heartbeat while a point ran
@@ -257,5 +257,17 @@ def test_a_piped_bisection_says_its_range_look_ahead_pace_and_one_time_per_run(t
     grid = cli("report", cwd=tmp_path).stdout
     for run in report["runs"]:
         shown = eta.seconds_text(run["seconds"])
-        assert f"dsb-progress {run['point']['versions'][0][1]}: {run['outcome']} in {shown}" in err
+        assert f"{run['point']}: {run['outcome']} in {shown}" in err
         assert f"{run['outcome'].upper()} {shown} #{run['id']}" in grid
+
+
+def test_no_heartbeat_under_a_question_to_the_user():
+    console, buf = _piped()
+    ui = ProgressUI(heartbeat=0.3, console=console)
+    with ui.running():
+        ui("run", "toy · 1.0.0: preparing venv")
+        with ui.paused():  # bisect --manual asks "good, bad or skip"
+            time.sleep(1.0)
+        assert "still" not in buf.getvalue()
+        time.sleep(0.9)
+    assert "  … still toy · 1.0.0: preparing venv" in buf.getvalue()

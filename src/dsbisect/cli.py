@@ -1125,14 +1125,8 @@ def _manual_executor(where: ExecArgs, ui: ProgressUI):
         raise InputError("--manual asks you about each point: it cannot go with --executor slurm")
 
     def ask(text: str) -> str:
-        live = ui.status
-        if live is not None:
-            live.stop()
-        try:
+        with ui.paused():
             return typer.prompt(text, err=True)
-        finally:
-            if live is not None:
-                live.start()
 
     return ManualExecutor(ask=ask, say=lambda text: err.print(safe_text(text)))
 

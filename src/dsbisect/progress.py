@@ -78,6 +78,7 @@ class ProgressUI:
         self.last_done = self.t0
         self.printed = self.t0  # when a line was last printed (the heartbeat waits for quiet)
         self.lock = threading.RLock()
+        self.asking = False  # a question to the user is on screen: no heartbeat under it
 
     # ------------------------------------------------------------------ events
 
@@ -133,12 +134,27 @@ class ProgressUI:
     def beat(self, now: float) -> str | None:
         """The heartbeat line due now (piped), or None: only while something is under way and
         nothing was printed for ``heartbeat`` seconds."""
-        if not self.heartbeat or now - self.printed < self.heartbeat:
+        if not self.heartbeat or self.asking or now - self.printed < self.heartbeat:
             return None
         shown = self.lines(now)
         if not shown:
             return None
         return "  … still " + " | ".join(shown)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """While the user is asked something (``bisect --manual``): no live line, no heartbeat."""
+        live = self.status
+        if live is not None:
+            live.stop()
+        self.asking = True
+        try:
+            yield
+        finally:
+            self.asking = False
+            self.printed = time.monotonic()
+            if live is not None:
+                live.start()
 
     @contextmanager
     def running(self) -> Iterator[None]:
