@@ -8,8 +8,6 @@ requirement whole at 80 columns.  Bad input: one line, exit 2, nothing created.
 
 from __future__ import annotations
 
-import json
-import os
 from pathlib import Path
 
 import pytest
