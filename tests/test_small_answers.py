@@ -155,6 +155,15 @@ def test_nothing_to_run_says_what_to_give(tmp_path, cli, args):
     assert _tree(tmp_path) == []
 
 
+def test_run_with_nothing_to_run_says_what_to_give(tmp_path, cli):
+    res = cli("run", cwd=tmp_path)
+    line = _one_line(res)
+    assert res.exit_code == 2 and "give a MATRIX file, or --versions PKG=V1,V2 (or --pin REQ) and -- COMMAND" in line
+    assert _tree(tmp_path) == []
+    res = cli("run", "other.yaml", cwd=tmp_path)  # a file named: that file is missing
+    assert res.exit_code == 2 and "other.yaml: no such matrix file" in _one_line(res)
+
+
 def test_a_named_case_without_its_matrix_still_names_the_file(tmp_path, cli):
     res = cli("bisect", "deepspeed", "0.18.6", "0.18.7", "--case", "toy", cwd=tmp_path)
     assert res.exit_code == 2 and "matrix.yaml: no such matrix file" in _one_line(res)

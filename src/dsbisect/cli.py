@@ -446,6 +446,9 @@ def run(
         else:
             if len(args or []) > 1:
                 raise InputError("a command line needs --versions or --pin (and -- before it)")
+            if not args and not Path("matrix.yaml").exists():  # nothing named what to run: say what to give
+                raise InputError("give a MATRIX file, or --versions PKG=V1,V2 (or --pin REQ) and -- COMMAND: what to "
+                                 "run (no matrix.yaml here)")
             m = matrix_mod.load(Path(args[0]) if args else Path("matrix.yaml"))
             cases, env_defaults, title = m.select(case), m.env, f"dsbisect run {m.path.name}"
         cases = [nodes.apply(limits.apply(c)) for c in cases]
