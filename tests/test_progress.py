@@ -59,7 +59,7 @@ def test_time_left_is_the_median_round_times_the_rounds_left(rounds, left, expec
     assert eta.time_left(rounds, left) == expected
 
 
-@pytest.mark.parametrize("s, shown", [(None, ""), (3, "about 10 s"), (44, "about 40 s"), (61, "about 1 min"),
+@pytest.mark.parametrize("s, shown", [(None, ""), (3, "about 10 s"), (44, "about 40 s"), (61, "about 60 s"), (88, "about 90 s"), (131, "about 2 min"),
                                       (409, "about 7 min"), (3600, "about 1 h"), (4810, "about 1 h 20 min")])
 def test_about(s, shown):
     assert eta.about(s) == shown

@@ -47,7 +47,7 @@ def about(s: float | None) -> str:
     """``about 40 s``, ``about 7 min``, ``about 1 h 20 min`` ("" for None): a rough figure, said as one."""
     if s is None or not math.isfinite(s):
         return ""
-    if s < 60:
+    if s < 100:  # "about 1 min" would be 88 s said as 60
         return f"about {max(10, round(s / 10) * 10):.0f} s"
     minutes = round(s / 60)
     if minutes < 60:
