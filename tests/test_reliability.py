@@ -85,7 +85,7 @@ BAD_ARGS = [
     (["report"], "no dsbisect store in"),
     (["report", "--store", "{file}"], "is a file, not a folder"),
     (["envs", "prune", "--cache-dir", "{tmp}/cache"], "say which venvs: --all, or --older-than DAYS"),
-    (["versions", "dsb-toy", "1.0.0"], "give both GOOD and BAD, or neither"),
+    (["versions", "dsb-toy", "1.0.0", "--offline"], "--offline needs at least one --find-links"),  # GOOD alone: to the latest
     (["prefetch", "{matrix}", "--offline"], "cannot run --offline itself"),
     (["prefetch", "{matrix}", "--commits", "a..b"], "--git-repo and --commits OLD..NEW go together"),
     (["--shared-group", "no-such-group-here", "report"], "--shared-group no-such-group-here: no such group"),

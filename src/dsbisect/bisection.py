@@ -7,12 +7,14 @@ invocation reuses it), and maps outcomes to the old/new sides of the search.
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 
-from . import bayes, gitrepo
+from . import bayes, eta, gitrepo
 from .confidence import Confidence, ends_problem, proof_runs
 from .identity import Rule, resolve
 from .model import Answer, GitSource, IndexOptions, Outcome, Point, RegressOn, Stage, Verdict
@@ -43,6 +45,28 @@ def plan(req: Request, index: IndexOptions) -> Plan:
     return Plan(tuple(str(v) for v in found), repo)
 
 
+def steps_for(left: int, width: int) -> int:
+    """Rounds of ``width`` points that a search among ``left`` untested candidates takes (each
+    round splits what is left into ``width + 1`` parts); at least one."""
+    if left <= 0:
+        return 1
+    return max(1, math.ceil(math.log(left + 1) / math.log(max(1, width) + 1) - 1e-9))
+
+
+def range_note(labels: list[str], stage: Stage, find_fix: bool, width: int) -> str:
+    """What a search covers, said before its first run: "7 releases from 0.18.1 to 0.18.7 (5
+    between them: about 3 steps after the ends); both ends first: 0.18.1 (good) and 0.18.7 (bad)"."""
+    what = "commits" if stage is Stage.COMMIT else "releases"
+    between = max(0, len(labels) - 2)
+    steps = steps_for(between, width)
+    names = ("broken", "fixed") if find_fix else ("good", "bad")
+    after = f"about {steps} step{'s' if steps > 1 else ''} after the ends" if between else "no release between them"
+    if stage is Stage.COMMIT and not between:
+        after = "no commit between them"
+    return (f"{len(labels)} {what} from {labels[0]} to {labels[-1]} ({between} between them: {after}); both ends "
+            f"first: {labels[0]} ({names[0]}) and {labels[-1]} ({names[1]})")
+
+
 class Bisection:
     def __init__(self, runner: Runner, index: IndexOptions, request: Request):
         self.runner, self.index, self.req = runner, index, request
@@ -53,6 +77,8 @@ class Bisection:
         self.rule = Rule(request.regress_on, request.signature)
         self.regression: Regression | None = None
         self._different: dict[str, str] = {}  # label -> why it was not counted
+        self._rounds: list[float] = []  # wall seconds of each round that ran something (eta.time_left)
+        self._t0 = time.time()
 
     # ------------------------------------------------------------------ run
 
@@ -260,7 +286,7 @@ class Bisection:
         hi = min((i for i, s in known.items() if s is Side.NEW and i > lo), default=len(points) - 1)
         ahead = lookahead(lo, hi, known, indices, self.req.width)
         self.runner.prepare_ahead(self.req.case, [points[i] for i in ahead])  # both possible next points
-        found = self.runner.run_many(self.req.case, chosen, want=self.req.repeat, enough=self._enough)
+        found = self._timed(chosen)
         sides = [self._side(self._step(p, runs, stage).verdict) for p, runs in zip(chosen, found)]
         self._known.setdefault(id(points), {}).update(zip(indices, sides))
         return sides
@@ -272,16 +298,29 @@ class Bisection:
         hi = min((i for i, s in known.items() if s is Side.NEW and i > lo), default=len(points) - 1)
         left = sum(1 for i in range(lo + 1, hi) if i not in known)
         what = "commits" if stage is Stage.COMMIT else "candidates"
-        self.runner.progress("note", f"{left} {what} left (about {max(1, left.bit_length())} step"
-                                     f"{'s' if left.bit_length() > 1 else ''}); testing "
+        steps = steps_for(left, self.req.width)
+        eta_ = eta.about(eta.time_left(self._rounds, steps))
+        self.runner.progress("note", f"{left} {what} left (about {steps} step{'s' if steps > 1 else ''}"
+                                     f"{f', {eta_} at the pace so far' if eta_ else ''}); testing "
                                      f"{', '.join(self._label(points[i]) for i in indices)}")
+
+    def _timed(self, chosen: list[Point]) -> list[list[RunRecord]]:
+        """``run_many`` of ``chosen``, its wall time kept as rounds for the estimate (a round that
+        only reused recorded runs took no time a new one would take: left out)."""
+        t0 = time.monotonic()
+        found = self.runner.run_many(self.req.case, chosen, want=self.req.repeat, enough=self._enough)
+        if any(r.started >= self._t0 and r.manual is None for runs in found for r in runs):
+            n = eta.rounds_of(len(chosen), self.req.width)
+            self._rounds += [(time.monotonic() - t0) / n] * n
+        return found
 
     def _label(self, p: Point) -> str:
         return p.source.short if p.source else (p.version_of(self.req.package) or p.label)
 
     def _check_ends(self, labels: list[str], points: list[Point], stage: Stage) -> tuple[Answer, str] | None:
         """Both ends must behave as declared; otherwise (verdict, message)."""
-        ends = self.runner.run_many(self.req.case, [points[0], points[-1]], want=self.req.repeat, enough=self._enough)
+        self.runner.progress("note", range_note(labels, stage, self.req.find_fix, self.req.width))
+        ends = self._timed([points[0], points[-1]])
         fix = self.req.find_fix
         self._learn(labels[0] if fix else labels[-1], ends[0] if fix else ends[1])
         old, new = (self._step(p, runs, stage) for p, runs in zip((points[0], points[-1]), ends))

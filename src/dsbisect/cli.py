@@ -18,7 +18,6 @@ import os
 import shlex
 import signal
 import sys
-import time
 import typing
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -155,7 +154,7 @@ app.add_typer(envs_app, name="envs")
 
 # No text printed is ever read as markup or emoji codes: what dsbisect styles, it styles with Text.
 out = Console(soft_wrap=True, markup=False, emoji=False, highlight=False)
-err = Console(stderr=True, soft_wrap=True, markup=False, emoji=False, highlight=False)
+from .progress import ProgressUI, err  # noqa: E402 - stderr: progress and errors share one console
 
 
 def say_error(message: str, label: str = "error:") -> None:
@@ -413,45 +412,6 @@ def write_output(text: str, path: Path, flag: str = "--output") -> None:
                             "stdout and the runs are in the store") from None
 
 
-class ProgressUI:
-    """Progress on stderr: one line per finished step ("point 4 of 18" when the count is known),
-    a spinner with the elapsed time for the current one."""
-
-    def __init__(self, quiet: bool = False, total: int = 0):
-        self.quiet, self.total, self.finished = quiet, total, 0
-        self.status = None
-        self.t0 = time.monotonic()
-
-    def __call__(self, kind: str, text: str) -> None:
-        if self.quiet:
-            return
-        text = safe(text)
-        if kind in ("done", "reused") and self.total:
-            self.finished += 1
-            text = f"[point {self.finished} of {self.total}] {text}"
-        if kind in ("done", "reused", "note"):
-            err.print(Text(f"  {text}"))
-            if self.status:
-                self.status.update(Text(""))
-        elif self.status is not None:
-            elapsed = int(time.monotonic() - self.t0)
-            self.status.update(Text(f"{text}  {elapsed // 60:02d}:{elapsed % 60:02d} elapsed"))
-        else:
-            err.print(Text(f"  {text}", style="dim"))
-
-    @contextmanager
-    def running(self) -> Iterator[None]:
-        if err.is_terminal and not self.quiet:
-            with err.status("starting") as status:
-                self.status = status
-                try:
-                    yield
-                finally:
-                    self.status = None
-        else:
-            yield
-
-
 def emit(text: str, output: Path | None) -> None:
     out.print(text, markup=False, highlight=False, end="" if text.endswith("\n") else "\n")
     if output:
@@ -518,6 +478,9 @@ def run(
         else:
             if len(args or []) > 1:
                 raise InputError("a command line needs --versions or --pin (and -- before it)")
+            if not args and not Path("matrix.yaml").exists():  # nothing named what to run: say what to give
+                raise InputError("give a MATRIX file, or --versions PKG=V1,V2 (or --pin REQ) and -- COMMAND: what to "
+                                 "run (no matrix.yaml here)")
             m = matrix_mod.load(Path(args[0]) if args else Path("matrix.yaml"))
             cases, env_defaults, title = m.select(case), m.env, f"dsbisect run {m.path.name}"
         cases = [nodes.apply(limits.apply(c)) for c in cases]
@@ -1000,6 +963,9 @@ def _bisect_case(case: str | None, script: Path | None, matrix: Path, nproc: int
         return matrix_mod.command_case(command, Path.cwd(), nproc=nproc, accelerator=accelerator), EnvOptions()
     if script:
         return matrix_mod.script_case(script, nproc, accelerator), EnvOptions()
+    if case is None and not matrix.exists():  # nothing named what to run: say what to give
+        raise InputError(f"give --case NAME, --script FILE or -- COMMAND: what to run (no {matrix} here to take "
+                         "its one case from)")
     m = matrix_mod.load(matrix)
     return m.only_case(case), m.env
 
@@ -1017,13 +983,13 @@ def versions(
 ) -> None:
     """List the releases a bisection of PACKAGE would test, oldest first."""
     index = IndexArgs(offline, find_links, index_url, extra_index_url)
-    from .versions import candidates, listed
+    from .versions import LATEST, candidates, listed
 
     with user_errors():
         idx = index.options()
-        if (good is None) != (bad is None):
+        if good is None and bad is not None:
             raise InputError("give both GOOD and BAD, or neither")
-        rels = listed(package, idx, pre) if good is None else candidates(package, good, bad, idx, pre)
+        rels = listed(package, idx, pre) if good is None else candidates(package, good, bad or LATEST, idx, pre)
         _say_notes(idx)
         for v in rels:
             out.print(safe_text(str(v)))
@@ -1077,6 +1043,7 @@ def mark(
     with user_errors():
         plan = _mark_plan(verdict, args, case, script, matrix, pin, nproc, accelerator, commit, git_repo, note,
                           limits, nodes)
+        _check_marked(plan, store, released=commit is None)
         the_store = _marks_store(store)
         for point in plan.points:
             r = record(the_store, plan.case, point, plan.mark, plan.note)
@@ -1100,6 +1067,26 @@ def _mark_plan(verdict, args, case, script, matrix, pin, nproc, accelerator, com
     source = commit_source(versions[0][0], commit, git_repo) if commit else None
     points = points_for(the_case, versions, matrix_mod.check_pins(pin or []), source)
     return Planned(the_case, tuple(points), Mark(verdict), " ".join((note or "").split()))
+
+
+def _check_marked(plan, store: Path, released: bool) -> None:
+    """Before anything is recorded: every marked version is one that the case's bisections in the
+    store test, and (``released``: not a commit) a release the index knows, when it can tell."""
+    from . import versions
+    from .marks import bisected_ranges, not_released, out_of_range
+    from .session import index_options
+    from .store import DB, Store, store_dir
+
+    folder = store_dir(store)
+    st = Store(folder, readonly=True) if (folder / DB).is_file() else None
+    for point in plan.points:
+        for name, version in point.versions:
+            ranges = bisected_ranges(st, plan.case.name, name) if st is not None else []
+            why = out_of_range(name, version, plan.case.name, ranges)
+            if not why and not ranges and released:
+                why = not_released(name, version, versions.release_list(name, index_options(False, None, None, None)))
+            if why:
+                raise InputError(why)
 
 
 def _marks_store(store: Path):
@@ -1178,14 +1165,8 @@ def _manual_executor(where: ExecArgs, ui: ProgressUI):
         raise InputError("--manual asks you about each point: it cannot go with --executor slurm")
 
     def ask(text: str) -> str:
-        live = ui.status
-        if live is not None:
-            live.stop()
-        try:
+        with ui.paused():
             return typer.prompt(text, err=True)
-        finally:
-            if live is not None:
-                live.start()
 
     return ManualExecutor(ask=ask, say=lambda text: err.print(safe_text(text)))
 

@@ -27,6 +27,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
+from .eta import seconds_text
 from .inputs import Inputs, same_inputs
 from .model import Outcome, Point
 from .outside import safe, safe_text
@@ -301,9 +302,7 @@ def _point_key(p: Point) -> tuple:
 
 
 def _seconds(s: float) -> str:
-    if s >= 600:
-        return f"{s / 60:.0f} min"
-    return f"{s:.0f} s" if s >= 10 else f"{s:.1f} s"
+    return seconds_text(s)  # one definition of a run's time shown, progress's too
 
 
 # ---------------------------------------------------------- skipped everywhere

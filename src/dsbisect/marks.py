@@ -130,6 +130,46 @@ def points_for(case: Case, items: list[tuple[str, str]], pins: tuple[str, ...],
             for combo in itertools.product(*by_pkg.values())]
 
 
+def out_of_range(name: str, version: str, case: str, ranges: list[tuple[str, ...]]) -> str:
+    """Why a mark of ``name==version`` would never be used by the bisections of ``case`` that
+    the store holds (``ranges``: each one's candidate releases, oldest first), or "" when one of
+    them tests that release (or there is none)."""
+    ranges = [r for r in ranges if r]
+    if not ranges or any(_same(version, v) for r in ranges for v in r):
+        return ""
+    shown = "; ".join(f"{r[0]} … {r[-1]} ({len(r)} releases)" for r in ranges[:3])
+    return (f"{name}=={version}: not a release that the bisection of {case} tests ({shown}); a mark there would "
+            "never be used: mark one of its releases")
+
+
+def not_released(name: str, version: str, listed: tuple[list[Version], str] | None) -> str:
+    """Why ``name==version`` is no release, from the listed releases (None: cannot be told), or ""."""
+    if listed is None or any(_same(version, v) for v in listed[0]):
+        return ""
+    have = listed[0]
+    return (f"{name}=={version}: no such release on {listed[1]} (it has {len(have)}, {have[0]} … {have[-1]}); "
+            "check the version")
+
+
+def _same(a: str, b: object) -> bool:
+    try:
+        return Version(a) == Version(str(b))
+    except InvalidVersion:
+        return False
+
+
+def bisected_ranges(store: Store, case: str, package: str) -> list[tuple[str, ...]]:
+    """The candidate releases of each bisection of ``package`` for ``case`` in the store."""
+    out = []
+    for b in store.bisections():
+        if canonicalize_name(b.package) != canonicalize_name(package) or b.params.get("case") != case:
+            continue
+        got = b.result.get("candidates")
+        if isinstance(got, list) and all(isinstance(v, str) for v in got):
+            out.append(tuple(got))
+    return out
+
+
 def commit_source(package: str, commit: str, repo: Path | None) -> GitSource:
     """``--commit HASH`` (``--git-repo CLONE`` resolves a short one and adds the subject)."""
     from . import gitrepo

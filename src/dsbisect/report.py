@@ -15,6 +15,7 @@ import shlex
 from collections import Counter
 from pathlib import Path
 
+from rich import box
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.table import Table
 from rich.text import Text
@@ -118,14 +119,20 @@ def shadow_lines(runs: list[RunRecord]) -> list[str]:
 
 
 def envs_table(envs: list) -> Table:
-    """``dsbisect envs list``: the cached venvs (``envs.CachedEnv``)."""
-    table = Table(header_style="bold")
-    for col in ("key", "mode", "requirements", "shadows", "MB", "built in"):
-        table.add_column(col)
+    """``dsbisect envs list``: the cached venvs (``envs.CachedEnv``), a requirement a line and
+    every cell folded rather than cut, so that at 80 columns nothing shown is lost."""
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    rows = []
     for e in envs:
-        shadows = ", ".join(f"{n} {b}→{p}" for n, b, p in e.shadowed)
-        reqs = "; ".join(e.requirements) + (f" @{e.source}" if e.source else "")
-        table.add_row(*(safe_text(x) for x in (e.key, e.mode, reqs, shadows, f"{e.bytes / 1e6:.0f}", f"{e.seconds:.1f} s")))
+        shadows = "\n".join(f"{n} {b}→{p}" for n, b, p in e.shadowed)
+        reqs = "\n".join((*e.requirements, *((f"@{e.source}",) if e.source else ())))
+        rows.append((f"{e.key}\n{e.mode}", reqs, shadows, f"{e.bytes / 1e6:.0f}", f"{e.seconds:.1f} s"))
+    for i, col in enumerate(("key, mode", "requirements", "shadows", "MB", "built in")):
+        widest = max((len(line) for row in rows for line in row[i].splitlines() if not line.startswith("@")),
+                     default=0)
+        table.add_column(col, overflow="fold", width=max(9, min(widest, 32)) if i < 2 else None)
+    for row in rows:
+        table.add_row(*(safe_text(x) for x in row))
     return table
 
 

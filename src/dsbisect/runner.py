@@ -35,7 +35,7 @@ from typing import Protocol
 
 from packaging.utils import canonicalize_name
 
-from . import facts, memory, multinode, proc, reaper
+from . import eta, facts, memory, multinode, proc, reaper
 from .envs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from .errors import DiskFull, EnvBuildError, Interrupted, StoreError, signal_of
 from .evidence import Capture
@@ -52,6 +52,7 @@ from .model import (
 )
 from .identity import package_frames
 from .outcome import Classified, classify
+from .phases import PhaseWatch
 from .proc import clean_env
 from .redact import redact, remember, scrub_folder, secret_values
 from .reuse import Reuse, digests, named_paths
@@ -61,6 +62,17 @@ from .store import Store
 from .toolchain import first_on_path, ninja_dir
 
 Progress = Callable[[str, str], None]
+
+_AHEAD = threading.local()  # .label, .why: the point whose venv this thread builds ahead of its run
+
+
+def env_line(text: str) -> tuple[str, str]:
+    """A line of the venvs' (``EnvManager.log``) as progress shows it: on a look-ahead thread,
+    the "ahead" kind, worded as a look-ahead build; else an "env" line as it is."""
+    label = getattr(_AHEAD, "label", "")
+    if not label:
+        return "env", text
+    return "ahead", f"look-ahead for {label} ({_AHEAD.why}): {text}"
 
 
 @dataclass(frozen=True)
@@ -176,7 +188,7 @@ class Runner:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsbisect-env") as bg:
             for i, point in enumerate(points):
                 if i + 1 < len(points):
-                    bg.submit(self._prepare, case, points[i + 1])
+                    bg.submit(self._prepare, case, points[i + 1], "the next point")
                 out.append(self.runs(case, point, want, enough))
         return out
 
@@ -208,16 +220,20 @@ class Runner:
         except proc.Cancelled:
             return  # not needed any more; a later run of this point builds it again
 
-    def _prepare(self, case: Case, point: Point) -> None:
+    def _prepare(self, case: Case, point: Point, why: str = "the search may test it next") -> None:
         if self.executor is not None or not self._enough_gpus(case):
             return  # the run is not here, or cannot run here
         if self.reusable(self.effective(case), point)[0]:
             return  # recorded: it will not run again
+        _AHEAD.label, _AHEAD.why = f"{case.name} · {point.label}", f"{why}; built while another point runs"
         try:
             env = self.envs.ensure(point)
+            precompile(env, check_wanted(point)[:-1])
         except EnvBuildError:
             return  # the run itself records the skip, with the reason
-        precompile(env, check_wanted(point)[:-1])
+        finally:
+            _AHEAD.label = ""
+            self.progress("ahead", "")  # over: no look-ahead line any more
 
     # ----------------------------------------------------------------- public
 
@@ -486,8 +502,11 @@ class Runner:
                              f"{job.accel.value}{added})")
         t0 = time.monotonic()
         ooms = memory.oom_counts()
+        ops = Path(line.spec.env.get("TORCH_EXTENSIONS_DIR") or job.env.path / EXTENSIONS)
+        say = lambda text: self.progress("run", f"{case.name} · {job.point.label}: {text}")  # noqa: E731
         try:
-            result = launch(line.spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=self.cancel)
+            with PhaseWatch(ops, say):  # "compiling DeepSpeed's shm_comm op (first run of this venv)"
+                result = launch(line.spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=self.cancel)
         finally:
             with self._lock:
                 self._ports.discard(line.port)
@@ -510,7 +529,8 @@ class Runner:
             env_key=env.key,
         )
         said = f" ({c.reason})" if c.outcome is Outcome.SKIP else ""
-        self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {ran.result.seconds:.1f} s{said}")
+        self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {eta.seconds_text(done.seconds or 0.0)}"
+                              f"{said}")  # the record's time, as the grid shows it
         return done
 
     def _base_env(self, case: Case, accel: Accelerator, venv: Env | None = None) -> dict[str, str]:

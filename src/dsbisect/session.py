@@ -20,7 +20,7 @@ from . import facts, indexes, reaper
 from .envs import EnvManager
 from .errors import InputError
 from .model import EnvOptions, IndexOptions, RunStatus
-from .runner import Executor, Runner
+from .runner import Executor, Runner, env_line
 from .store import Store, check_store_path
 
 Progress = Callable[[str, str], None]
@@ -92,7 +92,7 @@ def index_options(offline: bool, find_links: list[Path] | None, index_url: str |
 def make_runner(store: Store, cache_dir: Path | None, env_options: EnvOptions, index: IndexOptions,
                 progress: Progress, *, rerun: bool = False, jobs: int | None = None,
                 executor: Executor | None = None) -> Runner:
-    envs = EnvManager(cache_root(cache_dir), env_options, index, log=lambda s: progress("env", s))
+    envs = EnvManager(cache_root(cache_dir), env_options, index, log=lambda s: progress(*env_line(s)))
     return Runner(store=store, envs=envs, gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=progress,
                   rerun=rerun, jobs=jobs, executor=executor)
 

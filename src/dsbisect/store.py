@@ -44,7 +44,7 @@ import psutil
 
 from . import claims, disk
 from .claims import Liveness, StoreLock
-from .errors import DiskFull, InputError, StoreError
+from .errors import DiskFull, DsbisectError, InputError, StoreError
 from .model import Outcome, Point, RunStatus
 from .redact import redact, redact_tree
 from .records import BisectionRecord, Evidence, ImportCheck, RunFacts, RunRecord
@@ -866,13 +866,28 @@ def _who(p: Path) -> str:
     return f"{p} (owner {owner}, mode {stat.S_IMODE(st.st_mode):04o})"
 
 
+def _no_index(folder: Path) -> DsbisectError:
+    """The error of a store folder without its index: a lost index (run records, bisections, run
+    folders or the store's own files are there) points to ``store repair``; only an empty or
+    absent folder is "no store"."""
+    records = len(list(folder.glob(f"runs/*/{RunDir.RECORD}")))
+    bisections = len(list(folder.glob("bisections/*.json")))
+    runs = len([d for d in folder.glob("runs/*") if d.is_dir()])
+    repair_ = f"'dsbisect store repair --store {folder}'"
+    if records or bisections:
+        held = " and ".join(f"{n} {what}" for n, what in ((records, "run record(s)"), (bisections, "bisection(s)"))
+                            if n)
+        return StoreError(f"{folder} has no index ({DB}) but holds {held}: {repair_} indexes them")
+    if runs or (folder / claims.LOCK).exists() or (folder / claims.WRITERS).is_dir():
+        left = f" ({runs} run folder(s), none with a record)" if runs else ""
+        return StoreError(f"{folder} is a dsbisect store whose index ({DB}) is gone{left}: nothing recorded to "
+                          f"read; {repair_} makes a new index")
+    return InputError(f"no dsbisect store in {folder} (run 'dsbisect run' first, or pass --store)")
+
+
 def _open_readonly(path: Path) -> sqlite3.Connection:
     if not path.is_file():
-        records = len(list(path.parent.glob(f"runs/*/{RunDir.RECORD}")))
-        if records:
-            raise StoreError(f"{path.parent} has no index ({DB}) but its runs/ folder holds {records} run "
-                             f"record(s): 'dsbisect store repair --store {path.parent}' indexes them")
-        raise InputError(f"no dsbisect store in {path.parent} (run 'dsbisect run' first, or pass --store)")
+        raise _no_index(path.parent)
     last: sqlite3.Error | None = None
     for query in ("mode=ro", "mode=ro&immutable=1"):  # immutable: a folder we may not even write -shm into
         try:

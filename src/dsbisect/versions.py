@@ -48,12 +48,23 @@ def released(package: str, version: str, index: IndexOptions) -> datetime | None
     return None
 
 
+def release_list(package: str, index: IndexOptions) -> tuple[list[Version], str] | None:
+    """The releases of ``package`` (yanked ones too) and where they were listed; None when that
+    cannot be told here (no such project on the indexes, or an index out of reach): a check that
+    a version exists, which must never fail because the network is gone."""
+    try:
+        found = releases(package, index, timeout=10.0)
+    except ExternalFailure:
+        return None
+    return ([r.version for r in found], _where(index)) if found else None
+
+
 def default_index(index: IndexOptions) -> str:
     """The default index of these (already resolved: see indexes.resolve) options."""
     return index.index_url or PYPI
 
 
-def releases(package: str, index: IndexOptions) -> list[Release]:
+def releases(package: str, index: IndexOptions, timeout: float = 60.0) -> list[Release]:
     """Every release of ``package`` that uv could install with these options, sorted,
     deduplicated: the wheelhouses' and, as uv's index strategy goes, the first index (extra
     indexes before the default) that has the project, or every index (unsafe-* strategies)."""
@@ -64,7 +75,7 @@ def releases(package: str, index: IndexOptions) -> list[Release]:
     if not index.offline:
         every = (index.strategy or "first-index").startswith("unsafe")
         for url in (*index.extra_index_urls, default_index(index)):
-            listed = _index(url, canonicalize_name(package))
+            listed = _index(url, canonicalize_name(package), timeout)
             for rel in listed:
                 prev = found.get(rel.version)
                 if prev is None or (prev.yanked and not rel.yanked):
@@ -284,5 +295,5 @@ def _local_page(url: str, name: str):
     return ProjectPage.from_html(name, read_small(page, DATA_LIMIT), base_url=folder.as_uri() + "/")
 
 
-def _index(url: str, name: str) -> list[Release]:
-    return list(_index_cached(url, name))
+def _index(url: str, name: str, timeout: float = 60.0) -> list[Release]:
+    return list(_index_cached(url, name, timeout))

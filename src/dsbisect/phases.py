@@ -1,0 +1,102 @@
+"""What a running point is busy with, while it is slow: the progress line says it.
+
+On CPU the first run of a venv compiles DeepSpeed's ops just in time (``shm_comm``: minutes on
+two cores) before the job prints anything.  torch's ``cpp_extension`` builds an op in
+``$TORCH_EXTENSIONS_DIR/<op>/`` and holds a ``lock`` file there while one rank compiles (the
+others wait on it); the built library (``<op>.so``) stays for the next run.  ``PhaseWatch``
+looks at that folder once a second during a run and says when a build starts
+("compiling DeepSpeed's shm_comm op (first run of this venv)") and when it is over.
+``next_phase`` is the rule, with no I/O.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+# DeepSpeed's just-in-time op names (op_builder's NAME values; "deepspeed_" prefixed ones too)
+_DEEPSPEED_OPS = ("shm_comm", "cpu_adam", "cpu_adagrad", "cpu_lion", "fused_adam", "fused_lamb", "fused_lion",
+                  "transformer_inference", "transformer", "stochastic_transformer", "quantizer", "async_io",
+                  "sparse_attn", "spatial_inference", "random_ltd", "inference_core_ops", "ragged_device_ops",
+                  "ragged_ops", "fp_quantizer", "evoformer_attn", "gds", "utils", "comm", "mlp_gemm")
+
+
+@dataclass(frozen=True)
+class Builds:
+    """What the extensions folder shows at one look."""
+
+    building: tuple[str, ...] = ()  # ops whose build lock is held now
+    built: tuple[str, ...] = ()  # ops with a built library (from this run or an earlier one)
+
+
+def op_name(folder: str) -> str:
+    """``DeepSpeed's shm_comm op`` or ``the my_ext extension`` (a user's own)."""
+    bare = folder.removeprefix("deepspeed_").removesuffix("_op")
+    return f"DeepSpeed's {bare} op" if bare in _DEEPSPEED_OPS else f"the {folder} extension"
+
+
+def next_phase(shown: str, seen: Builds, last: Builds, before: Builds) -> str:
+    """The phase to say now, or "" when the line shown (``shown``, "" for none yet) still holds.
+    A build is one whose lock this look and the last one (``last``, a second earlier) both saw:
+    torch takes the lock for a moment to find an op already built, too.  ``before``: what the
+    folder held when the run started (a library there then: a rebuild)."""
+    building = tuple(n for n in seen.building if n in last.building)
+    if building:
+        names = ", ".join(op_name(n) for n in building)
+        rebuilt = all(n in before.built for n in building)
+        why = "its sources, torch or compiler changed" if rebuilt else "first run of this venv; later runs load it"
+        text = f"{'recompiling' if rebuilt else 'compiling'} {names} ({why})"
+        return "" if text == shown else text
+    if shown and "compil" in shown.split(" (")[0]:  # a build we said is over
+        return "running (the op is built)"
+    return ""
+
+
+def look(extensions: Path) -> Builds:
+    """One look at ``$TORCH_EXTENSIONS_DIR`` (nothing there: no builds)."""
+    building, built = [], []
+    try:
+        folders = sorted(p for p in extensions.iterdir() if p.is_dir())
+    except OSError:
+        return Builds()
+    for d in folders:
+        try:
+            if (d / "lock").exists():
+                building.append(d.name)
+            if any(d.glob("*.so")):
+                built.append(d.name)
+        except OSError:
+            continue
+    return Builds(tuple(building), tuple(built))
+
+
+class PhaseWatch:
+    """A thread that, during one run, says each phase ``next_phase`` finds (through ``say``)."""
+
+    EVERY_S = 1.0
+
+    def __init__(self, extensions: Path, say: Callable[[str], None]) -> None:
+        self.extensions, self.say = extensions, say
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._loop, name="dsbisect-phase", daemon=True)
+
+    def __enter__(self) -> PhaseWatch:
+        self.before = look(self.extensions)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(timeout=5)
+
+    def _loop(self) -> None:
+        shown, last = "", self.before
+        while not self.stopped.wait(self.EVERY_S):
+            seen = look(self.extensions)
+            text = next_phase(shown, seen, last, self.before)
+            last = seen
+            if text and not self.stopped.is_set():
+                shown = text
+                self.say(text)
