@@ -12,6 +12,7 @@
 #   X1 (2 GPUs) the seed-2 transformers bisection from a fresh cache and store, timed, at the
 #      default 60 s collective timeout (early deadlock verdict on); the GPU launch and
 #      concurrency benchmarks
+#   E  (2 GPUs) the second seed as an environment diff (issue 26), in parts: see the stage
 #   X2 (2 GPUs) pytest -m gpu: the NCCL hang test, the early deadlock tests and the false-hang
 #      battery on NCCL
 set -u
@@ -50,6 +51,23 @@ case $stage in
     timeout $(( 560 - SECONDS )) python3 benchmarks/bench.py --gpu --only launch,concurrency \
       --find-links /tmp/wh-seed2 --gpu-pins "deepspeed==0.10.0,pydantic<2" \
       --gpu-compat torch-elastic-socket,numpy-bufsize --out "$OUT/bench-gpu.md"
+    ;;
+  E)  # (2 GPUs; issue 26) the second seed as an environment diff. The wheelhouse (~120 MiB with the
+    # level-2 candidates) is more than one call carries: each call carries one part as .gpu/env-*
+    # (prefetch --good-env/--bad-env --with-candidates, split by size) and adds it to /tmp/wh-env,
+    # which a warm machine keeps; the call that finds .gpu/env-last runs the bisection.
+    mkdir -p /tmp/wh-env; for d in .gpu/env-*; do [ -d "$d" ] && cp -n "$d"/* /tmp/wh-env/; done
+    [ -e .gpu/env-last ] || { echo "== wheelhouse part added: $(ls /tmp/wh-env | wc -l) files"; exit 0; }
+    rm -rf /tmp/e-cache /tmp/e-store; t0=$SECONDS
+    timeout $(( 560 - SECONDS )) python3 -m dsbisect bisect --good-env repro_scripts/envdiff/seed2-good-2024-01.txt \
+      --bad-env repro_scripts/envdiff/seed2-bad-2024-05.txt --hold torch --hold typing-extensions \
+      --case zero3_from_pretrained --offline --find-links /tmp/wh-env --cache-dir /tmp/e-cache \
+      --store /tmp/e-store --format json -o "$OUT/seed2-envdiff.json" > /dev/null
+    echo "== seed-2 environment diff: exit $?, $(( SECONDS - t0 )) s wall from a fresh cache and store"
+    timeout 60 python3 -m dsbisect bisect --good-env repro_scripts/envdiff/seed2-good-2024-01.txt \
+      --bad-env repro_scripts/envdiff/seed2-bad-2024-05.txt --hold torch --hold typing-extensions \
+      --case zero3_from_pretrained --offline --find-links /tmp/wh-env --cache-dir /tmp/e-cache \
+      --store /tmp/e-store --format markdown -q -o "$OUT/seed2-envdiff.md" > /dev/null
     ;;
   X2)
     DSBISECT_TEST_DEEPSPEED=0.10.0 DSBISECT_TEST_FIND_LINKS=/tmp/wh-seed2 timeout 560 \
