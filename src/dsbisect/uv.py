@@ -7,6 +7,8 @@ files instead of copying them).  A failure is an ``EnvBuildError`` carrying uv's
 
 from __future__ import annotations
 
+import re
+
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -80,10 +82,29 @@ def uv_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def reason(text: str) -> str:
-    """The informative part of a resolver's or builder's error output, on one line."""
+    """The informative part of a resolver's or builder's error output, on one line (with what to
+    do about a pin that a kept package's own requirement excludes: conflict_hint)."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     keep = [ln for ln in lines if not ln.startswith(("hint:", "Using Python", "warning:"))]
+    hint = conflict_hint(" ".join(lines))
     for i, ln in enumerate(keep):
         if ln.startswith(("×", "error:", "ERROR:")) or "No solution" in ln or "not found" in ln:
-            return " ".join(keep[i : i + 4])[:600]
-    return " ".join(keep[-3:])[:600] or "no output"
+            return " ".join(keep[i : i + 4])[:600] + hint
+    return (" ".join(keep[-3:])[:600] or "no output") + hint
+
+
+_NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"
+_DEPENDS = re.compile(rf"Because (?P<a>{_NAME})==(?P<v>[^\s,]+) depends on (?P<b>{_NAME})(?P<spec>[<>=!~][^\s,]*)")
+
+
+def conflict_hint(text: str) -> str:
+    """'; torch==2.11.0 needs typing-extensions>=4.10.0, which the pins exclude: …' when uv's
+    resolver says that a package it must keep (a base package such as torch, a held one) depends
+    on a version of another package that is pinned to something else — a good environment of
+    2023 layered on a current torch is the common case.  '' otherwise."""
+    for m in _DEPENDS.finditer(text):
+        b = m["b"]
+        if re.search(rf"you require {re.escape(b)}==", text, re.IGNORECASE):
+            return (f"; {m['a']}=={m['v']} needs {b}{m['spec']}, which the pins exclude: with --good-env/--bad-env, "
+                    f"--hold {b} keeps the base's {b}; else pin a {b} that fits")
+    return ""
