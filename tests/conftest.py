@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -90,24 +91,62 @@ def repro(tmp_path) -> Path:
     return toypkg.write_repro(tmp_path)
 
 
+def invoke_cli(*args: str, cwd: Path | None = None):
+    """The Typer app in-process with a wide, colourless terminal (what ``cli`` calls; for
+    session fixtures, which cannot take the function-scoped ``cli``)."""
+    from dsbisect.cli import app
+
+    old = Path.cwd()
+    if cwd:
+        os.chdir(cwd)
+    try:
+        return CliRunner().invoke(app, list(args), env={"COLUMNS": "220", "NO_COLOR": "1", "TERM": "dumb"},
+                                  catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
 @pytest.fixture
 def cli():
     """Invoke the Typer app in-process with a wide, colourless terminal."""
-    from dsbisect.cli import app
+    return invoke_cli
 
-    runner = CliRunner()
 
-    def invoke(*args: str, cwd: Path | None = None):
-        old = Path.cwd()
-        if cwd:
-            os.chdir(cwd)
-        try:
-            return runner.invoke(app, list(args), env={"COLUMNS": "220", "NO_COLOR": "1", "TERM": "dumb"},
-                                 catch_exceptions=False)
-        finally:
-            os.chdir(old)
+@dataclass(frozen=True)
+class ToyHang:
+    """One real run of the toy's deadlock (dsb-toy 1.3.0: rank 1 skips the all_reduce rank 0
+    waits in) through the whole tool: matrix, point venv, the deepspeed launcher, 2 CPU ranks."""
 
-    return invoke
+    folder: Path  # the matrix's folder (its store is ``store``)
+    store: Path
+    run: dict  # the run's record, as ``run --format json`` gave it
+    ended: float  # time.time() when ``run`` returned
+    left: tuple[int, ...]  # the run's processes still alive just then (live_pids)
+
+
+def _toy_hang(folder: Path, house: Path, cache_dir: Path, collective_timeout: float, timeout: float,
+              *extra: str) -> ToyHang:
+    write_matrix(folder, ["1.3.0"], collective_timeout=collective_timeout, timeout=timeout)
+    res = invoke_cli("run", "matrix.yaml", *offline(house, cache_dir), "-q", "--format", "json", *extra, cwd=folder)
+    ended = time.time()
+    assert res.exit_code == 0, res.output
+    (run,) = json.loads(res.stdout)["runs"]
+    return ToyHang(folder, folder / ".dsbisect", run, ended, tuple(live_pids(run["evidence"]["pids"])))
+
+
+@pytest.fixture(scope="session")
+def toy_deadlock(tmp_path_factory, wheelhouse, cache_dir) -> ToyHang:
+    """The toy's deadlock at a 300 s collective timeout, proven early: run once a session and
+    shared by the tests that only read it (the early verdict's latency and proof, its record,
+    its signature's identity, its page). Read only: write beside it, never into its store."""
+    return _toy_hang(tmp_path_factory.mktemp("toy-deadlock"), wheelhouse, cache_dir, 300, 400)
+
+
+@pytest.fixture(scope="session")
+def toy_timeout_hang(tmp_path_factory, wheelhouse, cache_dir) -> ToyHang:
+    """The same deadlock with --no-early-hang at a 6 s collective timeout: gloo's timeout ends
+    it. Run once a session, read only, as ``toy_deadlock``."""
+    return _toy_hang(tmp_path_factory.mktemp("toy-timeout-hang"), wheelhouse, cache_dir, 6, 120, "--no-early-hang")
 
 
 def cli_json(cli, *args: str, cwd: Path, exit_code: int = 0):
@@ -150,11 +189,14 @@ def make_case(folder: Path, name: str = "c", script: str = "pass\n", **settings)
 
 def write_matrix(folder: Path, versions: list[str], *, name: str = "toy", extra: str = "",
                  package: str = "dsb-toy", collective_timeout: float = 6, timeout: float = 90,
-                 nproc: int = 2) -> Path:
-    """A matrix with one toy case over ``versions`` of the toy package, on 2 CPU ranks (or
-    ``nproc``: 1 runs the rank without a launcher, 2-4 s less a run, for tests of the search
-    that need no second rank: "ok", "raise", "import" and "broken" toys)."""
+                 nproc: int = 2, launcher: str | None = None) -> Path:
+    """A matrix with one toy case over ``versions`` of the toy package, on 2 CPU ranks under
+    the deepspeed launcher (or ``nproc``: 1 runs the rank without a launcher, 2-4 s less a run,
+    for tests of the search that need no second rank: "ok", "raise", "import" and "broken"
+    toys; or ``launcher``: "torchrun" starts 2 ranks with one interpreter less than deepspeed's
+    runner and launch, for tests that need a second rank (a deadlock) but not that launcher)."""
     toypkg.write_repro(folder)
+    line = f"\n    launcher: {launcher}" if launcher else ""
     text = f"""\
 defaults:
   collective_timeout: {collective_timeout}
@@ -164,7 +206,7 @@ defaults:
   env: {{OMP_NUM_THREADS: "1"}}
 cases:
   {name}:
-    script: toy_repro.py
+    script: toy_repro.py{line}
     axes:
       {package}: [{", ".join(f'"{v}"' for v in versions)}]
 {extra}"""

@@ -199,14 +199,10 @@ def test_512_ranks_in_the_browser(tmp_path):
 
 @pytest.mark.slow
 @needs_browser
-def test_the_toy_deadlock_as_a_page_and_as_a_table(tmp_path, cli, wheelhouse, cache_dir):
-    write_matrix(tmp_path, ["1.3.0"], collective_timeout=300, timeout=400)
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(wheelhouse), "--cache-dir", str(cache_dir),
-              "-q", "--format", "json", cwd=tmp_path)
-    assert res.exit_code == 0, res.output
-    (run,) = json.loads(res.stdout)["runs"]
+def test_the_toy_deadlock_as_a_page_and_as_a_table(tmp_path, cli, toy_deadlock):
+    run = toy_deadlock.run  # the session's run (read only: the pages are written here, in tmp_path)
     assert run["outcome"] == "hang"
-    store = str(tmp_path / ".dsbisect")
+    store = str(toy_deadlock.store)
     shown = cli("show", str(run["id"]), "--store", store, cwd=tmp_path)
     assert shown.exit_code == 0, shown.output
     assert re.search(r"rank 1 waits in BARRIER #(\d+) at toy_repro\.py:\d+", shown.stdout), shown.stdout
