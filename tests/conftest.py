@@ -143,6 +143,24 @@ def toy_deadlock(tmp_path_factory, wheelhouse, cache_dir) -> ToyHang:
 
 
 @pytest.fixture(scope="session")
+def compute_launch(tmp_path_factory):
+    """tests/test_early_hang.py's "compute" scenario on gloo (rank 1 computes for SECS, silently,
+    while rank 0 waits in the all_reduce: no hang), launched once a session with the start-up
+    hook and read by the tests of it (its no-false-hang test, the HTML page's): (the
+    LaunchResult, its RunDir). Read only."""
+    from test_early_hang import HOOK, _launch
+
+    folder = tmp_path_factory.mktemp("compute")
+    hook, job = folder / "hook", folder / "job"
+    hook.mkdir()
+    job.mkdir()
+    shutil.copy(HOOK, hook / "dsbisect_hook.py")
+    (hook / "sitecustomize.py").write_text("import dsbisect_hook  # noqa: F401\n")
+    res, run, _, _ = _launch(job, hook, "compute")
+    return res, run
+
+
+@pytest.fixture(scope="session")
 def toy_timeout_hang(tmp_path_factory, wheelhouse, cache_dir) -> ToyHang:
     """The same deadlock with --no-early-hang at a 6 s collective timeout: gloo's timeout ends
     it. Run once a session, read only, as ``toy_deadlock``."""

@@ -222,19 +222,12 @@ def test_the_toy_deadlock_as_a_page_and_as_a_table(tmp_path, cli, toy_deadlock):
 
 
 @pytest.mark.slow
-def test_a_rank_computing_while_the_other_waits_is_not_highlighted(tmp_path):
+def test_a_rank_computing_while_the_other_waits_is_not_highlighted(compute_launch):
     """The slow-but-progressing battery's "compute" scenario (tests/test_early_hang.py), run for
-    real: the early verdict looked and proved nothing; the page marks nothing (a look kept from
-    such a run, were one kept, is drawn without a mismatch: only a hang's looks name one)."""
-    import shutil
-
-    from test_early_hang import HOOK, _launch
-
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    shutil.copy(HOOK, hook / "dsbisect_hook.py")
-    (hook / "sitecustomize.py").write_text("import dsbisect_hook  # noqa: F401\n")
-    res, run, _, _ = _launch(tmp_path, hook, "compute")
+    real (once a session: conftest's compute_launch): the early verdict looked and proved nothing;
+    the page marks nothing (a look kept from such a run, were one kept, is drawn without a
+    mismatch: only a hang's looks name one)."""
+    res, run = compute_launch
     assert not res.timed_out and res.exit_code == 0, res
     # the rounds looked while rank 0 waited in the all_reduce that rank 1 had not reached
     assert "rank 0: ALLREDUCE" in run.fr_rounds.read_text() and "outside any collective" in run.fr_rounds.read_text()
