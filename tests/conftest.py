@@ -210,14 +210,11 @@ def make_case(folder: Path, name: str = "c", script: str = "pass\n", **settings)
 
 def write_matrix(folder: Path, versions: list[str], *, name: str = "toy", extra: str = "",
                  package: str = "dsb-toy", collective_timeout: float = 6, timeout: float = 90,
-                 nproc: int = 2, launcher: str | None = None) -> Path:
-    """A matrix with one toy case over ``versions`` of the toy package, on 2 CPU ranks under
-    the deepspeed launcher (or ``nproc``: 1 runs the rank without a launcher, 2-4 s less a run,
-    for tests of the search that need no second rank: "ok", "raise", "import" and "broken"
-    toys; or ``launcher``: "torchrun" starts 2 ranks with one interpreter less than deepspeed's
-    runner and launch, for tests that need a second rank (a deadlock) but not that launcher)."""
+                 nproc: int = 2) -> Path:
+    """A matrix with one toy case over ``versions`` of the toy package, on 2 CPU ranks (or
+    ``nproc``: 1 runs the rank without a launcher, 2-4 s less a run, for tests of the search
+    that need no second rank: "ok", "raise", "import" and "broken" toys)."""
     toypkg.write_repro(folder)
-    line = f"\n    launcher: {launcher}" if launcher else ""
     text = f"""\
 defaults:
   collective_timeout: {collective_timeout}
@@ -227,7 +224,7 @@ defaults:
   env: {{OMP_NUM_THREADS: "1"}}
 cases:
   {name}:
-    script: toy_repro.py{line}
+    script: toy_repro.py
     axes:
       {package}: [{", ".join(f'"{v}"' for v in versions)}]
 {extra}"""

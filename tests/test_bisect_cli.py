@@ -1,7 +1,4 @@
-"""`dsbisect bisect` end to end over toy releases on CPU: two ranks under torchrun where a
-hang needs a second rank, one rank without a launcher where it does not (what is tested is the
-search; the launchers are tests/test_run_cli.py's, tests/test_byo.py's and
-tests/test_reliability.py's)."""
+"""`dsbisect bisect` end to end over toy releases, under the real deepspeed launcher on CPU."""
 
 from __future__ import annotations
 
@@ -28,18 +25,15 @@ def _house(tmp_path_factory, name: str, releases: dict[str, str]) -> Path:
 
 
 def _bisect(cli, tmp_path, cache_dir, house, package, good, bad, *extra, fmt="json", nproc=2):
-    """One bisection of the toy case in its own matrix; the result as it came (some end in exit 1).
-    Two ranks (for the hangs) under torchrun, the lighter launcher; one with none."""
-    write_matrix(tmp_path, [good], package=package, collective_timeout=3, nproc=nproc,
-                 launcher="torchrun" if nproc > 1 else None)
+    """One bisection of the toy case in its own matrix; the result as it came (some end in exit 1)."""
+    write_matrix(tmp_path, [good], package=package, collective_timeout=3, nproc=nproc)
     args = ["bisect", package, good, bad, "--case", "toy", *offline(house, cache_dir), "-q", "--format", fmt, *extra]
     return cli(*args, cwd=tmp_path)
 
 
 def _counted_matrix(folder: Path, package: str) -> None:
-    """A toy matrix whose runs share a counter file: a "flaky" release hangs on every second run
-    (two ranks: under torchrun, the lighter launcher)."""
-    write_matrix(folder, ["1.0.0"], package=package, collective_timeout=3, launcher="torchrun")
+    """A toy matrix whose runs share a counter file: a "flaky" release hangs on every second run."""
+    write_matrix(folder, ["1.0.0"], package=package, collective_timeout=3)
     matrix = folder / "matrix.yaml"
     matrix.write_text(matrix.read_text().replace(
         'env: {OMP_NUM_THREADS: "1"}', f'env: {{OMP_NUM_THREADS: "1", DSB_TOY_COUNTER: "{folder / "counter"}"}}'))

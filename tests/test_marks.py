@@ -421,8 +421,7 @@ def test_a_bisection_takes_marks_as_runs_and_runs_nothing(tmp_path, cli, cache_d
 
 @pytest.mark.slow
 def test_log_and_replay_rebuild_a_real_bisection_elsewhere(tmp_path_factory, tmp_path, cli, cache_dir, wheelhouse):
-    # the hang needs two ranks, not deepspeed's launcher: torchrun, the lighter one
-    write_matrix(tmp_path, ["1.0.0"], collective_timeout=3, launcher="torchrun")
+    write_matrix(tmp_path, ["1.0.0"], collective_timeout=3)
     bisect = ["bisect", "dsb-toy", "1.1.0", "1.3.0", "--case", "toy", "--offline", "--cache-dir", str(cache_dir),
               "-q", "--format", "json"]
     res = cli(*bisect, "--find-links", str(wheelhouse), cwd=tmp_path)

@@ -244,9 +244,7 @@ def words_house(tmp_path_factory):
     ("1.1.0", "fail", "ValueError: dsb_toy: the loss went NaN"),
 ])
 def test_real_ranks_that_print_the_words(tmp_path, cache_dir, words_house, version, outcome, reason):
-    # "words" needs rank 1 to be late; "wordsraise" is rank 0's alone: one rank, no launcher
-    write_matrix(tmp_path, [version], package="dsb-words", collective_timeout=30, timeout=120,
-                 nproc=1 if version == "1.1.0" else 2)
+    write_matrix(tmp_path, [version], package="dsb-words", collective_timeout=30, timeout=120)
     run = _run(tmp_path, words_house, cache_dir, version)
     assert run["outcome"] == outcome and reason in run["reason"], run
     log = "\n".join(p.read_text() for p in Path(run["run_dir"]).rglob("*.log"))
