@@ -84,9 +84,7 @@ def test_grid_matches_the_toy_releases(tmp_path, cli, grid_house, cache_dir):
 
 
 def test_killed_run_resumes_without_losing_or_repeating(tmp_path, grid_house, cache_dir):
-    # a pass and a fail: one rank each, no launcher (what is tested is the store, not the ranks;
-    # kill -9 of a launcher's whole tree is tests/test_reliability.py's)
-    write_matrix(tmp_path, ["3.0.0", "3.2.0"], package="dsb-grid", collective_timeout=5, nproc=1)
+    write_matrix(tmp_path, ["3.0.0", "3.2.0"], package="dsb-grid", collective_timeout=5)
     cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", *offline(grid_house, cache_dir), "-q"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
