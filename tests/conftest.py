@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -90,24 +91,83 @@ def repro(tmp_path) -> Path:
     return toypkg.write_repro(tmp_path)
 
 
+def invoke_cli(*args: str, cwd: Path | None = None):
+    """The Typer app in-process with a wide, colourless terminal (what ``cli`` calls; for
+    session fixtures, which cannot take the function-scoped ``cli``)."""
+    from dsbisect.cli import app
+
+    old = Path.cwd()
+    if cwd:
+        os.chdir(cwd)
+    try:
+        return CliRunner().invoke(app, list(args), env={"COLUMNS": "220", "NO_COLOR": "1", "TERM": "dumb"},
+                                  catch_exceptions=False)
+    finally:
+        os.chdir(old)
+
+
 @pytest.fixture
 def cli():
     """Invoke the Typer app in-process with a wide, colourless terminal."""
-    from dsbisect.cli import app
+    return invoke_cli
 
-    runner = CliRunner()
 
-    def invoke(*args: str, cwd: Path | None = None):
-        old = Path.cwd()
-        if cwd:
-            os.chdir(cwd)
-        try:
-            return runner.invoke(app, list(args), env={"COLUMNS": "220", "NO_COLOR": "1", "TERM": "dumb"},
-                                 catch_exceptions=False)
-        finally:
-            os.chdir(old)
+@dataclass(frozen=True)
+class ToyHang:
+    """One real run of the toy's deadlock (dsb-toy 1.3.0: rank 1 skips the all_reduce rank 0
+    waits in) through the whole tool: matrix, point venv, the deepspeed launcher, 2 CPU ranks."""
 
-    return invoke
+    folder: Path  # the matrix's folder (its store is ``store``)
+    store: Path
+    run: dict  # the run's record, as ``run --format json`` gave it
+    ended: float  # time.time() when ``run`` returned
+    left: tuple[int, ...]  # the run's processes still alive just then (live_pids)
+
+
+def _toy_hang(folder: Path, house: Path, cache_dir: Path, collective_timeout: float, timeout: float,
+              *extra: str) -> ToyHang:
+    write_matrix(folder, ["1.3.0"], collective_timeout=collective_timeout, timeout=timeout)
+    res = invoke_cli("run", "matrix.yaml", *offline(house, cache_dir), "-q", "--format", "json", *extra, cwd=folder)
+    ended = time.time()
+    assert res.exit_code == 0, res.output
+    (run,) = json.loads(res.stdout)["runs"]
+    return ToyHang(folder, folder / ".dsbisect", run, ended, tuple(live_pids(run["evidence"]["pids"])))
+
+
+@pytest.fixture(scope="session")
+def toy_deadlock(tmp_path_factory, wheelhouse, cache_dir) -> ToyHang:
+    """The toy's deadlock at a 300 s collective timeout, proven early: run once a session and
+    shared by the tests that only read it (the early verdict's latency and proof, its record,
+    its signature's identity, its page). Read only: write beside it, never into its store."""
+    return _toy_hang(tmp_path_factory.mktemp("toy-deadlock"), wheelhouse, cache_dir, 300, 400)
+
+
+@pytest.fixture(scope="session")
+def compute_launch(tmp_path_factory):
+    """tests/test_early_hang.py's "compute" scenario on gloo (rank 1 computes for SECS, silently,
+    while rank 0 waits in the all_reduce: no hang), launched once a session with the start-up
+    hook and read by the tests of it (its no-false-hang test, the HTML page's): (the
+    LaunchResult, its RunDir). Read only."""
+    from test_early_hang import HOOK, _launch
+
+    folder = tmp_path_factory.mktemp("compute")
+    hook, job = folder / "hook", folder / "job"
+    hook.mkdir()
+    job.mkdir()
+    shutil.copy(HOOK, hook / "dsbisect_hook.py")
+    (hook / "sitecustomize.py").write_text("import dsbisect_hook  # noqa: F401\n")
+    res, run, _, _ = _launch(job, hook, "compute")
+    return res, run
+
+
+@pytest.fixture(scope="session")
+def toy_timeout_hang(tmp_path_factory, wheelhouse, cache_dir) -> ToyHang:
+    """The same deadlock with --no-early-hang at a 6 s collective timeout: gloo's timeout ends
+    it. Run once a session, read only, as ``toy_deadlock``. Its wall timeout (300 s) is only a
+    backstop: the tests that read it want gloo's timeout as the reason, and time the hang from
+    the deadlock's own stamp; on a machine under a load of 35, 106-120 s were not enough for
+    the ranks to reach the collective."""
+    return _toy_hang(tmp_path_factory.mktemp("toy-timeout-hang"), wheelhouse, cache_dir, 6, 300, "--no-early-hang")
 
 
 def cli_json(cli, *args: str, cwd: Path, exit_code: int = 0):

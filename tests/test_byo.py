@@ -98,12 +98,15 @@ def test_a_launcher_line_runs_as_given(cli, project, house, cache_dir, line):
 
 
 def test_a_changed_config_is_a_different_case(cli, project, house, cache_dir):
-    line = ["torchrun", "--nproc-per-node", "2", "train.py", "--config", "cfg.json"]
-    first = _run(cli, project, house, cache_dir, *line, versions="dsb-byo=4.0.0")["4.0.0"]
-    again = _run(cli, project, house, cache_dir, *line, versions="dsb-byo=4.0.0")["4.0.0"]
+    # what is tested is the case's key (the files the line names), not a launcher (the two
+    # launcher lines are the test above's): the script with its config, one rank, no launcher
+    line = ["python", "train.py", "--config", "cfg.json"]
+    one = ("--nproc", "1")
+    first = _run(cli, project, house, cache_dir, *line, versions="dsb-byo=4.0.0", extra=one)["4.0.0"]
+    again = _run(cli, project, house, cache_dir, *line, versions="dsb-byo=4.0.0", extra=one)["4.0.0"]
     assert again["id"] == first["id"]  # recorded, reused
     (project / "cfg.json").write_text('{"lr": 0.01}\n')
-    changed = _run(cli, project, house, cache_dir, *line, versions="dsb-byo=4.0.0")["4.0.0"]
+    changed = _run(cli, project, house, cache_dir, *line, versions="dsb-byo=4.0.0", extra=one)["4.0.0"]
     assert changed["id"] != first["id"] and changed["outcome"] == "pass"
 
 

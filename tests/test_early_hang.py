@@ -25,7 +25,7 @@ from pathlib import Path
 import psutil
 import pytest
 import toypkg
-from conftest import live_pids, offline, write_matrix
+from conftest import live_pids
 
 from dsbisect.evidence import Capture
 from dsbisect.launch import LaunchResult, LaunchSpec, free_port, launch
@@ -244,14 +244,10 @@ def _rounds(run: RunDir) -> list[str]:
 # ------------------------------------------------------------------ the deadlock
 
 
-def test_toy_deadlock_is_a_hang_within_20_s_at_a_300_s_collective_timeout(tmp_path, cli, wheelhouse, cache_dir):
-    """Through the whole tool: matrix, point venv (with the hook), deepspeed launcher, classify, show."""
-    write_matrix(tmp_path, ["1.3.0"], collective_timeout=300, timeout=400)
-    res = cli("run", "matrix.yaml", *offline(wheelhouse, cache_dir),
-              "-q", "--format", "json", cwd=tmp_path)
-    ended = time.time()
-    assert res.exit_code == 0, res.output
-    (run,) = json.loads(res.stdout)["runs"]
+def test_toy_deadlock_is_a_hang_within_20_s_at_a_300_s_collective_timeout(tmp_path, cli, toy_deadlock):
+    """Through the whole tool: matrix, point venv (with the hook), deepspeed launcher, classify, show
+    (the run is the session's ``toy_deadlock``, which other tests read too)."""
+    run, ended = toy_deadlock.run, toy_deadlock.ended
     run_dir = Path(run["run_dir"])
     latency = ended - toypkg.deadlock_time(run_dir)
     print(f"deadlock -> verdict: {latency:.1f} s; {run['reason']}")
@@ -264,8 +260,8 @@ def test_toy_deadlock_is_a_hang_within_20_s_at_a_300_s_collective_timeout(tmp_pa
     assert proof["wall_time"] - toypkg.deadlock_time(run_dir) < 15
     assert run["evidence"]["hang_detected_after_s"] == pytest.approx(proof["at"], abs=0.1)
     assert any("pyspy.rank0.deadlock" in f for f in run["evidence"]["files"])  # stacks before teardown
-    assert not live_pids(run["evidence"]["pids"])
-    shown = cli("show", str(run["id"]), "--store", str(tmp_path / ".dsbisect"), cwd=tmp_path)
+    assert not toy_deadlock.left and not live_pids(run["evidence"]["pids"])
+    shown = cli("show", str(run["id"]), "--store", str(toy_deadlock.store), cwd=tmp_path)
     assert shown.exit_code == 0, shown.output
     assert "deadlock proof" in shown.output and "rank 1: BARRIER" in shown.output, shown.output
 
@@ -369,8 +365,10 @@ def _assert_passed(res: LaunchResult, run: RunDir) -> list[str]:
 
 
 @pytest.mark.parametrize("backend", ["gloo", pytest.param("nccl", marks=pytest.mark.gpu)])
-def test_a_rank_computing_before_the_collective_is_no_hang(tmp_path, hook_path, backend):
-    res, run, _, _ = _launch(tmp_path, hook_path, "compute", backend=backend)
+def test_a_rank_computing_before_the_collective_is_no_hang(tmp_path, hook_path, backend, request):
+    # gloo's run is the session's (conftest's compute_launch), which test_htmlreport reads too
+    res, run = request.getfixturevalue("compute_launch") if backend == "gloo" else \
+        _launch(tmp_path, hook_path, "compute", backend=backend)[:2]
     rounds = _assert_passed(res, run)
     assert any("rank 0: ALLREDUCE" in r and "rank 1:" in r and "outside any collective" in r for r in rounds), rounds
 

@@ -199,14 +199,10 @@ def test_512_ranks_in_the_browser(tmp_path):
 
 @pytest.mark.slow
 @needs_browser
-def test_the_toy_deadlock_as_a_page_and_as_a_table(tmp_path, cli, wheelhouse, cache_dir):
-    write_matrix(tmp_path, ["1.3.0"], collective_timeout=300, timeout=400)
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(wheelhouse), "--cache-dir", str(cache_dir),
-              "-q", "--format", "json", cwd=tmp_path)
-    assert res.exit_code == 0, res.output
-    (run,) = json.loads(res.stdout)["runs"]
+def test_the_toy_deadlock_as_a_page_and_as_a_table(tmp_path, cli, toy_deadlock):
+    run = toy_deadlock.run  # the session's run (read only: the pages are written here, in tmp_path)
     assert run["outcome"] == "hang"
-    store = str(tmp_path / ".dsbisect")
+    store = str(toy_deadlock.store)
     shown = cli("show", str(run["id"]), "--store", store, cwd=tmp_path)
     assert shown.exit_code == 0, shown.output
     assert re.search(r"rank 1 waits in BARRIER #(\d+) at toy_repro\.py:\d+", shown.stdout), shown.stdout
@@ -226,19 +222,12 @@ def test_the_toy_deadlock_as_a_page_and_as_a_table(tmp_path, cli, wheelhouse, ca
 
 
 @pytest.mark.slow
-def test_a_rank_computing_while_the_other_waits_is_not_highlighted(tmp_path):
+def test_a_rank_computing_while_the_other_waits_is_not_highlighted(compute_launch):
     """The slow-but-progressing battery's "compute" scenario (tests/test_early_hang.py), run for
-    real: the early verdict looked and proved nothing; the page marks nothing (a look kept from
-    such a run, were one kept, is drawn without a mismatch: only a hang's looks name one)."""
-    import shutil
-
-    from test_early_hang import HOOK, _launch
-
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    shutil.copy(HOOK, hook / "dsbisect_hook.py")
-    (hook / "sitecustomize.py").write_text("import dsbisect_hook  # noqa: F401\n")
-    res, run, _, _ = _launch(tmp_path, hook, "compute")
+    real (once a session: conftest's compute_launch): the early verdict looked and proved nothing;
+    the page marks nothing (a look kept from such a run, were one kept, is drawn without a
+    mismatch: only a hang's looks name one)."""
+    res, run = compute_launch
     assert not res.timed_out and res.exit_code == 0, res
     # the rounds looked while rank 0 waited in the all_reduce that rank 1 had not reached
     assert "rank 0: ALLREDUCE" in run.fr_rounds.read_text() and "outside any collective" in run.fr_rounds.read_text()

@@ -86,19 +86,15 @@ def test_auto_counts_a_crash_where_an_explicit_hang_rule_does_not(tmp_path_facto
     assert (out["verdict"], out["first_bad"], out["regression"]["kind"]) == ("found", "1.1.0", "fail")
 
 
-def test_one_toy_deadlock_has_one_identity_early_and_at_the_timeout(tmp_path, cli, wheelhouse, cache_dir):
-    """The "skip" toy (rank 1 skips the all_reduce), proven early, and again at the collective
-    timeout with --no-early-hang: two signature texts, one identity, one --signature match."""
+def test_one_toy_deadlock_has_one_identity_early_and_at_the_timeout(toy_deadlock, toy_timeout_hang):
+    """The "skip" toy (rank 1 skips the all_reduce), proven early (at a 300 s collective timeout),
+    and again at the collective timeout (6 s) with --no-early-hang: two signature texts, one
+    identity, one --signature match. (The session's two runs of it, which other tests read too.)"""
     runs = []
-    for name, extra, limit in (("early", [], 300), ("late", ["--no-early-hang"], 6)):
-        folder = tmp_path / name
-        write_matrix(folder, ["1.3.0"], collective_timeout=limit, timeout=limit + 100)
-        res = cli("run", "matrix.yaml", *offline(wheelhouse, cache_dir),
-                  "-q", "--format", "json", *extra, cwd=folder)
-        assert res.exit_code == 0, res.output
-        (run,) = json.loads(res.stdout)["runs"]
+    for toy in (toy_deadlock, toy_timeout_hang):
+        run = toy.run
         assert run["outcome"] == "hang"
-        runs.append(Store(folder / ".dsbisect").run(run["id"]))
+        runs.append(Store(toy.store).run(run["id"]))
     early, late = runs
     assert early.signature != late.signature  # each rule words it its own way
     assert "ALLREDUCE" in early.signature and "all_reduce" in late.signature

@@ -93,9 +93,12 @@ def test_killed_run_resumes_without_losing_or_repeating(tmp_path, grid_house, ca
     first = None
     while time.monotonic() < deadline:
         if db.exists():
-            with sqlite3.connect(db) as con:
-                row = con.execute("SELECT id, outcome FROM runs WHERE status='done'").fetchone()
-                started = con.execute("SELECT count(*) FROM runs WHERE status='running'").fetchone()[0]
+            try:
+                with sqlite3.connect(db) as con:
+                    row = con.execute("SELECT id, outcome FROM runs WHERE status='done'").fetchone()
+                    started = con.execute("SELECT count(*) FROM runs WHERE status='running'").fetchone()[0]
+            except sqlite3.OperationalError:  # the file is there, its tables not yet: look again
+                row = started = None
             if row and started:
                 first = row
                 break

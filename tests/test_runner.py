@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import live_pids, make_case, write_matrix
+from conftest import live_pids, make_case
 
 from dsbisect.envs import EnvManager
 from dsbisect.forensics import analyze
@@ -45,20 +45,15 @@ def test_one_rank_goes_through_every_step_and_gives_its_port_back(tmp_path, whee
     assert store.run(done.id).outcome is Outcome.PASS and runner._ports == set()
 
 
-def test_an_early_deadlock_is_stored_with_the_proofs_waits_and_the_stacks_code(tmp_path, cli, wheelhouse,
-                                                                               cache_dir):
+def test_an_early_deadlock_is_stored_with_the_proofs_waits_and_the_stacks_code(toy_deadlock):
     """The proof comes back typed (LaunchResult.proof): the stored reason is its text, the
     signature its waits and then, from the stacks, the code they wait from; nothing is cut
-    back out of either text."""
-    write_matrix(tmp_path, ["1.3.0"], collective_timeout=300, timeout=400)
-    res = cli("run", "matrix.yaml", "--offline", "--find-links", str(wheelhouse), "--cache-dir", str(cache_dir),
-              "-q", "--format", "json", cwd=tmp_path)
-    assert res.exit_code == 0, res.output
-    (run,) = json.loads(res.stdout)["runs"]
+    back out of either text. (The run is the session's ``toy_deadlock``.)"""
+    run = toy_deadlock.run
     assert run["outcome"] == "hang"
     proof = json.loads((Path(run["run_dir"]) / "fr" / "proof.json").read_text())
     assert run["reason"] == proof["text"]
-    record = Store(tmp_path / ".dsbisect").run(run["id"])
+    record = Store(toy_deadlock.store).run(run["id"])
     sig = analyze(Path(run["run_dir"]))
     assert sig is not None and sig.stack, sig
     where = record.signature.removesuffix(f" — {sig.stack}")

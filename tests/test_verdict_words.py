@@ -255,11 +255,11 @@ def test_real_ranks_that_print_the_words(tmp_path, cache_dir, words_house, versi
 
 
 @pytest.mark.slow
-def test_a_real_missed_collective_is_still_a_hang_as_fast(tmp_path, cache_dir, words_house):
+def test_a_real_missed_collective_is_still_a_hang_as_fast(toy_timeout_hang):
     """The toy's missed all_reduce with the early proof off: gloo's timeout (6 s) kills the
-    ranks and the run is a HANG with the timeout as reason and its signature, soon after."""
-    write_matrix(tmp_path, ["1.2.0"], package="dsb-words", collective_timeout=6, timeout=120)
-    run = _run(tmp_path, words_house, cache_dir, "1.2.0", "--no-early-hang")
+    ranks and the run is a HANG with the timeout as reason and its signature, soon after.
+    (The session's run of it, ``toy_timeout_hang``, which test_regression reads too.)"""
+    run = toy_timeout_hang.run
     assert run["outcome"] == "hang" and "Timed out waiting 6000ms" in run["reason"], run
     assert run["signature"], run
     ended = Path(run["run_dir"], "run.json").stat().st_mtime
