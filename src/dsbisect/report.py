@@ -23,7 +23,7 @@ from . import __version__, nextstep
 from .compat import describe as describe_shims
 from .facts import describe_env, describe_host, size
 from .files import existing_dir
-from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, cell, grid, line
+from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, Variant, cell, grid, line
 from .grid import markdown as grid_tables_markdown
 from .grid import md as _md
 from .model import Answer, Outcome, Stage
@@ -279,6 +279,7 @@ def run_json(r: RunRecord) -> dict:
 
 
 def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
+    label_of = {i: v.label for v in g.variants for i in v.run_ids}
     return redact_tree({
         "dsbisect": __version__,
         "hosts": run_hosts(_runs(g)),
@@ -291,8 +292,19 @@ def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
                                               "run": c.shown.id} for case, c in row.items()}}
             for label, row in g.rows
         ],
-        "runs": [run_json(r) for r in _runs(g)],
+        "variants": [variant_json(v) for v in g.variants],
+        "runs": [run_json(r) | {"variant": label_of.get(r.id, r.case_name)} for r in _all_runs(g)],
     })
+
+
+def variant_json(v: Variant) -> dict:
+    return {"case": v.label, "name": v.name, "case_key": v.case_key, "differs": list(v.differs),
+            "earlier_inputs": v.earlier, "run_ids": list(v.run_ids)}
+
+
+def _all_runs(g: Grid) -> list[RunRecord]:
+    """Every run of the grid: those its cells show and those a later attempt stands for."""
+    return list(g.runs) or _runs(g)
 
 
 # ------------------------------------------------------------------ bisection

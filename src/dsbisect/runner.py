@@ -760,4 +760,5 @@ def record_inputs(case: Case, run: RunDir) -> RunFacts:
             shutil.copyfile(src, dest)
             item["copy"] = str(dest.relative_to(run.path))
         items.append(item)
-    return RunFacts.of(command=list(case.command.argv) if case.command else None, inputs=items or None)
+    line = case.command.argv if case.command else case.line  # a `-- python x.py` case: the line as given
+    return RunFacts.of(command=list(line) or None, inputs=items or None)
