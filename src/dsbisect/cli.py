@@ -520,16 +520,23 @@ def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
         ui("note", f"{case.name}: {len(slots)} jobs x {case.nproc} ranks on {cores} cores: oversubscribed")
 
 
-def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case], html_link: str = "") -> None:
+def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case], html_link: str = "",
+                bisections: list | None = None) -> None:
+    """The grid; ``bisections`` (``answers.Answered``, for ``report``): their answers above it."""
+    from . import answers
+
     g = rep.grid(records)
     compat = tuple(dict.fromkeys(s for c in cases for s in c.compat))
-    markdown = lambda: rep.grid_markdown(g, title, compat) + (f"\n{html_link}\n" if html_link else "")  # noqa: E731
+    found = bisections or []
+    markdown = lambda: rep.grid_markdown(g, title, compat, answers.markdown_lines(found)) + (  # noqa: E731
+        f"\n{html_link}\n" if html_link else "")
     if shown.fmt is Format.json:
-        emit(json.dumps(rep.grid_json(g, compat), indent=2) + "\n", shown.output)
+        data = rep.grid_json(g, compat) | ({"bisections": answers.to_json(found)} if bisections is not None else {})
+        emit(json.dumps(data, indent=2) + "\n", shown.output)
     elif shown.fmt is Format.markdown:
         emit(markdown(), shown.output)
     else:
-        out.print(rep.grid_renderable(g, title))
+        out.print(rep.grid_renderable(g, title, lines=answers.terminal_lines(found)))
         if shown.output:
             write_output(markdown(), shown.output)
 
@@ -572,7 +579,11 @@ def report(
             if shown.fmt is Format.html:
                 _emit_html(page, shown.output)
                 return
-        _print_grid(records, "dsbisect report", shown, [], html_link=_html_link(html_file, shown.output))
+        from .answers import answered
+
+        found = answered([b for b in the_store.bisections() if key is None or b.key == key], case or ())
+        _print_grid(records, "dsbisect report", shown, [], html_link=_html_link(html_file, shown.output),
+                    bisections=found)
 
 
 def _bisection_key(store, prefix: str | None) -> str | None:

@@ -13,6 +13,7 @@ import html
 import re
 import shlex
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
@@ -45,11 +46,28 @@ LANG = {".py": "python", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".sh"
 # ------------------------------------------------------------------ terminal
 
 
-def grid_renderable(g: Grid, title: str = "", piped: bool | None = None) -> Group:
-    """One table per case, the reasons, the all-skip lines, then the environment.  ``piped``
-    None: decided by the console it is printed on (not a terminal: signatures whole, one a line)."""
+def grid_renderable(g: Grid, title: str = "", piped: bool | None = None,
+                    lines: Sequence[tuple[str, int]] = ()) -> Group:
+    """One table per case, the reasons, the all-skip lines, then the environment; ``lines``
+    ((text, indent): the store's bisections and their answers) last.  ``piped`` None: decided
+    by the console it is printed on (not a terminal: signatures whole, one a line)."""
     env = environment_lines(g) + [h for h in host_lines(_runs(g)) if not h.startswith("host: not recorded")]
-    return Group(GridView(g, title, piped), _Lines(manual_lines(_runs(g)), piped, "yellow"), _Lines(env, piped, "dim"))
+    return Group(GridView(g, title, piped), _Lines(manual_lines(_runs(g)), piped, "yellow"), _Lines(env, piped, "dim"),
+                 _Answers(lines, piped))
+
+
+class _Answers:
+    """(text, indent) lines under a blank one: a heading at indent 0 in bold."""
+
+    def __init__(self, lines: Sequence[tuple[str, int]], piped: bool | None):
+        self.lines, self.piped = lines, piped
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        piped = self.piped if self.piped is not None else not console.is_terminal
+        for text, indent in self.lines:
+            if indent == 0:
+                yield Text("")
+            yield line(text, piped, style="bold" if indent == 0 else "", indent=indent)
 
 
 class _Lines:
@@ -131,9 +149,10 @@ def envs_table(envs: list) -> Table:
 # ------------------------------------------------------------------ markdown
 
 
-def grid_markdown(g: Grid, title: str, compat: tuple[str, ...] = ()) -> str:
-    """A GitHub issue body: the tables, the command and its files, the environment, the stacks."""
-    lines = [f"### {title}", ""] + grid_tables_markdown(g) + [""]
+def grid_markdown(g: Grid, title: str, compat: tuple[str, ...] = (), above: Sequence[str] = ()) -> str:
+    """A GitHub issue body: ``above`` (Markdown lines: the bisections' answers), the tables, the
+    command and its files, the environment, the failures' tracebacks and the hangs' stacks."""
+    lines = [f"### {title}", "", *above] + grid_tables_markdown(g) + [""]
     lines += [f"- {ln}" for ln in manual_lines(_runs(g))] + [""]
     lines += inputs_markdown(_runs(g))
     lines += ["**Environment**", ""] + [f"- {ln}" for ln in environment_lines(g) + host_lines(_runs(g))]
@@ -422,8 +441,9 @@ def bisect_summary(result: Result) -> list[str]:
         lines.append(result.good_end)
     lines += [f"not tested: {c}" for c in result.caveats]  # the answer may lie there
     first = _first_bad_step(result)
-    if first is not None:
-        lines.append(f"at the {bad_word.split()[1]} point: {first.detail or first.outcome.value}")
+    said = first.detail or first.outcome.value if first is not None else ""
+    if first is not None and not any(said in ln for ln in lines):  # once: the regression's line may say it
+        lines.append(f"at the {bad_word.split()[1]} point: {said}")
     return [safe(ln) for ln in lines]
 
 
