@@ -322,8 +322,10 @@ def variant_json(v: Variant) -> dict:
 
 
 def _all_runs(g: Grid) -> list[RunRecord]:
-    """Every run of the grid: those its cells show and those a later attempt stands for."""
-    return list(g.runs) or _runs(g)
+    """Every run of the grid: those of its cells in the grid's order, then those a later attempt stands for."""
+    shown = _runs(g)
+    ids = {r.id for r in shown}
+    return shown + [r for r in g.runs if r.id not in ids]
 
 
 # ------------------------------------------------------------------ bisection
