@@ -482,7 +482,9 @@ def run(
         if versions or pin:
             the_case = matrix_mod.command_points(args or [], Path.cwd(), versions or [], pin or [], nproc,
                                                  accelerator)
-            cases, env_defaults, title = [the_case], EnvOptions(), f"dsbisect run -- {shlex.join(args or [])}"
+            cases, env_defaults = [the_case], EnvOptions()
+            title = _run_title(versions or [], pin or [], accelerator, nproc if the_case.command is None else None,
+                               args or [])
         else:
             if len(args or []) > 1:
                 raise InputError("a command line needs --versions or --pin (and -- before it)")
@@ -502,7 +504,24 @@ def run(
                 _note_slots(runner, c, ui)
                 for rs in runner.run_many(c, list(c.points), want=repeat):
                     records += rs
-        _print_grid(records, title, shown, cases)
+        _print_grid(records, title, shown, cases, reproduce=_run_reproduce(title))
+
+
+def _run_title(versions: list[str], pins: list[str], accelerator: Accelerator, nproc: int | None,
+               command: list[str]) -> str:
+    """``dsbisect run --versions … --pin … --accelerator … -- COMMAND``: a line that runs it again
+    (``nproc`` for a ``python x.py`` line, whose ranks dsbisect starts)."""
+    words = [w for v in versions for w in ("--versions", v)] + [w for p in pins for w in ("--pin", p)]
+    words += ["--accelerator", accelerator.value] if accelerator is not Accelerator.AUTO else []
+    words += ["--nproc", str(nproc)] if nproc is not None else []
+    return redact("dsbisect run " + shlex.join([*words, "--", *command]))
+
+
+def _run_reproduce(title: str) -> str:
+    """The command line as typed (without the options that only shape the output), else the title."""
+    if sys.argv and "dsbisect" in sys.argv[0]:
+        return redact("dsbisect " + shlex.join(reproduce_args(sys.argv[1:])))
+    return title
 
 
 def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
@@ -521,14 +540,15 @@ def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
 
 
 def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case], html_link: str = "",
-                bisections: list | None = None) -> None:
-    """The grid; ``bisections`` (``answers.Answered``, for ``report``): their answers above it."""
+                bisections: list | None = None, reproduce: str = "") -> None:
+    """The grid; ``bisections`` (``answers.Answered``, for ``report``): their answers above it;
+    ``reproduce``: the command line that runs it again, under it (not in JSON)."""
     from . import answers
 
     g = rep.grid(records)
     compat = tuple(dict.fromkeys(s for c in cases for s in c.compat))
     found = bisections or []
-    markdown = lambda: rep.grid_markdown(g, title, compat, answers.markdown_lines(found)) + (  # noqa: E731
+    markdown = lambda: rep.grid_markdown(g, title, compat, answers.markdown_lines(found), reproduce) + (  # noqa: E731
         f"\n{html_link}\n" if html_link else "")
     if shown.fmt is Format.json:
         data = rep.grid_json(g, compat) | ({"bisections": answers.to_json(found)} if bisections is not None else {})
@@ -536,7 +556,7 @@ def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case], html_
     elif shown.fmt is Format.markdown:
         emit(markdown(), shown.output)
     else:
-        out.print(rep.grid_renderable(g, title, lines=answers.terminal_lines(found)))
+        out.print(rep.grid_renderable(g, title, lines=answers.terminal_lines(found), reproduce=reproduce))
         if shown.output:
             write_output(markdown(), shown.output)
 
