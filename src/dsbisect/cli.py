@@ -502,8 +502,8 @@ def run(
         with ui.running():
             for c in cases:
                 _note_slots(runner, c, ui)
-                for rs in runner.run_many(c, list(c.points), want=repeat):
-                    records += rs
+                for rs in runner.run_many(c, list(c.points), want=repeat):  # a run of another name, one key: c's too
+                    records += [r if r.case_name == c.name else dataclasses.replace(r, case_name=c.name) for r in rs]
         _print_grid(records, title, shown, cases, reproduce=_run_reproduce(title))
 
 
@@ -581,7 +581,8 @@ def report(
         if html_file is not None:
             check_output(html_file, "--html")
         the_store = _open_store(store)
-        records = the_store.runs(case)
+        records = [r for r in rep.named(the_store.runs(case), the_store.case_names(), case or ())
+                   if not case or r.case_name in case]
         for note in the_store.notes:  # rows of the index that could not be read, named
             say(note)
         key = _bisection_key(the_store, bisection)

@@ -90,6 +90,7 @@ class Variant:
     differs: tuple[str, ...]  # "torchrun", "script 0da189e7", "earlier inputs (since: MY_FIX set)"; () alone
     run_ids: tuple[int, ...]  # every recorded run of it, in the order they ran
     earlier: bool = False  # runs made before this key's latest inputs at their points
+    same_as: tuple[str, ...] = ()  # variants of other case names that hold these very runs (one case key)
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,25 @@ def grid(runs: list[RunRecord]) -> Grid:
     seen = {label: i for i, label in enumerate(table)}
     order = sorted(table, key=lambda label: (_point_key(points[label]), seen[label]))
     rows = tuple((label, {case: cell(_by_attempt(rs)) for case, rs in table[label].items()}) for label in order)
-    return Grid(tuple(v.label for v, _ in found), rows, tuple(v for v, _ in found), tuple(runs))
+    shown = tuple(replace(v, same_as=tuple(w.label for w, _ in found if w.name != v.name
+                                           and set(w.run_ids) & set(v.run_ids))) for v, _ in found)
+    return Grid(tuple(v.label for v in shown), rows, shown, tuple(runs))
+
+
+def named(runs: list[RunRecord], names: dict[str, tuple[str, ...]], asked: Iterable[str] = ()) -> list[RunRecord]:
+    """``runs`` and, for each other name a case key was run under (``Store.case_names``; of
+    ``asked`` only, when given), the key's runs again under that name: two cases of one script
+    and settings share their runs, which are recorded under the name of the first to run."""
+    wanted = set(asked)
+    own = {(r.case_name, r.case_key) for r in runs}
+    out = list(runs)
+    for key, key_names in names.items():
+        mine = [r for r in runs if r.case_key == key]
+        for name in key_names:
+            if (name, key) in own or not mine or (wanted and name not in wanted):
+                continue
+            out += [replace(r, case_name=name) for r in mine if r.case_name != name]
+    return out
 
 
 def variants(runs: list[RunRecord]) -> list[tuple[Variant, list[RunRecord]]]:
@@ -300,6 +319,7 @@ class CaseView:
     cells: dict[tuple[str, str], Cell]
     held: tuple[str, ...]  # axes with one value, and the pins every point held
     commands: tuple[str, ...]
+    same_as: tuple[str, ...] = ()  # Variant.same_as
 
     @property
     def all_cells(self) -> list[Cell]:
@@ -322,7 +342,8 @@ class CaseView:
 
 
 def case_views(g: Grid) -> list[CaseView]:
-    return [_case_view(g, case) for case in g.cases]
+    same = {v.label: v.same_as for v in g.variants}
+    return [replace(_case_view(g, case), same_as=same.get(case, ())) for case in g.cases]
 
 
 def _case_view(g: Grid, case: str) -> CaseView:
@@ -480,6 +501,9 @@ class GridView:
             yield Text("")
             yield line(view.case, piped, style="bold")
             yield from tables(view, width)
+            if view.same_as:
+                yield line(f"the same runs as {', '.join(view.same_as)} (one script and settings: one case key)",
+                           piped, style="dim")
             if view.held:
                 yield line("held fixed: " + ", ".join(view.held), piped, style="dim")
             for cmd in view.commands[:2]:
@@ -567,6 +591,8 @@ def markdown(g: Grid) -> list[str]:
             label = row if view.row_axis == "point" else f"{view.row_axis.split(', ')[0]} {row}"
             out.append(f"| {md(label)} | " + " | ".join(cells) + " |")
         out.append("")
+        if view.same_as:
+            out += [f"the same runs as {md(', '.join(view.same_as))} (one script and settings: one case key)", ""]
         if view.held:
             out += ["held fixed: " + ", ".join(f"`{md(h).replace('`', '')}`" for h in view.held), ""]
         for outcome, where, why in details(view):

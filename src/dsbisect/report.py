@@ -25,7 +25,7 @@ from .compat import describe as describe_shims
 from .facts import describe_env, describe_host, size
 from .crash import Crash, read_crash
 from .files import existing_dir
-from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, Variant, cell, grid, line
+from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, Variant, cell, grid, line, named
 from .grid import markdown as grid_tables_markdown
 from .grid import md as _md
 from .model import Answer, Outcome, Stage
@@ -37,7 +37,7 @@ from .records import RunRecord
 from .results import Result, Step
 
 __all__ = ["ICON", "RANK", "STYLE", "Cell", "Grid", "bisect_markdown", "bisect_renderable", "cell", "envs_table",
-           "grid", "grid_json", "grid_markdown", "grid_renderable"]
+           "grid", "grid_json", "grid_markdown", "grid_renderable", "named"]
 
 SHOW_LIMIT = 64 * 1024  # a kept copy of a command's file is shown in the Markdown below this size
 LANG = {".py": "python", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".sh": "bash", ".toml": "toml",
@@ -329,7 +329,7 @@ def run_json(r: RunRecord) -> dict:
 
 
 def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
-    label_of = {i: v.label for v in g.variants for i in v.run_ids}
+    label_of = {(i, v.name): v.label for v in g.variants for i in v.run_ids}
     return redact_tree({
         "dsbisect": __version__,
         "hosts": run_hosts(_runs(g)),
@@ -343,20 +343,20 @@ def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
             for label, row in g.rows
         ],
         "variants": [variant_json(v) for v in g.variants],
-        "runs": [run_json(r) | {"variant": label_of.get(r.id, r.case_name)} for r in _all_runs(g)],
+        "runs": [run_json(r) | {"variant": label_of.get((r.id, r.case_name), r.case_name)} for r in _all_runs(g)],
     })
 
 
 def variant_json(v: Variant) -> dict:
     return {"case": v.label, "name": v.name, "case_key": v.case_key, "differs": list(v.differs),
-            "earlier_inputs": v.earlier, "run_ids": list(v.run_ids)}
+            "earlier_inputs": v.earlier, "run_ids": list(v.run_ids), "same_as": list(v.same_as)}
 
 
 def _all_runs(g: Grid) -> list[RunRecord]:
     """Every run of the grid: those of its cells in the grid's order, then those a later attempt stands for."""
     shown = _runs(g)
-    ids = {r.id for r in shown}
-    return shown + [r for r in g.runs if r.id not in ids]
+    ids = {(r.id, r.case_name) for r in shown}
+    return shown + [r for r in g.runs if (r.id, r.case_name) not in ids]
 
 
 # ------------------------------------------------------------------ bisection

@@ -224,6 +224,7 @@ class Runner:
              enough: Callable[[list[RunRecord]], bool] | None = None, slot: Slot = Slot()) -> list[RunRecord]:
         """Up to ``want`` runs of ``point``: recorded ones first, then new ones until ``enough``."""
         case = self.effective(case) if self.executor is None else case  # a remote node applies its own GPU's
+        self.store.name_case(case.name, case.key)  # its runs may be recorded under another name of this key
         recorded, why = self.reusable(case, point)
         runs = recorded[:want]
         for r in runs:
