@@ -87,7 +87,7 @@ def _blocks(lines: list[str]) -> list[list[str]]:
     the lines of its message up to a blank line (at most ``MAX_MESSAGE``)."""
     out: list[list[str]] = []
     block: list[str] | None = None
-    state, said = "", 0  # frames | message | chain; lines of the message so far
+    state, said = "", 0  # frames | message | gap | chain; lines of the message so far
     for line in lines:
         bare = line.strip()
         if bare == HEADER:
@@ -107,6 +107,9 @@ def _blocks(lines: list[str]) -> list[list[str]]:
         elif state == "chain" or (state == "message" and bare and said < MAX_MESSAGE):
             block.append(line)
             said += 1
+        elif not bare and state in ("message", "gap"):  # a blank line: a chain's marker may follow
+            block.append(line)
+            state = "gap"
         else:
             out.append(block)
             block, state = None, ""
