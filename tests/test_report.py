@@ -404,3 +404,24 @@ def test_report_shows_each_recorded_bisection_with_its_verdict(tmp_path):
     assert md.index("**Bisections**") < md.index("#### seed") and "  - first bad release: deepspeed 0.12.4" in md
     data = answers.to_json(answers.answered(st.bisections(), cases=["seed"]))
     assert [(b["key"], b["verdict"], b["run_ids"]) for b in data] == [("a1b2c3d4e5f60718", "found", [good.id, bad.id])]
+
+
+def test_the_bad_points_reason_is_said_once_when_the_regression_line_holds_it(tmp_path):
+    """The bisect summary named the regression (its identity), then the same reason again as
+    "at the bad point": one is enough; a reason the regression line does not hold is still said."""
+    from dataclasses import replace
+
+    from dsbisect.identity import learn
+    from dsbisect.results import Regression
+
+    st = Store(tmp_path)
+    req = Request(package="deepspeed", good="0.12.2", bad="0.12.4", case=make_case(tmp_path, name="seed"),
+                  regress_on=RegressOn.AUTO)
+    reason = "ValueError: dsb_toy: the loss went NaN"
+    result = _result(req, _record(st, "seed", "0.12.3", Outcome.PASS), _record(st, "seed", "0.12.4", Outcome.FAIL,
+                                                                                reason=reason))
+    told = replace(result, regression=Regression(RegressOn.FAIL, learn(Outcome.FAIL, reason), "0.12.4", "bad end",
+                                                 RegressOn.AUTO))
+    lines = rep.bisect_summary(told)
+    assert sum(reason in ln for ln in lines) == 1 and not any(ln.startswith("at the bad point") for ln in lines)
+    assert f"at the bad point: {reason}" in rep.bisect_summary(result)  # no regression line: said there

@@ -62,6 +62,13 @@ def test_every_recorded_run_and_bisection_is_in_report_and_a_crash_has_its_trace
     assert "**Bisections**" in md and "<summary>Traceback of run" in md and "rank 0 raised first" in md
     assert 'raise ValueError("dsb_toy: the loss went NaN")' in md  # the frame's source line, in the block
 
+    # run's own report: a title that runs it again, and how to reproduce it (the runs reused)
+    again = cli("run", "--versions", "dsb-toy=2.1.0", *opts, "--", "torchrun", "--nproc-per-node", "1", "fail.py",
+                cwd=tmp_path)
+    assert "dsbisect run --versions dsb-toy=2.1.0 --accelerator cpu -- torchrun --nproc-per-node 1 fail.py" \
+        in again.stdout.splitlines()[0]
+    assert "Reproduce with:" in again.stdout and f"#{launched['runs'][0]['id']}" in again.stdout
+
     failed = direct["runs"][1]["id"]
     piped = subprocess.run([sys.executable, "-m", "dsbisect", "show", str(failed)], cwd=tmp_path, capture_output=True,
                            text=True, env=os.environ | {"COLUMNS": "80"}, timeout=120)  # into a pipe, 80 columns
