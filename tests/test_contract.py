@@ -68,6 +68,7 @@ def _run(evidence: dict, environment: dict, exit_code: str = "int") -> dict:
         "attempt": "int", "started": "number", "outcome": "str", "exit_code": exit_code, "seconds": "number",
         "reason": "str", "signature": "str", "run_dir": "str", "evidence": evidence,
         "environment": environment, "manual": "str|null",
+        "variant": "str",  # the grid's name of the run's variant of its case (issue 23): a "variants" entry's "case"
     }
 
 
@@ -88,7 +89,17 @@ GRID = {  # `run --format json` and `report --format json`, without "runs"
     "cases": ["str"],
     "grid": [{"point": "str",
               "cells": {"*": {"outcome": "str", "counts": {"*": "int"}, "seconds": "number", "run": "int"}}}],
+    # issue 23: the runs of one case name that ran the same thing (case key; each point's latest
+    # inputs apart from earlier ones): "case" is its label in "cases" and the cells
+    "variants": [{"case": "str", "name": "str", "case_key": "str", "differs": ["str"], "earlier_inputs": "bool",
+                  "run_ids": ["int"], "same_as": ["str"]}],
     "runs": ["object"],  # each pinned by RUN_BY_OUTCOME
+}
+
+# `report --format json`: the grid and the store's bisections (issue 23), each with its answer
+REPORT = GRID | {
+    "bisections": [{"key": "str", "question": "str", "case": "str", "status": "str", "verdict": "str|null",
+                    "answer": ["str"], "run_ids": ["int"], "command": "str"}],
 }
 
 FAILURE = {"kind": "str", "error": "str", "message": "str", "frames": ["str"], "identity": "str", "shown": "str"}
@@ -232,7 +243,9 @@ def outputs(tmp_path_factory, cache_dir) -> dict:
 @pytest.mark.parametrize("command", ["run", "report"])
 def test_grid_json_keys(outputs, command):
     grid = outputs[command]
-    assert_conforms(grid, GRID)
+    assert_conforms(grid, REPORT if command == "report" else GRID)
+    if command == "report":  # the bisection made after the run is there, with its verdict
+        assert [(b["verdict"], b["case"]) for b in grid["bisections"]] == [("found", "toy")]
     by_outcome = {r["outcome"]: r for r in grid["runs"]}
     assert sorted(by_outcome) == sorted(RUN_BY_OUTCOME)  # each outcome's record is pinned
     for outcome, run in by_outcome.items():

@@ -83,3 +83,79 @@ def test_a_case_view_lists_the_command_its_runs_ran(tmp_path):
     (view,) = grid.case_views(grid.grid(runs))
     assert view.commands == ("deepspeed train.py --x 'a b'",)
     assert Path(runs[0].run_dir).is_dir()
+
+
+# ------------------------------------------------------------------ variants
+
+
+def _keyed(st: Store, case: str, key: str, version: str, outcome: Outcome, command=None, inputs=None,
+           fingerprint=None, reason: str = "", cause: SkipCause | None = None):
+    rid = st.start_run(case, key, Point(versions=(("dsb-toy", version),)), "env", 1)
+    facts = {k: v for k, v in (("command", command), ("inputs", inputs), ("fingerprint", fingerprint)) if v}
+    st.finish_run(rid, outcome, None, 2.0, reason=reason, evidence=Evidence(skip_cause=cause),
+                  facts=RunFacts.from_json(facts))
+    return st.run(rid)
+
+
+def _prints(fp_files, env=()) -> dict:
+    return {"format": 1, "files": [list(f) for f in fp_files], "env": [list(e) for e in env],
+            "interpreter": {"executable": "/usr/bin/python3", "python": "3.12.3", "torch": "2.4.0", "cuda": ""},
+            "accelerator": "cpu"}
+
+
+def test_one_script_under_several_launchers_is_one_variant_each_and_no_run_is_dropped(tmp_path):
+    """The same fail_rank1.py under torchrun, accelerate, `python x.py` and python -m
+    torch.distributed.run: four case keys of one name, each its own table, named by its launcher."""
+    st = Store(tmp_path)
+    lines = {"k-torchrun": ["torchrun", "--nproc-per-node", "2", "fail_rank1.py"],
+             "k-accelerate": ["accelerate", "launch", "--num_processes", "2", "fail_rank1.py"],
+             "k-python": ["python", "fail_rank1.py"],
+             "k-module": ["python", "-m", "torch.distributed.run", "--nproc-per-node", "2", "fail_rank1.py"]}
+    runs = [_keyed(st, "fail_rank1", key, v, Outcome.PASS if v == "1.0.0" else Outcome.FAIL, command=line,
+                   reason="ValueError: nan" if v != "1.0.0" else "")
+            for key, line in lines.items() for v in ("1.0.0", "1.1.0")]
+    g = grid.grid(runs)
+    assert g.cases == ("fail_rank1 [torchrun]", "fail_rank1 [accelerate launch]", "fail_rank1 [python fail_rank1.py]",
+                       "fail_rank1 [python -m torch.distributed.run]")
+    assert sorted(i for v in g.variants for i in v.run_ids) == sorted(r.id for r in runs)
+    assert {r.id for c in g.cells for r in c.runs} == {r.id for r in runs}  # every run in a cell
+    # the same launcher with other arguments: the command lines tell them apart
+    other = [_keyed(st, "fail_rank1", "k-torchrun-4", "1.1.0", Outcome.FAIL,
+                    command=["torchrun", "--nproc-per-node", "4", "fail_rank1.py"])]
+    g = grid.grid(runs[:2] + other)
+    assert g.cases == ("fail_rank1 [torchrun --nproc-per-node 2 fail_rank1.py]",
+                       "fail_rank1 [torchrun --nproc-per-node 4 fail_rank1.py]")
+
+
+def test_an_edited_script_and_earlier_inputs_are_variants_named_by_what_differs(tmp_path):
+    st = Store(tmp_path)
+    old = [_keyed(st, "x", "k1", v, Outcome.FAIL, inputs=[{"path": "/p/x.py", "sha256": "aaaaaaaa11112222"}])
+           for v in ("1.0.0", "1.1.0")]
+    new = [_keyed(st, "x", "k2", "1.1.0", Outcome.PASS, inputs=[{"path": "/p/x.py", "sha256": "bbbbbbbb33334444"}])]
+    g = grid.grid(old + new)
+    assert g.cases == ("x [script aaaaaaaa]", "x [script bbbbbbbb]")
+    # one key, run again at one point after MY_FIX was set: the earlier run is a variant of its own
+    before = _keyed(st, "y", "k3", "1.1.0", Outcome.FAIL, fingerprint=_prints([("/p/y.py", "1")]))
+    other = _keyed(st, "y", "k3", "1.0.0", Outcome.PASS, fingerprint=_prints([("/p/y.py", "1")]))
+    after = _keyed(st, "y", "k3", "1.1.0", Outcome.PASS, fingerprint=_prints([("/p/y.py", "1")], [("MY_FIX", "d1")]))
+    g = grid.grid([before, other, after])
+    assert g.cases == ("y", "y [earlier inputs (since: MY_FIX set)]")
+    (latest, earlier) = g.variants
+    assert latest.run_ids == (other.id, after.id) and earlier.run_ids == (before.id,) and earlier.earlier
+
+
+def test_two_case_names_of_one_key_show_the_same_runs_and_the_skip_line_counts_both(tmp_path):
+    """checkpoint_after_training and its _nofill twin are one key on a CPU machine: the runs are
+    recorded under the first name, and both names show them (12 points of 3 cases, not 9 of 2)."""
+    st = Store(tmp_path)
+    why = "needs 2 CUDA GPUs; this machine has 0"
+    runs = [_keyed(st, "zero3", "kz", f"1.{i}.0", Outcome.SKIP, reason=why, cause=SkipCause.GPUS) for i in range(6)]
+    runs += [_keyed(st, "ckpt", "kc", f"1.{i}.0", Outcome.SKIP, reason=why, cause=SkipCause.GPUS) for i in range(3)]
+    names = {"kz": ("zero3",), "kc": ("ckpt", "ckpt_nofill")}
+    shown = grid.named(runs, names)
+    assert _skip_lines(shown) == [("12 points of 3 cases (zero3, ckpt, ckpt_nofill) need 2 CUDA GPUs; "
+                                   "this machine has 0", "")]
+    assert [r.case_name for r in grid.named(runs, names, ["ckpt_nofill"]) if r.case_name == "ckpt_nofill"] == \
+        ["ckpt_nofill"] * 3
+    g = grid.grid(shown)
+    assert dict((v.label, v.same_as) for v in g.variants)["ckpt_nofill"] == ("ckpt",)

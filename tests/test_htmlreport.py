@@ -391,3 +391,13 @@ def test_the_terminal_table_groups_the_ranks_the_same_way(tmp_path):
     rows = [ln for ln in text.splitlines() if ln.startswith("│ ranks")]
     assert [r.split("│")[1].strip() for r in rows] == ["ranks 0–31", "ranks 32–63"]
     assert "#120!" in text  # the mismatch column
+
+
+def test_a_failed_run_carries_its_first_ranks_traceback_collapsed_and_masked():
+    tb = ("rank 1 raised first (ranks/1/stderr.log)\nTraceback (most recent call last):\n"
+          '  File "/venv/site-packages/deepspeed/comm/torch.py", line 209, in all_gather_into_tensor\n'
+          "RuntimeError: <b>bad</b> size (HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123)")
+    page = _page(_run_page((), outcome="fail", reason="RuntimeError: bad size", traceback=tb))
+    assert '<details class="traceback"><summary>rank 1 raised first (ranks/1/stderr.log)</summary>' in page
+    assert "line 209, in all_gather_into_tensor" in page and "&lt;b&gt;bad&lt;/b&gt;" in page
+    assert "hf_abcdefghijklmnopqrstuvwxyz0123" not in page

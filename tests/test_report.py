@@ -324,3 +324,104 @@ def test_envs_table_lists_what_the_cache_holds(tmp_path):
     console.print(rep.envs_table([env]))
     text = console.export_text()
     assert "deepspeed==0.12.4" in text and "numpy 2.1→1.26" in text and "80" in text and "0.4 s" in text
+
+
+# ------------------------------------------------------ crashes and bisections
+
+
+RANK0_TB = """\
+[rank0]: Traceback (most recent call last):
+[rank0]:   File "/work/train.py", line 5, in <module>
+[rank0]:     engine.step()
+[rank0]:   File "/venv/lib/python3.12/site-packages/deepspeed/runtime/engine.py", line 2211, in step
+[rank0]:     self._take_model_step(lr_kwargs)
+[rank0]: ValueError: the loss went NaN at step 7 (WANDB_API_KEY=hunter2hunter2 was set)
+"""
+
+
+def _failed_with_logs(st: Store, version: str = "0.12.4"):
+    r = _record(st, "seed", version, Outcome.FAIL, exit_code=1, reason="ValueError: the loss went NaN at step 7")
+    (Path(r.run_dir) / "ranks").mkdir(exist_ok=True)
+    (Path(r.run_dir) / "ranks" / "rank0.log").write_text("step 6\n" + RANK0_TB)
+    (Path(r.run_dir) / "ranks" / "rank1.log").write_text(
+        "[rank1]: Traceback (most recent call last):\n[rank1]:   File \"/work/train.py\", line 6, in <module>\n"
+        "[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:29500\n")
+    return r
+
+
+def test_an_issue_body_carries_the_failing_ranks_traceback_collapsed_and_redacted(tmp_path):
+    st = Store(tmp_path)
+    bad = _failed_with_logs(st)
+    md = rep.grid_markdown(rep.grid([_record(st, "seed", "0.12.3", Outcome.PASS, exit_code=0), bad]), "dsbisect run")
+    assert f"<details><summary>Traceback of run {bad.id} (deepspeed 0.12.4): rank 0 raised first (ranks/rank0.log)" \
+           "</summary>" in md
+    block = md[md.index("```pytb"):md.index("</details>", md.index("```pytb"))]
+    assert '  File "/venv/lib/python3.12/site-packages/deepspeed/runtime/engine.py", line 2211, in step' in block
+    assert "step 6" not in block and "- rank 1 also raised: RuntimeError: Connection closed by peer" in block
+    assert "hunter2" not in md and "WANDB_API_KEY=***" in md
+    # a bisection's issue body: the bad point's traceback too, and its detail cut at a word's end
+    req = Request(package="deepspeed", good="0.12.2", bad="0.12.4", case=make_case(tmp_path, name="seed"),
+                  regress_on=RegressOn.ANY)
+    long = "ValueError: " + "the loss went NaN again " * 12
+    bad_long = _record(st, "seed", "0.12.4", Outcome.FAIL, exit_code=1, reason=long.strip())
+    (Path(bad_long.run_dir) / "ranks").mkdir()
+    (Path(bad_long.run_dir) / "ranks" / "rank0.log").write_text(RANK0_TB)
+    md = rep.bisect_markdown(_result(req, _record(st, "seed", "0.12.3", Outcome.PASS), bad_long), "dsbisect bisect …")
+    row = next(ln for ln in md.splitlines() if ln.startswith("| release | 0.12.4"))
+    cell = row.split(" | ")[-1].removesuffix(" |")
+    assert cell.endswith("…") and len(cell) <= 200 and long.strip()[len(cell) - 1] == " "  # cut at a word's end
+    assert f"Traceback of run {bad_long.id} (deepspeed 0.12.4): rank 0 raised first" in md
+
+
+def test_clip_words_cuts_at_a_words_end():
+    assert rep.clip_words("short", 200) == "short"
+    assert rep.clip_words("alpha beta gamma delta", 12) == "alpha beta…"
+    assert rep.clip_words("x" * 30, 10) == "x" * 9 + "…"  # one long word: cut where it must
+    assert len(rep.clip_words("word " * 100, 200)) <= 200
+
+
+def test_report_shows_each_recorded_bisection_with_its_verdict(tmp_path):
+    from dsbisect import answers
+
+    st = Store(tmp_path)
+    req = Request(package="deepspeed", good="0.12.2", bad="0.12.4", case=make_case(tmp_path, name="seed"),
+                  regress_on=RegressOn.ANY)
+    good, bad = _record(st, "seed", "0.12.3", Outcome.PASS), _record(st, "seed", "0.12.4", Outcome.FAIL, reason="boom")
+    st.save_bisection("a1b2c3d4e5f60718", "deepspeed", "0.12.2", "0.12.4",
+                      {"case": "seed", "argv": ["deepspeed", "0.12.2", "0.12.4", "--case", "seed",
+                                                "--index-url", "https://me:hunter2@mirror/simple"]},
+                      "done", _result(req, good, bad).to_json())
+    st.save_bisection("ffff000011112222", "deepspeed", "0.12.2", "0.12.4", {"case": "other"}, "running",
+                      {"steps": []})
+    found = answers.answered(st.bisections())
+    assert [a.verdict for a in found] == ["found", ""]
+    text = "\n".join(t for t, _ in answers.terminal_lines(found))
+    assert "bisection a1b2c3d4e5f6: deepspeed 0.12.2 → 0.12.4, case seed — found" in text
+    assert "first bad release: deepspeed 0.12.4" in text and f"runs: #{good.id} #{bad.id}" in text
+    assert "ran as: dsbisect bisect deepspeed 0.12.2 0.12.4 --case seed --index-url" in text and "hunter2" not in text
+    assert "— not finished (running)" in text
+    md = rep.grid_markdown(rep.grid([good, bad]), "dsbisect report", above=answers.markdown_lines(found))
+    assert md.index("**Bisections**") < md.index("#### seed") and "  - first bad release: deepspeed 0.12.4" in md
+    data = answers.to_json(answers.answered(st.bisections(), cases=["seed"]))
+    assert [(b["key"], b["verdict"], b["run_ids"]) for b in data] == [("a1b2c3d4e5f60718", "found", [good.id, bad.id])]
+
+
+def test_the_bad_points_reason_is_said_once_when_the_regression_line_holds_it(tmp_path):
+    """The bisect summary named the regression (its identity), then the same reason again as
+    "at the bad point": one is enough; a reason the regression line does not hold is still said."""
+    from dataclasses import replace
+
+    from dsbisect.identity import learn
+    from dsbisect.results import Regression
+
+    st = Store(tmp_path)
+    req = Request(package="deepspeed", good="0.12.2", bad="0.12.4", case=make_case(tmp_path, name="seed"),
+                  regress_on=RegressOn.AUTO)
+    reason = "ValueError: dsb_toy: the loss went NaN"
+    result = _result(req, _record(st, "seed", "0.12.3", Outcome.PASS), _record(st, "seed", "0.12.4", Outcome.FAIL,
+                                                                                reason=reason))
+    told = replace(result, regression=Regression(RegressOn.FAIL, learn(Outcome.FAIL, reason), "0.12.4", "bad end",
+                                                 RegressOn.AUTO))
+    lines = rep.bisect_summary(told)
+    assert sum(reason in ln for ln in lines) == 1 and not any(ln.startswith("at the bad point") for ln in lines)
+    assert f"at the bad point: {reason}" in rep.bisect_summary(result)  # no regression line: said there

@@ -474,7 +474,9 @@ def run(
         if versions or pin:
             the_case = matrix_mod.command_points(args or [], Path.cwd(), versions or [], pin or [], nproc,
                                                  accelerator)
-            cases, env_defaults, title = [the_case], EnvOptions(), f"dsbisect run -- {shlex.join(args or [])}"
+            cases, env_defaults = [the_case], EnvOptions()
+            title = _run_title(versions or [], pin or [], accelerator, nproc if the_case.command is None else None,
+                               args or [])
         else:
             if len(args or []) > 1:
                 raise InputError("a command line needs --versions or --pin (and -- before it)")
@@ -495,9 +497,26 @@ def run(
         with ui.running():
             for c in cases:
                 _note_slots(runner, c, ui)
-                for rs in runner.run_many(c, list(c.points), want=repeat):
-                    records += rs
-        _print_grid(records, title, shown, cases)
+                for rs in runner.run_many(c, list(c.points), want=repeat):  # a run of another name, one key: c's too
+                    records += [r if r.case_name == c.name else dataclasses.replace(r, case_name=c.name) for r in rs]
+        _print_grid(records, title, shown, cases, reproduce=_run_reproduce(title))
+
+
+def _run_title(versions: list[str], pins: list[str], accelerator: Accelerator, nproc: int | None,
+               command: list[str]) -> str:
+    """``dsbisect run --versions … --pin … --accelerator … -- COMMAND``: a line that runs it again
+    (``nproc`` for a ``python x.py`` line, whose ranks dsbisect starts)."""
+    words = [w for v in versions for w in ("--versions", v)] + [w for p in pins for w in ("--pin", p)]
+    words += ["--accelerator", accelerator.value] if accelerator is not Accelerator.AUTO else []
+    words += ["--nproc", str(nproc)] if nproc is not None else []
+    return redact("dsbisect run " + shlex.join([*words, "--", *command]))
+
+
+def _run_reproduce(title: str) -> str:
+    """The command line as typed (without the options that only shape the output), else the title."""
+    if sys.argv and "dsbisect" in sys.argv[0]:
+        return redact("dsbisect " + shlex.join(reproduce_args(sys.argv[1:])))
+    return title
 
 
 def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
@@ -515,16 +534,24 @@ def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
         ui("note", f"{case.name}: {len(slots)} jobs x {case.nproc} ranks on {cores} cores: oversubscribed")
 
 
-def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case], html_link: str = "") -> None:
+def _print_grid(records, title: str, shown: OutputArgs, cases: list[Case], html_link: str = "",
+                bisections: list | None = None, reproduce: str = "") -> None:
+    """The grid; ``bisections`` (``answers.Answered``, for ``report``): their answers above it;
+    ``reproduce``: the command line that runs it again, under it (not in JSON)."""
+    from . import answers
+
     g = rep.grid(records)
     compat = tuple(dict.fromkeys(s for c in cases for s in c.compat))
-    markdown = lambda: rep.grid_markdown(g, title, compat) + (f"\n{html_link}\n" if html_link else "")  # noqa: E731
+    found = bisections or []
+    markdown = lambda: rep.grid_markdown(g, title, compat, answers.markdown_lines(found), reproduce) + (  # noqa: E731
+        f"\n{html_link}\n" if html_link else "")
     if shown.fmt is Format.json:
-        emit(json.dumps(rep.grid_json(g, compat), indent=2) + "\n", shown.output)
+        data = rep.grid_json(g, compat) | ({"bisections": answers.to_json(found)} if bisections is not None else {})
+        emit(json.dumps(data, indent=2) + "\n", shown.output)
     elif shown.fmt is Format.markdown:
         emit(markdown(), shown.output)
     else:
-        out.print(rep.grid_renderable(g, title))
+        out.print(rep.grid_renderable(g, title, lines=answers.terminal_lines(found), reproduce=reproduce))
         if shown.output:
             write_output(markdown(), shown.output)
 
@@ -549,7 +576,8 @@ def report(
         if html_file is not None:
             check_output(html_file, "--html")
         the_store = _open_store(store)
-        records = the_store.runs(case)
+        records = [r for r in rep.named(the_store.runs(case), the_store.case_names(), case or ())
+                   if not case or r.case_name in case]
         for note in the_store.notes:  # rows of the index that could not be read, named
             say(note)
         key = _bisection_key(the_store, bisection)
@@ -567,7 +595,11 @@ def report(
             if shown.fmt is Format.html:
                 _emit_html(page, shown.output)
                 return
-        _print_grid(records, "dsbisect report", shown, [], html_link=_html_link(html_file, shown.output))
+        from .answers import answered
+
+        found = answered([b for b in the_store.bisections() if key is None or b.key == key], case or ())
+        _print_grid(records, "dsbisect report", shown, [], html_link=_html_link(html_file, shown.output),
+                    bisections=found)
 
 
 def _bisection_key(store, prefix: str | None) -> str | None:

@@ -18,6 +18,7 @@ import shlex
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from pathlib import PurePath
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
@@ -28,7 +29,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .eta import seconds_text
-from .inputs import Inputs, same_inputs
+from .inputs import Inputs, differences, same_inputs
 from .model import Outcome, Point
 from .outside import safe, safe_text
 from .records import RunFacts, RunRecord, SkipCause
@@ -78,9 +79,27 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class Variant:
+    """The runs of one case that ran the same thing: one case key (script, settings, command)
+    and, at each point, the same inputs.  A case name with several variants (the same script
+    under torchrun and accelerate, an edited script, earlier inputs) shows each as a table of
+    its own, ``label`` naming what sets it apart."""
+
+    label: str  # the case name, with what differs when the name has several variants
+    name: str
+    case_key: str
+    differs: tuple[str, ...]  # "torchrun", "script 0da189e7", "earlier inputs (since: MY_FIX set)"; () alone
+    run_ids: tuple[int, ...]  # every recorded run of it, in the order they ran
+    earlier: bool = False  # runs made before this key's latest inputs at their points
+    same_as: tuple[str, ...] = ()  # variants of other case names that hold these very runs (one case key)
+
+
+@dataclass(frozen=True)
 class Grid:
-    cases: tuple[str, ...]
-    rows: tuple[tuple[str, dict[str, Cell]], ...]  # point label -> case -> cell, in version order
+    cases: tuple[str, ...]  # the variants' labels
+    rows: tuple[tuple[str, dict[str, Cell]], ...]  # point label -> variant label -> cell, in version order
+    variants: tuple[Variant, ...] = ()
+    runs: tuple[RunRecord, ...] = ()  # every run of the variants, those a later attempt stands for too
 
     @property
     def cells(self) -> list[Cell]:
@@ -144,34 +163,139 @@ def cell(runs: list[RunRecord]) -> Cell:
 
 
 def grid(runs: list[RunRecord]) -> Grid:
-    """Rows are points in version order, columns cases; the latest version of a case wins."""
-    runs = [displayable(r) for r in runs]
-    latest_key: dict[str, str] = {}
-    for r in runs:
-        latest_key[r.case_name] = r.case_key
-    runs = [r for r in runs if latest_key[r.case_name] == r.case_key and r.outcome is not None]
-    cases = tuple(dict.fromkeys(r.case_name for r in runs))
+    """Rows are points in version order, columns the cases' variants: every recorded run is in
+    one of them (a later attempt of a point stands for the earlier ones in its cell)."""
+    runs = [r for r in (displayable(r) for r in runs) if r.outcome is not None]
+    found = variants(runs)
     table: dict[str, dict[str, list[RunRecord]]] = {}
     points: dict[str, Point] = {}
-    for r in runs:
-        table.setdefault(r.point.label, {}).setdefault(r.case_name, []).append(r)
-        points.setdefault(r.point.label, r.point)
+    for v, rs in found:
+        for r in rs:
+            table.setdefault(r.point.label, {}).setdefault(v.label, []).append(r)
+            points.setdefault(r.point.label, r.point)
     seen = {label: i for i, label in enumerate(table)}
     order = sorted(table, key=lambda label: (_point_key(points[label]), seen[label]))
-    rows = tuple((label, {case: cell(_current(rs)) for case, rs in table[label].items()}) for label in order)
-    return Grid(cases, rows)
+    rows = tuple((label, {case: cell(_by_attempt(rs)) for case, rs in table[label].items()}) for label in order)
+    shown = tuple(replace(v, same_as=tuple(w.label for w, _ in found if w.name != v.name
+                                           and set(w.run_ids) & set(v.run_ids))) for v, _ in found)
+    return Grid(tuple(v.label for v in shown), rows, shown, tuple(runs))
 
 
-def _current(runs: list[RunRecord]) -> list[RunRecord]:
-    """Runs of one (case, point): a later SKIP or re-run replaces earlier attempts of the same number,
-    and once a run was made again for other inputs (files, environment, python), only the runs of
-    the latest inputs stand (runs that record none, such as marks by hand, stay)."""
-    latest = next((_inputs_of(r) for r in reversed(runs) if _inputs_of(r) is not None), None)
+def named(runs: list[RunRecord], names: dict[str, tuple[str, ...]], asked: Iterable[str] = ()) -> list[RunRecord]:
+    """``runs`` and, for each other name a case key was run under (``Store.case_names``; of
+    ``asked`` only, when given), the key's runs again under that name: two cases of one script
+    and settings share their runs, which are recorded under the name of the first to run."""
+    wanted = set(asked)
+    own = {(r.case_name, r.case_key) for r in runs}
+    out = list(runs)
+    for key, key_names in names.items():
+        mine = [r for r in runs if r.case_key == key]
+        for name in key_names:
+            if (name, key) in own or not mine or (wanted and name not in wanted):
+                continue
+            out += [replace(r, case_name=name) for r in mine if r.case_name != name]
+    return out
+
+
+def variants(runs: list[RunRecord]) -> list[tuple[Variant, list[RunRecord]]]:
+    """The runs by variant: by case name (in the order the names first ran), then case key, and
+    within a key the runs of each point's latest inputs apart from those of earlier inputs."""
+    by_key: dict[str, dict[str, list[RunRecord]]] = {}
+    for r in runs:
+        by_key.setdefault(r.case_name, {}).setdefault(r.case_key, []).append(r)
+    out: list[tuple[Variant, list[RunRecord]]] = []
+    for name, keys in by_key.items():
+        parts = _key_labels(name, keys)
+        for key, rs in keys.items():
+            current, earlier, since = _split_inputs(rs)
+            differs = parts[key]
+            out.append((_variant(name, key, differs, current), current))
+            if earlier:
+                said = f"earlier inputs (since: {', '.join(since[:4])}{' …' if len(since) > 4 else ''})" \
+                    if since else "earlier inputs"
+                out.append((_variant(name, key, (*differs, said), earlier, True), earlier))
+    return out
+
+
+def _variant(name: str, key: str, differs: tuple[str, ...], runs: list[RunRecord], earlier: bool = False) -> Variant:
+    label = f"{name} [{'; '.join(differs)}]" if differs else name
+    return Variant(label, name, key, differs, tuple(r.id for r in runs), earlier)
+
+
+def _split_inputs(runs: list[RunRecord]) -> tuple[list[RunRecord], list[RunRecord], list[str]]:
+    """(the runs of each point's latest inputs, the runs of earlier inputs, what changed since);
+    runs that record no inputs (marks by hand, runs of an older dsbisect) stay with the latest."""
+    latest: dict[str, Inputs] = {}
+    for r in runs:
+        if _inputs_of(r) is not None:
+            latest[r.point.label] = _inputs_of(r)
+    current, earlier, since = [], [], []
+    for r in runs:
+        mine, now = _inputs_of(r), latest.get(r.point.label)
+        if mine is not None and now is not None and not same_inputs(mine, now):
+            earlier.append(r)
+            since += [d for d in differences(mine, now) if d not in since]
+        else:
+            current.append(r)
+    return current, earlier, since
+
+
+def _key_labels(name: str, keys: dict[str, list[RunRecord]]) -> dict[str, tuple[str, ...]]:
+    """What tells each case key of one case name from the others (nothing when it is the only one):
+    the launcher or command line, else the script's digest, else the settings' key."""
+    if len(keys) == 1:
+        return {k: () for k in keys}
+    last = {k: rs[-1] for k, rs in keys.items()}
+    heads = {k: _launcher(r.facts.command) for k, r in last.items()}
+    lines = {k: _command_line(r.facts.command) for k, r in last.items()}
+    scripts = {k: _script_digest(name, r) for k, r in last.items()}
+    command = heads if len(set(heads.values())) > 1 else lines
+    out: dict[str, tuple[str, ...]] = {k: () for k in keys}
+    for part in (command, scripts):
+        if len(set(part.values())) > 1:
+            out = {k: (*out[k], part[k]) if part[k] else out[k] for k in keys}
+    labels = [out[k] for k in keys]
+    return {k: out[k] if labels.count(out[k]) == 1 else (*out[k], f"settings {k[:8]}") for k in keys}
+
+
+def _launcher(command: tuple[str, ...] | None) -> str:
+    """The launcher of a recorded command line: ``torchrun``, ``accelerate launch``, ``python -m
+    torch.distributed.run``, ``python x.py``; "script" for a run that records no command."""
+    if not command:
+        return "script"
+    words = [str(w) for w in command]
+    prog = PurePath(words[0]).name
+    if prog.startswith("python") and len(words) > 2 and words[1] == "-m":
+        return f"python -m {words[2]}"
+    if prog.startswith("python") and len(words) > 1:
+        return f"python {PurePath(words[1]).name}"
+    if prog == "accelerate" and len(words) > 1:
+        return f"accelerate {words[1]}"
+    return prog
+
+
+def _command_line(command: tuple[str, ...] | None) -> str:
+    text = shlex.join(str(w) for w in command) if command else "script"
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _script_digest(name: str, r: RunRecord) -> str:
+    """``script 0da189e7``: the digest of the case's script as the run recorded it ("" unknown)."""
+    for item in r.facts.inputs or ():
+        path = str(item.get("path") or "")
+        if PurePath(path).stem == name and item.get("sha256"):
+            return f"script {str(item['sha256'])[:8]}"
+    ran = _inputs_of(r)
+    for path, sha in ran.files if ran is not None else ():
+        if PurePath(path).stem == name:
+            return f"script {sha[:8]}"
+    return ""
+
+
+def _by_attempt(runs: list[RunRecord]) -> list[RunRecord]:
+    """Runs of one (variant, point): a later SKIP or re-run replaces earlier attempts of the same number."""
     by_attempt: dict[int, RunRecord] = {}
     for r in runs:
-        mine = _inputs_of(r)
-        if latest is not None and mine is not None and not same_inputs(mine, latest):
-            continue
         by_attempt[r.attempt] = r
     return [by_attempt[a] for a in sorted(by_attempt)]
 
@@ -196,6 +320,7 @@ class CaseView:
     cells: dict[tuple[str, str], Cell]
     held: tuple[str, ...]  # axes with one value, and the pins every point held
     commands: tuple[str, ...]
+    same_as: tuple[str, ...] = ()  # Variant.same_as
 
     @property
     def all_cells(self) -> list[Cell]:
@@ -218,7 +343,8 @@ class CaseView:
 
 
 def case_views(g: Grid) -> list[CaseView]:
-    return [_case_view(g, case) for case in g.cases]
+    same = {v.label: v.same_as for v in g.variants}
+    return [replace(_case_view(g, case), same_as=same.get(case, ())) for case in g.cases]
 
 
 def _case_view(g: Grid, case: str) -> CaseView:
@@ -374,6 +500,9 @@ class GridView:
             yield Text("")
             yield line(view.case, piped, style="bold")
             yield from tables(view, width)
+            if view.same_as:
+                yield line(f"the same runs as {', '.join(view.same_as)} (one script and settings: one case key)",
+                           piped, style="dim")
             if view.held:
                 yield line("held fixed: " + ", ".join(view.held), piped, style="dim")
             for cmd in view.commands[:2]:
@@ -461,6 +590,8 @@ def markdown(g: Grid) -> list[str]:
             label = row if view.row_axis == "point" else f"{view.row_axis.split(', ')[0]} {row}"
             out.append(f"| {md(label)} | " + " | ".join(cells) + " |")
         out.append("")
+        if view.same_as:
+            out += [f"the same runs as {md(', '.join(view.same_as))} (one script and settings: one case key)", ""]
         if view.held:
             out += ["held fixed: " + ", ".join(f"`{md(h).replace('`', '')}`" for h in view.held), ""]
         for outcome, where, why in details(view):

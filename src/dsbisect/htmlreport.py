@@ -35,6 +35,7 @@ class RunPage:
     proof: str  # the proof's sentence
     note: str  # why there is no look, when there is none
     log_tail: str
+    traceback: str = ""  # a failed run's: who raised first, the traceback, the other ranks' exceptions
 
 
 @dataclass(frozen=True)
@@ -177,7 +178,15 @@ def _run_row(r: RunPage) -> str:
     secs = "—" if r.seconds is None else f"{r.seconds:.1f}"
     return (f"<tr id=\"run-{r.id}\"><td>#{r.id}</td><td>{esc(r.title)}</td><td><span class=\"pill "
             f"{'marked' if r.manual else esc(r.outcome)}\">{esc(r.outcome.upper())}</span></td><td>{secs}</td>"
-            f"<td class=\"detail\">{esc(r.signature or r.reason, 400)}</td></tr>")
+            f"<td class=\"detail\">{esc(r.signature or r.reason, 400)}{_traceback(r)}</td></tr>")
+
+
+def _traceback(r: RunPage) -> str:
+    """A failed run's traceback, collapsed under its first line (who raised first)."""
+    if not r.traceback:
+        return ""
+    head, _, body = r.traceback.partition("\n")
+    return f"<details class=\"traceback\"><summary>{esc(head)}</summary><pre>{esc(body, 100_000)}</pre></details>"
 
 
 _LEGEND = ("<p class=\"legend\"><span class=\"pill pass\">PASS</span> <span class=\"pill fail\">FAIL</span> "

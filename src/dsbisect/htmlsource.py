@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from . import flightrec, forensics
+from . import crash, flightrec, forensics
 from .files import DATA_LIMIT, existing_dir, read_small
 from .grid import displayable
 from .htmlreport import Page, RunPage
@@ -43,10 +43,12 @@ def run_page(record, store_dir: Path | None, tail_lines: int = 40) -> RunPage:
         if not looks and record.outcome is Outcome.HANG:
             note = "no flight-recorder entries of the ranks were recorded in the run's folder"
     outcome = record.outcome.value if record.outcome else record.status.value
+    found = crash.read_crash(folder) if folder is not None and record.outcome is Outcome.FAIL else None
+    traceback = "\n".join([found.heading, *found.first.lines, *found.other_lines()]) if found and found.first else ""
     return RunPage(id=record.id, title=f"{record.case_name} · {record.point.label}", outcome=outcome,
                    manual=record.manual is not None, reason=record.reason or "",
                    signature=record.signature or "", seconds=record.seconds, looks=looks, early=early,
-                   proof=proof, note=note, log_tail=_tail(folder, tail_lines) if folder else "")
+                   proof=proof, note=note, log_tail=_tail(folder, tail_lines) if folder else "", traceback=traceback)
 
 
 def run_folder(record, store_dir: Path | None) -> Path | None:
@@ -311,7 +313,8 @@ def store_page(store, records, bisection_key: str | None = None, title: str = "d
     if cases:
         found = [b for b in found if isinstance(b.params, dict) and b.params.get("case") in cases]
     sections = tuple((f"{b.package} {b.good} → {b.bad} ({b.status})", ladders(b), _summary(b)) for b in found)
-    runs = tuple(run_page(r, store.dir) for r in records)
+    once = list({r.id: r for r in records}.values())  # a run shown under two case names of one key: one section
+    runs = tuple(run_page(r, store.dir) for r in once)
     return Page(title=title, ladders=sections, runs=runs)
 
 

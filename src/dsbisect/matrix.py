@@ -444,7 +444,7 @@ def command_case(argv: list[str] | tuple[str, ...], cwd: Path, name: str | None 
         script = cmd.script.resolve()
         return Case(name=name or script.stem, script=script, script_digest=file_digest(script),
                     args=tuple(cmd.script_args), nproc=nproc or 2, accelerator=accelerator, cwd=cwd.resolve(),
-                    inputs=inputs)
+                    inputs=inputs, line=tuple(argv))
     target = cmd.script or cwd / cmd.target
     script = target.resolve() if _is_file(target) else Path(cmd.target)
     return Case(name=name or _command_name(cmd), script=script,

@@ -337,6 +337,7 @@ class Case:
     cwd: Path | None = None  # where it runs, its relative paths being from there (None: the run folder)
     inputs: tuple[tuple[str, str], ...] = ()  # (path, digest) of the files the command line names
     early_hang: bool = True  # prove a deadlock before the collective timeout (not part of the key)
+    line: tuple[str, ...] = ()  # a `-- python x.py` case's command line as given (shown with its runs; not in the key)
 
     def for_gpu(self, gpu_name: str | None) -> Case:
         """The case with the overrides for this GPU model applied (calibration)."""
@@ -398,6 +399,7 @@ class Case:
             "command": list(self.command.argv) if self.command else [], "cwd": str(self.cwd) if self.cwd else None,
             "inputs": [list(i) for i in self.inputs],
             "early_hang": self.early_hang,
+            "line": list(self.line),
         }
 
     @classmethod
@@ -423,6 +425,7 @@ class Case:
             command=parse(d["command"], cwd or Path.cwd()) if d.get("command") else None, cwd=cwd,
             inputs=_pairs(d.get("inputs", ())),
             early_hang=d.get("early_hang", True),
+            line=tuple(d.get("line", ())),
         )
 
 

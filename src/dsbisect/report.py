@@ -13,6 +13,7 @@ import html
 import re
 import shlex
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 from rich import box
@@ -23,8 +24,9 @@ from rich.text import Text
 from . import __version__, nextstep
 from .compat import describe as describe_shims
 from .facts import describe_env, describe_host, size
+from .crash import Crash, read_crash
 from .files import existing_dir
-from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, cell, grid, line
+from .grid import ICON, RANK, STYLE, Cell, Grid, GridView, Variant, cell, grid, line, named
 from .grid import markdown as grid_tables_markdown
 from .grid import md as _md
 from .launchers import line_for
@@ -37,7 +39,7 @@ from .records import RunRecord
 from .results import Result, Step
 
 __all__ = ["ICON", "RANK", "STYLE", "Cell", "Grid", "bisect_markdown", "bisect_renderable", "cell", "envs_table",
-           "grid", "grid_json", "grid_markdown", "grid_renderable"]
+           "grid", "grid_json", "grid_markdown", "grid_renderable", "named"]
 
 SHOW_LIMIT = 64 * 1024  # a kept copy of a command's file is shown in the Markdown below this size
 LANG = {".py": "python", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".sh": "bash", ".toml": "toml",
@@ -47,11 +49,29 @@ LANG = {".py": "python", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".sh"
 # ------------------------------------------------------------------ terminal
 
 
-def grid_renderable(g: Grid, title: str = "", piped: bool | None = None) -> Group:
-    """One table per case, the reasons, the all-skip lines, then the environment.  ``piped``
-    None: decided by the console it is printed on (not a terminal: signatures whole, one a line)."""
+def grid_renderable(g: Grid, title: str = "", piped: bool | None = None,
+                    lines: Sequence[tuple[str, int]] = (), reproduce: str = "") -> Group:
+    """One table per case, the reasons, the all-skip lines, then the environment; ``lines``
+    ((text, indent): the store's bisections and their answers) last.  ``piped`` None: decided
+    by the console it is printed on (not a terminal: signatures whole, one a line)."""
     env = environment_lines(g) + [h for h in host_lines(_runs(g)) if not h.startswith("host: not recorded")]
-    return Group(GridView(g, title, piped), _Lines(manual_lines(_runs(g)), piped, "yellow"), _Lines(env, piped, "dim"))
+    again = [("Reproduce with:", 0), (reproduce, 2)] if reproduce else []
+    return Group(GridView(g, title, piped), _Lines(manual_lines(_runs(g)), piped, "yellow"), _Lines(env, piped, "dim"),
+                 _Answers(lines, piped), _Answers(again, piped, bold=False))
+
+
+class _Answers:
+    """(text, indent) lines under a blank one: a heading at indent 0 in bold."""
+
+    def __init__(self, lines: Sequence[tuple[str, int]], piped: bool | None, bold: bool = True):
+        self.lines, self.piped, self.bold = lines, piped, bold
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        piped = self.piped if self.piped is not None else not console.is_terminal
+        for text, indent in self.lines:
+            if indent == 0:
+                yield Text("")
+            yield line(text, piped, style="bold" if indent == 0 and self.bold else "", indent=indent)
 
 
 class _Lines:
@@ -139,19 +159,49 @@ def envs_table(envs: list) -> Table:
 # ------------------------------------------------------------------ markdown
 
 
-def grid_markdown(g: Grid, title: str, compat: tuple[str, ...] = ()) -> str:
-    """A GitHub issue body: the tables, the command and its files, the environment, the stacks."""
-    lines = [f"### {title}", ""] + grid_tables_markdown(g) + [""]
+def grid_markdown(g: Grid, title: str, compat: tuple[str, ...] = (), above: Sequence[str] = (),
+                  reproduce: str = "") -> str:
+    """A GitHub issue body: ``above`` (Markdown lines: the bisections' answers), the tables, the
+    command and its files, how to reproduce, the environment, the failures' tracebacks and the
+    hangs' stacks."""
+    lines = [f"### {title}", "", *above] + grid_tables_markdown(g) + [""]
+    lines += ["Reproduce with:", "", _fence(reproduce), ""] if reproduce else []
     lines += [f"- {ln}" for ln in manual_lines(_runs(g))] + [""]
     lines += inputs_markdown(_runs(g))
     lines += ["**Environment**", ""] + [f"- {ln}" for ln in environment_lines(g) + host_lines(_runs(g))]
     lines.append(f"- dsbisect {__version__}")
     lines += [f"- compat shim in use (a possible confounder): {shim}" for shim in describe_shims(compat)]
     lines += [""] + topology_markdown(_runs(g))
+    lines += tracebacks_markdown([c.shown for c in g.cells if c.outcome is Outcome.FAIL])
     for c in g.cells:
         if c.outcome is Outcome.HANG:
             lines += [_stack_details(c.shown), ""]
     return _join(lines)
+
+
+MAX_TRACEBACKS = 6  # of an issue body: one per distinct exception
+
+
+def tracebacks_markdown(failed: list[RunRecord]) -> list[str]:
+    """The failed runs' tracebacks, each in a collapsed block: the rank that raised first, whole,
+    and a line for each other rank that raised (one block per distinct exception)."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for run in failed:
+        folder = existing_dir(run.run_dir)
+        found = read_crash(folder) if folder is not None else None
+        if found is None or found.first is None or found.first.error in seen or len(seen) >= MAX_TRACEBACKS:
+            continue
+        seen.add(found.first.error)
+        out += [traceback_details(run.id, run.point.label, found), ""]
+    return out
+
+
+def traceback_details(run_id: int, point: str, found: Crash) -> str:
+    """One ``<details>`` block: ``Traceback of run 6 (dsb-toy 1.1.0): rank 0 raised first (…)``."""
+    others = "".join(f"\n- {_md(o)}" for o in found.other_lines())
+    return (f"<details><summary>Traceback of run {run_id} ({html.escape(point, quote=False)}): {html.escape(found.heading, quote=False)}"
+            f"</summary>\n\n{_fence(chr(10).join(found.first.lines), 'pytb')}\n{others}\n\n</details>")
 
 
 def _join(lines: list[str]) -> str:
@@ -287,6 +337,7 @@ def run_json(r: RunRecord) -> dict:
 
 
 def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
+    label_of = {(i, v.name): v.label for v in g.variants for i in v.run_ids}
     return redact_tree({
         "dsbisect": __version__,
         "hosts": run_hosts(_runs(g)),
@@ -299,8 +350,21 @@ def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
                                               "run": c.shown.id} for case, c in row.items()}}
             for label, row in g.rows
         ],
-        "runs": [run_json(r) for r in _runs(g)],
+        "variants": [variant_json(v) for v in g.variants],
+        "runs": [run_json(r) | {"variant": label_of.get((r.id, r.case_name), r.case_name)} for r in _all_runs(g)],
     })
+
+
+def variant_json(v: Variant) -> dict:
+    return {"case": v.label, "name": v.name, "case_key": v.case_key, "differs": list(v.differs),
+            "earlier_inputs": v.earlier, "run_ids": list(v.run_ids), "same_as": list(v.same_as)}
+
+
+def _all_runs(g: Grid) -> list[RunRecord]:
+    """Every run of the grid: those of its cells in the grid's order, then those a later attempt stands for."""
+    shown = _runs(g)
+    ids = {(r.id, r.case_name) for r in shown}
+    return shown + [r for r in g.runs if (r.id, r.case_name) not in ids]
 
 
 # ------------------------------------------------------------------ bisection
@@ -351,7 +415,7 @@ def bisect_table(result: Result, detail: bool = True) -> Table:
     for s in result.steps:
         row = [Text(s.stage.value), _point(s, 50), _step_cell(s), Text(s.verdict.value), Text(_run_ids(s)),
                Text(f"{s.seconds:.1f}")]
-        table.add_row(*row, *((safe_text(_cut(s.detail or "", 160)),) if detail else ()))
+        table.add_row(*row, *((safe_text(clip_words(s.detail or "", 160)),) if detail else ()))
     return table
 
 
@@ -418,8 +482,9 @@ def bisect_summary(result: Result) -> list[str]:
         lines.append(result.good_end)
     lines += [f"not tested: {c}" for c in result.caveats]  # the answer may lie there
     first = _first_bad_step(result)
-    if first is not None:
-        lines.append(f"at the {bad_word.split()[1]} point: {first.detail or first.outcome.value}")
+    said = first.detail or first.outcome.value if first is not None else ""
+    if first is not None and not any(said in ln for ln in lines):  # once: the regression's line may say it
+        lines.append(f"at the {bad_word.split()[1]} point: {said}")
     return [safe(ln) for ln in lines]
 
 
@@ -475,7 +540,7 @@ def bisect_markdown(result: Result, command: str, after: NextStep | None = None)
     for s in result.steps:
         point = s.label if s.stage is Stage.RELEASE else f"`{s.label}` {_md(s.subject[:60])}"
         lines.append(f"| {s.stage.value} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()}{_by_hand(s)} | {s.verdict.value} | "
-                     f"{_run_ids(s)} | {s.seconds:.1f} | {_md((s.detail or '')[:200])} |")
+                     f"{_run_ids(s)} | {s.seconds:.1f} | {_md(clip_words(s.detail or '', 200))} |")
     doubt = _proof_doubt(result)
     lines += ["", "**Result**", ""] + [f"- **{ln}**" if ln == doubt else f"- {ln}" for ln in bisect_summary(result)]
     lines += ["", "Reproduce with:", "", _fence(command), ""]
@@ -488,6 +553,8 @@ def bisect_markdown(result: Result, command: str, after: NextStep | None = None)
     first = _first_bad_step(result)
     if first is not None and first.runs and first.outcome is Outcome.HANG:
         lines.append(_stack_details(next(r for r in first.runs if r.outcome is Outcome.HANG)))
+    if first is not None and first.outcome is Outcome.FAIL:
+        lines += tracebacks_markdown([r for r in first.runs if r.outcome is Outcome.FAIL][:1])
     return _join(lines)
 
 
@@ -498,5 +565,11 @@ def _rule(result: Result) -> str:
     return f"{regression.regress_on.value}, from {regression.asked.value}"
 
 
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+def clip_words(text: str, n: int) -> str:
+    """``text`` in at most ``n`` characters, cut at a word's end with "…" (a word longer than
+    that is cut where it must)."""
+    if len(text) <= n:
+        return text
+    head = text[: n - 1]
+    space = head.rfind(" ")
+    return (head[:space] if space > n // 2 else head).rstrip(" ,;:") + "…"

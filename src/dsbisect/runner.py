@@ -241,6 +241,7 @@ class Runner:
              enough: Callable[[list[RunRecord]], bool] | None = None, slot: Slot = Slot()) -> list[RunRecord]:
         """Up to ``want`` runs of ``point``: recorded ones first, then new ones until ``enough``."""
         case = self.effective(case) if self.executor is None else case  # a remote node applies its own GPU's
+        self.store.name_case(case.name, case.key)  # its runs may be recorded under another name of this key
         recorded, why = self.reusable(case, point)
         runs = recorded[:want]
         for r in runs:
@@ -792,4 +793,5 @@ def record_inputs(case: Case, run: RunDir) -> RunFacts:
             shutil.copyfile(src, dest)
             item["copy"] = str(dest.relative_to(run.path))
         items.append(item)
-    return RunFacts.of(command=list(case.command.argv) if case.command else None, inputs=items or None)
+    line = case.command.argv if case.command else case.line  # a `-- python x.py` case: the line as given
+    return RunFacts.of(command=list(line) or None, inputs=items or None)

@@ -45,7 +45,7 @@ import psutil
 from . import claims, disk
 from .claims import Liveness, StoreLock
 from .errors import DiskFull, DsbisectError, InputError, StoreError
-from .model import Outcome, Point, RunStatus
+from .model import Outcome, Point, RunStatus, digest
 from .redact import redact, redact_tree
 from .records import BisectionRecord, Evidence, ImportCheck, RunFacts, RunRecord
 from .rundir import RunDir
@@ -486,12 +486,45 @@ class Store:
         return self._record(values)
 
     def runs(self, case_names: list[str] | None = None, include_unfinished: bool = False) -> list[RunRecord]:
+        """The runs (of these case names: recorded under one, or under another name of the same
+        case key, see ``name_case``), oldest first."""
         out = self._records(self._all("SELECT * FROM runs ORDER BY id"))
         if case_names:
-            out = [r for r in out if r.case_name in case_names]
+            keys = {k for k, names in self.case_names().items() if set(names) & set(case_names)}
+            out = [r for r in out if r.case_name in case_names or r.case_key in keys]
         if not include_unfinished:
             out = [r for r in out if r.status is RunStatus.DONE]
         return out
+
+    def name_case(self, name: str, case_key: str) -> None:
+        """Remember that a case of this name has this key: two cases of one script and settings
+        (one key) share their runs, recorded under the name of the first that ran, and reports
+        find them under either name.  A file in ``names/`` (the folders are the truth: a repair
+        keeps it); a name that cannot be written is only not remembered."""
+        folder = self.dir / "names"
+        path = folder / f"{case_key}.{digest(name)}.json"
+        if path.exists():
+            return
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        try:
+            folder.mkdir(exist_ok=True)
+            tmp.write_text(json.dumps({"case_key": case_key, "name": name}))
+            tmp.rename(path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+    def case_names(self) -> dict[str, tuple[str, ...]]:
+        """Each case key's names, as ``name_case`` remembered them (an unreadable file is left out)."""
+        out: dict[str, list[str]] = {}
+        folder = self.dir / "names"
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and isinstance(data.get("case_key"), str) and isinstance(data.get("name"), str):
+                out.setdefault(data["case_key"], []).append(data["name"])
+        return {k: tuple(dict.fromkeys(v)) for k, v in out.items()}
 
     def orphans(self) -> list[RunRecord]:
         """Runs left ``running`` by a dsbisect that is gone: of this host (killed, or its machine
