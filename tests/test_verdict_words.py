@@ -123,6 +123,28 @@ def test_one_combined_log_is_read_rank_by_rank(combined, outcome, reason):
     assert c.outcome is outcome and reason in c.reason, c
 
 
+@pytest.mark.parametrize("tag", ["[default{r}]:[rank{r}]: ", "[default{r}]:", "[trainer{r}]:[rank{r}]: ",
+                                 "[worker{r}]:"])
+@pytest.mark.parametrize("second, outcome, reason", [(GLOO, H, "Timed out waiting"), (VALUE, F, VALUE)])
+def test_torchrun_tee_tags_before_torchs_own_are_read_too(tag, second, outcome, reason):
+    """torchrun --tee puts its role and local rank before each line ("[default1]:"), before
+    torch's own "[rank1]: " where torch adds one: a deadlock both ranks died of is a hang (it
+    was a FAIL, "no rank died of a timeout", when only the launcher's log was at hand)."""
+    combined = tb(GLOO, tag.format(r=0)) + "\n" + tb(second, tag.format(r=1))
+    c = classify(1, False, "x", "", combined, {})
+    assert c.outcome is outcome and reason in c.reason, c
+
+
+def test_a_tagged_lines_rank_is_torchs_own_where_both_say():
+    from dsbisect.outcome import rank_tagged
+
+    assert rank_tagged("[default1]:[rank3]: RuntimeError: x") == (3, "RuntimeError: x")
+    assert rank_tagged("[default2]:  File \"x.py\"") == (2, " File \"x.py\"")
+    assert rank_tagged("[rank0]:   File \"x.py\"") == (0, "  File \"x.py\"")
+    for untagged in ("[W1202 06:19:43.63 Utils.hpp:137] Warning", "[2024-05-10 14:06:47,879] [INFO] x", "step 1"):
+        assert rank_tagged(untagged) == (None, untagged)
+
+
 def test_torchruns_root_cause_rank_decides():
     root = "Root Cause (first observed failure):\n[0]:\n  rank : 1 (local_rank: 1)\n  exitcode : 1 (pid: 9)"
     ranks = {0: tb(GLOO), 1: tb(VALUE)}

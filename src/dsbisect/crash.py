@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .outcome import rank_tagged
 from .rundir import RunDir, rank_of_log, read_tail
 
 HEADER = "Traceback (most recent call last):"
@@ -27,7 +28,6 @@ CHAIN = ("The above exception was the direct cause of the following exception:",
          "During handling of the above exception, another exception occurred:")
 MAX_LINES = 400  # of one traceback (a deep recursion's repeats are cut in the middle)
 MAX_MESSAGE = 30  # continuation lines of one exception's message
-_PREFIX = re.compile(r"^\[(?:default)?rank(\d+)\]:\s?")
 _ROOT = re.compile(r"Root Cause \(first observed failure\)")
 _ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _CONSEQUENCE = re.compile(
@@ -73,8 +73,8 @@ def tracebacks(log: str, text: str, file_rank: int | None) -> list[Traceback]:
     """The tracebacks of one log, each with the rank of its lines, in the order they end."""
     by_rank: dict[int | None, list[str]] = {}
     for raw in text.splitlines():
-        m = _PREFIX.match(raw)
-        rank, line = (int(m[1]), raw[m.end():]) if m else (file_rank, raw)
+        rank, line = rank_tagged(raw)
+        rank = file_rank if rank is None else rank
         by_rank.setdefault(rank, []).append(line.rstrip("\r"))
     out = []
     for rank, lines in by_rank.items():
@@ -145,7 +145,7 @@ def root_rank(text: str) -> int | None:
     for i, line in enumerate(lines):
         if _ROOT.search(line):
             for follow in lines[i + 1:i + 8]:
-                m = _ROOT_RANK.match(_PREFIX.sub("", follow))
+                m = _ROOT_RANK.match(rank_tagged(follow)[1])
                 if m:
                     return int(m[1])
     return None

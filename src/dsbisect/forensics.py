@@ -26,6 +26,7 @@ from pathlib import Path
 from . import flightrec
 from .deadlock import Proof
 from .flightrec import Entry, as_int
+from .outcome import rank_tagged
 from .rundir import RunDir, rank_of_log, read_tail
 from .stacks import Frame, faulthandler_threads, last_dump, main_thread, pyspy_threads
 
@@ -216,7 +217,6 @@ def _mismatch_text(seq: int, seen: dict[int, Entry]) -> str:
 # ---------------------------------------------------------------- logs
 
 
-_RANK_PREFIX = re.compile(r"^\[rank(\d+)\]:\s?")
 _WATCHDOG = re.compile(r"Rank (\d+)\]\s*Watchdog caught collective operation timeout: WorkNCCL\(")
 _WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut)=(-?\w+)")
 _PG_GUID = re.compile(r"PG GUID \S*?\(([^)]*)\) Rank (\d+)\]")
@@ -237,8 +237,8 @@ def _log_streams(run_dir: Path, notes: list[str]) -> list[list[_Line]]:
 
 
 def _line(raw: str, file_rank: int | None) -> _Line:
-    m = _RANK_PREFIX.match(raw)
-    return _Line(int(m[1]), raw[m.end():]) if m else _Line(file_rank, raw)
+    rank, text = rank_tagged(raw)
+    return _Line(rank, text) if rank is not None else _Line(file_rank, raw)
 
 
 def _tail_text(path: Path, notes: list[str]) -> str:

@@ -49,7 +49,22 @@ class Classified:
 _ERROR_LINE = re.compile(
     r"^(?:\[rank\d+\]:\s*)?((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit)\b.*?:.*)$"
 )
-_RANK_PREFIX = re.compile(r"^\[rank\d+\]:\s*")
+# A line a launcher or torch tagged with its rank: torch's "[rank1]: ", torchrun --tee's
+# "[default1]:" (its role and the local rank), or both ("[default1]:[rank1]: RuntimeError: …").
+_TAGS = re.compile(r"^(?:\[[A-Za-z_][\w.-]*?\d+\]:\s?)+")
+_TAG = re.compile(r"\[([A-Za-z_][\w.-]*?)(\d+)\]:")
+_RANK_PREFIX = re.compile(_TAGS.pattern + r"\s*")
+
+
+def rank_tagged(line: str) -> tuple[int | None, str]:
+    """The rank a tagged line names and the line without its tags ((None, line) untagged):
+    torch's own "[rankN]:" wins over a launcher's role tag ("[default1]:", a local rank)."""
+    m = _TAGS.match(line)
+    if not m:
+        return None, line
+    tags = _TAG.findall(m.group(0))
+    rank = next((int(n) for name, n in tags if name == "rank"), int(tags[-1][1]))
+    return rank, line[m.end():]
 
 
 def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, tail: str,
@@ -148,15 +163,13 @@ def _hang_line(text: str) -> str:
     return next((ln.strip() for ln in text.splitlines() if is_hang_text(ln)), "")
 
 
-_PREFIXED = re.compile(r"^\[rank(\d+)\]:\s?")
-
-
 def _prefixed_ranks(text: str) -> dict[int, str]:
-    """One combined log's lines by their ``[rankN]:`` prefix (torchrun's ``--tee``); {} without any."""
+    """One combined log's lines by their rank tags (torchrun's ``--tee``: rank_tagged); {} without any."""
     out: dict[int, list[str]] = {}
     for ln in text.splitlines():
-        if m := _PREFIXED.match(ln):
-            out.setdefault(int(m[1]), []).append(ln)
+        rank, _ = rank_tagged(ln)
+        if rank is not None:
+            out.setdefault(rank, []).append(ln)
     return {rank: "\n".join(lines) for rank, lines in out.items()}
 
 
