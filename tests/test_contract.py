@@ -76,7 +76,9 @@ def _run(evidence: dict, environment: dict, exit_code: str = "int") -> dict:
 RUN_BY_OUTCOME = {
     "pass": _run(EVIDENCE, LAUNCHED_ENVIRONMENT),
     "fail": _run(EVIDENCE | {"error_frames": ["str"]}, LAUNCHED_ENVIRONMENT),
-    "hang": _run(EVIDENCE | {"hang_detected_after_s?": "number"}, LAUNCHED_ENVIRONMENT),
+    # a hang the launcher ended has its exit code; one dsbisect ended itself (the early proof, the
+    # grace after a timeout line, the wall timeout) has none: the process group was stopped
+    "hang": _run(EVIDENCE | {"hang_detected_after_s?": "number"}, LAUNCHED_ENVIRONMENT, exit_code="int|null"),
     # untestable: the point's venv does not import the package (nothing launched)
     # its evidence is why it was skipped: records.SkipCause (added with the typed records, issue 19)
     "skip": _run({"skip_cause": "str"}, CHECKED, exit_code="null"),
