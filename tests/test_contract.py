@@ -59,6 +59,7 @@ EVIDENCE = {
     "peak_rss?": "int", "oom?": "object", "escaped?": ["int"], "shm_removed?": ["str"],
 }
 
+HANG = {"waits": [["int|str"]], "frames": ["str"], "text": "str"}  # a hang's signature, typed
 LAUNCHED_ENVIRONMENT = CHECKED | {"accelerator": "str", "shadowed": [["str"]], "index": "str"}
 
 
@@ -75,7 +76,7 @@ def _run(evidence: dict, environment: dict, exit_code: str = "int") -> dict:
 RUN_BY_OUTCOME = {
     "pass": _run(EVIDENCE, LAUNCHED_ENVIRONMENT),
     "fail": _run(EVIDENCE | {"error_frames": ["str"]}, LAUNCHED_ENVIRONMENT),
-    "hang": _run(EVIDENCE | {"hang_detected_after_s?": "number"}, LAUNCHED_ENVIRONMENT),
+    "hang": _run(EVIDENCE | {"hang_detected_after_s?": "number", "hang": HANG}, LAUNCHED_ENVIRONMENT),
     # untestable: the point's venv does not import the package (nothing launched)
     # its evidence is why it was skipped: records.SkipCause (added with the typed records, issue 19)
     "skip": _run({"skip_cause": "str"}, CHECKED, exit_code="null"),
@@ -91,7 +92,8 @@ GRID = {  # `run --format json` and `report --format json`, without "runs"
     "runs": ["object"],  # each pinned by RUN_BY_OUTCOME
 }
 
-FAILURE = {"kind": "str", "error": "str", "message": "str", "frames": ["str"], "identity": "str", "shown": "str"}
+FAILURE = {"kind": "str", "error": "str", "message": "str", "frames": ["str"], "identity": "str", "shown": "str",
+           "hang?": HANG}
 
 CONFIRM_END = {"point": "str", "agree": "int", "runs": "int", "as": "str"}
 

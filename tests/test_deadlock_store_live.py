@@ -22,6 +22,7 @@ import pytest
 from test_early_hang import LAUNCHER, PRELUDE, hook_path  # noqa: F401 - hook_path: the fixture
 
 from dsbisect.evidence import Capture
+from dsbisect.forensics import analyze, hang_record
 from dsbisect.launch import LaunchResult, LaunchSpec, free_port, launch
 from dsbisect.rundir import RunDir, flight_recorder_env
 
@@ -69,21 +70,45 @@ for step in ("new_group", "monitored_barrier"):
         dist.monitored_barrier(sub, timeout=datetime.timedelta(seconds=300))
 finish()
 """,
+    # a slow import (silent, after the ranks said "ready"): the quiet snapshot is taken in it;
+    # then rank 0 waits in an all_reduce that rank 1 answers with a barrier
+    "import_then_deadlock": """
+import slowload  # noqa: F401
+
+def exchange():
+    if RANK == 0:
+        dist.all_reduce(torch.ones(4))
+    else:
+        dist.barrier()
+
+exchange()
+finish()
+""",
 }
 
+SLOWLOAD = """\
+import time
 
-def _launch(tmp_path: Path, hook: Path, scenario: str) -> tuple[LaunchResult, RunDir, Capture]:
+def _build_tables():
+    time.sleep(float(__import__("os").environ["SECS"]) / 2)
+
+_build_tables()
+"""
+
+
+def _launch(tmp_path: Path, hook: Path, scenario: str, **spec_kw) -> tuple[LaunchResult, RunDir, Capture]:
     run = RunDir(tmp_path / "run")
     run.path.mkdir(parents=True)
     (tmp_path / "launcher.py").write_text(LAUNCHER)
     (tmp_path / "job.py").write_text(PRELUDE + SCENARIOS[scenario])
+    (tmp_path / "slowload.py").write_text(SLOWLOAD)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]),
                PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                DSBISECT_RUN_DIR=str(run.path), SECS=str(SECS), BACKEND="gloo", COLLECTIVE_TIMEOUT="300",
                WORK=str(tmp_path), CUDA_VISIBLE_DEVICES="")
     env |= flight_recorder_env(run)
     spec = LaunchSpec(argv=(sys.executable, str(tmp_path / "launcher.py"), "2", str(tmp_path / "job.py")),
-                      env=env, cwd=tmp_path, run=run, wall_timeout=300 + SECS + 120, hang_grace=5.0)
+                      env=env, cwd=tmp_path, run=run, **({"wall_timeout": 300 + SECS + 120, "hang_grace": 5.0} | spec_kw))
     capture = Capture(run)
     res = launch(spec, on_hang=capture, on_quiet=capture)
     return res, run, capture
@@ -127,3 +152,19 @@ def test_a_rank_slow_to_reach_new_group_and_monitored_barrier_is_no_hang(tmp_pat
     assert "rank 0: no pending collective; main thread waits in new_group (rendezvous of pg 1)" in looked, rounds
     assert "main thread waits in monitored_barrier on pg 1" in looked, rounds
     assert "rank 1: no pending collective; main thread outside any collective" in looked, rounds
+
+
+def test_the_signature_names_the_code_of_the_proving_snapshot_not_an_older_dump(tmp_path, hook_path):  # noqa: F811
+    """The quiet snapshot caught the ranks in a slow import; the deadlock came after, with no
+    output between.  The signature's frames are those of the snapshot that proved the hang."""
+    res, run, capture = _launch(tmp_path, hook_path, "import_then_deadlock", quiet_after=2.0)
+    assert res.proof is not None and res.proof.rule == "op", (res, _rounds(run))
+    assert capture.taken[0] == "quiet" and capture.taken[-1] == "deadlock", capture.taken
+    older = [p for p in run.stacks.glob("pyspy.rank*.quiet.txt")]
+    if not older:
+        pytest.skip(f"py-spy took no stack here ({capture.notes}): no older dump to win")
+    assert any("_build_tables" in p.read_text() for p in older)  # the old dump names the import
+    hang = hang_record(analyze(run.path), res.proof)
+    assert hang.text.startswith(res.proof.where + " — "), hang.text
+    assert "job.py:exchange" in hang.text and "slowload" not in hang.text and "_build_tables" not in hang.text, hang.text
+    assert hang.frames[0] == "job.py:exchange" and hang.waits == ((0, "ALLREDUCE"), (1, "BARRIER"))

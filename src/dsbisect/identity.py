@@ -31,7 +31,7 @@ C10D_OPS = {
     "_reduce_scatter_base": "_REDUCE_SCATTER_BASE", "scatter": "SCATTER", "scatter_object_list": "SCATTER",
     "broadcast_object_list": "BROADCAST", "all_to_all": "ALLTOALL", "all_to_all_single": "ALLTOALL_BASE",
     "barrier": "BARRIER", "monitored_barrier": "BARRIER", "send": "SEND", "recv": "RECV",
-    "isend": "SEND", "irecv": "RECV",
+    "isend": "SEND", "irecv": "RECV", "new_group": "NEW_GROUP", "new_subgroups": "NEW_GROUP",
 }
 _OP_TYPES = frozenset(C10D_OPS.values()) | {"ALLTOALL_BASE", "COALESCED", "_ALLREDUCE_SPARSE"}
 
@@ -88,12 +88,90 @@ def same_names(a: str, b: str) -> bool:
 
 
 @dataclass(frozen=True)
+class HangSignature:
+    """Where the ranks of a hung run wait, typed, whichever rule proved the hang: the early proof
+    (``forensics.hang_record`` from a ``deadlock.Proof``) and the collective timeout (from the
+    stacks and recorders) give the same ``waits`` for one deadlock.  Stored with the run
+    (``evidence.hang``); a record of an older dsbisect has only the text (``from_text``)."""
+
+    waits: tuple[tuple[int, str], ...] = ()  # (rank, canonical op: "ALLREDUCE", "NEW_GROUP"), by rank
+    frames: tuple[str, ...] = ()  # the code the ranks wait from: "file.py:function", innermost first
+    text: str = ""  # the one line the run shows
+
+    @property
+    def form(self) -> str:
+        """'rank 0 in NEW_GROUP, rank 1 in BROADCAST'; ranks in the same op are one clause
+        ('ranks 0-2 in ALLREDUCE'); "" when no rank names a collective."""
+        by_op: dict[str, list[int]] = {}
+        for r, op in sorted(set(self.waits)):
+            by_op.setdefault(op, []).append(r)
+        clauses = sorted(by_op.items(), key=lambda kv: kv[1][0])
+        return ", ".join(f"rank {rs[0]} in {op}" if len(rs) == 1 else f"ranks {_span(rs)} in {op}"
+                         for op, rs in clauses)
+
+    def to_json(self) -> dict:
+        return {"waits": [[r, op] for r, op in self.waits], "frames": list(self.frames), "text": self.text}
+
+    @classmethod
+    def from_json(cls, d: object) -> HangSignature | None:
+        """From ``to_json``'s dict, or from an older record's text; None for anything else."""
+        if isinstance(d, str):
+            return cls.from_text(d)
+        if not isinstance(d, Mapping) or not isinstance(d.get("waits", []), (list, tuple)):
+            return None
+        waits = []
+        for w in d.get("waits", []):
+            if not (isinstance(w, (list, tuple)) and len(w) == 2 and isinstance(w[0], int)
+                    and not isinstance(w[0], bool) and isinstance(w[1], str)):
+                return None
+            waits.append((w[0], canonical_op(w[1])))
+        frames = d.get("frames", [])
+        if not isinstance(frames, (list, tuple)):
+            return None
+        return cls(tuple(sorted(set(waits))), tuple(str(f) for f in frames), str(d.get("text", "")))
+
+    @classmethod
+    def from_text(cls, text: str) -> HangSignature:
+        """A signature as an older dsbisect stored it: only its text (either rule's: 'rank 0 waits in
+        ALLREDUCE #2 (4), rank 1 in BARRIER #2 — ...' or 'rank 0 in all_reduce, ... — toy.py:step')."""
+        head = text.split(" — ", 1)[0]
+        waits = set()
+        for ranks, op in _WAITS.findall(head):
+            op = canonical_op(op)
+            if op in _OP_TYPES:
+                waits |= {(r, op) for r in _unspan(ranks)}
+        return cls(tuple(sorted(waits)), _hang_frames(text), text)
+
+
+def _span(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5'."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][-1] + 1:
+            runs[-1].append(r)
+        else:
+            runs.append([r])
+    return ",".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in runs)
+
+
+def _unspan(text: str) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5}."""
+    out: set[int] = set()
+    for part in text.strip(",-").split(","):
+        lo, _, hi = part.partition("-")
+        if lo.isdigit() and (not hi or hi.isdigit()):
+            out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+@dataclass(frozen=True)
 class Identity:
     kind: Outcome  # HANG or FAIL
     error: str  # the exception type ("RuntimeError"); "" for a hang or a death by signal
-    message: str  # normalised: the message of a FAIL, the hang_form of a HANG
+    message: str  # normalised: the message of a FAIL, the hang's form (HangSignature.form) of a HANG
     frames: tuple[str, ...] = ()  # "file.py:function", innermost first (package frames of a FAIL)
     shown: str = ""  # the reason as the run gave it, for the report
+    hang: HangSignature | None = None  # a HANG's waits, typed (what ``matches`` compares)
 
     def describe(self) -> str:
         """'FAIL RuntimeError: Output 0 of ... at engine.py:step' (a failure as the run gave
@@ -105,14 +183,22 @@ class Identity:
         return f"{self.kind.value.upper()} {what or '(no detail)'}{where}"
 
     def as_json(self) -> dict:
-        return {"kind": self.kind.value, "error": self.error, "message": self.message,
-                "frames": list(self.frames), "identity": self.describe(), "shown": self.shown}
+        out = {"kind": self.kind.value, "error": self.error, "message": self.message,
+               "frames": list(self.frames), "identity": self.describe(), "shown": self.shown}
+        return out | ({"hang": self.hang.to_json()} if self.hang is not None else {})
 
     @classmethod
     def from_json(cls, d: Mapping) -> Identity | None:
+        """From ``as_json``'s dict; a HANG recorded before its waits were typed gets them from its
+        message (the form, which reads as a signature's head)."""
         try:
-            return cls(Outcome(d["kind"]), str(d.get("error", "")), str(d.get("message", "")),
-                       tuple(str(f) for f in d.get("frames", ())), str(d.get("shown", "")))
+            kind = Outcome(d["kind"])
+            message = str(d.get("message", ""))
+            hang = HangSignature.from_json(d["hang"]) if "hang" in d else None
+            if kind is Outcome.HANG and hang is None:
+                hang = HangSignature.from_text(message)
+            return cls(kind, str(d.get("error", "")), message, tuple(str(f) for f in d.get("frames", ())),
+                       str(d.get("shown", "")), hang)
         except (KeyError, ValueError, TypeError):
             return None
 
@@ -124,14 +210,9 @@ _LINE_NO = re.compile(r":\d+\b")
 
 def hang_form(text: str) -> str:
     """Where each rank waits, in one form: 'rank 0 in ALLREDUCE, rank 1 in BARRIER', from the
-    head (before ' — ') of a hang signature of either rule; "" when it names no collective."""
-    head = text.split(" — ", 1)[0]
-    waits = []
-    for ranks, op in _WAITS.findall(head):
-        op = canonical_op(op)
-        if op in _OP_TYPES and (ranks, op) not in waits:
-            waits.append((ranks, op))
-    return ", ".join(f"rank{'s' if ',' in r or '-' in r else ''} {r} in {op}" for r, op in waits)
+    text of a hang signature of either rule as older records hold it; "" when it names no
+    collective.  A run of this dsbisect records its signature typed (``HangSignature``)."""
+    return HangSignature.from_text(text).form
 
 
 def _hang_frames(text: str) -> tuple[str, ...]:
@@ -141,11 +222,14 @@ def _hang_frames(text: str) -> tuple[str, ...]:
     return tuple(_LINE_NO.sub("", f.strip()) for f in tail.split(" ← ") if f.strip())
 
 
-def learn(outcome: Outcome, reason: str, signature: str = "", frames: tuple[str, ...] = ()) -> Identity | None:
-    """The identity of one run's failure, or None for a run that did not fail or hang."""
+def learn(outcome: Outcome, reason: str, signature: str = "", frames: tuple[str, ...] = (),
+          hang: HangSignature | None = None) -> Identity | None:
+    """The identity of one run's failure, or None for a run that did not fail or hang.  A hang's
+    is its typed signature (``hang``) where the run recorded one, else read from the text."""
     if outcome is Outcome.HANG:
         text = signature or reason
-        return Identity(Outcome.HANG, "", hang_form(text), _hang_frames(text), text)
+        h = hang if hang is not None else HangSignature.from_text(text)
+        return Identity(Outcome.HANG, "", h.form, h.frames, text, h)
     if outcome is not Outcome.FAIL:
         return None
     text = reason.strip()
@@ -162,8 +246,9 @@ def matches(learned: Identity, seen: Identity | None) -> bool:
     rank whose stack could not be read)."""
     if seen is None or seen.kind is not learned.kind:
         return False
-    if learned.kind is Outcome.HANG:  # where a rank's stack was not read, its clause is missing
-        a, b = set(learned.message.split(", ")) - {""}, set(seen.message.split(", ")) - {""}
+    if learned.kind is Outcome.HANG:  # where a rank's stack was not read, its wait is missing
+        a, b = (set(i.hang.waits) if i.hang is not None else set(HangSignature.from_text(i.message).waits)
+                for i in (learned, seen))
         return not a or not b or a <= b or b <= a
     if learned.error != seen.error:
         return False
