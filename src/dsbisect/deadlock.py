@@ -248,26 +248,10 @@ def prove(first: Snapshot, second: Snapshot, min_gone: float = 5.0) -> Proof | N
     if world is None:
         return None
     a, b = _by_rank(first, world), _by_rank(second, world)
-    if a is None or b is None:
+    sorted_out = _sort_ranks(a, b, world, min_gone) if a is not None and b is not None else None
+    if sorted_out is None:
         return None
-    blocked: dict[int, RankSnapshot] = {}
-    parked: dict[int, RankSnapshot] = {}
-    gone: dict[int, float] = {}
-    for r in range(world):
-        x, y = a[r], b[r]
-        if not y.answered:
-            if x.answered or x.gone_for is None or y.gone_for is None or y.gone_for < min_gone:
-                return None  # unknown, or gone too recently to tell a crash from a finish
-            gone[r] = y.gone_for
-            continue
-        if not (x.answered and _same(x, y)) or any(c.p2p for c in y.pending):
-            return None  # it moved; or point-to-point pairs, which are not matched here
-        if y.blocked:
-            blocked[r] = y
-        elif y.parked:
-            parked[r] = y
-        else:
-            return None  # outside any collective, or its completion cannot be told
+    blocked, parked, gone = sorted_out
     if not blocked:
         return None
     heads = {r: s.heads() for r, s in blocked.items()}
@@ -286,6 +270,31 @@ def prove(first: Snapshot, second: Snapshot, min_gone: float = 5.0) -> Proof | N
                  waits=tuple(sorted((r, hs) for r, hs in heads.items() if hs or r not in stores)),
                  gone=tuple(sorted(gone)), stores=tuple(sorted(stores.items())),
                  stacks=tuple((s.rank, s.stack) for s in second.ranks if s.answered))
+
+
+def _sort_ranks(a: Mapping[int, RankSnapshot], b: Mapping[int, RankSnapshot], world: int, min_gone: float
+                ) -> tuple[dict[int, RankSnapshot], dict[int, RankSnapshot], dict[int, float]] | None:
+    """(blocked, parked, gone) ranks, still in both snapshots; None when a rank moved, is outside
+    torch.distributed, waits point-to-point, or did not answer (or has been gone too briefly)."""
+    blocked: dict[int, RankSnapshot] = {}
+    parked: dict[int, RankSnapshot] = {}
+    gone: dict[int, float] = {}
+    for r in range(world):
+        x, y = a[r], b[r]
+        if not y.answered:
+            if x.answered or x.gone_for is None or y.gone_for is None or y.gone_for < min_gone:
+                return None  # unknown, or gone too recently to tell a crash from a finish
+            gone[r] = y.gone_for
+            continue
+        if not (x.answered and _same(x, y)) or any(c.p2p for c in y.pending):
+            return None  # it moved; or point-to-point pairs, which are not matched here
+        if y.blocked:
+            blocked[r] = y
+        elif y.parked:
+            parked[r] = y
+        else:
+            return None  # outside any collective, or its completion cannot be told
+    return blocked, parked, gone
 
 
 def _store_may_end(wait: StoreWait, stores: Mapping[int, StoreWait], blocked: Mapping[int, RankSnapshot],
@@ -480,9 +489,9 @@ def store_wait(data: object, stack: object) -> StoreWait | None:
     ints = [as_int(r) for r in ranks]
     if any(r is None for r in ints):
         ints = []
-    calls = [str(f[1]) for f in (stack if isinstance(stack, list) else [])
-             if isinstance(f, (list, tuple)) and len(f) >= 2 and str(f[0]).replace("\\", "/").endswith(_COLLECTIVE_FILES[0])
-             and str(f[1]) != "wrapper"]
+    frames = [f for f in (stack if isinstance(stack, list) else []) if isinstance(f, (list, tuple)) and len(f) >= 2]
+    calls = [str(f[1]) for f in frames
+             if str(f[0]).replace("\\", "/").endswith(_COLLECTIVE_FILES[0]) and str(f[1]) != "wrapper"]
     return StoreWait(form=str(data["form"]), key=str(data["key"]), ranks=tuple(sorted(set(ints))),
                      call=calls[-1] if calls else "", joined=as_int(data.get("joined")))
 

@@ -290,8 +290,8 @@ class RunRecord:
         if self.outcome is None:
             return None
         hang = HangSignature.from_json(self.evidence.hang) if self.evidence.hang is not None else None
-        return learn(self.outcome, self.reason, self.signature, tuple(str(f) for f in self.evidence.listed("error_frames")),
-                     hang)
+        frames = tuple(str(f) for f in self.evidence.listed("error_frames"))
+        return learn(self.outcome, self.reason, self.signature, frames, hang)
 
     def verdict(self, regress_on: RegressOn | Rule, signature: str | None = None,
                 learned: Identity | None = None) -> Verdict:
