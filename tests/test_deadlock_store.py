@@ -159,3 +159,64 @@ def test_rank_snapshot_of_an_odd_store_wait(bad):
     answer = {"n": 1, "rank": 0, "pid": 7, "world_size": 2, "stack": IN_NEW_GROUP, "dumps": [], "store_wait": bad}
     s = rank_snapshot(answer)
     assert s.store_wait is None or s.store_wait.ranks == ()
+
+
+# ------------------------------------------------------------------ the hook reads the locals
+
+
+def _hook():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "src" / "dsbisect" / "_hook" / "dsbisect_hook.py"
+    spec = importlib.util.spec_from_file_location("dsbisect_hook_under_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # without DSBISECT_* variables it sets nothing up
+    return mod
+
+
+TORCH_LIKE = '''
+import sys
+def _store_based_barrier(rank, store, group_name, rendezvous_count, timeout):
+    store_key = f"store_based_barrier_key:{group_name}"
+    return sys._getframe()
+def _new_process_group_helper(group_name, global_ranks_in_group):
+    return sys._getframe()
+def helper():
+    return sys._getframe()
+'''
+
+
+class _Counter:
+    """A store as far as the hook uses one: ``clone()`` a new client, ``add(key, 0)`` reads the counter."""
+
+    def __init__(self, counts):
+        self.counts = counts
+
+    def clone(self):
+        return _Counter(self.counts)
+
+    def add(self, key, n):
+        self.counts[key] = self.counts.get(key, 0) + n
+        return self.counts[key]
+
+
+class _World:
+    @staticmethod
+    def get_world_size():
+        return 2
+
+
+def test_the_hook_reads_the_wait_from_the_innermost_frames_locals():
+    hook, scope = _hook(), {}
+    exec(compile(TORCH_LIKE, "/v/site-packages/torch/distributed/distributed_c10d.py", "exec"), scope)
+    barrier = scope["_store_based_barrier"](0, _Counter({"store_based_barrier_key:1": 1}), "1", 2, None)
+    assert hook._store_wait(_World, barrier) == {
+        "form": "store_barrier", "function": "_store_based_barrier", "key": "store_based_barrier_key:1",
+        "ranks": [0, 1], "count": 2, "joined": 1}
+    building = scope["_new_process_group_helper"]("3", [0, 1])
+    assert hook._store_wait(_World, building)["key"] == "pg:3"
+    assert hook._store_wait(_World, scope["helper"]()) is None  # a torch.distributed frame that waits on nothing
+    other = {}
+    exec(compile(TORCH_LIKE, "/job/train.py", "exec"), other)  # the same name outside torch is not torch's
+    assert hook._store_wait(_World, other["_store_based_barrier"](0, _Counter({}), "1", 2, None)) is None

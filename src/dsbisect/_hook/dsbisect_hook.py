@@ -273,9 +273,12 @@ def _fr_answer(folder, n):
     import json
     import time
 
-    out = {"n": n, "rank": rank, "pid": os.getpid(), "time": time.time(), "stack": _main_stack()}
+    import threading
+
+    frame = sys._current_frames().get(threading.main_thread().ident)  # one look: the stack and its wait agree
+    out = {"n": n, "rank": rank, "pid": os.getpid(), "time": time.time(), "stack": _main_stack(frame)}
     try:
-        wait = _store_wait(dist)
+        wait = _store_wait(dist, frame)
     except Exception as e:  # noqa: BLE001 - reported in the answer
         wait = {"error": f"{type(e).__name__}: {e}"}
     if wait:
@@ -299,11 +302,8 @@ def _fr_answer(folder, n):
     return True
 
 
-def _main_stack():
-    """The main thread's Python frames, innermost first: [file, function, line]."""
-    import threading
-
-    frame = sys._current_frames().get(threading.main_thread().ident)
+def _main_stack(frame):
+    """The main thread's Python frames from ``frame`` (its innermost), innermost first: [file, function, line]."""
     frames = []
     while frame is not None and len(frames) < 80:
         frames.append([frame.f_code.co_filename, frame.f_code.co_name, frame.f_lineno])
@@ -322,16 +322,13 @@ _STORE_WAITS = {  # (file, function) of the innermost frame of a wait on the c10
 }
 
 
-def _store_wait(dist):
+def _store_wait(dist, frame):
     """What the main thread waits for on the c10d store, read from its innermost frame's locals:
     a process group's construction (gloo's connection rendezvous, NCCL's eager init), the store
     barrier of ``init_process_group``/``new_group``, ``monitored_barrier``, torch.distributed.elastic's
     store barrier.  {"form", "key", "ranks" (global ranks that must come, [] unknown), "count",
     "joined" (the barrier's counter, read through a clone of the store), "function"}; None when
-    the main thread is in none of them."""
-    import threading
-
-    frame = sys._current_frames().get(threading.main_thread().ident)
+    the main thread (``frame``: its innermost frame) is in none of them."""
     if frame is None:
         return None
     name = os.path.normpath(frame.f_code.co_filename)
