@@ -130,6 +130,16 @@ def test_unknown_or_foreign_ranks_to_wait_for_is_no_proof():
         assert prove(*snaps(a, b)) is None, ranks
 
 
+def test_a_split_from_the_world_waits_for_every_world_rank():
+    """ds_device_id_new_group_hang's shape: rank 0 builds a group of its own by ncclCommSplit of
+    the device-bound world (the hook names every world rank), rank 1 waits in a world all_reduce."""
+    a = waiting(0, IN_NEW_GROUP, "new_group", "pg:1", ranks=(0, 1), done=2)
+    b = rank(1, coll(3, numel=1), done=2)
+    assert prove(*snaps(a, b)) is not None
+    alone = waiting(0, IN_NEW_GROUP, "new_group", "pg:1", ranks=(0,), done=2)  # gloo: only its members
+    assert prove(*snaps(alone, b)) is None
+
+
 def test_a_subgroup_construction_waits_only_for_its_members():
     """new_group([0, 1]) on 3 ranks: rank 2 computing does not matter; rank 1 blocked does."""
     a = waiting(0, IN_NEW_GROUP, "new_group", "pg:1", world=3)
@@ -180,7 +190,7 @@ import sys
 def _store_based_barrier(rank, store, group_name, rendezvous_count, timeout):
     store_key = f"store_based_barrier_key:{group_name}"
     return sys._getframe()
-def _new_process_group_helper(group_name, global_ranks_in_group):
+def _new_process_group_helper(group_name, global_ranks_in_group, split_from=None):
     return sys._getframe()
 def helper():
     return sys._getframe()
@@ -216,6 +226,9 @@ def test_the_hook_reads_the_wait_from_the_innermost_frames_locals():
         "ranks": [0, 1], "count": 2, "joined": 1}
     building = scope["_new_process_group_helper"]("3", [0, 1])
     assert hook._store_wait(_World, building)["key"] == "pg:3"
+    # a group of rank 0 alone, split from a device-bound world (NCCL): every world rank must come
+    assert hook._store_wait(_World, scope["_new_process_group_helper"]("4", [0]))["ranks"] == [0]
+    assert hook._store_wait(_World, scope["_new_process_group_helper"]("4", [0], object()))["ranks"] == [0, 1]
     assert hook._store_wait(_World, scope["helper"]()) is None  # a torch.distributed frame that waits on nothing
     other = {}
     exec(compile(TORCH_LIKE, "/job/train.py", "exec"), other)  # the same name outside torch is not torch's

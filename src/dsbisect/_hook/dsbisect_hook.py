@@ -78,7 +78,10 @@ variables are set, and it never raises.
   ``global_ranks_in_group``); with TORCH_DIST_INIT_BARRIER=1 and the group built, in
   ``_store_based_barrier`` (``store_key``, ``rendezvous_count``; ``store.clone().add(key, 0)``
   read the counter in 1 ms while the rank's own client was busy in its wait);
-  ``monitored_barrier`` in ``monitored_barrier`` (``group_to_use``).
+  ``monitored_barrier`` in ``monitored_barrier`` (``group_to_use``).  Where the world group is
+  bound to a device (``init_process_group(device_id=...)``, DeepSpeed >= 0.17.3 on CUDA), a new
+  NCCL group is split from the world's communicator (local ``split_from``), which every world
+  rank must join, members of the new group or not (read from torch 2.13's source; no GPU here).
 """
 
 import os
@@ -341,6 +344,8 @@ def _store_wait(dist, frame):
     if form == "new_group":
         out["key"] = f"pg:{loc.get('group_name')}"
         out["ranks"] = [int(r) for r in loc.get("global_ranks_in_group") or []]
+        if loc.get("split_from") is not None:  # ncclCommSplit of the world's communicator: every rank takes part
+            out["ranks"] = list(range(dist.get_world_size()))
     elif form == "monitored_barrier":
         group = loc.get("group_to_use")
         if group is not None:
