@@ -11,8 +11,9 @@ For the Python stack, best first: the flight-recorder entry, the watchdog's "Sta
 the failed collective", ``stacks/pyspy.rank<R>.<tag>.txt``, ``stacks/rank<R>.pid<P>.txt``
 (faulthandler; both read by ``stacks``), tracebacks.  ``analyze`` folds it into one
 ``RankState`` per rank and a ``Signature``: where the ranks wait and the code they wait from,
-typed, with its one-line ``text``; ``hang_signature`` puts an early deadlock proof's waits
-ahead of the stacks'.  Standard library only: the tool that runs this has no torch.
+typed, with its one-line ``text``; ``hang_record`` makes the signature a run stores
+(``identity.HangSignature``): an early deadlock proof's waits and the stacks of the snapshot
+that proved it, else the evidence's.  Standard library only: the tool that runs this has no torch.
 """
 
 from __future__ import annotations
