@@ -27,7 +27,7 @@ from pathlib import Path
 from . import flightrec
 from .deadlock import Proof
 from .flightrec import Entry, as_int
-from .identity import HangSignature, canonical_op
+from .hangsig import HangSignature, canonical_op
 from .rundir import RunDir, rank_of_log, read_tail
 from .stacks import Frame, faulthandler_threads, last_dump, main_thread, pyspy_threads
 
@@ -81,7 +81,7 @@ def hang_record(sig: Signature | None, proof: Proof | None) -> HangSignature:
     waits, and the main-thread stacks of the snapshot that proved it (never an older dump, e.g.
     one taken while the ranks were still importing), else the stacks' of the run folder.
     Without one, both come from the run folder's evidence (``analyze``).  The waits are the
-    canonical ops (``identity.canonical_op``) either way, so one deadlock has one signature."""
+    canonical ops (``hangsig.canonical_op``) either way, so one deadlock has one signature."""
     if proof is None:
         if sig is None:
             return HangSignature()
