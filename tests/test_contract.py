@@ -59,6 +59,7 @@ EVIDENCE = {
     "peak_rss?": "int", "oom?": "object", "escaped?": ["int"], "shm_removed?": ["str"],
 }
 
+HANG = {"waits": [["int|str"]], "frames": ["str"], "text": "str"}  # a hang's signature, typed
 LAUNCHED_ENVIRONMENT = CHECKED | {"accelerator": "str", "shadowed": [["str"]], "index": "str"}
 
 
@@ -78,7 +79,8 @@ RUN_BY_OUTCOME = {
     "fail": _run(EVIDENCE | {"error_frames": ["str"]}, LAUNCHED_ENVIRONMENT),
     # a hang the launcher ended has its exit code; one dsbisect ended itself (the early proof, the
     # grace after a timeout line, the wall timeout) has none: the process group was stopped
-    "hang": _run(EVIDENCE | {"hang_detected_after_s?": "number"}, LAUNCHED_ENVIRONMENT, exit_code="int|null"),
+    "hang": _run(EVIDENCE | {"hang_detected_after_s?": "number", "hang": HANG}, LAUNCHED_ENVIRONMENT,
+                 exit_code="int|null"),
     # untestable: the point's venv does not import the package (nothing launched)
     # its evidence is why it was skipped: records.SkipCause (added with the typed records, issue 19)
     "skip": _run({"skip_cause": "str"}, CHECKED, exit_code="null"),
@@ -104,7 +106,8 @@ REPORT = GRID | {
                     "answer": ["str"], "run_ids": ["int"], "command": "str"}],
 }
 
-FAILURE = {"kind": "str", "error": "str", "message": "str", "frames": ["str"], "identity": "str", "shown": "str"}
+FAILURE = {"kind": "str", "error": "str", "message": "str", "frames": ["str"], "identity": "str", "shown": "str",
+           "hang?": HANG}
 
 CONFIRM_END = {"point": "str", "agree": "int", "runs": "int", "as": "str"}
 

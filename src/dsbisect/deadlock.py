@@ -26,6 +26,17 @@ main thread's Python stack and its flight recorder's entries), or that its proce
   that has not passed G#N might still come (no proof).  Blocked ranks whose waits none can
   complete, beside ranks that exited or parked past them, will never move again.
 
+Waits the flight recorder does not list (``StoreWait``, from the hook's ``store_wait``: what
+the innermost frame's locals say): a process group's construction (``new_group``: gloo's
+connection rendezvous through the store, NCCL's eager init), the c10d store barrier
+(``_store_based_barrier`` of ``init_process_group``/``new_group``, with the barrier's counter
+read through a clone of the store), ``monitored_barrier`` and torch.distributed.elastic's store
+barrier.  Such a rank is *blocked* at the wait's key; the wait ends only when every rank it
+names comes to the same key.  It proves nothing while one of them is parked (it may still
+come), outside torch.distributed, or has already used the group being built (it passed the
+construction); the counter, the stack and the key must be the same in both snapshots.  Then
+the rule is ``store``: "rank 1 never comes to new_group's rendezvous (it waits in BROADCAST #4)".
+
 Members of G: every rank for the default group (``default_pg``), else the ranks the
 recorder's ``pg_config`` lists for G, else the ranks that answered with a record of G (so a
 member that never touched G is left out, which only makes a wait look *more* completable).
@@ -96,6 +107,55 @@ class Collective:
         return self.op not in _SIZED or (self.numel_in, self.numel_out) == (other.numel_in, other.numel_out)
 
 
+_STORE_FORMS = {  # the hook's form -> what the proof calls the wait
+    "new_group": "rendezvous", "store_barrier": "store barrier", "monitored_barrier": "monitored_barrier",
+    "elastic_barrier": "store barrier",
+}
+
+
+@dataclass(frozen=True)
+class StoreWait:
+    """A wait on the c10d store (or, for ``monitored_barrier``, on gloo's point-to-point pairs)
+    that no flight recorder lists: it ends only when every rank of ``ranks`` comes to ``key``."""
+
+    form: str  # new_group (a process group's construction), store_barrier, monitored_barrier, elastic_barrier
+    key: str  # what the ranks meet at: "pg:1", "store_based_barrier_key:1", "monitored_barrier:0"
+    ranks: tuple[int, ...]  # the global ranks that must come (() unknown)
+    call: str = ""  # the outermost torch.distributed call on the stack: "new_group", "monitored_barrier"
+    joined: int | None = None  # the store barrier's counter, where the hook could read it
+
+    @property
+    def group(self) -> str:
+        """The process group's name the key names ("" when it names none)."""
+        tail = self.key.rsplit(":", 1)[-1] if ":" in self.key else ""
+        return tail if self.form in ("new_group", "store_barrier", "monitored_barrier") else ""
+
+    @property
+    def builds_group(self) -> bool:
+        """A wait of a process group's construction: a rank that used the group has passed it."""
+        return self.form in ("new_group", "store_barrier") and bool(self.group)
+
+    @property
+    def label(self) -> str:
+        """'new_group (rendezvous of pg 1)', 'new_group (store barrier of pg 1, 1 of 2 joined)',
+        'monitored_barrier', 'store barrier at sync/'."""
+        if self.form == "monitored_barrier":
+            return "monitored_barrier" + (f" on pg {self.group}" if self.group not in ("", "0") else "")
+        if not self.call:
+            return f"{_STORE_FORMS.get(self.form, self.form)} at {self.key}"
+        what = _STORE_FORMS.get(self.form, self.form) + (f" of pg {self.group}" if self.group else "")
+        if self.joined is not None and self.ranks:
+            what += f", {self.joined} of {len(self.ranks)} joined"
+        return f"{self.call} ({what})"
+
+    @property
+    def meeting(self) -> str:
+        """What the ranks must all come to, in words: "new_group's rendezvous", "monitored_barrier"."""
+        if self.form == "monitored_barrier" or not self.call:
+            return self.label.split(" (", 1)[0]
+        return f"{self.call}'s {_STORE_FORMS.get(self.form, self.form)}"
+
+
 @dataclass(frozen=True)
 class RankSnapshot:
     """One rank at one moment: what its hook answered, or that its process is gone."""
@@ -112,17 +172,26 @@ class RankSnapshot:
     members: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (group, its ranks) where the recorder says
     reliable: bool = True  # False: pending entries whose completion cannot be told
     note: str = ""  # what the answer said went wrong
+    store_wait: StoreWait | None = None  # the main thread waits on the c10d store (per its stack)
 
     @property
     def blocked(self) -> bool:
-        """Waiting in a collective: in one per its stack, with a pending one."""
-        return self.answered and self.in_collective and self.reliable and bool(self.pending)
+        """Waiting in a collective (in one per its stack, with a pending one) or on the store."""
+        return self.answered and self.reliable and (
+            self.store_wait is not None or (self.in_collective and bool(self.pending)))
 
     @property
     def parked(self) -> bool:
         """Inside torch.distributed per its stack (e.g. ``destroy_process_group``) with no
         collective pending: it will join nothing it has not already passed."""
-        return self.answered and self.in_collective and self.reliable and not self.pending
+        return (self.answered and self.in_collective and self.reliable and not self.pending
+                and self.store_wait is None)
+
+    def knows(self, group: str) -> bool:
+        """Whether the rank's recorder holds a collective of the process group named ``group``
+        (so the rank has passed that group's construction)."""
+        names = {c.group.split(":", 1)[-1] for c in self.pending} | {g.split(":", 1)[-1] for g, _ in self.completed}
+        return group in names
 
     def heads(self) -> tuple[Collective, ...]:
         """The oldest pending collective of each group: what the rank waits for."""
@@ -142,6 +211,9 @@ class RankSnapshot:
         if self.note and not self.pending:
             return self.note
         waits = " and ".join(f"{c.label} [{c.state}]" for c in self.heads()) or "no pending collective"
+        if self.store_wait is not None:
+            return f"{waits}; main thread waits in {self.store_wait.label}" + ("" if self.reliable else
+                                                                              "; completion unknown")
         where = ("in a collective" if self.pending else "inside torch.distributed") if self.in_collective \
             else "outside any collective"
         return f"{waits}; main thread {where}" + ("" if self.reliable else "; completion unknown")
@@ -161,6 +233,8 @@ class Proof:
     why: str  # the first mismatch, in words: "different ops at #2"
     waits: tuple[tuple[int, tuple[Collective, ...]], ...]  # (rank, heads) of the blocked ranks
     gone: tuple[int, ...] = ()
+    stores: tuple[tuple[int, StoreWait], ...] = ()  # (rank, its wait) of the ranks blocked on the store
+    stacks: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (rank, main-thread frames) of the proving snapshot
 
     @property
     def text(self) -> str:
@@ -174,8 +248,34 @@ def prove(first: Snapshot, second: Snapshot, min_gone: float = 5.0) -> Proof | N
     if world is None:
         return None
     a, b = _by_rank(first, world), _by_rank(second, world)
-    if a is None or b is None:
+    sorted_out = _sort_ranks(a, b, world, min_gone) if a is not None and b is not None else None
+    if sorted_out is None:
         return None
+    blocked, parked, gone = sorted_out
+    if not blocked:
+        return None
+    heads = {r: s.heads() for r, s in blocked.items()}
+    stores = {r: s.store_wait for r, s in blocked.items() if s.store_wait is not None}
+    members = _members([*blocked.values(), *parked.values()], world)
+    for hs in heads.values():
+        if any(_can_complete(h, members[h.group], heads) for h in hs):
+            return None
+        for h in hs:  # a parked member must have passed the collective, else it may still come
+            if any(m in parked and (parked[m].last_completed(h.group) or -1) < h.seq for m in members[h.group]):
+                return None
+    if any(_store_may_end(w, stores, blocked, gone, world) for w in stores.values()):
+        return None
+    rule, why = _store_culprit(stores, blocked, gone) or _culprit(heads, {**blocked, **parked}, gone, members)
+    return Proof(rule=rule, at=second.at, where=_waits_text(heads, gone, parked, stores), why=why,
+                 waits=tuple(sorted((r, hs) for r, hs in heads.items() if hs or r not in stores)),
+                 gone=tuple(sorted(gone)), stores=tuple(sorted(stores.items())),
+                 stacks=tuple((s.rank, s.stack) for s in second.ranks if s.answered))
+
+
+def _sort_ranks(a: Mapping[int, RankSnapshot], b: Mapping[int, RankSnapshot], world: int, min_gone: float
+                ) -> tuple[dict[int, RankSnapshot], dict[int, RankSnapshot], dict[int, float]] | None:
+    """(blocked, parked, gone) ranks, still in both snapshots; None when a rank moved, is outside
+    torch.distributed, waits point-to-point, or did not answer (or has been gone too briefly)."""
     blocked: dict[int, RankSnapshot] = {}
     parked: dict[int, RankSnapshot] = {}
     gone: dict[int, float] = {}
@@ -194,19 +294,43 @@ def prove(first: Snapshot, second: Snapshot, min_gone: float = 5.0) -> Proof | N
             parked[r] = y
         else:
             return None  # outside any collective, or its completion cannot be told
-    if not blocked:
-        return None
-    heads = {r: s.heads() for r, s in blocked.items()}
-    members = _members([*blocked.values(), *parked.values()], world)
-    for hs in heads.values():
-        if any(_can_complete(h, members[h.group], heads) for h in hs):
-            return None
-        for h in hs:  # a parked member must have passed the collective, else it may still come
-            if any(m in parked and (parked[m].last_completed(h.group) or -1) < h.seq for m in members[h.group]):
-                return None
-    rule, why = _culprit(heads, {**blocked, **parked}, gone, members)
-    return Proof(rule=rule, at=second.at, where=_waits_text(heads, gone, parked), why=why,
-                 waits=tuple(sorted(heads.items())), gone=tuple(sorted(gone)))
+    return blocked, parked, gone
+
+
+def _store_may_end(wait: StoreWait, stores: Mapping[int, StoreWait], blocked: Mapping[int, RankSnapshot],
+                   gone: Mapping[int, float], world: int) -> bool:
+    """Whether a wait on the store might still end: who must come is unknown or outside the
+    world, every one of them waits at its key already, or one that is not there is neither
+    blocked elsewhere nor gone (a parked rank may still come), or has passed the process group's
+    construction (its recorder holds a collective of that group: it was there once)."""
+    if not wait.ranks or any(not 0 <= m < world for m in wait.ranks):
+        return True
+    there = [m for m in wait.ranks if m in stores and stores[m].key == wait.key]
+    if len(there) == len(wait.ranks):
+        return True
+    for m in set(wait.ranks) - set(there):
+        if m in gone:
+            continue
+        if m in blocked and not (wait.builds_group and blocked[m].knows(wait.group)):
+            continue  # blocked elsewhere, and never was at the group's construction
+        return True
+    return False
+
+
+def _store_culprit(stores: Mapping[int, StoreWait], blocked: Mapping[int, RankSnapshot],
+                   gone: Mapping[int, float]) -> tuple[str, str] | None:
+    """The first rank that never comes to the lowest store-waiting rank's key: (rule, words)."""
+    for r in sorted(stores):
+        w = stores[r]
+        for m in w.ranks:
+            if m == r or (m in stores and stores[m].key == w.key):
+                continue
+            if m in gone:
+                return "exited", f"rank {m} exited {gone[m]:.0f} s ago"
+            where = (stores[m].label if m in stores else
+                     " and ".join(c.label for c in blocked[m].heads()) if m in blocked else "")
+            return "store", f"rank {m} never comes to {w.meeting}" + (f" (it waits in {where})" if where else "")
+    return None
 
 
 def _world(first: Snapshot, second: Snapshot) -> int | None:
@@ -227,7 +351,8 @@ def _by_rank(snap: Snapshot, world: int) -> dict[int, RankSnapshot] | None:
 
 
 def _same(x: RankSnapshot, y: RankSnapshot) -> bool:
-    return (x.pid, x.stack, x.pending, x.completed) == (y.pid, y.stack, y.pending, y.completed)
+    return ((x.pid, x.stack, x.pending, x.completed, x.store_wait)
+            == (y.pid, y.stack, y.pending, y.completed, y.store_wait))
 
 
 def _members(ranks: Iterable[RankSnapshot], world: int) -> dict[str, frozenset[int]]:
@@ -276,8 +401,10 @@ def _culprit(heads: Mapping[int, tuple[Collective, ...]], answered: Mapping[int,
 
 
 def _waits_text(heads: Mapping[int, tuple[Collective, ...]], gone: Mapping[int, float],
-                parked: Mapping[int, RankSnapshot]) -> str:
-    labels = {r: " and ".join(c.label for c in hs) for r, hs in heads.items()}
+                parked: Mapping[int, RankSnapshot], stores: Mapping[int, StoreWait] | None = None) -> str:
+    stores = stores or {}
+    labels = {r: " and ".join([*(stores[r].label for _ in [0] if r in stores), *(c.label for c in hs)])
+              for r, hs in heads.items()}
     groups: dict[str, list[int]] = {}
     for r in sorted(labels):
         groups.setdefault(labels[r], []).append(r)
@@ -349,8 +476,24 @@ def rank_snapshot(answer: Mapping, rank: int | None = None) -> RankSnapshot:
         in_collective=stack_in_collective(stack), stack=tuple(_frame_text(f) for f in stack),
         pending=tuple(sorted(set(pending), key=lambda c: (c.group, c.p2p, c.seq, c.op))),
         completed=tuple(sorted(completed.items())), members=tuple(sorted(members.items())),
-        reliable=reliable, note=str(answer.get("error") or ""),
+        reliable=reliable, note=str(answer.get("error") or ""), store_wait=store_wait(answer.get("store_wait"), stack),
     )
+
+
+def store_wait(data: object, stack: object) -> StoreWait | None:
+    """The hook's ``store_wait`` (``{"form", "key", "ranks", "joined"}``) with the outermost
+    torch.distributed call of ``stack``; None when the answer names none it can be sure of."""
+    if not isinstance(data, Mapping) or data.get("form") not in _STORE_FORMS or not data.get("key"):
+        return None
+    ranks = data.get("ranks") if isinstance(data.get("ranks"), list) else []
+    ints = [as_int(r) for r in ranks]
+    if any(r is None for r in ints):
+        ints = []
+    frames = [f for f in (stack if isinstance(stack, list) else []) if isinstance(f, (list, tuple)) and len(f) >= 2]
+    calls = [str(f[1]) for f in frames
+             if str(f[0]).replace("\\", "/").endswith(_COLLECTIVE_FILES[0]) and str(f[1]) != "wrapper"]
+    return StoreWait(form=str(data["form"]), key=str(data["key"]), ranks=tuple(sorted(set(ints))),
+                     call=calls[-1] if calls else "", joined=as_int(data.get("joined")))
 
 
 def _read_dump(d: flightrec.Dump, pending: list[Collective], completed: dict[str, int],

@@ -11,8 +11,9 @@ For the Python stack, best first: the flight-recorder entry, the watchdog's "Sta
 the failed collective", ``stacks/pyspy.rank<R>.<tag>.txt``, ``stacks/rank<R>.pid<P>.txt``
 (faulthandler; both read by ``stacks``), tracebacks.  ``analyze`` folds it into one
 ``RankState`` per rank and a ``Signature``: where the ranks wait and the code they wait from,
-typed, with its one-line ``text``; ``hang_signature`` puts an early deadlock proof's waits
-ahead of the stacks'.  Standard library only: the tool that runs this has no torch.
+typed, with its one-line ``text``; ``hang_record`` makes the signature a run stores
+(``identity.HangSignature``): an early deadlock proof's waits and the stacks of the snapshot
+that proved it, else the evidence's.  Standard library only: the tool that runs this has no torch.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from pathlib import Path
 from . import flightrec
 from .deadlock import Proof
 from .flightrec import Entry, as_int
+from .hangsig import HangSignature, canonical_op
 from .outcome import rank_tagged
 from .rundir import RunDir, rank_of_log, read_tail
 from .stacks import Frame, faulthandler_threads, last_dump, main_thread, pyspy_threads
 
 SOURCES = ("flight-recorder", "watchdog", "py-spy", "faulthandler", "traceback")  # stacks
 _FACT_ORDER = ("flight-recorder", "watchdog", "traceback", "py-spy", "faulthandler")
-_PYSPY_TAGS = ("watchdog", "deadline", "idle", "quiet")  # latest evidence first
+_PYSPY_TAGS = ("deadlock", "watchdog", "deadline", "idle", "quiet")  # latest evidence first
 _LIBS = ("deepspeed", "transformers", "accelerate")
 _NOT_OWN = ("<stdlib>", "torch", "numpy", "triton", "typing_extensions", "_pytest", "pluggy")
 _LIB_PLUMBING = ("deepspeed/comm/", "deepspeed/utils/nvtx.py")  # collective and profiling wrappers
@@ -69,12 +71,59 @@ class Signature:
 
 
 def hang_signature(sig: Signature | None, proof: Proof | None) -> str:
-    """The signature of a hung run: the ranks' own account of where each waits (an early
-    deadlock proof's) ahead of the code they wait from (the stacks'), else the stacks' text;
-    "" with neither."""
+    """The signature of a hung run as one line (``hang_record``'s text)."""
+    return hang_record(sig, proof).text
+
+
+def hang_record(sig: Signature | None, proof: Proof | None) -> HangSignature:
+    """The signature of a hung run, typed: where each rank waits and the code it waits from.
+
+    With an early deadlock proof, both come from the proof: the ranks' own account of their
+    waits, and the main-thread stacks of the snapshot that proved it (never an older dump, e.g.
+    one taken while the ranks were still importing), else the stacks' of the run folder.
+    Without one, both come from the run folder's evidence (``analyze``).  The waits are the
+    canonical ops (``hangsig.canonical_op``) either way, so one deadlock has one signature."""
     if proof is None:
-        return sig.text if sig is not None else ""
-    return f"{proof.where} — {sig.stack}" if sig is not None and sig.stack else proof.where
+        if sig is None:
+            return HangSignature()
+        waits = tuple((s.rank, canonical_op(s.op)) for s in sig.ranks if s.op is not None)
+        return HangSignature(tuple(sorted(set(waits))), _lead_frames(sig.ranks), sig.text)
+    states = _proof_states(proof)
+    if any(own_frames(s.frames) for s in states):
+        stack, frames = _stack_text(states), _lead_frames(states)
+    elif sig is not None:  # a proof without stacks (none of its ranks' frames is the code under test)
+        stack, frames = sig.stack, _lead_frames(sig.ranks)
+    else:
+        stack, frames = "", ()
+    text = f"{proof.where} — {stack}" if stack else proof.where
+    return HangSignature(_proof_waits(proof), frames, text)
+
+
+def _proof_waits(proof: Proof) -> tuple[tuple[int, str], ...]:
+    waits = {(r, canonical_op(c.op)) for r, heads in proof.waits for c in heads}
+    waits |= {(r, canonical_op(w.call or w.form)) for r, w in proof.stores}
+    return tuple(sorted(waits))
+
+
+def _proof_states(proof: Proof) -> tuple[RankState, ...]:
+    """The proof's main-thread stacks ("file:function:line", innermost first) as rank states."""
+    states = []
+    for rank, stack in proof.stacks:
+        frames = []
+        for text in stack:
+            file, function, line = (text.rsplit(":", 2) + ["", ""])[:3] if text.count(":") >= 2 else (text, "?", "")
+            frames.append(Frame(function, file, as_int(line)))
+        states.append(RankState(rank, None, None, None, None, None, tuple(frames), ("deadlock proof",)))
+    return tuple(states)
+
+
+def _lead_frames(states: tuple[RankState, ...]) -> tuple[str, ...]:
+    """The call site of the signature's stack: the lead rank's own frames, 'file.py:function'."""
+    own = {s.rank: own_frames(s.frames) for s in states if own_frames(s.frames)}
+    if not own:
+        return ()
+    lead = max((s for s in states if s.rank in own), key=lambda s: (len(own_frames(s.frames, len(s.frames))), -s.rank))
+    return tuple(f"{_basename(f.file)}:{_short_function(f.function)}" for f in own[lead.rank])
 
 
 @dataclass(frozen=True)

@@ -18,30 +18,12 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from .hangsig import C10D_OPS, HangSignature, canonical_op
 from .model import Outcome, RegressOn, Verdict
 from .outcome import verdict
 
-# torch.distributed's function names -> the OpType names of the flight recorder and watchdog
-C10D_OPS = {
-    "all_reduce": "ALLREDUCE", "allreduce": "ALLREDUCE", "all_reduce_coalesced": "ALLREDUCE_COALESCED",
-    "broadcast": "BROADCAST", "reduce": "REDUCE", "all_gather": "ALLGATHER",
-    "all_gather_into_tensor": "_ALLGATHER_BASE", "_all_gather_base": "_ALLGATHER_BASE",
-    "all_gather_object": "ALLGATHER", "gather": "GATHER", "gather_object": "GATHER",
-    "reduce_scatter": "REDUCE_SCATTER", "reduce_scatter_tensor": "_REDUCE_SCATTER_BASE",
-    "_reduce_scatter_base": "_REDUCE_SCATTER_BASE", "scatter": "SCATTER", "scatter_object_list": "SCATTER",
-    "broadcast_object_list": "BROADCAST", "all_to_all": "ALLTOALL", "all_to_all_single": "ALLTOALL_BASE",
-    "barrier": "BARRIER", "monitored_barrier": "BARRIER", "send": "SEND", "recv": "RECV",
-    "isend": "SEND", "irecv": "RECV",
-}
-_OP_TYPES = frozenset(C10D_OPS.values()) | {"ALLTOALL_BASE", "COALESCED", "_ALLREDUCE_SPARSE"}
-
-
-def canonical_op(name: str) -> str:
-    """'all_reduce' -> 'ALLREDUCE', 'ALLREDUCE' -> 'ALLREDUCE'; an unknown name as given."""
-    if name in _OP_TYPES:
-        return name
-    return C10D_OPS.get(name.lower(), C10D_OPS.get(name, name))
-
+__all__ = ["C10D_OPS", "HangSignature", "Identity", "Rule", "canonical_op", "hang_form", "judge", "learn", "matches",
+           "normalise", "package_frames", "resolve", "same_names"]
 
 # ------------------------------------------------------------------ normalise
 
@@ -91,9 +73,10 @@ def same_names(a: str, b: str) -> bool:
 class Identity:
     kind: Outcome  # HANG or FAIL
     error: str  # the exception type ("RuntimeError"); "" for a hang or a death by signal
-    message: str  # normalised: the message of a FAIL, the hang_form of a HANG
+    message: str  # normalised: the message of a FAIL, the hang's form (HangSignature.form) of a HANG
     frames: tuple[str, ...] = ()  # "file.py:function", innermost first (package frames of a FAIL)
     shown: str = ""  # the reason as the run gave it, for the report
+    hang: HangSignature | None = None  # a HANG's waits, typed (what ``matches`` compares)
 
     def describe(self) -> str:
         """'FAIL RuntimeError: Output 0 of ... at engine.py:step' (a failure as the run gave
@@ -105,47 +88,42 @@ class Identity:
         return f"{self.kind.value.upper()} {what or '(no detail)'}{where}"
 
     def as_json(self) -> dict:
-        return {"kind": self.kind.value, "error": self.error, "message": self.message,
-                "frames": list(self.frames), "identity": self.describe(), "shown": self.shown}
+        out = {"kind": self.kind.value, "error": self.error, "message": self.message,
+               "frames": list(self.frames), "identity": self.describe(), "shown": self.shown}
+        return out | ({"hang": self.hang.to_json()} if self.hang is not None else {})
 
     @classmethod
     def from_json(cls, d: Mapping) -> Identity | None:
+        """From ``as_json``'s dict; a HANG recorded before its waits were typed gets them from its
+        message (the form, which reads as a signature's head)."""
         try:
-            return cls(Outcome(d["kind"]), str(d.get("error", "")), str(d.get("message", "")),
-                       tuple(str(f) for f in d.get("frames", ())), str(d.get("shown", "")))
+            kind = Outcome(d["kind"])
+            message = str(d.get("message", ""))
+            hang = HangSignature.from_json(d["hang"]) if "hang" in d else None
+            if kind is Outcome.HANG and hang is None:
+                hang = HangSignature.from_text(message)
+            return cls(kind, str(d.get("error", "")), message, tuple(str(f) for f in d.get("frames", ())),
+                       str(d.get("shown", "")), hang)
         except (KeyError, ValueError, TypeError):
             return None
 
 
 _ERROR = re.compile(r"^((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit|Warning)\w*):\s*(.*)$", re.S)
-_WAITS = re.compile(r"\branks? ([\d][\d,\-]*) (?:waits |wait )?in (?:the )?([A-Za-z_][\w]*)")
-_LINE_NO = re.compile(r":\d+\b")
-
-
 def hang_form(text: str) -> str:
     """Where each rank waits, in one form: 'rank 0 in ALLREDUCE, rank 1 in BARRIER', from the
-    head (before ' — ') of a hang signature of either rule; "" when it names no collective."""
-    head = text.split(" — ", 1)[0]
-    waits = []
-    for ranks, op in _WAITS.findall(head):
-        op = canonical_op(op)
-        if op in _OP_TYPES and (ranks, op) not in waits:
-            waits.append((ranks, op))
-    return ", ".join(f"rank{'s' if ',' in r or '-' in r else ''} {r} in {op}" for r, op in waits)
+    text of a hang signature of either rule as older records hold it; "" when it names no
+    collective.  A run of this dsbisect records its signature typed (``HangSignature``)."""
+    return HangSignature.from_text(text).form
 
 
-def _hang_frames(text: str) -> tuple[str, ...]:
-    if " — " not in text:
-        return ()
-    tail = text.split(" — ", 1)[1].split(" (", 1)[0]
-    return tuple(_LINE_NO.sub("", f.strip()) for f in tail.split(" ← ") if f.strip())
-
-
-def learn(outcome: Outcome, reason: str, signature: str = "", frames: tuple[str, ...] = ()) -> Identity | None:
-    """The identity of one run's failure, or None for a run that did not fail or hang."""
+def learn(outcome: Outcome, reason: str, signature: str = "", frames: tuple[str, ...] = (),
+          hang: HangSignature | None = None) -> Identity | None:
+    """The identity of one run's failure, or None for a run that did not fail or hang.  A hang's
+    is its typed signature (``hang``) where the run recorded one, else read from the text."""
     if outcome is Outcome.HANG:
         text = signature or reason
-        return Identity(Outcome.HANG, "", hang_form(text), _hang_frames(text), text)
+        h = hang if hang is not None else HangSignature.from_text(text)
+        return Identity(Outcome.HANG, "", h.form, h.frames, text, h)
     if outcome is not Outcome.FAIL:
         return None
     text = reason.strip()
@@ -162,8 +140,9 @@ def matches(learned: Identity, seen: Identity | None) -> bool:
     rank whose stack could not be read)."""
     if seen is None or seen.kind is not learned.kind:
         return False
-    if learned.kind is Outcome.HANG:  # where a rank's stack was not read, its clause is missing
-        a, b = set(learned.message.split(", ")) - {""}, set(seen.message.split(", ")) - {""}
+    if learned.kind is Outcome.HANG:  # where a rank's stack was not read, its wait is missing
+        a, b = (set(i.hang.waits) if i.hang is not None else set(HangSignature.from_text(i.message).waits)
+                for i in (learned, seen))
         return not a or not b or a <= b or b <= a
     if learned.error != seen.error:
         return False

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from .identity import Identity, Rule, judge, learn
+from .identity import HangSignature, Identity, Rule, judge, learn
 from .inputs import Inputs
 from .model import Outcome, Point, RegressOn, RunStatus, Verdict
 
@@ -141,7 +141,7 @@ class Evidence(_Keyed):
         "manual": (str,), "note": (str,), "files": (list,), "notes": (list,), "taken": (list,),
         "survivors": (list,), "pids": (list,), "peak_rss": (int,), "hang_detected_after_s": _NUM,
         "oom": (dict,), "error_frames": (list,), "escaped": (list,), "shm_removed": (list,),
-        "skip_cause": (str,)}
+        "skip_cause": (str,), "hang": (dict,)}
     manual: str | None = None
     note: str | None = None
     files: tuple[str, ...] | None = None
@@ -156,6 +156,7 @@ class Evidence(_Keyed):
     escaped: tuple[int, ...] | None = None
     shm_removed: tuple[str, ...] | None = None
     skip_cause: SkipCause | None = None  # a SKIP recorded by this dsbisect or a later one
+    hang: Mapping[str, Any] | None = None  # a HANG's signature, typed (identity.HangSignature.to_json)
 
     @classmethod
     def _read(cls, key: str, value: Any) -> Any:
@@ -288,7 +289,9 @@ class RunRecord:
         the innermost frames of its traceback in the package under test)."""
         if self.outcome is None:
             return None
-        return learn(self.outcome, self.reason, self.signature, tuple(str(f) for f in self.evidence.listed("error_frames")))
+        hang = HangSignature.from_json(self.evidence.hang) if self.evidence.hang is not None else None
+        frames = tuple(str(f) for f in self.evidence.listed("error_frames"))
+        return learn(self.outcome, self.reason, self.signature, frames, hang)
 
     def verdict(self, regress_on: RegressOn | Rule, signature: str | None = None,
                 learned: Identity | None = None) -> Verdict:

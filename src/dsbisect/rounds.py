@@ -97,6 +97,8 @@ class Rounds:
             "text": proof.text, "rule": proof.rule, "at": round(proof.at, 2), "requests": list(found.requests),
             "wall_time": time.time(), "gone": list(proof.gone),
             "waits": {str(r): [c.label for c in heads] for r, heads in proof.waits},
+            "store_waits": {str(r): {"label": w.label, "key": w.key, "ranks": list(w.ranks), "joined": w.joined}
+                            for r, w in proof.stores},
             "snapshots": [{"request": n, "at": round(snap.at, 2),
                            "ranks": {str(s.rank): s.describe() for s in snap.ranks}}
                           for n, snap in zip(found.requests, found.snapshots)],

@@ -39,7 +39,7 @@ from . import eta, facts, memory, multinode, proc, reaper
 from .envs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from .errors import DiskFull, EnvBuildError, Interrupted, StoreError, signal_of
 from .evidence import Capture
-from .forensics import analyze, hang_signature
+from .forensics import analyze, hang_record
 from .launch import LaunchResult, LaunchSpec, free_port, launch
 from .launchers import Ranks, Target, line_for, plan
 from .model import (
@@ -690,7 +690,8 @@ def _evidence(outcome: Outcome, run: RunDir, capture: Capture, result: LaunchRes
     sig = analyze(run.path)
     if sig is not None:
         evidence = evidence.noted(*sig.notes)
-    return hang_signature(sig, result.proof), evidence
+    hang = hang_record(sig, result.proof)
+    return hang.text, evidence | Evidence.of(hang=hang.to_json())
 
 
 def _how_it_ended(outcome: Outcome, result: LaunchResult) -> str:

@@ -76,6 +76,18 @@ variables are set, and it never raises.
   ``pg_config`` names the default group ``""`` (ranks ``"[0, 1]"``), not ``"0"`` as its
   entries do.  The main thread's innermost frame while blocked was
   ``torch/distributed/distributed_c10d.py`` ``all_reduce`` / ``barrier`` (``work.wait()``).
+
+  Waits on the c10d store have no recorder entry; the answer's ``store_wait`` says what the
+  main thread's innermost frame waits for, from its locals (``_store_wait``).  Measured on
+  torch 2.13.0+cpu: ``new_group(backend="gloo")`` while another rank is elsewhere blocks in
+  ``_new_process_group_helper`` (gloo's rendezvous; locals ``group_name``,
+  ``global_ranks_in_group``); with TORCH_DIST_INIT_BARRIER=1 and the group built, in
+  ``_store_based_barrier`` (``store_key``, ``rendezvous_count``; ``store.clone().add(key, 0)``
+  read the counter in 1 ms while the rank's own client was busy in its wait);
+  ``monitored_barrier`` in ``monitored_barrier`` (``group_to_use``).  Where the world group is
+  bound to a device (``init_process_group(device_id=...)``, DeepSpeed >= 0.17.3 on CUDA), a new
+  NCCL group is split from the world's communicator (local ``split_from``), which every world
+  rank must join, members of the new group or not (read from torch 2.13's source; no GPU here).
 """
 
 import os
@@ -286,7 +298,16 @@ def _fr_answer(folder, n):
     import json
     import time
 
-    out = {"n": n, "rank": rank, "pid": os.getpid(), "time": time.time(), "stack": _main_stack()}
+    import threading
+
+    frame = sys._current_frames().get(threading.main_thread().ident)  # one look: the stack and its wait agree
+    out = {"n": n, "rank": rank, "pid": os.getpid(), "time": time.time(), "stack": _main_stack(frame)}
+    try:
+        wait = _store_wait(dist, frame)
+    except Exception as e:  # noqa: BLE001 - reported in the answer
+        wait = {"error": f"{type(e).__name__}: {e}"}
+    if wait:
+        out["store_wait"] = wait
     try:
         out["world_size"] = dist.get_world_size()
         out["backend"] = str(dist.get_backend())
@@ -306,16 +327,73 @@ def _fr_answer(folder, n):
     return True
 
 
-def _main_stack():
-    """The main thread's Python frames, innermost first: [file, function, line]."""
-    import threading
-
-    frame = sys._current_frames().get(threading.main_thread().ident)
+def _main_stack(frame):
+    """The main thread's Python frames from ``frame`` (its innermost), innermost first: [file, function, line]."""
     frames = []
     while frame is not None and len(frames) < 80:
         frames.append([frame.f_code.co_filename, frame.f_code.co_name, frame.f_lineno])
         frame = frame.f_back
     return frames
+
+
+_C10D = os.path.join("torch", "distributed", "distributed_c10d.py")
+_ELASTIC_STORE = os.path.join("torch", "distributed", "elastic", "utils", "store.py")
+_STORE_WAITS = {  # (file, function) of the innermost frame of a wait on the c10d store -> form
+    (_C10D, "_new_process_group_helper"): "new_group",
+    (_C10D, "_store_based_barrier"): "store_barrier",
+    (_C10D, "monitored_barrier"): "monitored_barrier",
+    (_ELASTIC_STORE, "barrier"): "elastic_barrier",
+    (_ELASTIC_STORE, "get_all"): "elastic_barrier",
+}
+
+
+def _store_wait(dist, frame):
+    """What the main thread waits for on the c10d store, read from its innermost frame's locals:
+    a process group's construction (gloo's connection rendezvous, NCCL's eager init), the store
+    barrier of ``init_process_group``/``new_group``, ``monitored_barrier``, torch.distributed.elastic's
+    store barrier.  {"form", "key", "ranks" (global ranks that must come, [] unknown), "count",
+    "joined" (the barrier's counter, read through a clone of the store), "function"}; None when
+    the main thread (``frame``: its innermost frame) is in none of them."""
+    if frame is None:
+        return None
+    name = os.path.normpath(frame.f_code.co_filename)
+    form = next((f for (file, fn), f in _STORE_WAITS.items()
+                 if frame.f_code.co_name == fn and name.endswith(file)), None)
+    if form is None:
+        return None
+    loc = frame.f_locals
+    out = {"form": form, "function": frame.f_code.co_name, "key": "", "ranks": [], "count": None, "joined": None}
+    if form == "new_group":
+        out["key"] = f"pg:{loc.get('group_name')}"
+        out["ranks"] = [int(r) for r in loc.get("global_ranks_in_group") or []]
+        if loc.get("split_from") is not None:  # ncclCommSplit of the world's communicator: every rank takes part
+            out["ranks"] = list(range(dist.get_world_size()))
+    elif form == "monitored_barrier":
+        group = loc.get("group_to_use")
+        if group is not None:
+            out["key"] = f"monitored_barrier:{getattr(group, 'group_name', '')}"
+            out["ranks"] = [int(r) for r in dist.get_process_group_ranks(group)]
+    else:
+        key = loc.get("store_key") if form == "store_barrier" else loc.get("key_prefix")
+        count = loc.get("rendezvous_count") if form == "store_barrier" else loc.get("world_size")
+        out["key"], out["count"] = str(key or ""), count if isinstance(count, int) else None
+        if out["count"] == dist.get_world_size():
+            out["ranks"] = list(range(out["count"]))
+        if form == "store_barrier" and key:
+            out["joined"] = _store_count(loc.get("store"), key)
+    return out
+
+
+def _store_count(store, key):
+    """The counter ``key`` of the store, through a new connection (the rank's own client is busy in
+    its wait); None where the store cannot be cloned."""
+    clone = getattr(store, "clone", None)
+    if clone is None:
+        return None
+    try:
+        return int(clone().add(key, 0))
+    except Exception:  # noqa: BLE001 - a fact left out
+        return None
 
 
 def _fr_dumps(c10d):
