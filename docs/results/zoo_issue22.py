@@ -1,0 +1,140 @@
+"""Issue 22 in the zoo, before and after: builds zoo-issue22.md from dsbisect's own JSON.
+
+    python docs/results/zoo_issue22.py          # writes docs/results/zoo-issue22.md
+
+Per case, "before" is the table's run (``zoo-runs/<case>.json`` and its ``.meta.json``: a
+dsbisect from before issue 22, where any failure counted as bad and no revert proof ran) and
+"after" the re-run of the same command by a dsbisect with issue 22 in it
+(``zoo-runs/<case>.issue22.json``, made by ``zoo_table.py --run CASE --suffix issue22``).  Every
+figure is read from those files: the verdict, the releases and the commit, the runs (the sum of
+each step's ``runs``), the wall time (the meta's ``seconds``), the failures that differ from the
+bad end's (before: a step counted on the regression's side whose reason names another exception
+type than the regressed end's; after: dsbisect's ``different`` lines), the learned identity
+(``regression.identity``) and the revert proof (``proof``, in dsbisect's own words).
+A case not re-run yet is listed as such.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RUNS = HERE / "zoo-runs"
+sys.path.insert(0, str(HERE.parent.parent / "src"))
+
+from dsbisect.proof import Proof  # noqa: E402  (the proof's sentence, as the report prints it)
+
+CASES = ["accelerate_main_process_first", "ds_bf16_zero0_grad_scale", "ds_pipe_backward_zero0",
+         "ds_bf16_zero1_ga_leak", "ds_pipe_ga_scaling", "ds_zero2_cpu_flatten_inplace"]
+TRUTHS = [HERE / "zoo-truth-hf.json", HERE / "zoo-truth-deepspeed.json"]
+
+
+def _load(name: str) -> tuple[dict | None, dict | None]:
+    out, meta = RUNS / f"{name}.json", RUNS / f"{name}.meta.json"
+    return (json.loads(out.read_text()) if out.exists() else None,
+            json.loads(meta.read_text()) if meta.exists() else None)
+
+
+def _truths() -> dict[str, dict]:
+    found = {}
+    for path in TRUTHS:
+        for entry in json.loads(path.read_text()):
+            found[entry["case"]] = entry
+    return found
+
+
+def _exc(detail: str) -> str:
+    return detail.split(":", 1)[0].strip() if detail else ""
+
+
+def _answer(res: dict) -> str:
+    text = f"{res['verdict']} {res.get('last_good')} → {res.get('first_bad')}"
+    commit = res.get("commit") or {}
+    if commit.get("first_bad"):
+        text += f", commit {commit['first_bad'][:10]} ({commit.get('subject', '')})"
+    return text
+
+
+def _runs(res: dict) -> int:
+    return sum(int(s.get("runs") or 0) for s in res["steps"])
+
+
+def _counted_unrelated(res: dict) -> list[str]:
+    """Before issue 22: steps counted bad (broken) with another exception type than the broken
+    end's own failure (the bad end; in a fix search, the GOOD argument, the end still broken)."""
+    side = "bad"
+    end = res["good"] if res.get("mode") == "find-fix" else res["bad"]
+    ends = [s for s in res["steps"] if s["stage"] == "release" and s["version"] == end and s.get("detail")]
+    if not ends:
+        return []
+    want = _exc(ends[0]["detail"])
+    out = []
+    for s in res["steps"]:
+        if s["verdict"] == side and s.get("outcome") == "fail" and _exc(s.get("detail", "")) not in ("", want):
+            where = s["commit"][:10] if s.get("commit") else s["version"]
+            out.append(f"{where} counted {side}: {s['detail']}")
+    return out
+
+
+def _proof_line(res: dict) -> str:
+    if not res.get("proof"):
+        return "none (no exact first commit)" if not (res.get("commit") or {}).get("first_bad") else "none"
+    proof = Proof.from_json(res["proof"], find_fix=res.get("mode") == "find-fix")
+    return f"{proof.describe()} (verdict `{proof.verdict.value}`)"
+
+
+def _proof_seconds(res: dict) -> float:
+    return round(sum(float(s.get("seconds") or 0) for s in res["steps"] if s["stage"] == "prove"), 1)
+
+
+def _case(name: str, truth: dict) -> list[str]:
+    before, bmeta = _load(name)
+    after, ameta = _load(f"{name}.issue22")
+    t = truth["truth"]
+    lines = [f"## {name}", "",
+             f"Truth: {t['last_good']} → {t['first_bad']}" + (f", commit {t['commit'][:10]}" if t.get("commit") else "")
+             + f" ({truth['source']}).", ""]
+    if before and bmeta:
+        unrelated = _counted_unrelated(before)
+        lines += ["**Before** (dsbisect " + bmeta["dsbisect_commit"][:7] + f", {bmeta['date']}): "
+                  f"`{bmeta['command']}`", "",
+                  f"- verdict: {_answer(before)}",
+                  f"- runs: {_runs(before)}, wall time {bmeta['seconds']:.0f} s, exit {bmeta['exit_code']}",
+                  "- a failure other than the regression's, counted: "
+                  + ("; ".join(f"`{u}`" for u in unrelated) if unrelated else "none"),
+                  "- revert proof: none (the dsbisect of that run had none)", ""]
+    if not (after and ameta):
+        return lines + ["**After**: not re-run in this session.", ""]
+    different = after.get("different") or []
+    reg = after.get("regression") or {}
+    lines += ["**After** (dsbisect " + ameta["dsbisect_commit"][:7] + f", {ameta['date']}): "
+              f"`{ameta['command']}`" + (" (interrupted)" if ameta.get("interrupted") else ""), "",
+              f"- verdict: {_answer(after)}",
+              f"- the regression: `{reg.get('identity', '')}` (learned from {reg.get('learned_from')}, "
+              f"rule `{after.get('regress_on')}`, asked `{reg.get('asked')}`)",
+              "- failed differently: " + ("; ".join(f"`{d}`" for d in different) if different else "none"),
+              f"- revert proof: {_proof_line(after)}"
+              + (f" ({_proof_seconds(after):.0f} s)" if after.get("proof") else ""),
+              f"- runs: {_runs(after)}, wall time {ameta['seconds']:.0f} s, exit {ameta['exit_code']}", ""]
+    return lines
+
+
+def build() -> str:
+    truths = _truths()
+    out = ["# Issue 22 in the zoo: before and after", "",
+           "Generated by `python docs/results/zoo_issue22.py` from dsbisect's own `--format json` output "
+           "(`zoo-runs/<case>.json`: the table's run; `zoo-runs/<case>.issue22.json`: the same command "
+           "re-run by a dsbisect with issue 22's features: the bad end's failure is the regression, "
+           "a probe that fails differently is stepped around and named, the revert proof after the "
+           "commit step). Runs are the sum of every step's runs; wall time is the whole command's. "
+           "Both on this project's 2-CPU machine, shared with other work (so wall times vary with its load).",
+           ""]
+    for name in CASES:
+        out += _case(name, truths[name])
+    return "\n".join(out).rstrip() + "\n"
+
+
+if __name__ == "__main__":
+    (HERE / "zoo-issue22.md").write_text(build())
