@@ -105,6 +105,8 @@ def _case(name: str, truth: dict) -> list[str]:
                   "- a failure other than the regression's, counted: "
                   + ("; ".join(f"`{u}`" for u in unrelated) if unrelated else "none"),
                   "- revert proof: none (the dsbisect of that run had none)", ""]
+    if not after and ameta and ameta.get("interrupted"):
+        return lines + _interrupted(name, ameta)
     if not (after and ameta):
         return lines + ["**After**: not re-run in this session.", ""]
     different = after.get("different") or []
@@ -119,6 +121,34 @@ def _case(name: str, truth: dict) -> list[str]:
               + (f" ({_proof_seconds(after):.0f} s)" if after.get("proof") else ""),
               f"- runs: {_runs(after)}, wall time {ameta['seconds']:.0f} s, exit {ameta['exit_code']}", ""]
     return lines
+
+
+def _interrupted(name: str, ameta: dict) -> list[str]:
+    """A re-run stopped at its limit: dsbisect wrote no result; the store's record of its steps
+    (``zoo-runs/<case>.issue22.partial.json``) says what it had done."""
+    head = ["**After** (dsbisect " + ameta["dsbisect_commit"][:7] + f", {ameta['date']}): "
+            f"`{ameta['command']}`: **stopped with Ctrl-C at its {ameta['limit_minutes']:.0f}-minute limit** "
+            f"({ameta['seconds']:.0f} s, exit {ameta['exit_code']}): no verdict.", ""]
+    part = RUNS / f"{name}.issue22.partial.json"
+    if not part.exists():
+        return head + ["- the store's record of its steps was not kept", ""]
+    rec = json.loads(part.read_text())
+    steps = rec["steps"]
+    skipped = [s for s in steps if s["verdict"] == "skip" and s.get("outcome") == "fail"]
+    counted = [s for s in steps if s["verdict"] == "bad" and s.get("outcome") == "fail"]
+    reasons = sorted({s["detail"] for s in skipped})
+    reg = rec.get("regression") or {}
+    rel = [s for s in steps if s["stage"] == "release"]
+    return head + [
+        f"- the regression: `{reg.get('identity', '')}` (rule `{rec.get('regress_on')}`)",
+        "- releases: " + ", ".join(f"{s['version']} {s['verdict']}" for s in rel),
+        f"- steps so far (the store's record, `zoo-runs/{name}.issue22.partial.json`): {len(steps)} points, "
+        f"{_runs(rec)} runs; counted bad: {len(counted)}, all with the regression's failure"
+        if all(s["detail"].split(":")[0] == reg.get("error") for s in counted) else
+        f"- steps so far: {len(steps)} points, {_runs(rec)} runs",
+        f"- failed differently, stepped around (not counted): {len(skipped)} commits, "
+        + ", ".join(s["commit"][:10] for s in skipped) + (f" — all `{reasons[0]}`" if len(reasons) == 1 else ""),
+        ""]
 
 
 def build() -> str:
