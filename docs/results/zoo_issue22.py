@@ -30,6 +30,34 @@ CASES = ["accelerate_main_process_first", "ds_bf16_zero0_grad_scale", "ds_pipe_b
          "ds_bf16_zero1_ga_leak", "ds_pipe_ga_scaling", "ds_zero2_cpu_flatten_inplace"]
 TRUTHS = [HERE / "zoo-truth-hf.json", HERE / "zoo-truth-deepspeed.json"]
 
+# What happened beyond what the outputs say (written after reading the runs' logs and the store).
+NOTES: dict[str, str] = {
+    "accelerate_main_process_first":
+        "Positions on the 72 first-parent commits from the merge base b51b78ffb7 to v0.17.0 (1 = oldest): "
+        "the culprit a60640d4fa is 7, 38fd30e764 (#1079) is 36, the middle. From commit 25 (4e1816d7, #1071: "
+        "`Accelerator`'s methods decorated with `on_main_process`, which builds a `PartialState()` when "
+        "accelerator.py is imported) importing accelerate calls `torch.cuda.set_device` under a launcher's "
+        "LOCAL_RANK, and a CPU-only torch has no `_cuda_setDevice`: the commits the re-run stepped around "
+        "are 31-41, each failing so at import. The search's next probe after a skip is the untested point "
+        "nearest the middle, so it walks outwards one commit at a time until it leaves that run of commits; "
+        "the before-run counted 36 bad and went straight on (18, 9, ...). Not measured: how far the run of "
+        "failing commits goes (v0.17.0's own tip, 72, fails with the regression's AssertionError).",
+    "ds_bf16_zero0_grad_scale":
+        "Two attempts, neither finished, no revert proof reached. Attempt 1 (811 s): the broken end 0.18.3 "
+        "failed with the regression's GradScaleError in 519 s (run 1: the JIT build of DeepSpeed's shm op "
+        "under a load average of 13-28 on the 2 cores), then it was stopped to run the accelerate case "
+        "first. Attempt 2 (649 s) put ccache first on PATH (masquerading as c++, base_dir the venv root) so "
+        "that every later point's JIT build would be a cache hit; that changed PATH and added CCACHE_* "
+        "variables, so run 1 was not reused (`recorded run 1 is for other inputs: CCACHE_BASEDIR set, ... "
+        "PATH changed`), and torch (which prepends ccache when it finds one) rebuilt the op in 0.18.3's venv: "
+        "the run passed its 600 s wall timeout (run 18, `hang`). Stopped: with about 11 runs of 5-10 min each "
+        "left, the case could not finish in the session.",
+}
+NOT_STARTED = ("Not started: at the load this session's machine had (load average 20-39 on 2 cores from "
+               "eight helpers' work), each DeepSpeed point took 5-10 min (its venv's JIT build of the shm "
+               "op, then the run), about an hour a case, and the one attempt made "
+               "(ds_bf16_zero0_grad_scale) did not finish.")
+
 
 def _load(name: str) -> tuple[dict | None, dict | None]:
     out, meta = RUNS / f"{name}.json", RUNS / f"{name}.meta.json"
@@ -90,6 +118,13 @@ def _proof_seconds(res: dict) -> float:
 
 
 def _case(name: str, truth: dict) -> list[str]:
+    lines = _before_after(name, truth)
+    if name in NOTES:
+        lines += [f"Note: {NOTES[name]}", ""]
+    return lines
+
+
+def _before_after(name: str, truth: dict) -> list[str]:
     before, bmeta = _load(name)
     after, ameta = _load(f"{name}.issue22")
     t = truth["truth"]
@@ -108,7 +143,7 @@ def _case(name: str, truth: dict) -> list[str]:
     if not after and ameta and ameta.get("interrupted"):
         return lines + _interrupted(name, ameta)
     if not (after and ameta):
-        return lines + ["**After**: not re-run in this session.", ""]
+        return lines + ["**After**: " + NOT_STARTED, ""]
     different = after.get("different") or []
     reg = after.get("regression") or {}
     lines += ["**After** (dsbisect " + ameta["dsbisect_commit"][:7] + f", {ameta['date']}): "
@@ -127,11 +162,17 @@ def _interrupted(name: str, ameta: dict) -> list[str]:
     """A re-run stopped at its limit: dsbisect wrote no result; the store's record of its steps
     (``zoo-runs/<case>.issue22.partial.json``) says what it had done."""
     head = ["**After** (dsbisect " + ameta["dsbisect_commit"][:7] + f", {ameta['date']}): "
-            f"`{ameta['command']}`: **stopped with Ctrl-C at its {ameta['limit_minutes']:.0f}-minute limit** "
-            f"({ameta['seconds']:.0f} s, exit {ameta['exit_code']}): no verdict.", ""]
+            f"`{ameta['command']}`: **stopped with Ctrl-C, no verdict** "
+            f"({ameta['seconds']:.0f} s in all, exit {ameta['exit_code']}).", ""]
+    limit = float(ameta["limit_minutes"]) * 60
+    attempts = ameta.get("attempts") or [ameta]
+    head += ["- attempts: " + "; ".join(
+        f"{a['seconds']:.0f} s, exit {a['exit_code']}"
+        + ((" (stopped at the limit)" if a["seconds"] >= limit else " (stopped by hand)") if a.get("interrupted") else "")
+        for a in attempts)]
     part = RUNS / f"{name}.issue22.partial.json"
     if not part.exists():
-        return head + ["- the store's record of its steps was not kept", ""]
+        return head + ["- the store holds no step of it that the search had finished (see the note)", ""]
     rec = json.loads(part.read_text())
     steps = rec["steps"]
     skipped = [s for s in steps if s["verdict"] == "skip" and s.get("outcome") == "fail"]
