@@ -34,14 +34,17 @@ TRUTHS = [HERE / "zoo-truth-hf.json", HERE / "zoo-truth-deepspeed.json"]
 NOTES: dict[str, str] = {
     "accelerate_main_process_first":
         "Positions on the 72 first-parent commits from the merge base b51b78ffb7 to v0.17.0 (1 = oldest): "
-        "the culprit a60640d4fa is 7, 38fd30e764 (#1079) is 36, the middle. From commit 25 (4e1816d7, #1071: "
-        "`Accelerator`'s methods decorated with `on_main_process`, which builds a `PartialState()` when "
-        "accelerator.py is imported) importing accelerate calls `torch.cuda.set_device` under a launcher's "
-        "LOCAL_RANK, and a CPU-only torch has no `_cuda_setDevice`: the commits the re-run stepped around "
-        "are 31-41, each failing so at import. The search's next probe after a skip is the untested point "
-        "nearest the middle, so it walks outwards one commit at a time until it leaves that run of commits; "
-        "the before-run counted 36 bad and went straight on (18, 9, ...). Not measured: how far the run of "
-        "failing commits goes (v0.17.0's own tip, 72, fails with the regression's AssertionError).",
+        "the culprit a60640d4fa is 7, 38fd30e764 (#1079) is 36, the middle. From 24 (5a2cb3b5e3, #1070: "
+        "`@on_main_process` on `Accelerator`'s methods builds a `PartialState()` when accelerator.py is "
+        "imported) importing accelerate under a launcher's LOCAL_RANK calls `torch.cuda.set_device`, and a "
+        "CPU-only torch has no `_cuda_setDevice`. After a skip the search probes the untested point nearest "
+        "the middle, so it walked outwards one commit at a time (35, 37, 34, 38, ... 24, 48): all 25 commits "
+        "24-48 failed so, at import, and none was counted; 23 failed with the regression's AssertionError, "
+        "and the search went on below it (11, 5, 8, 6, 7). The before-run had counted 36 bad and gone "
+        "straight on. The revert proof conflicts: a60640d4fa's lines were rewritten by the 65 commits after "
+        "it. The re-run was stopped once at its 30-minute limit (14 runs) and resumed (its 14 runs reused): "
+        "the wall time is the sum. Its JSON names the different failure's frames "
+        "(`at accelerate/state.py:__init__ ← accelerate/accelerator.py:on_main_process`).",
     "ds_bf16_zero0_grad_scale":
         "Two attempts, neither finished, no revert proof reached. Attempt 1 (811 s): the broken end 0.18.3 "
         "failed with the regression's GradScaleError in 519 s (run 1: the JIT build of DeepSpeed's shm op "
@@ -106,6 +109,16 @@ def _counted_unrelated(res: dict) -> list[str]:
     return out
 
 
+def _grouped(different: list[str]) -> str:
+    """dsbisect's lines, those that differ only in the point named once with the points listed."""
+    groups: dict[str, list[str]] = {}
+    for line in different:
+        point, _, rest = line.partition(" ")
+        groups.setdefault(rest, []).append(point)
+    return "; ".join(f"`{pts[0]} {rest}`" if len(pts) == 1 else
+                     f"{len(pts)} points ({', '.join(pts)}), each `<point> {rest}`" for rest, pts in groups.items())
+
+
 def _proof_line(res: dict) -> str:
     if not res.get("proof"):
         return "none (no exact first commit)" if not (res.get("commit") or {}).get("first_bad") else "none"
@@ -151,9 +164,9 @@ def _before_after(name: str, truth: dict) -> list[str]:
               f"- verdict: {_answer(after)}",
               f"- the regression: `{reg.get('identity', '')}` (learned from {reg.get('learned_from')}, "
               f"rule `{after.get('regress_on')}`, asked `{reg.get('asked')}`)",
-              "- failed differently: " + ("; ".join(f"`{d}`" for d in different) if different else "none"),
+              "- failed differently: " + (_grouped(different) if different else "none"),
               f"- revert proof: {_proof_line(after)}"
-              + (f" ({_proof_seconds(after):.0f} s)" if after.get("proof") else ""),
+              + (f" ({_proof_seconds(after):.0f} s)" if _proof_seconds(after) else ""),
               f"- runs: {_runs(after)}, wall time {ameta['seconds']:.0f} s, exit {ameta['exit_code']}", ""]
     return lines
 
