@@ -103,3 +103,40 @@ def test_lookahead_names_both_possible_next_probes():
     # k-ary: every monotone answer of the picks.
     ahead = lookahead(0, 20, {0: Side.OLD, 20: Side.NEW}, [7, 14], width=2)
     assert {i for i in ahead} >= set(next_probes(0, 7, {0: Side.OLD, 7: Side.NEW, 14: Side.NEW, 20: Side.NEW}, 2))
+
+
+def test_a_block_of_skips_around_the_middle_is_left_in_few_probes():
+    """25 commits in a row that fail differently (stepped around), the boundary well outside
+    them: the walk out of the block doubles its step (zoo's accelerate_main_process_first had 25
+    such commits, and the nearest-to-the-middle rule tested them one at a time)."""
+    for first in (5, 8, 52, 55):
+        sides = [O] * first + [N] * (60 - first)
+        for i in range(18, 43):
+            sides[i] = S if 0 < i < 59 else sides[i]
+        result, asked = run(sides)
+        assert result.first_new == linear(sides) and result.exact
+        skipped = [i for i in asked if sides[i] is S]
+        assert len(skipped) <= 10, (first, asked)  # the nearest-to-the-middle walk: 24-25
+        assert len(asked) <= 15, (first, asked)  # it asked 29-31
+
+
+def test_after_an_answer_the_probe_goes_back_to_the_middle():
+    from dsbisect.search import skip_offset
+
+    assert skip_offset({}) == 0
+    assert skip_offset({5: S}) == 1
+    assert skip_offset({5: S, 6: S}) == -2
+    assert skip_offset({5: S, 6: S, 3: S}) == 4
+    assert skip_offset({5: S, 6: S, 3: S, 9: S}) == -8
+    assert skip_offset({5: S, 6: S, 8: O}) == 0
+    assert next_probes(0, 20, {10: S}) == [11]
+    assert next_probes(0, 20, {10: S, 11: S}) == [8]
+    assert next_probes(0, 20, {10: S}, jump=False) in ([9], [11])
+
+
+@given(monotone_with_skips(), st.integers(1, 4))
+@settings(max_examples=300, deadline=None)
+def test_jumping_never_asks_more_than_every_point_once(sides, width):
+    result, asked = run(sides, width)
+    assert result.first_new == linear(sides)
+    assert len(asked) <= len(sides) - 2

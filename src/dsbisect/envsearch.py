@@ -305,7 +305,7 @@ def _spread(gaps: list[tuple[int, int]], known: dict[int, Side], width: int) -> 
             break
         best = max(open_, key=lambda i: ((gaps[i][1] - gaps[i][0]) / (share[i] + 1), -i))
         share[best] += 1
-    picks = [k for (a, b), j in zip(gaps, share) if j for k in next_probes(a, b, known, j)]
+    picks = [k for (a, b), j in zip(gaps, share) if j for k in next_probes(a, b, known, j, jump=False)]
     return sorted(set(picks))
 
 

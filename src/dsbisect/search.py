@@ -2,9 +2,12 @@
 
 ``points[0]`` is known to behave like the *old* end and ``points[-1]`` like the *new*
 end (a regression: old = good, new = bad; a fix: old = bad, new = good).  A probe that
-answers SKIP (untestable) is stepped around as git bisect does: the next probe is the
-untested point nearest the middle.  If skips are left between the last old and the first
-new point, any of them may be where the change happened: the answer is a range.
+answers SKIP (untestable, or a failure that is not the regression) is stepped around: the
+next probe moves away from the middle by 1, 2, 4, 8… points, on alternate sides, as the skips
+in a row grow (the nearest untested point to the middle each time would walk a block of 25
+untestable commits one at a time: 25 runs where this takes about 6); the first answer that is
+not a skip brings the probe back to the middle.  If skips are left between the last old and the
+first new point, any of them may be where the change happened: the answer is a range.
 
 ``width`` > 1 probes several points per round (one per free GPU slice): the points that
 split the remaining range into ``width + 1`` parts, as a k-ary search.
@@ -58,18 +61,34 @@ def search(n: int, probe: Callable[[Sequence[int]], Sequence[Side]], width: int 
     return Search(lo, hi, maybe, tuple(order))
 
 
-def next_probes(lo: int, hi: int, known: dict[int, Side], width: int = 1) -> list[int]:
-    """Up to ``width`` untested indices strictly between ``lo`` and ``hi``, spread evenly."""
+def next_probes(lo: int, hi: int, known: dict[int, Side], width: int = 1, jump: bool = True) -> list[int]:
+    """Up to ``width`` untested indices strictly between ``lo`` and ``hi``, spread evenly; after
+    skips in a row (``known`` in the order asked), moved away from the spot (skip_offset)."""
     free = [i for i in range(lo + 1, hi) if i not in known]
     if not free:
         return []
     width = max(1, min(width, len(free)))
+    offset = skip_offset(known) if jump else 0
     picks: list[int] = []
     for k in range(1, width + 1):
-        target = lo + (hi - lo) * k / (width + 1)
+        target = lo + (hi - lo) * k / (width + 1) + offset
         best = min((i for i in free if i not in picks), key=lambda i: (abs(i - target), i))
         picks.append(best)
     return sorted(picks)
+
+
+def skip_offset(known: dict[int, Side]) -> int:
+    """How far from the middle the next probe goes: 0 after an answer, then +1, -2, +4, -8… as
+    the answers asked last (``known``'s order) are skips in a row."""
+    streak = 0
+    for side in reversed(list(known.values())):
+        if side is not Side.SKIP:
+            break
+        streak += 1
+    if streak == 0:
+        return 0
+    step = 2 ** (streak - 1)
+    return step if streak % 2 else -step
 
 
 def _narrow(lo: int, hi: int, known: dict[int, Side]) -> tuple[int, int]:
