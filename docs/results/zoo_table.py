@@ -303,7 +303,7 @@ EARLIER_RUNS: dict[str, tuple[str, str]] = {
 # Supplementary runs this table knows (zoo-runs/<case>.<suffix>.json); files with other suffixes
 # (other sessions' before/after re-runs, proofs) are not read.
 KNOWN_SUFFIXES = ("first-run", "attempt1", "find-fix", "signature", "any-failure", "include-yanked",
-                  "release-level")
+                  "release-level", "narrow")
 # Issue 24 was filed after this commit (the end of the session whose zoo it describes: "13 of 17
 # cases run, 12 matched"; the next commit on main is 15 hours later) and before any of its work.
 ISSUE24_AFTER = "80d1cb732a6ef1891efe9d657b75503ba57fd89a"
