@@ -27,7 +27,10 @@ Wrong answer tempting: 0.17.0 and older pass only because they never look at the
     bf16 (the gradient is inf there too and the step is taken on both ranks); a check that the
     weights stay finite would call them bad as well and move the boundary to the oldest release.
 Environment: CPU (DS_ACCELERATOR=cpu, gloo), 2 ranks under the deepspeed launcher, < 1 GB RAM;
-    deepspeed >= 0.14.1.  The hang shows as gloo's collective timeout (DSBISECT_COLLECTIVE_TIMEOUT).
+    deepspeed >= 0.17.0 here (the bisection's range: on torch 2.13 a new venv's first run
+    JIT-compiles the shm op, up to 8 min on a loaded 2-core machine; 0.16.9's first run ran into a
+    600 s limit there).  The hang shows as gloo's collective timeout (DSBISECT_COLLECTIVE_TIMEOUT).
+    Hand runs: docs/results/zoo-round3-cpu.md.
 
 bf16 + ZeRO-1 (grad_accum_dtype bf16, so the ZeRO-1 optimizer, not BF16_Optimizer) with
 bf16.check_grad_overflow; the last parameter's gradient is made inf on every rank, so only the
