@@ -342,7 +342,8 @@ def first_run(entry: dict) -> str | None:
     for suffix in ("",) + tuple("." + x for x in KNOWN_SUFFIXES):
         meta = RUNS / f"{entry['case']}{suffix}.meta.json"
         if meta.exists():
-            seen.append(json.loads(meta.read_text())["dsbisect_commit"])
+            m = json.loads(meta.read_text())
+            seen += [m["dsbisect_commit"]] + [a["dsbisect_commit"] for a in m.get("attempts", [])]
     if entry["case"] in EARLIER_RUNS:
         seen.append(EARLIER_RUNS[entry["case"]][0])
     return min(seen, key=_commit_time) if seen else None
