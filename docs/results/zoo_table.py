@@ -73,6 +73,16 @@ RUN_NOTES: dict[str, str] = {
         "0.18.2 hang 318 s, 0.18.3 hang 318 s, each 'no output and no rank's stack moved for 300 s' "
         "(zoo-runs/ds_decoupled_ckpt_dead_writer.release-level.json), not counted (the case asks for "
         "the commit). The full command's run of 2026-12-02 is the table's (see Misses).",
+    "accelerate_gather_object_uneven_hang":
+        "Every hang was called by gloo's 30 s collective timeout (40-100 s a run under a load average of "
+        "20-35). The first attempt was stopped at zoo_table's 15-minute limit: its SIGINT, sent while "
+        "dsbisect was in the commit step (building a commit's wheel), did not end it within the 300 s "
+        "grace, and the SIGTERM after it did (exit 143, the run in flight not recorded); the second "
+        "attempt resumed from the store, re-ran that one probe and the revert proof ('reverting "
+        "e965d590cd on top of v0.19.0': proven).",
+    "transformers_accelerate1_dataloader_kwargs":
+        "The broken releases' reason is the truth's: 'TypeError: Accelerator.__init__() got an unexpected "
+        "keyword argument 'dispatch_batches''.",
     "ds_bf16_zero0_grad_scale_side_zero2":
         "The tempting answer steered around: 0.18.7 and 0.18.8 fail too, with the unrelated ZeRO-2 in-place "
         "RuntimeError of #7828; without --signature they would count as 'not fixed' and a plain bisection "
