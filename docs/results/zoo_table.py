@@ -73,6 +73,16 @@ RUN_NOTES: dict[str, str] = {
         "0.18.2 hang 318 s, 0.18.3 hang 318 s, each 'no output and no rank's stack moved for 300 s' "
         "(zoo-runs/ds_decoupled_ckpt_dead_writer.release-level.json), not counted (the case asks for "
         "the commit). The full command's run of 2026-12-02 is the table's (see Misses).",
+    "ds_zero1_overflow_desync_hang":
+        "Not run to an answer here. The attempt (dsbisect c15d2b3, 2026-12-02, "
+        "zoo-runs/ds_zero1_overflow_desync_hang.attempt1.meta.json, stopped after 23 min, no output) "
+        "spent its first run, the good end 0.17.0, inside the JIT compile of DeepSpeed's shm op for 20 "
+        "minutes (the case's 1200 s limit: 'hang in 1200.2 s', stack in torch's file_baton wait) on this "
+        "2-core machine at a load average of 30-37, where the compiler got ~6 % of a core; the hand runs "
+        "(0.16.9, 0.17.0) hit the then 600 s limit in the same compile. Neither is the bug, so nothing "
+        "is counted. Ready to run on a machine with a core to spare: "
+        "`dsbisect bisect deepspeed 0.17.0 0.17.6 --matrix repro_scripts/zoo/matrix.yaml "
+        "--case ds_zero1_overflow_desync_hang --regress-on hang`.",
     "accelerate_gather_object_uneven_hang":
         "Every hang was called by gloo's 30 s collective timeout (40-100 s a run under a load average of "
         "20-35). The first attempt was stopped at zoo_table's 15-minute limit: its SIGINT, sent while "
