@@ -73,6 +73,14 @@ RUN_NOTES: dict[str, str] = {
         "0.18.2 hang 318 s, 0.18.3 hang 318 s, each 'no output and no rank's stack moved for 300 s' "
         "(zoo-runs/ds_decoupled_ckpt_dead_writer.release-level.json), not counted (the case asks for "
         "the commit). The full command's run of 2026-12-02 is the table's (see Misses).",
+    "envdiff_transformers_accelerate_interaction":
+        "Level 1 (18 trials, the interaction search) answered the culprits only together: accelerate "
+        "0.34.2 -> 1.0.1 with transformers 4.40.0 -> 4.39.3 and tokenizers 0.19.1 -> 0.15.2, each of the "
+        "latter two 'cannot be left out of the answer' because the other pin makes uv's resolution "
+        "fail (transformers pins its tokenizers range) and 'alone it behaves as the good end'. Level 2: "
+        "accelerate with the partners at their bad versions: last good 0.34.2, first bad 1.0.0 (the one "
+        "release between); transformers has no release between 4.39.3 and 4.40.0. The regression "
+        "learned from the bad end is the truth's TypeError ('dispatch_batches').",
     "ds_zero1_overflow_desync_hang":
         "Not run to an answer here. The attempt (dsbisect c15d2b3, 2026-12-02, "
         "zoo-runs/ds_zero1_overflow_desync_hang.attempt1.meta.json, stopped after 23 min, no output) "
