@@ -298,7 +298,9 @@ def _env_match(entry: dict, result: dict) -> bool:
 
 
 def match_of(entry: dict, result: dict | None) -> bool | None:
-    if result is None:
+    """None when not run, or when a bisection was stopped before its answer (an interrupted run is
+    resumed with another --run; it is not a verdict)."""
+    if result is None or result.get("verdict") == "interrupted":
         return None
     if entry["kind"] == "env-diff":
         return _env_match(entry, result)
@@ -475,7 +477,7 @@ def rates(table: list[dict]) -> dict:
     """The three match rates: every case run; independent roots (one per root_key -- a root matches
     only when every case of it that was run matches, so a root with a match and a miss is a miss);
     the cases first run after issue 24 was filed (first_run_after_issue)."""
-    run = [t for t in table if t["result"] is not None]
+    run = [t for t in table if t["match"] is not None]
     roots: dict[str, list[bool]] = {}
     for t in run:
         roots.setdefault(t["root_key"] or t["case"], []).append(bool(t["match"]))
@@ -490,7 +492,7 @@ def rates(table: list[dict]) -> dict:
 
 def summary(table: list[dict]) -> str:
     r = rates(table)
-    misses = [t for t in table if t["result"] is not None and t["match"] is False]
+    misses = [t for t in table if t["match"] is False]
     explained = [t for t in misses if t["case"] in MISSES]
     return (f"{r['run']} of {r['cases']} run; match rate: all cases {_rate(r['match'], r['run'])}, "
             f"independent roots {_rate(r['roots_match'], r['roots_run'])} "
