@@ -89,3 +89,11 @@ def test_unknown_suffixes_are_not_read(tmp_path, monkeypatch):
     assert zoo_table.first_run(entry) == zoo_table.ISSUE24_AFTER
     assert zoo_table.after_issue(zoo_table.ISSUE24_AFTER) is False
     assert zoo_table.after_issue(_head()) is True
+
+
+def test_a_bisection_stopped_before_its_answer_is_not_counted():
+    entry = {"case": "c", "kind": "fail", "command": "dsbisect bisect x 1 2", "truth": {"last_good": "1", "first_bad": "2"}}
+    stopped = {"verdict": "interrupted", "last_good": None, "first_bad": None, "commit": None, "runs": 3}
+    assert zoo_table.match_of(entry, stopped) is None
+    row = {**_row("c", "x#1", None), "result": stopped}
+    assert zoo_table.rates([row, _row("d", "y#2", True)])["run"] == 1
