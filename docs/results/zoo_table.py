@@ -81,6 +81,11 @@ RUN_NOTES: dict[str, str] = {
         "accelerate with the partners at their bad versions: last good 0.34.2, first bad 1.0.0 (the one "
         "release between); transformers has no release between 4.39.3 and 4.40.0. The regression "
         "learned from the bad end is the truth's TypeError ('dispatch_batches').",
+    "envdiff_accelerate_shard_dupes_2023":
+        "Level 1 named accelerate alone among the 28 changes; level 2 0.24.1 -> 0.25.0; level 3 first bad "
+        "commit 183c9dd3 (#2126) among 61, its revert on top of v0.25.0 proven. zoo_table's 25-minute "
+        "limit sent its SIGINT during that revert proof: dsbisect finished the proof and wrote the whole "
+        "answer (exit 0), so the meta file says interrupted while the output is complete.",
     "ds_zero1_overflow_desync_hang":
         "Not run to an answer here. The attempt (dsbisect c15d2b3, 2026-12-02, "
         "zoo-runs/ds_zero1_overflow_desync_hang.attempt1.meta.json, stopped after 23 min, no output) "
