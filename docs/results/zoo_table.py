@@ -87,15 +87,20 @@ RUN_NOTES: dict[str, str] = {
         "limit sent its SIGINT during that revert proof: dsbisect finished the proof and wrote the whole "
         "answer (exit 0), so the meta file says interrupted while the output is complete.",
     "ds_zero1_overflow_desync_hang":
-        "Not run to an answer here. The attempt (dsbisect c15d2b3, 2026-12-02, "
-        "zoo-runs/ds_zero1_overflow_desync_hang.attempt1.meta.json, stopped after 23 min, no output) "
-        "spent its first run, the good end 0.17.0, inside the JIT compile of DeepSpeed's shm op for 20 "
-        "minutes (the case's 1200 s limit: 'hang in 1200.2 s', stack in torch's file_baton wait) on this "
-        "2-core machine at a load average of 30-37, where the compiler got ~6 % of a core; the hand runs "
-        "(0.16.9, 0.17.0) hit the then 600 s limit in the same compile. Neither is the bug, so nothing "
-        "is counted. Ready to run on a machine with a core to spare: "
-        "`dsbisect bisect deepspeed 0.17.0 0.17.6 --matrix repro_scripts/zoo/matrix.yaml "
-        "--case ds_zero1_overflow_desync_hang --regress-on hang`.",
+        "Not run to an answer here; two attempts kept, not counted. (1) dsbisect c15d2b3 "
+        "(zoo-runs/ds_zero1_overflow_desync_hang.attempt1.meta.json, stopped after 23 min): its good end "
+        "0.17.0 spent the then 1200 s limit inside the JIT compile of DeepSpeed's shm op (load average "
+        "30-37; the compiler got ~6 % of a core). (2) dsbisect 753aba1, a fresh store, the compile done "
+        "beforehand (zoo-runs/ds_zero1_overflow_desync_hang.attempt2.json, 721 s): 0.17.0 pass, 0.17.6 "
+        "'rank 0 killed by SIGABRT' -> 'untestable: 0.17.6 (the bad end) could not be tested' under "
+        "--regress-on hang: the right answer for that command. On gloo the desync is not a hang: gloo "
+        "sees the mismatched collectives ('gloo::EnforceNotMet ... Received data size doesn't match "
+        "expected size. Is there a distributed collective mismatch in your code?', rank 0 in "
+        "stage_1_and_2.py:scaled_global_norm's all_reduce) and aborts; on NCCL it is the issue's hang. "
+        "The case is a 'fail' on CPU since (truth and command --regress-on fail); by hand (a separate "
+        "store, 2026-12-02): 0.17.0 PASS 480 s (the compile), 0.17.1 FAIL 228 s, 0.17.6 FAIL 37 s, both "
+        "with that gloo abort. Not re-run with the corrected command: each release between needs its own "
+        "15-minute compile here.",
     "accelerate_gather_object_uneven_hang":
         "Every hang was called by gloo's 30 s collective timeout (40-100 s a run under a load average of "
         "20-35). The first attempt was stopped at zoo_table's 15-minute limit: its SIGINT, sent while "
@@ -353,7 +358,7 @@ EARLIER_RUNS: dict[str, tuple[str, str]] = {
 # Supplementary runs this table knows (zoo-runs/<case>.<suffix>.json); files with other suffixes
 # (other sessions' before/after re-runs, proofs) are not read.
 KNOWN_SUFFIXES = ("first-run", "attempt1", "find-fix", "signature", "any-failure", "include-yanked",
-                  "release-level", "narrow")
+                  "release-level", "narrow", "attempt2")
 # Issue 24 was filed after this commit (the end of the session whose zoo it describes: "13 of 17
 # cases run, 12 matched"; the next commit on main is 15 hours later) and before any of its work.
 ISSUE24_AFTER = "80d1cb732a6ef1891efe9d657b75503ba57fd89a"

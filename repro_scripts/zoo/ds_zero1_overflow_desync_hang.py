@@ -22,7 +22,9 @@ How established:
     skips the step, the other enters scaled_global_norm's all-reduce, and the next collectives no
     longer pair.  #7580 (bc9ed477e, first in v0.18.0) all-reduces the flag for ZeRO-1 too.
     `git show v0.17.6:deepspeed/runtime/zero/stage_1_and_2.py` still has the guarded all-reduce.
-Kind: hang (a collective one rank never enters).
+Kind: hang on NCCL (a collective one rank never enters); on CPU/gloo a failure: gloo sees the
+    mismatched collectives and rank 0 aborts ('Is there a distributed collective mismatch in your
+    code?').  The CPU case is bisected with --regress-on fail.
 Wrong answer tempting: 0.17.0 and older pass only because they never look at the overflow with
     bf16 (the gradient is inf there too and the step is taken on both ranks); a check that the
     weights stay finite would call them bad as well and move the boundary to the oldest release.
