@@ -106,6 +106,25 @@ def test_idle_limit(tmp_path):
     assert res.timed_out and "no output and no rank's stack moved for 2 s" in res.why and res.seconds < 8
 
 
+COMPILING = """\
+import os, subprocess, sys
+# the rank waits, silent, on a child that works (a JIT build's compiler), then goes on and ends
+burn = "import time\\nt = time.time()\\nwhile time.time() - t < 7: sum(range(10000))\\n"
+rank = "import subprocess, sys\\nsubprocess.check_call([sys.executable, '-c', %r])\\nprint('built', flush=True)\\n" % burn
+print('started', flush=True)
+sys.exit(subprocess.call([sys.executable, "-c", rank], env=dict(os.environ, RANK="0")))
+"""
+
+
+def test_a_rank_waiting_on_a_child_that_works_is_not_idle(tmp_path):
+    """A silent rank whose stack stays in subprocess.wait while its child burns CPU (DeepSpeed's
+    JIT op build on a loaded machine: the zoo's ds_decoupled_ckpt_dead_writer was called a hang
+    at its fixed end by the idle limit) is busy, not stuck: the run ends on its own."""
+    res = launch(_spec(tmp_path, COMPILING, idle_timeout=2.0))
+    assert res.exit_code == 0 and not res.timed_out, res
+    assert "built" in (tmp_path / "run" / "launcher.log").read_text()
+
+
 def test_normal_exit_code_and_log(tmp_path):
     res = launch(_spec(tmp_path, "import sys\nprint('hello')\nsys.exit(3)\n"))
     assert res.exit_code == 3 and not res.timed_out and res.hang_line == ""

@@ -210,6 +210,7 @@ class _Loop:
     rounds: Rounds | None  # the early deadlock verdict's, when asked for
     words: _Words
     rss: _Rss
+    work: _ChildWork = field(default_factory=lambda: _ChildWork())
 
     def ended(self, now: float, code: int | None = None, hang_line: str = "", hang_at: float | None = None,
               why: str = "", proof: deadlock.Proof | None = None) -> LaunchResult:
@@ -252,12 +253,45 @@ def _watch_loop(loop: _Loop) -> LaunchResult:
         if quiet_taken and quiet < 1:
             quiet_taken = False
         if loop.spec.idle_timeout and quiet > loop.spec.idle_timeout and not armed:
-            if not _stuck(loop.hooks.on_idle, loop.seen, loop.snapshot):
+            if loop.work.busy(loop.seen) or not _stuck(loop.hooks.on_idle, loop.seen, loop.snapshot):
                 loop.logs.last_growth = time.monotonic()  # the ranks are busy, only silent
             else:
                 return loop.ended(now, hang_line=loop.words.first, hang_at=now,
                                   why=f"no output and no rank's stack moved for {loop.spec.idle_timeout:g} s")
         time.sleep(POLL_S)
+
+
+BUSY_CPU_S = 0.1  # CPU seconds the ranks' children used since the last idle check: busy, not stuck
+
+
+@dataclass
+class _ChildWork:
+    """The CPU time the ranks' descendants used (a JIT compile's ninja and c++, dataloader
+    workers, a subprocess the script waits on): a rank that waits on a child that works is not
+    stuck, however still its own stack.  A rank's own CPU does not count (NCCL's waits spin)."""
+
+    last: float = 0.0
+
+    def busy(self, seen: dict[int, psutil.Process]) -> bool:
+        used = children_cpu(seen)
+        busy, self.last = used - self.last >= BUSY_CPU_S, used
+        return busy
+
+
+def children_cpu(seen: dict[int, psutil.Process]) -> float:
+    """CPU seconds of every rank's descendants: live ones (with what they reaped) and the ones a
+    rank already reaped (its children_user/system)."""
+    total = 0.0
+    for rank in rank_processes(seen):
+        try:
+            t = rank.cpu_times()
+            total += t.children_user + t.children_system
+            for d in rank.children(recursive=True):
+                c = d.cpu_times()
+                total += c.user + c.system + c.children_user + c.children_system
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return total
 
 
 def _look(loop: _Loop) -> None:
