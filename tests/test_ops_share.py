@@ -21,12 +21,17 @@ HOOK = Path(dsbisect.__file__).parent / "_hook"
 
 SOURCE = """\
 #include <Python.h>
-#include "value.h"
+#include "x86_64/value.h"
 #include "extra.h"
 static PyObject* answer(PyObject* self, PyObject* args) { return PyLong_FromLong(VALUE + EXTRA); }
 static PyMethodDef methods[] = {{"answer", answer, METH_NOARGS, ""}, {NULL, NULL, 0, NULL}};
-static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "toyop", NULL, -1, methods};
-PyMODINIT_FUNC PyInit_toyop(void) { return PyModule_Create(&mod); }
+#define CAT2(a, b) a##b
+#define CAT(a, b) CAT2(a, b)
+#define STR2(a) #a
+#define STR(a) STR2(a)
+/* named by torch's TORCH_EXTENSION_NAME, as PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) does in DeepSpeed's ops */
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, STR(TORCH_EXTENSION_NAME), NULL, -1, methods};
+PyMODINIT_FUNC CAT(PyInit_, TORCH_EXTENSION_NAME)(void) { return PyModule_Create(&mod); }
 """
 
 # What DeepSpeed's OpBuilder.jit_load does: torch's load with absolute paths into the venv.
@@ -47,7 +52,8 @@ def _op_tree(folder: Path, value: int = 40) -> Path:
     (folder / "comm").mkdir(parents=True)
     (folder / "includes").mkdir()
     (folder / "comm" / "toy.cpp").write_text(SOURCE)
-    (folder / "comm" / "value.h").write_text(f"#define VALUE {value}\n")
+    (folder / "comm" / "x86_64").mkdir()  # a header below the source's folder, as DeepSpeed's shm.h
+    (folder / "comm" / "x86_64" / "value.h").write_text(f"#define VALUE {value}\n")
     (folder / "includes" / "extra.h").write_text("#define EXTRA 2\n")
     return folder
 
@@ -71,16 +77,18 @@ def test_the_key_is_the_files_and_flags_not_where_the_venv_is(tmp_path):
                                    {"extra_cflags": [*flags, f"-I{op}/includes"]}, tools)
 
     assert dsbisect_ops.op_files([a / "comm" / "toy.cpp"], [a / "includes"])[1] == [
-        "comm/toy.cpp", "comm/value.h", "includes/extra.h"]  # the source, its local header, the include folder
+        "comm/toy.cpp", "comm/x86_64/value.h", "includes/extra.h"]  # the source, its local header, the include folder
     assert key(a) == key(b)  # same files, same flags: one build whatever the folder
     assert key(a, ("-O3",)) != key(a)  # a flag
     assert key(a, tools=tools | {"torch": "2.12.0"}) != key(a)  # torch
     assert key(a, tools=tools | {"cxx": ["/usr/bin/clang++", "clang 18"]}) != key(a)  # the compiler
-    before = key(b)
-    (b / "includes" / "extra.h").write_text("#define EXTRA 3\n")  # a header, not a source
-    assert key(b) != before
-    (b / "comm" / "notes.txt").write_text("beside a source: read as a local header might be\n")
-    assert key(b) != before
+    seen = {key(b)}
+    for change in (lambda: (b / "includes" / "extra.h").write_text("#define EXTRA 3\n"),  # a header
+                   lambda: (b / "comm" / "notes.txt").write_text("beside a source\n"),  # a file beside it
+                   lambda: (b / "comm" / "arm64").mkdir() or (b / "comm" / "arm64" / "v.h").write_text("1\n")):  # below it
+        change()
+        assert key(b) not in seen
+        seen.add(key(b))
     # a sibling folder whose name starts with the op's is not taken for it
     assert dsbisect_ops.relocate(f"-I{a}x/inc", str(a), "<op>") == f"-I{a}x/inc"
     assert dsbisect_ops.relocate([f"-I{a}/inc", str(a)], str(a), "<op>") == ["-I<op>/inc", "<op>"]
@@ -92,6 +100,9 @@ def test_files_spread_over_the_disk_are_not_shared(tmp_path):
         dsbisect_ops.op_files([op / "comm" / "toy.cpp"], ["/usr"])  # the common folder would be /
     with pytest.raises(dsbisect_ops.NotShared):
         dsbisect_ops.op_files([op / "comm" / "missing.cpp"], [])
+    # an include folder that is not there (DeepSpeed's csrc/cpu/includes) adds no file and no venv path
+    root, files = dsbisect_ops.op_files([op / "comm" / "toy.cpp"], [op / "nothere"])
+    assert root == str(op) and "includes/extra.h" not in files
 
 
 @pytest.mark.slow
@@ -137,9 +148,8 @@ def test_a_build_that_cannot_be_shared_is_built_in_the_venv(tmp_path):
     """A header reached outside the op's files (``../``) fails in the copy: the venv builds it."""
     op = _op_tree(tmp_path / "venv-a" / "pkg" / "csrc")
     (op.parent / "outside.h").write_text("#define OUTSIDE 0\n")
-    src = op / "comm" / "toy.cpp"
-    src.write_text('#include "../../outside.h"\n' + SOURCE)
+    (op / "comm" / "toy.cpp").write_text('#include "../../outside.h"\n' + SOURCE)
     out, log = _load(op, tmp_path / "ops", tmp_path / "venv-a" / "ext")
     assert out["answer"] == 42 and "no shared build" in log, log
-    assert (tmp_path / "venv-a" / "ext" / "toyop" / "toyop.so").is_file()
+    assert list((tmp_path / "venv-a" / "ext" / "toyop").glob("toyop*.so"))  # torch names a retry toyop_v1
     assert not [d for d in (tmp_path / "ops").iterdir() if d.is_dir()]

@@ -7,8 +7,8 @@ root's ``ops/``), the hook wraps ``torch.utils.cpp_extension.load`` -- what Deep
 ``DS_ACCELERATOR=cpu`` -- right after that module is imported.
 
 A load is keyed by the digest of what the build reads and how (``op_key``): the contents of
-the op's files as installed in the venv (each source, the files beside each source -- their
-local headers --, every file under each include path), its flags with the venv's folder taken
+the op's files as installed in the venv (each source, the files in and below each source's
+folder -- its local headers --, every file under each include path), its flags with the venv's folder taken
 out, and the toolchain (Python, torch's version and build, the C++ compiler's and ninja's path
 and version, the CPU's flags for ``-march=native``).  Venvs whose key is the same get one build:
 
@@ -55,22 +55,24 @@ class NotShared(Exception):
 
 def op_files(sources, include_paths):
     """(root, files): the folder that holds all of an op's files, and those files relative to it:
-    each source, the plain files beside each source, every file under each include path."""
+    each source, every file in and below each source's folder (its local headers, e.g. DeepSpeed's
+    ``comm/x86_64/shm.h``), every file under each include path.  An include path that does not
+    exist (DeepSpeed names ``csrc/cpu/includes``, which its wheels lack) adds no file."""
     srcs = [os.path.abspath(s) for s in sources]
     incs = [os.path.abspath(p) for p in include_paths]
-    if not srcs or not all(os.path.isfile(s) for s in srcs) or not all(os.path.isdir(p) for p in incs):
-        raise NotShared("a source or include folder is missing")
+    if not srcs or not all(os.path.isfile(s) for s in srcs):
+        raise NotShared("a source is missing")
     root = os.path.commonpath([os.path.dirname(s) for s in srcs] + incs)
     if root.count(os.sep) < 2:
         raise NotShared(f"the op's files share no folder of their own ({root})")
     found = set(srcs)
-    for folder in {os.path.dirname(s) for s in srcs}:
-        found.update(os.path.join(folder, n) for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n)))
-    for inc in incs:
-        for dirpath, _, names in os.walk(inc):
+    for folder in {os.path.dirname(s) for s in srcs} | {p for p in incs if os.path.isdir(p)}:
+        for dirpath, _, names in os.walk(folder):
             found.update(os.path.join(dirpath, n) for n in names)
-    if len(found) > MAX_FILES or sum(os.path.getsize(f) for f in found) > MAX_BYTES:
-        raise NotShared(f"{len(found)} files under {root}: too many to copy")
+            if len(found) > MAX_FILES:
+                raise NotShared(f"more than {MAX_FILES} files under {root}: too many to copy")
+    if sum(os.path.getsize(f) for f in found) > MAX_BYTES:
+        raise NotShared(f"{len(found)} files under {root}: too large to copy")
     return root, sorted(os.path.relpath(f, root) for f in found)
 
 
