@@ -177,6 +177,8 @@ def _build(original, name, plan, folder, kwargs):
                          **relocate(flags, root, src),
                          "extra_include_paths": relocate([os.path.abspath(p) for p in includes], root, src),
                          "build_directory": build})
+    if not os.path.isfile(os.path.join(build, name + ".so")):  # torch renamed it (name_v1: reloaded in this process)
+        raise RuntimeError(f"torch built no {name}.so")
     with open(os.path.join(folder, MARKER), "w") as f:
         json.dump({"format": FORMAT, "name": name, "key": key, "files": files, "built_from": root,
                    "seconds": round(time.monotonic() - t0, 3), "created": time.time()}, f)
@@ -217,10 +219,10 @@ def shared(original, store):
             return original(name, sources, *args, **kwargs)
         final = os.path.join(store, f"{name}-{plan[2]}")
         library = os.path.join(final, "build", name + ".so")
-        if os.path.isfile(os.path.join(final, MARKER)):
-            _say(verbose, f"{name}: loading the shared build {os.path.basename(final)} (no compile)")
-            return _import(name, library)
         try:
+            if os.path.isfile(os.path.join(final, MARKER)):
+                _say(verbose, f"{name}: loading the shared build {os.path.basename(final)} (no compile)")
+                return _import(name, library)
             return _build_shared(original, name, plan, final, kwargs)
         except (RuntimeError, OSError, subprocess.SubprocessError, ImportError) as e:
             sys.stderr.write(f"dsbisect ops: {name}: no shared build ({str(e)[:200]}); building in the venv\n")
