@@ -153,3 +153,40 @@ def test_a_build_that_cannot_be_shared_is_built_in_the_venv(tmp_path):
     assert out["answer"] == 42 and "no shared build" in log, log
     assert list((tmp_path / "venv-a" / "ext" / "toyop").glob("toyop*.so"))  # torch names a retry toyop_v1
     assert not [d for d in (tmp_path / "ops").iterdir() if d.is_dir()]
+
+
+# A point's script that loads an op from files installed in its venv (as DeepSpeed's are).
+POINT = """\
+import json, os, sys
+from pathlib import Path
+op = Path(sys.prefix) / "opsrc"
+for rel, text in json.loads(os.environ["DSB_FILES"]).items():
+    (op / rel).parent.mkdir(parents=True, exist_ok=True)
+    (op / rel).write_text(text)
+from torch.utils.cpp_extension import load
+m = load(name="toyop_point", sources=[str(op / "comm" / "toy.cpp")], extra_include_paths=[str(op / "includes")],
+         verbose=True)
+print("answer", m.answer(), flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_two_points_of_a_run_share_the_op_their_venvs_hold(tmp_path, cli, cache_dir, wheelhouse, monkeypatch):
+    """Through dsbisect: two point venvs (two toy releases) hold the same op files; the first
+    point's run builds it under the cache's ops/, the second's loads that build."""
+    tree = _op_tree(tmp_path / "op", value=os.getpid() % 1000)  # a key of this test alone (the cache is the session's)
+    files = {str(p.relative_to(tree)): p.read_text() for p in tree.rglob("*") if p.is_file()}
+    (tmp_path / "point.py").write_text(POINT)
+    monkeypatch.setenv("DSB_FILES", json.dumps(files))
+    res = cli("run", "--versions", "dsb-toy=1.0.0,1.1.0", "--accelerator", "cpu", "--offline", "--find-links",
+              str(wheelhouse), "--cache-dir", str(cache_dir), "--nproc", "1", "--rerun", "--", "python", "point.py",
+              cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    text = [p.read_text() for p in (tmp_path / ".dsbisect" / "runs").rglob("ranks/*")]
+    assert len(text) == 2 and all(f"answer {os.getpid() % 1000 + 2}" in t for t in text), text
+    [built_log] = [t for t in text if "building the shared build" in t]  # the points may run at once: either first
+    [loaded_log] = [t for t in text if "loading the shared build" in t]
+    assert "ninja" not in loaded_log.lower() and "ninja" in built_log.lower()
+    [built] = [d for d in (cache_dir / "ops").glob("toyop_point-*") if d.is_dir()]
+    first_venv = json.loads((built / dsbisect_ops.MARKER).read_text())["built_from"]
+    assert first_venv.startswith(str(cache_dir / "envs")) and first_venv.endswith("opsrc")
