@@ -93,3 +93,20 @@ def test_a_commit_that_does_not_build_names_the_error(mgr, tmp_path):
         mgr.commit_wheel(GitSource("dsb-built", str(repo), head))
     with pytest.raises(EnvBuildError, match="git cannot read"):
         mgr.commit_wheel(GitSource("dsb-built", str(repo), "1" * 40))
+
+
+def test_no_wheel_is_built_for_a_pin_the_base_already_holds(tmp_path):
+    """Layered: the base's stub satisfies ``pytest==<the base's>``, so uv installs nothing and a wheel
+    built for it would be thrown away (README command 1's deepspeed 0.19.8 point built one)."""
+    import importlib.metadata
+
+    from dsbisect.model import Point
+
+    version = importlib.metadata.version("pytest")
+    house = tmp_path / "house"
+    house.mkdir()  # no sdist of pytest in it: a build would fail
+    mgr = EnvManager(tmp_path / "cache", EnvOptions(build_pins=(), build_with_torch=("pytest",)),
+                     IndexOptions(offline=True, find_links=(str(house),)))
+    env = mgr.ensure(Point(versions=(("pytest", version),)))
+    assert env.version_of("pytest") in (None, version)  # the base's, not a shadowing copy
+    assert not list((tmp_path / "cache" / "wheels").rglob("*.whl")) and not list((tmp_path / "cache" / "builders").iterdir())

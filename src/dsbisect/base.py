@@ -211,8 +211,8 @@ def name_version(metadata: str) -> tuple[str, str]:
 # ------------------------------------------------------------------------ the hook
 
 
-def hook_source() -> str:
-    return resources.files("dsbisect").joinpath("_hook/dsbisect_hook.py").read_text()
+def hook_source(name: str = "dsbisect_hook") -> str:
+    return resources.files("dsbisect").joinpath(f"_hook/{name}.py").read_text()
 
 
 def install_launchers(venv: Path, entries: Mapping[str, str]) -> None:
@@ -230,10 +230,11 @@ def install_hook(venv: Path, entries: Mapping[str, str]) -> None:
     keeps old envs current."""
     install_launchers(venv, entries)
     site_dir = site_packages(venv)
-    src = hook_source()
-    target = site_dir / "dsbisect_hook.py"
-    if not target.is_file() or target.read_text() != src:
-        target.write_text(src)
+    for name in ("dsbisect_hook", "dsbisect_ops"):  # the ops module is imported by the hook, when asked
+        src = hook_source(name)
+        target = site_dir / f"{name}.py"
+        if not target.is_file() or target.read_text() != src:
+            target.write_text(src)
     pth = site_dir / "dsbisect_hook.pth"
     if not pth.is_file():
         pth.write_text("import dsbisect_hook\n")

@@ -1,4 +1,4 @@
-"""The layout of the env root (``--cache-dir``): venvs, wheels, builders, locks, uv's cache.
+"""The layout of the env root (``--cache-dir``): venvs, wheels, builders, ops, locks, uv's cache.
 
 One filesystem for all of it, so uv links files instead of copying them.  The root is
 marked with a ``CACHEDIR.TAG`` and a ``*`` ``.gitignore``.
@@ -34,6 +34,11 @@ class CachePaths:
         return self.root / "builders"
 
     @property
+    def ops(self) -> Path:
+        """Just-in-time ops built once per digest of what they are built from (``_hook/dsbisect_ops.py``)."""
+        return self.root / "ops"
+
+    @property
     def locks(self) -> Path:
         return self.root / "locks"
 
@@ -45,7 +50,7 @@ class CachePaths:
         return Path(os.environ.get("UV_CACHE_DIR") or self.root / "uv")
 
     def create(self) -> None:
-        for d in (self.envs, self.wheels, self.builders, self.locks):
+        for d in (self.envs, self.wheels, self.builders, self.locks, self.ops):
             d.mkdir(parents=True, exist_ok=True)
         tag = self.root / "CACHEDIR.TAG"
         if not tag.exists():

@@ -28,6 +28,7 @@ import psutil
 from filelock import FileLock, Timeout
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
 
 from . import base as base_env
 from . import disk
@@ -284,12 +285,22 @@ class EnvManager:
         for r in spec.requirements:
             req = Requirement(r)
             exact = exact_version(req)
-            if canonicalize_name(req.name) in torchy and exact and not self._in_wheelhouse(req.name, exact):
+            if canonicalize_name(req.name) in torchy and exact and not self._in_wheelhouse(req.name, exact) \
+                    and not (layered and self._base_has(req.name, exact)):
                 links.append(str(self.builds.release(req.name, exact, torch_site, context, hold)))
         if point.source:
             wheel = self.builds.commit(point.source, self.index.find_links, torch_site, context, hold)
             reqs.append(f"{point.source.package} @ {wheel.as_uri()}")
         return reqs, links
+
+    def _base_has(self, name: str, version: str) -> bool:
+        """The base holds ``name==version``: its stub satisfies the pin and uv installs nothing,
+        so a wheel built for it would never be used (a whole DeepSpeed sdist build)."""
+        found = self.base.version_of(name)
+        try:
+            return found is not None and Version(found) == Version(version)
+        except InvalidVersion:
+            return found == version
 
     def _in_wheelhouse(self, name: str, version: str) -> bool:
         return any(file_is(w.name, name, version) for d in self.index.find_links for w in Path(d).glob("*.whl"))

@@ -540,6 +540,7 @@ class Runner:
             env["PATH"] = f"{venv.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
         if venv is not None:  # ops compiled just in time (DeepSpeed's) are built once per venv, then loaded
             env.setdefault("TORCH_EXTENSIONS_DIR", str(venv.path / EXTENSIONS))
+            env.setdefault("DSBISECT_OPS_DIR", str(self.envs.paths.ops))  # shared by digest of sources+toolchain
             env = first_on_path(env, ninja_dir(self.envs.paths.root))  # one ninja, whatever the caller's PATH
         if case.compat:
             env["DSBISECT_COMPAT"] = ",".join(case.compat)

@@ -11,6 +11,9 @@ variables are set, and it never raises.
   ``deepspeed.init_distributed`` (a script that passes its own keeps it).
 - ``DSBISECT_COMPAT=name,name``: compatibility shims for old releases on a new torch,
   applied right after the module they mend is imported.
+- ``DSBISECT_OPS_DIR=<folder>``: ``torch.utils.cpp_extension.load`` shares finished builds of
+  just-in-time ops (DeepSpeed's) between venvs, keyed by what they are built from
+  (``dsbisect_ops.py``, installed beside this file).
 - ``DSBISECT_RUN_DIR`` (any process of a run) or ``DSBISECT_DIE_WITH_PARENT=1`` (the separate
   import check and the precompile, which dsbisect runs itself): asks the kernel to kill this
   process when its parent dies (``PR_SET_PDEATHSIG``).  A fork child loses it and a non-Python
@@ -180,6 +183,12 @@ def _timeout_patches(seconds):
             mod.default_pg_timeout = value
 
     return {"torch.distributed.constants": torch_constants, "deepspeed.constants": deepspeed_constants}
+
+
+def _share_ops(mod):
+    import dsbisect_ops  # installed beside this file
+
+    dsbisect_ops.patch(mod)
 
 
 def _install_shims(names, extra=None):
@@ -658,8 +667,11 @@ def _main():
     check = os.environ.pop("DSBISECT_CHECK_IMPORTS", None)  # the first interpreter checks, no child again
     compat = [s for s in os.environ.get("DSBISECT_COMPAT", "").split(",") if s]
     timeout = os.environ.get("DSBISECT_COLLECTIVE_TIMEOUT")
-    if compat or timeout:
-        _install_shims(compat, _timeout_patches(float(timeout)) if timeout else None)
+    extra = _timeout_patches(float(timeout)) if timeout else {}
+    if os.environ.get("DSBISECT_OPS_DIR"):  # just-in-time ops shared between venvs (dsbisect_ops.py)
+        extra["torch.utils.cpp_extension"] = _share_ops
+    if compat or extra:
+        _install_shims(compat, extra)
     run_dir = os.environ.get("DSBISECT_RUN_DIR")
     mortal = run_dir or os.environ.get("DSBISECT_DIE_WITH_PARENT") == "1"  # the separate import check
     if mortal and sys.platform.startswith("linux") and os.environ.get("DSBISECT_PDEATHSIG", "1") == "1":
