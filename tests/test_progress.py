@@ -121,6 +121,26 @@ def test_phase_watch_says_a_real_build_folder_s_phases(tmp_path):
                     "running (the op is built)"]
 
 
+def test_phase_watch_sees_a_shared_op_build_too(tmp_path):
+    """Shared builds (the hook's dsbisect_ops, keyed by a digest) happen in <cache>/ops/<name>-<key>.tmp,
+    not in the venv's torch_extensions: the phase is said all the same, and over once renamed."""
+    said: list[str] = []
+    venv_ext, shared = tmp_path / "torch_extensions", tmp_path / "ops"
+    shared.mkdir()
+    (shared / "deepspeed_shm_comm-0123abcd").mkdir()  # another key's finished build: no phase of this run
+    with _Quick(venv_ext, said.append, shared):
+        time.sleep(0.3)
+        assert said == []
+        tmp = shared / "deepspeed_shm_comm-4567ef01.tmp"
+        (tmp / "build").mkdir(parents=True)
+        _wait(lambda: said)
+        tmp.rename(shared / "deepspeed_shm_comm-4567ef01")
+        _wait(lambda: len(said) > 1)
+    assert said[0].startswith("compiling DeepSpeed's shm_comm op")
+    assert said[1] == "running (the op is built)"
+    assert phases.look_shared(tmp_path / "missing") == phases.Builds()
+
+
 def _wait(cond, timeout: float = 5.0) -> None:
     end = time.monotonic() + timeout
     while not cond():

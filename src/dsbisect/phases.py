@@ -72,18 +72,34 @@ def look(extensions: Path) -> Builds:
     return Builds(tuple(building), tuple(built))
 
 
+def look_shared(ops: Path) -> Builds:
+    """One look at dsbisect's shared op builds (``<cache>/ops``, the hook's dsbisect_ops): a
+    ``<name>-<key>.tmp`` folder is a build under way (renamed into place when it is done).
+    Finished ones are not listed: they are other keys' as often as this one's."""
+    try:
+        names = sorted({p.name[:-len(".tmp")].rsplit("-", 1)[0] for p in ops.iterdir()
+                        if p.is_dir() and p.name.endswith(".tmp") and "-" in p.name})
+    except OSError:
+        return Builds()
+    return Builds(tuple(names), ())
+
+
+def _merged(a: Builds, b: Builds) -> Builds:
+    return Builds(tuple(sorted({*a.building, *b.building})), tuple(sorted({*a.built, *b.built})))
+
+
 class PhaseWatch:
     """A thread that, during one run, says each phase ``next_phase`` finds (through ``say``)."""
 
     EVERY_S = 1.0
 
-    def __init__(self, extensions: Path, say: Callable[[str], None]) -> None:
-        self.extensions, self.say = extensions, say
+    def __init__(self, extensions: Path, say: Callable[[str], None], shared: Path | None = None) -> None:
+        self.extensions, self.say, self.shared = extensions, say, shared
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="dsbisect-phase", daemon=True)
 
     def __enter__(self) -> PhaseWatch:
-        self.before = look(self.extensions)
+        self.before = self._look()
         self.thread.start()
         return self
 
@@ -91,10 +107,14 @@ class PhaseWatch:
         self.stopped.set()
         self.thread.join(timeout=5)
 
+    def _look(self) -> Builds:
+        seen = look(self.extensions)
+        return seen if self.shared is None else _merged(seen, look_shared(self.shared))
+
     def _loop(self) -> None:
         shown, last = "", self.before
         while not self.stopped.wait(self.EVERY_S):
-            seen = look(self.extensions)
+            seen = self._look()
             text = next_phase(shown, seen, last, self.before)
             last = seen
             if text and not self.stopped.is_set():
