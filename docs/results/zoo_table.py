@@ -191,8 +191,10 @@ MISSES: dict[str, str] = {
         "2026-12-01, and 0.17.6 hung where the truth says (in decoupled_checkpoint_engine.py:commit, "
         "797 s). Whose fault: the case's setting for a quiet machine, and dsbisect's idle rule, which "
         "reads 'no output and no rank's stack moved' as idle while the rank's compiler child processes "
-        "were busy (a proposed fix for the watch loop: count a rank's descendants' CPU time as progress). "
-        "Not re-run: the full command needs five new venvs' compiles (about an hour here).",
+        "were busy. Fixed since (the idle check counts the CPU time of every rank's descendants, live or "
+        "reaped, as work; tests/test_launch.py::test_a_rank_waiting_on_a_child_that_works_is_not_idle). "
+        "Not re-run: the full command needs five new venvs' compiles (about an hour here), and a run on the "
+        "H200 host's 16 CPUs with --idle-timeout 60, prepared, found no device machine to start.",
     "envdiff_accelerate_2023":
         "**The commit left open, as designed; not a fault of the search.** Levels 1 and 2 are the truth "
         "(culprit accelerate 0.22.0 -> 0.25.0 in 6 trials; first bad release 0.25.0). At level 3 the "
