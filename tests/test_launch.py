@@ -125,6 +125,26 @@ def test_a_rank_waiting_on_a_child_that_works_is_not_idle(tmp_path):
     assert "built" in (tmp_path / "run" / "launcher.log").read_text()
 
 
+POLLING_CHILD = """\
+import os, subprocess, sys
+# the rank waits forever on an Event-like sleep; its child is idle but wakes often (a helper process)
+# (it spins 0.75 ms of every 50: at most 1.5 % of a core, over 12 s more than 0.1 CPU-s)
+poll = "import time\\nwhile True:\\n    t = time.perf_counter()\\n    while time.perf_counter() - t < 0.00075: pass\\n    time.sleep(0.049)\\n"
+rank = "import subprocess, sys, time\\nsubprocess.Popen([sys.executable, '-c', %r])\\ntime.sleep(600)\\n" % poll
+print('started', flush=True)
+sys.exit(subprocess.call([sys.executable, "-c", rank], env=dict(os.environ, RANK="0")))
+"""
+
+
+def test_a_rank_whose_child_only_polls_is_still_idle(tmp_path):
+    """The other side: a child that wakes every 50 ms and does nothing (DeepSpeed's decoupled
+    checkpoint engine's peers, multiprocessing's helpers) is no work; the idle limit still ends
+    the hang (on the H200 host the zoo's dead-writer hang went unseen with an absolute threshold)."""
+    res = launch(_spec(tmp_path, POLLING_CHILD, idle_timeout=12.0))
+    assert res.timed_out and "no output and no rank's stack moved" in res.why, res
+    assert res.seconds < 25, res  # the idle limit, not the 30 s wall timeout
+
+
 def test_normal_exit_code_and_log(tmp_path):
     res = launch(_spec(tmp_path, "import sys\nprint('hello')\nsys.exit(3)\n"))
     assert res.exit_code == 3 and not res.timed_out and res.hang_line == ""

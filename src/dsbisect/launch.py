@@ -261,7 +261,10 @@ def _watch_loop(loop: _Loop) -> LaunchResult:
         time.sleep(POLL_S)
 
 
-BUSY_CPU_S = 0.1  # CPU seconds the ranks' children used since the last idle check: busy, not stuck
+# The share of one core the ranks' children used since the last idle check that makes the run busy,
+# not stuck: a compiler gets ~6 % of a core even at a load of 35 on 2 cores; an idle helper
+# process that wakes to poll (multiprocessing's, a checkpoint writer's peers) stays well under 1 %.
+BUSY_SHARE = 0.02
 
 
 @dataclass
@@ -271,11 +274,13 @@ class _ChildWork:
     stuck, however still its own stack.  A rank's own CPU does not count (NCCL's waits spin)."""
 
     last: float = 0.0
+    since: float = field(default_factory=time.monotonic)
 
     def busy(self, seen: dict[int, psutil.Process]) -> bool:
-        used = children_cpu(seen)
-        busy, self.last = used - self.last >= BUSY_CPU_S, used
-        return busy
+        used, now = children_cpu(seen), time.monotonic()
+        share = (used - self.last) / max(now - self.since, 1e-3)
+        self.last, self.since = used, now
+        return share >= BUSY_SHARE
 
 
 def children_cpu(seen: dict[int, psutil.Process]) -> float:
