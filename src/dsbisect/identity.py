@@ -92,16 +92,20 @@ class Identity:
                "frames": list(self.frames), "identity": self.describe(), "shown": self.shown}
         return out | ({"hang": self.hang.to_json()} if self.hang is not None else {})
 
+    def hang_waits(self) -> tuple[tuple[int, str], ...]:
+        """A HANG's waits: the typed ones, else (a record from before they were typed) read from
+        its message, the form."""
+        return (self.hang if self.hang is not None else HangSignature.from_text(self.message)).waits
+
     @classmethod
     def from_json(cls, d: Mapping) -> Identity | None:
-        """From ``as_json``'s dict; a HANG recorded before its waits were typed gets them from its
-        message (the form, which reads as a signature's head)."""
+        """From ``as_json``'s dict.  A HANG recorded before its waits were typed keeps ``hang``
+        None (``matches`` reads its waits from the message, the form), so that an old record
+        reads back and writes the same JSON."""
         try:
             kind = Outcome(d["kind"])
             message = str(d.get("message", ""))
             hang = HangSignature.from_json(d["hang"]) if "hang" in d else None
-            if kind is Outcome.HANG and hang is None:
-                hang = HangSignature.from_text(message)
             return cls(kind, str(d.get("error", "")), message, tuple(str(f) for f in d.get("frames", ())),
                        str(d.get("shown", "")), hang)
         except (KeyError, ValueError, TypeError):
@@ -141,8 +145,7 @@ def matches(learned: Identity, seen: Identity | None) -> bool:
     if seen is None or seen.kind is not learned.kind:
         return False
     if learned.kind is Outcome.HANG:  # where a rank's stack was not read, its wait is missing
-        a, b = (set(i.hang.waits) if i.hang is not None else set(HangSignature.from_text(i.message).waits)
-                for i in (learned, seen))
+        a, b = (set(i.hang_waits()) for i in (learned, seen))
         return not a or not b or a <= b or b <= a
     if learned.error != seen.error:
         return False

@@ -908,8 +908,8 @@ def _no_index(folder: Path) -> DsbisectError:
     runs = len([d for d in folder.glob("runs/*") if d.is_dir()])
     repair_ = f"'dsbisect store repair --store {folder}'"
     if records or bisections:
-        held = " and ".join(f"{n} {what}" for n, what in ((records, "run record(s)"), (bisections, "bisection(s)"))
-                            if n)
+        held = " and ".join(f"{n} {what}" for n, what in ((records, "run record(s) in runs/"),
+                                                            (bisections, "bisection(s) in bisections/")) if n)
         return StoreError(f"{folder} has no index ({DB}) but holds {held}: {repair_} indexes them")
     if runs or (folder / claims.LOCK).exists() or (folder / claims.WRITERS).is_dir():
         left = f" ({runs} run folder(s), none with a record)" if runs else ""
