@@ -47,7 +47,11 @@ class Capture:
             return
         self.taken.append(reason)
         self.run.stacks.mkdir(parents=True, exist_ok=True)
-        self._faulthandler(procs)
+        if reason == "quiet":  # a job that may be fine, often still starting: py-spy only
+            self.note("quiet: no faulthandler signal (a dump of all threads while a rank starts them "
+                      "can crash it: seen as a SIGSEGV during 'import torch')")
+        else:
+            self._faulthandler(procs)
         with ThreadPoolExecutor(max_workers=min(8, len(procs))) as pool:
             list(pool.map(lambda p: self._pyspy(p, reason), procs))
 
