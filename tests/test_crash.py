@@ -15,7 +15,7 @@ SITE = "/home/u/.cache/dsbisect/envs/d0a322101f9b755b/lib/python3.11/site-packag
 RANK0 = f"""\
 [W1202 05:45:39.382552183 Utils.hpp:137] Warning: Environment variable TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated
 [rank0]: Traceback (most recent call last):
-[rank0]:   File "/work/train.py", line 5, in <module>
+[rank0]:   File "/x/train.py", line 5, in <module>
 [rank0]:     engine.step()
 [rank0]:   File "{SITE}/deepspeed/runtime/zero/stage_1_and_2.py", line 2012, in step
 [rank0]:     self._all_gather()
@@ -26,7 +26,7 @@ RANK0 = f"""\
 """
 RANK1 = """\
 [rank1]: Traceback (most recent call last):
-[rank1]:   File "/work/train.py", line 6, in <module>
+[rank1]:   File "/x/train.py", line 6, in <module>
 [rank1]:     dist.barrier()
 [rank1]: RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:13200
 """

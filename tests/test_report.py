@@ -331,7 +331,7 @@ def test_envs_table_lists_what_the_cache_holds(tmp_path):
 
 RANK0_TB = """\
 [rank0]: Traceback (most recent call last):
-[rank0]:   File "/work/train.py", line 5, in <module>
+[rank0]:   File "/x/train.py", line 5, in <module>
 [rank0]:     engine.step()
 [rank0]:   File "/venv/lib/python3.12/site-packages/deepspeed/runtime/engine.py", line 2211, in step
 [rank0]:     self._take_model_step(lr_kwargs)
@@ -344,7 +344,7 @@ def _failed_with_logs(st: Store, version: str = "0.12.4"):
     (Path(r.run_dir) / "ranks").mkdir(exist_ok=True)
     (Path(r.run_dir) / "ranks" / "rank0.log").write_text("step 6\n" + RANK0_TB)
     (Path(r.run_dir) / "ranks" / "rank1.log").write_text(
-        "[rank1]: Traceback (most recent call last):\n[rank1]:   File \"/work/train.py\", line 6, in <module>\n"
+        "[rank1]: Traceback (most recent call last):\n[rank1]:   File \"/x/train.py\", line 6, in <module>\n"
         "[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:29500\n")
     return r
 

@@ -70,7 +70,7 @@ def test_a_record_of_odd_shapes_shows_as_far_as_it_goes(tmp_path):
 SITE = "/home/u/.cache/dsbisect/envs/d0a322101f9b755b/lib/python3.11/site-packages"
 CRASHED = f"""\
 [rank1]: Traceback (most recent call last):
-[rank1]:   File "/work/train.py", line 12, in <module>
+[rank1]:   File "/x/train.py", line 12, in <module>
 [rank1]:     engine.step()
 [rank1]:   File "{SITE}/deepspeed/runtime/zero/stage_1_and_2.py", line 2012, in step
 [rank1]:     self._all_gather()
@@ -80,7 +80,7 @@ CRASHED = f"""\
 """
 PEER = """\
 [rank0]: Traceback (most recent call last):
-[rank0]:   File "/work/train.py", line 13, in <module>
+[rank0]:   File "/x/train.py", line 13, in <module>
 [rank0]:     dist.barrier()
 [rank0]: RuntimeError: [../gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:13200
 """
@@ -89,7 +89,7 @@ STALE = f"""\
 Current thread 0x00007f0001 (most recent call first):
   File "{SITE}/torch/utils/file_baton.py", line 42 in wait
   File "{SITE}/torch/utils/cpp_extension.py", line 2180 in _jit_compile
-  File "/work/train.py", line 3 in <module>
+  File "/x/train.py", line 3 in <module>
 """
 
 
@@ -104,7 +104,7 @@ def _crashed_run(st: Store, logs: dict[str, str], stacks: dict[str, str] | None 
         (run_dir / "stacks" / name).write_text(text)
     st.finish_run(rid, Outcome.FAIL, 1, 9.0, reason="RuntimeError: dsb: all_gather got a tensor of the wrong size",
                   facts=RunFacts.of(command=["torchrun", "--nproc-per-node", "2", "train.py", "--deepspeed", "ds.json"],
-                                    inputs=[{"path": "/work/ds.json", "sha256": "0123456789abcdef0000", "bytes": 120,
+                                    inputs=[{"path": "/x/ds.json", "sha256": "0123456789abcdef0000", "bytes": 120,
                                              "copy": "inputs/00-ds.json"}]))
     return st.run(rid)
 
@@ -122,7 +122,7 @@ def test_a_crash_shows_the_first_ranks_traceback_whole_the_command_and_no_stale_
     text = _piped(r)
     lines = text.splitlines()
     assert "  command     torchrun --nproc-per-node 2 train.py --deepspeed ds.json" in lines
-    assert "  file        /work/ds.json (120 B, sha256 0123456789abcdef, a copy in inputs/00-ds.json)" in lines
+    assert "  file        /x/ds.json (120 B, sha256 0123456789abcdef, a copy in inputs/00-ds.json)" in lines
     # rank 1 raised first (rank 0 only lost its peer), and its traceback is whole at 80 columns
     assert "── traceback: rank 1 raised first (ranks/1/stderr.log) ──" in lines
     assert f'  File "{SITE}/deepspeed/comm/torch.py", line 209, in all_gather_into_tensor' in lines
