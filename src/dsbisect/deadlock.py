@@ -56,6 +56,7 @@ from dataclasses import dataclass
 
 from . import flightrec
 from .flightrec import DEFAULT_PG, as_int
+from .hangsig import span
 
 # Ops whose tensors have the same sizes on every rank; the others (gather, scatter,
 # all_to_all with splits, ...) are matched on the op alone.
@@ -410,28 +411,19 @@ def _waits_text(heads: Mapping[int, tuple[Collective, ...]], gone: Mapping[int, 
         groups.setdefault(labels[r], []).append(r)
     parts = []
     for n, (label, rs) in enumerate(sorted(groups.items(), key=lambda kv: kv[1][0])):
-        who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {_span(rs)}"
+        who = f"rank {rs[0]}" if len(rs) == 1 else f"ranks {span(rs)}"
         verb = ("waits in " if len(rs) == 1 else "wait in ") if n == 0 else "in "
         parts.append(f"{who} {verb}{label}")
     if parked:
         rs = sorted(parked)
         where = (parked[rs[0]].stack[0].split(":")[-2] if parked[rs[0]].stack else "torch.distributed")
-        parts.append(f"rank {rs[0]} in {where}()" if len(rs) == 1 else f"ranks {_span(rs)} in torch.distributed")
+        parts.append(f"rank {rs[0]} in {where}()" if len(rs) == 1 else f"ranks {span(rs)} in torch.distributed")
     if gone:
         rs = sorted(gone)
-        parts.append(f"rank {rs[0]} exited" if len(rs) == 1 else f"ranks {_span(rs)} exited")
+        parts.append(f"rank {rs[0]} exited" if len(rs) == 1 else f"ranks {span(rs)} exited")
     return ", ".join(parts)
 
 
-def _span(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
-    runs: list[list[int]] = []
-    for r in sorted(ranks):
-        if runs and r == runs[-1][-1] + 1:
-            runs[-1].append(r)
-        else:
-            runs.append([r])
-    return ",".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in runs)
 
 
 # ------------------------------------------------------------------ from the hook's answers

@@ -27,7 +27,7 @@ from pathlib import Path
 from . import flightrec
 from .deadlock import Proof
 from .flightrec import Entry, as_int
-from .hangsig import HangSignature, canonical_op
+from .hangsig import HangSignature, canonical_op, span
 from .outcome import rank_tagged
 from .rundir import RunDir, rank_of_log, read_tail
 from .stacks import Frame, faulthandler_threads, last_dump, main_thread, pyspy_threads
@@ -504,7 +504,7 @@ def _split(states: tuple[RankState, ...], field: str, title: str) -> str | None:
         return None
     sep = " " if field == "op" else "@"
     groups = _group_ranks({r: str(v) for r, v in values.items()})
-    shown = ", ".join(f"{_span(rs)}{sep}{v}" for v, rs in groups[:_SHOWN_GROUPS])
+    shown = ", ".join(f"{span(rs)}{sep}{v}" for v, rs in groups[:_SHOWN_GROUPS])
     return f"{title}: {shown}{_more(groups)}"
 
 
@@ -535,18 +535,9 @@ def _group_ranks(labels: dict[int, str]) -> list[tuple[str, list[int]]]:
 
 
 def _ranks_label(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {_span(ranks)}"
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {span(ranks)}"
 
 
-def _span(ranks: list[int]) -> str:
-    """[0, 1, 2, 3, 5] -> '0-3,5'."""
-    runs: list[list[int]] = []
-    for r in sorted(ranks):
-        if runs and r == runs[-1][-1] + 1:
-            runs[-1].append(r)
-        else:
-            runs.append([r])
-    return ",".join(str(g[0]) if len(g) == 1 else f"{g[0]}-{g[-1]}" for g in runs)
 
 
 def _more(groups: list, shown: int = _SHOWN_GROUPS) -> str:

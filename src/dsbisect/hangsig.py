@@ -66,7 +66,7 @@ class HangSignature:
         for r, op in sorted(set(self.waits)):
             by_op.setdefault(op, []).append(r)
         clauses = sorted(by_op.items(), key=lambda kv: kv[1][0])
-        return ", ".join(f"rank {rs[0]} in {op}" if len(rs) == 1 else f"ranks {_span(rs)} in {op}"
+        return ", ".join(f"rank {rs[0]} in {op}" if len(rs) == 1 else f"ranks {span(rs)} in {op}"
                          for op, rs in clauses)
 
     def to_json(self) -> dict:
@@ -103,8 +103,8 @@ class HangSignature:
         return cls(tuple(sorted(waits)), _hang_frames(text), text)
 
 
-def _span(ranks: list[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
+def span(ranks: list[int]) -> str:
+    """[0, 1, 2, 5] -> '0-2,5' (the one way ranks are written as ranges)."""
     runs: list[list[int]] = []
     for r in sorted(ranks):
         if runs and r == runs[-1][-1] + 1:
