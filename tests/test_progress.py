@@ -256,10 +256,12 @@ def test_a_bad_heartbeat_is_one_line_exit_2_and_creates_nothing(tmp_path, cli, m
 def test_a_piped_bisection_says_its_range_look_ahead_pace_and_one_time_per_run(tmp_path_factory, tmp_path, cli,
                                                                               cache_dir, monkeypatch):
     house = toypkg.build_wheelhouse(tmp_path_factory.mktemp("progress-house"),
-                                    {"3.0.0": "ok", "3.1.0": "raise", "3.2.0": "raise"},
+                                    {"3.0.0": "ok", "3.1.0": "slowraise", "3.2.0": "slowraise"},
                                     dist="dsb-progress")
     write_matrix(tmp_path, ["3.0.0"], package="dsb-progress", nproc=1)
-    monkeypatch.setenv("DSBISECT_HEARTBEAT", "2")
+    # Each bad point lasts over 5 s and the heartbeat is 1 s: at least one heartbeat on any machine
+    # (with 2 s and points of 2.1 s, a loaded CI machine printed none).
+    monkeypatch.setenv("DSBISECT_HEARTBEAT", "1")
     res = cli("bisect", "dsb-progress", "3.0.0", "3.2.0", "--case", "toy", "--jobs", "1",
               *offline(house, cache_dir), cwd=tmp_path)
     assert res.exit_code == 0, res.output

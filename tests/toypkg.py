@@ -54,6 +54,14 @@ def step(dist):
     if dist.get_rank() == 0:
         raise ValueError("dsb_toy: the loss went NaN")
 """,
+    # "raise" after five seconds: a point that lasts long enough for a heartbeat line on any machine.
+    "slowraise": """
+def step(dist):
+    import time
+    time.sleep(5)
+    if dist.get_rank() == 0:
+        raise ValueError("dsb_toy: the loss went NaN")
+""",
     "import": """
 raise ImportError("dsb_toy needs a newer torch than this one")
 """,
