@@ -425,8 +425,8 @@ def emit(text: str, output: Path | None) -> None:
 def run(
     args: Annotated[Optional[list[str]], typer.Argument(metavar="[MATRIX | -- COMMAND...]", help="The matrix file (default matrix.yaml), or, with --versions/--pin, after --, your own command line.")] = None,
     case: CasesOpt = None,
-    versions: Annotated[Optional[list[str]], typer.Option("--versions", metavar="PKG=V1,V2", help="With -- COMMAND: the versions of a package to run it at (repeatable: every combination).")] = None,
-    pin: Annotated[Optional[list[str]], typer.Option("--pin", metavar="REQ", help="With -- COMMAND: a requirement held in every point, e.g. deepspeed==0.12.4 (repeatable).")] = None,
+    versions: Annotated[Optional[list[str]], typer.Option("--versions", metavar="PKG=V1,V2", help="With -- COMMAND: the versions of a package to run it at (repeatable: every combination); with MATRIX: instead of its cases' own.")] = None,
+    pin: Annotated[Optional[list[str]], typer.Option("--pin", metavar="REQ", help="A requirement held in every point, e.g. deepspeed==0.12.4 (repeatable; with MATRIX: besides its cases' pins).")] = None,
     nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks of -- python x.py (a launcher line, e.g. torchrun --nproc-per-node 2, says its own).")] = 2,
     accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks of -- COMMAND run: cpu, cuda, or auto (cuda when this machine has the GPUs).")] = Accelerator.AUTO,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run points again even if the store has them.")] = False,
@@ -471,7 +471,14 @@ def run(
 
     with user_errors():
         shown.check()
-        if versions or pin:
+        narrowing = (versions or pin) and len(args or []) == 1 and Path(args[0]).suffix in (".yaml", ".yml")
+        if narrowing:  # a matrix at other versions: a YAML file is never a command line
+            m = matrix_mod.load(Path(args[0]))
+            cases = matrix_mod.narrowed(m.select(case), versions or [], pin or [])
+            env_defaults = m.env
+            title = redact("dsbisect run " + shlex.join([m.path.name, *(w for v in versions or [] for w in ("--versions", v)),
+                                                         *(w for p in pin or [] for w in ("--pin", p))]))
+        elif versions or pin:
             the_case = matrix_mod.command_points(args or [], Path.cwd(), versions or [], pin or [], nproc,
                                                  accelerator)
             cases, env_defaults = [the_case], EnvOptions()

@@ -149,13 +149,24 @@ def free_port(avoid: set[int] = frozenset()) -> int:
 IdleCheck = Callable[[list[psutil.Process]], bool]
 
 
+class StartError(Exception):
+    """The launch line's program could not be started (exec failed: no such file, not executable)."""
+
+    def __init__(self, program: str, why: str):
+        super().__init__(f"{program}: {why}")
+        self.program, self.why = program, why
+
+
 def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook | None = None,
            on_idle: IdleCheck | None = None, cancel: threading.Event | None = None) -> LaunchResult:
     """Run ``spec`` to its end; ``cancel`` (set from another thread) stops it like Ctrl-C."""
     spec.run.path.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(spec.run.launcher_log, "ab") as log:
-        proc = Guarded.start(spec.argv, spec.env, spec.cwd, log)
+        try:
+            proc = Guarded.start(spec.argv, spec.env, spec.cwd, log)
+        except OSError as e:
+            raise StartError(str(spec.argv[0]), e.strerror or str(e)) from e
     seen: dict[int, psutil.Process] = {}
     done = threading.Event()
     if cancel is not None:

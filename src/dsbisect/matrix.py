@@ -460,21 +460,53 @@ def command_points(argv: list[str], cwd: Path, versions: list[str], pins: list[s
     if not argv:
         raise InputError("--versions and --pin run your own command: give it after --")
     held = check_pins(pins)
+    axes = versions_axes(versions)
+    names = list(axes)
+    points = tuple(Point(versions=tuple(zip(names, combo)), pins=held)
+                   for combo in itertools.product(*(axes[n] for n in names))) or (Point(versions=(), pins=held),)
+    return replace(command_case(argv, cwd, nproc=nproc, accelerator=accelerator), pins=held, points=points)
+
+
+def versions_axes(versions: list[str]) -> dict[str, list[str]]:
+    """``--versions PKG=V1,V2`` (repeatable) as axes: package -> its versions, in the order given."""
     axes: dict[str, list[str]] = {}
     for spec in versions:
         name, _, listed = spec.partition("=")
         chosen = [v.strip() for v in listed.split(",") if v.strip()]
-        if not name or not chosen:
+        if not name.strip() or not chosen:
             raise InputError(f"--versions {spec!r}: expected PACKAGE=V1,V2,...")
         try:
             _check_versions(name.strip(), chosen)
         except ValueError as e:
             raise InputError(f"--versions {spec!r}: {e}") from None
         axes[name.strip()] = chosen
-    names = list(axes)
-    points = tuple(Point(versions=tuple(zip(names, combo)), pins=held)
-                   for combo in itertools.product(*(axes[n] for n in names))) or (Point(versions=(), pins=held),)
-    return replace(command_case(argv, cwd, nproc=nproc, accelerator=accelerator), pins=held, points=points)
+    return axes
+
+
+def narrowed(cases: list[Case], versions: list[str], pins: list[str]) -> list[Case]:
+    """``dsbisect run MATRIX --versions PKG=V1,V2 --pin REQ``: the matrix's cases at these versions
+    of PKG instead of their own (its other axes as they are), holding REQ besides their pins. A
+    case that does not move PKG, or a pin of a package a case moves, is bad input."""
+    axes = {canonicalize_name(k): (k, v) for k, v in versions_axes(versions).items()}
+    held = check_pins(pins)
+    out = []
+    for c in cases:
+        moved = {canonicalize_name(n) for p in c.points for n, _ in p.versions}
+        for key, (given, _) in axes.items():
+            if key not in moved:
+                raise InputError(f"--versions {given}=...: case {c.name!r} does not move {given} "
+                                 f"(its axes: {', '.join(sorted(moved)) or 'none'}); pick cases with --case")
+        for p in held:
+            if canonicalize_name(Requirement(p).name) in moved:
+                raise InputError(f"--pin {p}: case {c.name!r} moves {Requirement(p).name} (give --versions instead)")
+        points: dict[Point, None] = {}
+        for p in c.points:
+            for combo in itertools.product(*(vs for _, vs in axes.values())):
+                chosen = dict(zip(axes, combo))
+                points[replace(p, versions=tuple((n, chosen.get(canonicalize_name(n), v)) for n, v in p.versions),
+                               pins=p.pins + held)] = None
+        out.append(replace(c, points=tuple(points), pins=c.pins + held))
+    return out
 
 
 def _command_name(cmd) -> str:

@@ -114,6 +114,7 @@ class SkipCause(str, enum.Enum):
     OOM = "oom"  # the out-of-memory killer ended it
     SLURM = "slurm"  # Slurm ended the job, or it left no result
     MANUAL = "manual"  # marked skip by hand
+    START = "start"  # the launch line could not be started (no such program in the point's venv, not executable)
 
     @property
     def machine(self) -> bool:

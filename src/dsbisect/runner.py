@@ -40,7 +40,7 @@ from .envs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from .errors import DiskFull, EnvBuildError, Interrupted, StoreError, signal_of
 from .evidence import Capture
 from .forensics import analyze, hang_record
-from .launch import LaunchResult, LaunchSpec, free_port, launch
+from .launch import LaunchResult, LaunchSpec, StartError, free_port, launch
 from .launchers import Ranks, Target, line_for, plan
 from .model import (
     Accelerator,
@@ -432,7 +432,14 @@ class Runner:
         """The run pipeline past the venv: the launch line, the launch under watch, the import
         check the run made, the verdict and its evidence, the record."""
         line = self._launch_line(job, check is None)
-        ran = self._supervise(job, line)
+        try:
+            ran = self._supervise(job, line)
+        except StartError as e:  # nothing ran: the point is untestable with this line, not bad
+            with open(job.run.launcher_log, "a") as note:
+                note.write(f"dsbisect: could not start {e.program}: {e.why}\n")
+            where = "on the point venv's PATH" if "/" not in e.program else "there"
+            return self._skip(job.record, f"could not start {e.program}: {e.why} ({where})", SkipCause.START,
+                              env_key=job.env.key, case=job.case, env=job.env)
         if check is None:
             check = self._check_of_run(job.run, job.env, job.case, job.point, job.accel)
             if not check.ok:
