@@ -160,6 +160,30 @@ def _piped() -> tuple[Console, io.StringIO]:
     return Console(file=buf, force_terminal=False, width=200, soft_wrap=True, markup=False, highlight=False), buf
 
 
+def test_points_this_machine_cannot_run_are_no_part_of_the_time_left():
+    """README command 1 on a CPU machine: 3 CPU points, then 15 that need GPUs. After the first
+    point's 47 s, main said "[point 1 of 18] … about 16 min left" for what took 1.5 min."""
+    def first_line(unrunnable: int) -> str:
+        console, buf = _piped()
+        ui = ProgressUI(total=6, heartbeat=0, console=console)
+        ui.expect_unrunnable(unrunnable)
+        ui.last_done -= 47  # the first point took 47 s
+        ui("done", "cpu_smoke · 0.17.6: pass in 47 s")
+        return buf.getvalue()
+    assert "[point 1 of 6] cpu_smoke · 0.17.6: pass in 47 s · about 4 min left" in first_line(0)
+    assert "· about 90 s left" in first_line(3)  # 2 more that run, 3 skipped at once
+    console, buf = _piped()
+    ui = ProgressUI(total=3, heartbeat=0, console=console)
+    ui.expect_unrunnable(1)
+    ui.last_done -= 40
+    ui("done", "a · 1: pass in 40 s")
+    ui("unrunnable", "b · 1: skip (needs 2 CUDA GPUs; this machine has 0)")  # no round of ~0 s
+    ui("done", "a · 2: pass in 40 s")
+    lines = buf.getvalue().splitlines()
+    assert lines[1] == "  [point 2 of 3] b · 1: skip (needs 2 CUDA GPUs; this machine has 0) · about 40 s left", lines
+    assert ui.rounds[0] >= 40 and len(ui.rounds) == 2
+
+
 def test_piped_a_heartbeat_line_comes_while_nothing_else_is_printed():
     console, buf = _piped()
     ui = ProgressUI(heartbeat=0.2, console=console)

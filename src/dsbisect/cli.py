@@ -501,6 +501,8 @@ def run(
         runner = open_runner(store, envs.cache_dir, env_options, idx, ui, rerun=rerun, jobs=where.jobs,
                              executor=executor)
         records = []
+        if executor is None:  # points skipped at once for want of GPUs are no part of the time left
+            ui.expect_unrunnable(sum(len(c.points) for c in cases if not runner.enough_gpus(c)) * repeat)
         with ui.running():
             for c in cases:
                 _note_slots(runner, c, ui)

@@ -79,6 +79,13 @@ class ProgressUI:
         self.printed = self.t0  # when a line was last printed (the heartbeat waits for quiet)
         self.lock = threading.RLock()
         self.asking = False  # a question to the user is on screen: no heartbeat under it
+        self.unrunnable = 0  # points still to come that this machine cannot run (no time: not rounds)
+
+    def expect_unrunnable(self, n: int) -> None:
+        """``n`` of the points to come will be skipped at once (too few GPUs here): the time
+        left is the pace times the points that will run."""
+        with self.lock:
+            self.unrunnable = max(0, n)
 
     # ------------------------------------------------------------------ events
 
@@ -87,9 +94,9 @@ class ProgressUI:
             return
         text, now = safe(text), time.monotonic()
         with self.lock:
-            if kind in ("done", "reused"):
+            if kind in ("done", "reused", "unrunnable"):
                 text = self._finished(kind, text, now)
-            if kind in ("done", "reused", "note"):
+            if kind in ("done", "reused", "unrunnable", "note"):
                 self._print(Text(f"  {text}"), now)
                 if kind != "note":
                     self.main = None
@@ -105,12 +112,17 @@ class ProgressUI:
     def _finished(self, kind: str, text: str, now: float) -> str:
         if kind == "done":
             self.rounds.append(now - self.last_done)
+        elif kind == "unrunnable":
+            self.unrunnable = max(0, self.unrunnable - 1)
         self.last_done = now
         if not self.total:
             return text
         self.finished += 1
-        left = eta.about(eta.time_left(self.rounds, self.total - self.finished))
+        left = eta.about(eta.time_left(self.rounds, self._to_run()))
         return f"[point {self.finished} of {self.total}] {text}" + (f" · {left} left" if left else "")
+
+    def _to_run(self) -> int:
+        return self.total - self.finished - self.unrunnable
 
     def _print(self, line: Text, now: float) -> None:
         self.console.print(line)
@@ -122,7 +134,7 @@ class ProgressUI:
         """"about 6 min left" for a matrix whose size is known, once a point has run."""
         if not self.total:
             return ""
-        left = eta.about(eta.time_left(self.rounds, self.total - self.finished))
+        left = eta.about(eta.time_left(self.rounds, self._to_run()))
         return f"{left} left" if left else ""
 
     def lines(self, now: float) -> list[str]:

@@ -221,7 +221,7 @@ class Runner:
             return  # not needed any more; a later run of this point builds it again
 
     def _prepare(self, case: Case, point: Point, why: str = "the search may test it next") -> None:
-        if self.executor is not None or not self._enough_gpus(case):
+        if self.executor is not None or not self.enough_gpus(case):
             return  # the run is not here, or cannot run here
         if self.reusable(self.effective(case), point)[0]:
             return  # recorded: it will not run again
@@ -297,7 +297,7 @@ class Runner:
             return case.accelerator
         return Accelerator.CUDA if len(self.gpus) >= case.nproc else Accelerator.CPU
 
-    def _enough_gpus(self, case: Case) -> bool:
+    def enough_gpus(self, case: Case) -> bool:
         return self.accelerator(case) is not Accelerator.CUDA or len(self.gpus) >= case.nproc
 
     # ---------------------------------------------------------------- one run
@@ -311,7 +311,7 @@ class Runner:
     def run_here(self, case: Case, point: Point, attempt: int = 1, slot: Slot = Slot()) -> RunRecord:
         """One run here: claimed in the store first (or, when another dsbisect is running this
         point, that one's run once it ends), then venv, import check, launch."""
-        if not self._enough_gpus(case):
+        if not self.enough_gpus(case):
             reason = f"needs {case.nproc} CUDA GPUs; this machine has " + (
                 f"{len(self.gpus)} ({self.gpus[0]})" if self.gpus else "0")
             same = self.store.same_skip(case.key, point.key, reason, facts.host()["name"])
@@ -370,7 +370,7 @@ class Runner:
                             token: GateToken | None = None) -> RunRecord:
         label = f"{case.name} · {point.label}"
         accel = self.accelerator(case)
-        if not self._enough_gpus(case):
+        if not self.enough_gpus(case):
             have = f"{len(self.gpus)} ({self.gpus[0]})" if self.gpus else "0"
             return self._skip(run, f"needs {case.nproc} CUDA GPUs; this machine has {have}", SkipCause.GPUS)
         self.progress("env", f"{label}: preparing venv")
@@ -398,7 +398,9 @@ class Runner:
         done = self.store.finish_run(run.id, Outcome.SKIP, None, 0.0, reason=reason, env_key=env_key,
                                      evidence=Evidence(skip_cause=cause),
                                      facts=(found or RunFacts()) | RunFacts.of(fingerprint=given, host=facts.host()))
-        self.progress("done", f"{run.case_name} · {run.point.label}: skip ({reason})")
+        # A point this machine cannot run at all (too few GPUs) takes no time: the progress's
+        # estimate of the time left does not count it as a round.
+        self.progress("unrunnable" if cause.machine else "done", f"{run.case_name} · {run.point.label}: skip ({reason})")
         return done
 
     def _import_check(self, env: Env, case: Case, point: Point, accel: Accelerator) -> ImportCheck:
