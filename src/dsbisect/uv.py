@@ -49,8 +49,15 @@ class Uv:
 
     def install(self, venv: Path, reqs: Sequence[str], hold: Sequence[str] = (),
                 extra_links: Sequence[str] = (), no_deps: bool = False) -> None:
-        """Install ``reqs`` into ``venv`` from the index options; ``hold`` are constraints."""
-        args = ["pip", "install", "--python", str(venv / "bin" / "python"), *self.index.uv_args()]
+        """Install ``reqs`` into ``venv`` from the index options; ``hold`` are constraints.
+
+        Compiled to bytecode, as pip installs by default: each process of a run (the launcher,
+        its launch step, every rank) would otherwise compile DeepSpeed's 750 modules again on
+        every import where ``PYTHONDONTWRITEBYTECODE`` is set (containers often set it), and a
+        package's SyntaxWarnings would show on first import where the user's pip-built env shows
+        none."""
+        args = ["pip", "install", "--compile-bytecode", "--python", str(venv / "bin" / "python"),
+                *self.index.uv_args()]
         for d in extra_links:
             args += ["--find-links", d]
         if no_deps:
