@@ -107,3 +107,25 @@ def test_a_program_that_cannot_start_is_an_untestable_point_with_its_reason(tmp_
     assert "could not start dsbisect-no-such-program: No such file or directory" in run["reason"], run
     shown = cli("show", str(run["id"]), cwd=tmp_path)
     assert shown.exit_code == 0 and "could not start dsbisect-no-such-program" in shown.stdout, shown.output
+
+
+@pytest.mark.slow
+def test_prefetch_takes_the_versions_run_will_be_given(tmp_path, cli, cache_dir):
+    """The README's Slurm block: prefetch the matrix's case at other versions (and the releases
+    between them), so that run and bisect with those versions work offline."""
+    import toypkg
+
+    house = toypkg.build_wheelhouse(tmp_path / "house", {v: "ok" for v in ("1.0.0", "1.1.0", "1.2.0", "1.3.0")},
+                                    dist="dsb-pf")
+    matrix = write_matrix(tmp_path, ["1.0.0"], package="dsb-pf", nproc=1)
+    matrix.write_text(matrix.read_text().replace("defaults:\n", "defaults:\n  build_pins: []\n"))  # no setuptools here
+    dest = tmp_path / "wh"
+    res = cli("prefetch", "matrix.yaml", "--case", "toy", "--versions", "dsb-pf=1.1.0,1.3.0", "--with-candidates",
+              "--dest", str(dest), "--find-links", str(house), "--index-url", (tmp_path / "none").as_uri(),
+              "--cache-dir", str(cache_dir), cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    got = sorted(w.name.split("-")[1] for w in dest.rglob("dsb_pf-*.whl"))
+    assert got == ["1.1.0", "1.2.0", "1.3.0"], (got, res.output)
+    bad = cli("prefetch", "matrix.yaml", "--versions", "dsb-pf=1.1.0", "--no-cases", "--tool", "--dest", str(dest),
+              cwd=tmp_path)
+    assert bad.exit_code == 2 and "cannot go with --no-cases" in bad.stderr, bad.output

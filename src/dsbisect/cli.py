@@ -1276,6 +1276,7 @@ def prefetch(
     matrix: Annotated[Optional[Path], typer.Argument(help="The matrix file (default matrix.yaml; with --no-cases, read only when there).")] = None,
     dest: Annotated[Path, typer.Option("--dest", help="The wheelhouse folder to fill.")] = Path("wheelhouse"),
     case: CasesOpt = None,
+    versions: Annotated[Optional[list[str]], typer.Option("--versions", metavar="PKG=V1,V2", help="As run's with MATRIX: the cases at these versions of a package instead of their own (repeatable).")] = None,
     with_candidates: Annotated[bool, typer.Option("--with-candidates", help="Also every release between the lowest and highest version of each axis (with --good-env: of each change).")] = False,
     python_version: Annotated[Optional[str], typer.Option("--python-version", help="The target's Python, e.g. 3.12.")] = None,
     platform_tag: Annotated[Optional[list[str]], typer.Option("--platform", help="The target's platform tags, e.g. manylinux_2_17_x86_64 (repeatable).")] = None,
@@ -1309,6 +1310,10 @@ def prefetch(
         cases_too = cases_too and (bool(case) or envs is None)  # an env bisection runs no axis point
         m = _prefetch_matrix(matrix, cases_too)
         cases = m.select(case) if m is not None else []
+        if versions:
+            if not cases_too:
+                raise InputError("--versions changes the cases' points: it cannot go with --no-cases")
+            cases = matrix_mod.narrowed(cases, versions, [])
         if index.offline:
             raise InputError("prefetch downloads what --offline runs need: it cannot run --offline itself")
         there = next((p for p in (dest, *dest.absolute().parents) if p.exists()), None)
