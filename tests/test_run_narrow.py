@@ -129,3 +129,20 @@ def test_prefetch_takes_the_versions_run_will_be_given(tmp_path, cli, cache_dir)
     bad = cli("prefetch", "matrix.yaml", "--versions", "dsb-pf=1.1.0", "--no-cases", "--tool", "--dest", str(dest),
               cwd=tmp_path)
     assert bad.exit_code == 2 and "cannot go with --no-cases" in bad.stderr, bad.output
+
+
+@pytest.mark.parametrize("words, says", [
+    (["bisect", "dsb-toy", "1.0.0", "1.1.0", "matrix.yaml"], "`bisect` as --matrix with --case NAME"),
+    (["run", "--versions", "dsb-toy=1.0.0", "--", "job"], "job: a file here, not a program on PATH: give ./job"),
+    (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--", "job", "--steps", "3"], "give ./job to run it"),
+])
+def test_a_bare_name_that_is_a_file_here_and_no_program_is_bad_input(tmp_path, cli, words, says):
+    """exec never looks in the working folder: `bisect deepspeed A B matrix.yaml` built a venv per
+    release and skipped each with 'could not start matrix.yaml'."""
+    write_matrix(tmp_path, ["1.0.0"])
+    (tmp_path / "job").write_text("#!/bin/sh\nexit 0\n")
+    (tmp_path / "job").chmod(0o755)
+    res = cli(*words, "--store", str(tmp_path / "st"), cwd=tmp_path)
+    assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+    assert res.stderr.strip().count("\n") == 0 and says in res.stderr, res.stderr
+    assert not (tmp_path / "st").exists()

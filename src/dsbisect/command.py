@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -317,6 +318,11 @@ def _script(argv: tuple[str, ...], start: int, cwd: Path) -> Command:
 
 
 def _executable(argv: tuple[str, ...], cwd: Path) -> Command:
+    if "/" not in argv[0] and (cwd / argv[0]).is_file() and shutil.which(argv[0]) is None:
+        # exec looks for a bare name on PATH, never in the working folder: it would not start
+        hint = (" (a matrix: `run` takes it as its MATRIX, `bisect` as --matrix with --case NAME)"
+                if Path(argv[0]).suffix in (".yaml", ".yml") else "")
+        raise InputError(f"{argv[0]}: a file here, not a program on PATH: give ./{argv[0]} to run it{hint}")
     if "/" in argv[0] and not (cwd / argv[0]).exists():
         raise InputError(f"{argv[0]}: no such file (relative to {cwd})")
     if "/" in argv[0] and ((cwd / argv[0]).is_dir() or not os.access(cwd / argv[0], os.X_OK)):
