@@ -83,7 +83,7 @@ def test_ranks_that_behave_alike_are_one_row(tmp_path, world):
                           f"_ALLGATHER_BASE #119 (2048 elements) at engine.py:1234",
                           f"ranks 0–{half - 1} wait in _ALLGATHER_BASE #120 (2048 elements), ranks {half}–{world - 1} "
                           f"in _ALLGATHER_BASE #119 (2048 elements)")
-    assert took < 1.0 and len(html.encode()) < 2 << 20, (took, len(html))
+    assert len(html.encode()) < 2 << 20, len(html)  # the time is benchmarks/html_report.py's figure, not asserted
     print(f"{world} ranks: view + page {took * 1000:.0f} ms, {len(html.encode())} bytes")
 
 
