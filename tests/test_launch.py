@@ -220,3 +220,39 @@ def test_silent_rank_whose_stack_stays_is_a_hang(tmp_path):
                  on_idle=capture.stuck)
     assert res.timed_out and "no rank's stack moved" in res.why
     assert capture.stacks and all(frames for frames in capture.stacks.values())
+
+
+WORDS_THEN_ANOTHER_ERROR = """\
+import sys, time
+print("Watchdog caught collective operation timeout (a quoted line, not a timeout)", flush=True)
+print("Traceback (most recent call last):", flush=True)
+print('  File "train.py", line 3, in <module>', flush=True)
+print("[rank0]: ValueError: the loss went NaN", flush=True)
+time.sleep(6)  # a slow exit (a loaded machine's teardown): longer than the grace
+sys.exit(1)
+"""
+
+
+def test_the_words_then_another_error_is_no_hang_however_slow_the_exit(tmp_path):
+    """A rank that printed the timeout words and then died of another exception is not waiting:
+    on a loaded machine its exit took longer than the 5 s grace and the run was called a HANG."""
+    res = launch(_spec(tmp_path, WORDS_THEN_ANOTHER_ERROR, hang_grace=2.0))
+    assert not res.timed_out and res.exit_code == 1, res
+    assert res.hang_line  # the words are still evidence for the verdict to weigh
+
+
+@pytest.mark.parametrize("line, other", [
+    ("[rank0]: ValueError: the loss went NaN", True),
+    ("[default1]:[rank1]: torch.OutOfMemoryError: CUDA out of memory.", True),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 6000ms for "
+     "recv operation to complete", False),
+    ("[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:29500", False),
+    ("KeyboardInterrupt", False),
+    ("torch.distributed.DistBackendError: [Rank 1] Watchdog caught collective operation timeout", False),
+    ("  File \"x.py\", line 3, in <module>", False),
+    ("config: ValueError handling = strict", False),
+])
+def test_what_contradicts_the_timeout_words(line, other):
+    from dsbisect.outcome import contradicts_timeout
+
+    assert contradicts_timeout(line) is other

@@ -50,7 +50,7 @@ import psutil
 
 from . import deadlock
 from .guard import Guarded
-from .outcome import HANG_PATTERNS, is_hang_text  # noqa: F401 - HANG_PATTERNS: its old home
+from .outcome import HANG_PATTERNS, contradicts_timeout, is_hang_text  # noqa: F401 - HANG_PATTERNS: its old home
 from .proctree import rank_processes, teardown, track
 from .rounds import RoundTimes, Rounds
 from .rundir import RunDir
@@ -318,6 +318,10 @@ def _look(loop: _Loop) -> None:
         if is_hang_text(line) and loop.words.see(line, time.monotonic()):
             loop.snapshot.wait()
             _call(loop.hooks.on_hang, loop.seen, "watchdog")
+        elif loop.words.armed_at is not None and contradicts_timeout(line):
+            # a rank dies of another error: it is not waiting, whatever it printed before; the run
+            # ends as its launcher ends it (the idle limit and the wall timeout still watch)
+            loop.words.disarm()
 
 
 def _timeout_line(loop: _Loop, now: float) -> LaunchResult | None:
