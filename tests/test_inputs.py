@@ -156,3 +156,30 @@ def test_a_jobs_record_gets_the_submitters_environment_digests(tmp_path, monkeyp
     assert Inputs.from_json(dict(adopted.fingerprint)).env == env_digests(rank_environment(case), main.inputs_key())
     alone = RunFacts.of(python="3.11.7")
     assert Reuse(main, None).adopt(case, alone) == alone  # nothing to re-key
+
+
+def test_what_dsbisect_adds_to_a_line_is_an_input():
+    """A run of `accelerate launch --num_processes 2` recorded before dsbisect added --multi_gpu
+    on CPU ran one process: it must not stand for the two-rank run made now."""
+    old = Inputs.from_json({k: v for k, v in _with(accelerator="cpu").to_json().items() if k != "added"})
+    assert old is not None and old.added == ""  # a record from before the field: nothing added
+    now = _with(accelerator="cpu", added="--multi_gpu")
+    assert differences(old, now) == ("dsbisect now adds --multi_gpu to the line",)
+    assert differences(now, _with(accelerator="cpu")) == ("dsbisect no longer adds --multi_gpu to the line",)
+    assert Inputs.from_json(now.to_json()) == now and not differences(now, now)
+    assert not same_inputs(old, now)
+    assert not differences(old, _with(added="--multi_gpu"))  # another machine decides: not compared
+
+
+def test_the_options_dsbisect_adds_that_change_what_runs(tmp_path):
+    import shlex
+
+    from dsbisect import matrix
+    from dsbisect.launchers import added_options
+
+    (tmp_path / "train.py").write_text("pass\n")
+    acc = matrix.command_case(shlex.split("accelerate launch --num_processes 2 train.py"), tmp_path)
+    assert added_options(acc, cuda=False) == "--multi_gpu" and added_options(acc, cuda=True) == ""
+    for line in ("accelerate launch --multi_gpu --num_processes 2 train.py", "deepspeed --num_gpus 2 train.py",
+                 "torchrun --nproc-per-node 2 train.py"):
+        assert added_options(matrix.command_case(shlex.split(line), tmp_path), cuda=False) == "", line

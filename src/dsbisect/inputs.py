@@ -50,7 +50,7 @@ import hmac
 import json
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # Variables that never decide whether a recorded run is reused: they change from one shell,
@@ -103,12 +103,13 @@ class Inputs:
     env: tuple[tuple[str, str], ...]
     interpreter: Interpreter
     accelerator: str = ""  # cpu or cuda; "" where another machine decides (an executor's node)
+    added: str = ""  # what dsbisect added to the line that changes what runs (--multi_gpu); "" none
 
     def to_json(self) -> dict:
         # Pairs, not an object: ``"MY_DB_PASS": "<digest>"`` would read as a secret to a redactor
         # of JSON shapes, and a masked digest would never match again.
         return {"format": 1, "files": [list(f) for f in self.files], "env": [list(e) for e in self.env],
-                "interpreter": self.interpreter.to_json(), "accelerator": self.accelerator}
+                "interpreter": self.interpreter.to_json(), "accelerator": self.accelerator, "added": self.added}
 
     @classmethod
     def from_json(cls, d: object) -> Inputs | None:
@@ -120,7 +121,8 @@ class Inputs:
             env = tuple(sorted((str(k), str(v)) for k, v in d["env"]))
         except (TypeError, ValueError):
             return None
-        return cls(files, env, Interpreter.from_json(d.get("interpreter") or {}), str(d.get("accelerator") or ""))
+        return cls(files, env, Interpreter.from_json(d.get("interpreter") or {}), str(d.get("accelerator") or ""),
+                   str(d.get("added") or ""))  # a record from before "added": dsbisect added nothing
 
 
 def env_digests(env: Mapping[str, str], key: bytes) -> tuple[tuple[str, str], ...]:
@@ -137,6 +139,9 @@ def differences(recorded: Inputs, now: Inputs) -> tuple[str, ...]:
     out += _interpreter_changes(recorded.interpreter, now.interpreter)
     if recorded.accelerator and now.accelerator and recorded.accelerator != now.accelerator:
         out.append(f"accelerator changed ({recorded.accelerator} -> {now.accelerator})")
+    elif now.accelerator and recorded.added != now.added:  # accelerate's 1 process then, N now
+        out.append(f"dsbisect now adds {now.added} to the line" if now.added
+                   else f"dsbisect no longer adds {recorded.added} to the line")
     return tuple(out)
 
 
@@ -146,7 +151,7 @@ def same_inputs(a: Inputs, b: Inputs) -> bool:
     shared = set(dict(a.files)) & set(dict(b.files))
 
     def kept(x: Inputs) -> Inputs:
-        return Inputs(tuple(f for f in x.files if f[0] in shared), x.env, x.interpreter, x.accelerator)
+        return replace(x, files=tuple(f for f in x.files if f[0] in shared))
 
     return not differences(kept(a), kept(b))
 

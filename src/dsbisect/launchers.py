@@ -379,6 +379,14 @@ def line_for(case: Case) -> LaunchLine:
     return LINES[case.launcher.value]
 
 
+def added_options(case: Case, cuda: bool) -> str:
+    """What dsbisect adds to the case's line that changes what it runs (``--multi_gpu``: accelerate
+    launch's N processes on CPU instead of one), part of a run's inputs; "" for none. The
+    plumbing it adds (a free port, log folders) changes nothing a verdict rests on."""
+    said = line_for(case).ranks(case, cuda).added
+    return said.split(" ", 1)[0] if said else ""
+
+
 def launch_env(case: Case, run: RunDir) -> dict[str, str]:
     """What every process of a run gets from dsbisect: the run folder (the start-up hook writes
     there), the collective timeout, the flight recorder's dump files, and the case's env."""

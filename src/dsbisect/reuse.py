@@ -15,6 +15,7 @@ from packaging.utils import canonicalize_name
 
 from .base import torch_cuda
 from .envs import Env, EnvManager
+from .launchers import added_options
 from .inputs import Inputs, Interpreter, differences, digests, env_digests, imported_files, why_line
 from .model import BaseMode, Case, Point
 from .proc import clean_env
@@ -45,8 +46,9 @@ class Reuse:
         ``paths``: those a recorded run holds), ``imported`` ones as they are, the environment,
         the interpreter, the accelerator."""
         files = dict(digests(named_paths(case) if paths is None else paths)) | dict(imported)
+        added = added_options(case, accelerator == "cuda") if accelerator else ""
         return Inputs(tuple(sorted(files.items())), env_digests(rank_environment(case), self.store.inputs_key()),
-                      self.interpreter(point, venv), accelerator)
+                      self.interpreter(point, venv), accelerator, added)
 
     def interpreter(self, point: Point, venv: Env | None = None) -> Interpreter:
         """The base python, and torch with its CUDA where they are known before a run: from the
@@ -73,7 +75,7 @@ class Reuse:
         if named:
             at_start, modules = dict(named), dict(imported)
             files = {p: d for p, d in ran.files if p in modules or at_start.get(p, d) == d}
-            ran = Inputs(tuple(sorted(files.items())), ran.env, ran.interpreter, ran.accelerator)
+            ran = replace(ran, files=tuple(sorted(files.items())))
         return ran.to_json()
 
     def adopt(self, case: Case, found: RunFacts) -> RunFacts:
