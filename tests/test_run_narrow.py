@@ -61,6 +61,15 @@ def test_a_pin_is_held_in_every_point_and_the_case(tmp_path):
         assert len(c.points) == len(m.case(c.name).points)
 
 
+def test_a_pin_replaces_the_case_s_pin_of_that_package(tmp_path):
+    for name in ("a.py",):
+        (tmp_path / name).write_text("print('x')\n")
+    (tmp_path / "m.yaml").write_text("defaults: {nproc: 1, pins: ['numpy==1.26.4', 'tqdm<5']}\n"
+                                     "cases:\n  a:\n    script: a.py\n    axes: {dsb-toy: ['1.0.0']}\n")
+    (a,) = matrix_mod.narrowed(matrix_mod.load(tmp_path / "m.yaml").select(None), [], ["NumPy==2.4.6"])
+    assert a.pins == ("tqdm<5", "NumPy==2.4.6") and a.points[0].pins == ("tqdm<5", "NumPy==2.4.6")
+
+
 @pytest.mark.parametrize("versions, pins, says", [
     (["dsb-toy=1.0.0"], [], "case 'b' does not move dsb-toy"),  # b has no dsb-toy axis
     ([], ["other-pkg==2.0"], "--pin other-pkg==2.0: case 'a' moves other-pkg"),

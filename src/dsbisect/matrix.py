@@ -504,9 +504,15 @@ def narrowed(cases: list[Case], versions: list[str], pins: list[str]) -> list[Ca
             for combo in itertools.product(*(vs for _, vs in axes.values())):
                 chosen = dict(zip(axes, combo))
                 points[replace(p, versions=tuple((n, chosen.get(canonicalize_name(n), v)) for n, v in p.versions),
-                               pins=p.pins + held)] = None
-        out.append(replace(c, points=tuple(points), pins=c.pins + held))
+                               pins=_pinned_over(p.pins, held))] = None
+        out.append(replace(c, points=tuple(points), pins=_pinned_over(c.pins, held)))
     return out
+
+
+def _pinned_over(pins: tuple[str, ...], held: tuple[str, ...]) -> tuple[str, ...]:
+    """``pins`` with each of ``held`` in place of a pin of the same package (a --pin overrides)."""
+    names = {canonicalize_name(Requirement(h).name) for h in held}
+    return tuple(p for p in pins if canonicalize_name(Requirement(p).name) not in names) + held
 
 
 def _command_name(cmd) -> str:
