@@ -87,20 +87,26 @@ RUN_NOTES: dict[str, str] = {
         "limit sent its SIGINT during that revert proof: dsbisect finished the proof and wrote the whole "
         "answer (exit 0), so the meta file says interrupted while the output is complete.",
     "ds_zero1_overflow_desync_hang":
-        "Not run to an answer here; two attempts kept, not counted. (1) dsbisect c15d2b3 "
+        "Run to the commit on 2026-12-02 (dsbisect 6c8818a, a fresh store, 1155 s at a load average of "
+        "4-8): 0.17.0 pass 254 s (the JIT compile of DeepSpeed's shm op), 0.17.6 fail 287 s (its own "
+        "compile: 0.17.3 adds -UC10_USE_GLOG to the op's flags, so 0.17.0, 0.17.3 and 0.17.6 each build "
+        "one), 0.17.3 fail 229 s, 0.17.1 fail 44 s (0.17.0's build shared); the bad end's failure is the "
+        "gloo abort ('rank 0 killed by SIGABRT'). Commit step over the 15 first-parent commits "
+        "v0.17.0..v0.17.1, 6 runs of 20-46 s: first bad e440506bee (#6976), the truth. The revert proof "
+        "is 'untestable' ('git worktree add failed: fatal: Could not reset index file to revision "
+        "'HEAD''): the DeepSpeed history here lacks its largest blobs (blog images), so no commit can be "
+        "checked out in full; the commit points themselves build from `git archive` of the package's "
+        "folders, which have every blob. Two earlier attempts kept, not counted. (1) dsbisect c15d2b3 "
         "(zoo-runs/ds_zero1_overflow_desync_hang.attempt1.meta.json, stopped after 23 min): its good end "
         "0.17.0 spent the then 1200 s limit inside the JIT compile of DeepSpeed's shm op (load average "
-        "30-37; the compiler got ~6 % of a core). (2) dsbisect 753aba1, a fresh store, the compile done "
+        "30-37; the compiler got ~6 % of a core). (2) dsbisect 580eef2, a fresh store, the compile done "
         "beforehand (zoo-runs/ds_zero1_overflow_desync_hang.attempt2.json, 721 s): 0.17.0 pass, 0.17.6 "
         "'rank 0 killed by SIGABRT' -> 'untestable: 0.17.6 (the bad end) could not be tested' under "
         "--regress-on hang: the right answer for that command. On gloo the desync is not a hang: gloo "
         "sees the mismatched collectives ('gloo::EnforceNotMet ... Received data size doesn't match "
         "expected size. Is there a distributed collective mismatch in your code?', rank 0 in "
         "stage_1_and_2.py:scaled_global_norm's all_reduce) and aborts; on NCCL it is the issue's hang. "
-        "The case is a 'fail' on CPU since (truth and command --regress-on fail); by hand (a separate "
-        "store, 2026-12-02): 0.17.0 PASS 480 s (the compile), 0.17.1 FAIL 228 s, 0.17.6 FAIL 37 s, both "
-        "with that gloo abort. Not re-run with the corrected command: each release between needs its own "
-        "15-minute compile here.",
+        "The case is a 'fail' on CPU since (truth and command --regress-on fail).",
     "accelerate_gather_object_uneven_hang":
         "Every hang was called by gloo's 30 s collective timeout (40-100 s a run under a load average of "
         "20-35). The first attempt was stopped at zoo_table's 15-minute limit: its SIGINT, sent while "
