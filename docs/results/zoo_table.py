@@ -107,6 +107,14 @@ RUN_NOTES: dict[str, str] = {
         "expected size. Is there a distributed collective mismatch in your code?', rank 0 in "
         "stage_1_and_2.py:scaled_global_norm's all_reduce) and aborts; on NCCL it is the issue's hang. "
         "The case is a 'fail' on CPU since (truth and command --regress-on fail).",
+    "transformers_best_ckpt_barrier_hang":
+        "First run 2026-12-02 (dsbisect 6c8818a; a fresh store; 287 s at a load average of 4-6; 26 "
+        "candidates with the yanked 4.57.0 and 4.52.0). Every hang was called by the early deadlock proof "
+        "about 35 s into the run, before gloo's 30 s collective timeout had ended it: 'rank 0 waits in "
+        "BARRIER #16, rank 1 in ALLGATHER #16 (1) -- different ops at #16' (trainer.py's load-best "
+        "barrier against store_flos's all-gather, trainer_pt_utils.py:distributed_broadcast_scalars). "
+        "Without --include-yanked the answer would be 4.56.2 -> 4.57.1 (4.57.0 is yanked), the "
+        "tempting answer of transformers_ga_loss_scale again.",
     "accelerate_gather_object_uneven_hang":
         "Every hang was called by gloo's 30 s collective timeout (40-100 s a run under a load average of "
         "20-35). The first attempt was stopped at zoo_table's 15-minute limit: its SIGINT, sent while "
