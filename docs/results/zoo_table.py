@@ -108,7 +108,7 @@ RUN_NOTES: dict[str, str] = {
         "stage_1_and_2.py:scaled_global_norm's all_reduce) and aborts; on NCCL it is the issue's hang. "
         "The case is a 'fail' on CPU since (truth and command --regress-on fail).",
     "transformers_best_ckpt_barrier_hang":
-        "First run 2026-12-02 (dsbisect 6c8818a; a fresh store; 287 s at a load average of 4-6; 26 "
+        "First run 2026-12-02 (dsbisect 286b7c6; a fresh store; 287 s at a load average of 4-6; 26 "
         "candidates with the yanked 4.57.0 and 4.52.0). Every hang was called by the early deadlock proof "
         "about 35 s into the run, before gloo's 30 s collective timeout had ended it: 'rank 0 waits in "
         "BARRIER #16, rank 1 in ALLGATHER #16 (1) -- different ops at #16' (trainer.py's load-best "
