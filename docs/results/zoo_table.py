@@ -549,7 +549,8 @@ def summary(table: list[dict]) -> str:
             f"first run after issue 24 was filed {_rate(r['after_issue_match'], r['after_issue_run'])}; "
             f"{len(explained)} {'miss' if len(explained) == 1 else 'misses'} explained"
             + (f" ({len(misses) - len(explained)} not yet)" if len(misses) > len(explained) else "")
-            + (f"; {len(fixed)} first runs that missed by dsbisect's fault fixed and re-run" if fixed else ""))
+            + (f"; {len(fixed)} first {'run' if len(fixed) == 1 else 'runs'} that missed by dsbisect's fault "
+               f"fixed and re-run" if fixed else ""))
 
 
 def markdown(table: list[dict]) -> str:
