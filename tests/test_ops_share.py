@@ -105,6 +105,35 @@ def test_files_spread_over_the_disk_are_not_shared(tmp_path):
     assert root == str(op) and "includes/extra.h" not in files
 
 
+def test_a_shared_build_is_claimed_in_the_run_s_folder_while_it_lasts(tmp_path, monkeypatch):
+    """While a rank makes (or waits for) a shared build, <run dir>/ops-building/<name>.<pid> says so
+    (dsbisect's progress reads this run's claims, not the shared folder other jobs build in); the
+    claim is gone once the load returns, built or failed."""
+    op, store, run_dir = _op_tree(tmp_path / "csrc"), tmp_path / "ops", tmp_path / "run"
+    run_dir.mkdir()
+    monkeypatch.setenv("DSBISECT_RUN_DIR", str(run_dir))
+    claim = run_dir / "ops-building" / f"toyop.{os.getpid()}"
+    seen: list[bool] = []
+
+    def torch_load(name, sources, build_directory, **kwargs):  # stands in for torch's build
+        seen.append(claim.is_file())
+        (Path(build_directory) / f"{name}.so").write_bytes(b"")
+        return "the module"
+
+    load = dsbisect_ops.shared(torch_load, str(store))
+    assert load("toyop", [str(op / "comm" / "toy.cpp")], extra_include_paths=[str(op / "includes")]) == "the module"
+    assert seen == [True] and not claim.exists()
+
+    def broken(name, sources, build_directory=None, **kwargs):
+        seen.append(claim.is_file())
+        raise RuntimeError("the compiler failed")
+
+    with pytest.raises(RuntimeError):  # the shared build fails, then torch's own load (the same here) does
+        dsbisect_ops.shared(broken, str(store))("toyop", [str(op / "comm" / "toy.cpp")],
+                                                extra_cflags=["-O3"], extra_include_paths=[str(op / "includes")])
+    assert seen[1] is True and not claim.exists()
+
+
 @pytest.mark.slow
 def test_two_venvs_with_the_same_op_share_one_build_and_a_changed_one_gets_its_own(tmp_path):
     store = tmp_path / "ops"

@@ -121,24 +121,32 @@ def test_phase_watch_says_a_real_build_folder_s_phases(tmp_path):
                     "running (the op is built)"]
 
 
-def test_phase_watch_sees_a_shared_op_build_too(tmp_path):
+def test_phase_watch_says_this_run_s_shared_op_build_and_not_another_job_s(tmp_path):
     """Shared builds (the hook's dsbisect_ops, keyed by a digest) happen in <cache>/ops/<name>-<key>.tmp,
-    not in the venv's torch_extensions: the phase is said all the same, and over once renamed."""
+    not in the venv's torch_extensions; a rank that makes or waits for one leaves a claim in its run's
+    folder (ops-building/<name>.<pid>), and only that is this run's phase: another job's build in the
+    shared folder (a concurrent bisection; its .tmp folder) is not said -- a Transformers point with
+    no DeepSpeed said "compiling DeepSpeed's shm_comm op" while a DeepSpeed bisection compiled."""
     said: list[str] = []
-    venv_ext, shared = tmp_path / "torch_extensions", tmp_path / "ops"
+    venv_ext, shared, run_dir = tmp_path / "torch_extensions", tmp_path / "ops", tmp_path / "run"
     shared.mkdir()
-    (shared / "deepspeed_shm_comm-0123abcd").mkdir()  # another key's finished build: no phase of this run
-    with _Quick(venv_ext, said.append, shared):
+    run_dir.mkdir()
+    with _Quick(venv_ext, said.append, run_dir):
+        (shared / "deepspeed_shm_comm-4567ef01.tmp" / "build").mkdir(parents=True)  # another job's build
         time.sleep(0.3)
         assert said == []
-        tmp = shared / "deepspeed_shm_comm-4567ef01.tmp"
-        (tmp / "build").mkdir(parents=True)
+        claim = run_dir / "ops-building" / "deepspeed_shm_comm.4242"
+        claim.parent.mkdir()
+        claim.write_text("")  # a rank of this run makes (or waits for) the shared build
         _wait(lambda: said)
-        tmp.rename(shared / "deepspeed_shm_comm-4567ef01")
+        claim.unlink()
         _wait(lambda: len(said) > 1)
     assert said[0].startswith("compiling DeepSpeed's shm_comm op")
     assert said[1] == "running (the op is built)"
-    assert phases.look_shared(tmp_path / "missing") == phases.Builds()
+    assert phases.look_claims(tmp_path / "missing") == phases.Builds()
+    (run_dir / "ops-building" / "cpu_adam.7").write_text("")
+    (run_dir / "ops-building" / "cpu_adam.8").write_text("")  # two ranks of one run: one op
+    assert phases.look_claims(run_dir) == phases.Builds(building=("cpu_adam",))
 
 
 def _wait(cond, timeout: float = 5.0) -> None:

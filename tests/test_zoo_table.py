@@ -97,3 +97,19 @@ def test_a_bisection_stopped_before_its_answer_is_not_counted():
     assert zoo_table.match_of(entry, stopped) is None
     row = {**_row("c", "x#1", None), "result": stopped}
     assert zoo_table.rates([row, _row("d", "y#2", True)])["run"] == 1
+
+
+def test_a_first_run_miss_fixed_and_re_run_is_counted_only_when_the_re_run_matches(monkeypatch):
+    monkeypatch.setattr(zoo_table, "FIXED_MISSES", {"a": "the first run missed; fixed; the re-run matched"})
+    fixed = zoo_table.summary([_row("a", "x#1", True), _row("b", "y#2", True)])
+    assert fixed.endswith("; 1 first run that missed by dsbisect's fault fixed and re-run")
+    assert "fixed and re-run" not in zoo_table.summary([_row("a", "x#1", False)])  # missed again: a miss
+    assert "fixed and re-run" not in zoo_table.summary([_row("b", "y#2", True)])
+
+
+def test_the_misses_section_lists_the_fixed_first_runs_with_their_re_run():
+    text = zoo_table.markdown(zoo_table.rows())
+    misses = text[text.index("## Misses"):text.index("## Cases")]
+    assert "### Missed at first, dsbisect's fault: fixed and re-run" in misses
+    assert "- **ds_decoupled_ckpt_dead_writer** (matches): **First run: a false hang at the fixed end" in misses
+    assert "**Re-run** (dsbisect e3f34dd" in misses

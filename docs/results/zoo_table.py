@@ -65,14 +65,20 @@ RUN_NOTES: dict[str, str] = {
         "numbers of any length is `[<n>…]`). Re-run from a copy of the same store (dsbisect bd17f0f, 123 s): "
         "found 0.24.1 -> 0.25.0, first bad commit 183c9dd3 (#2126), revert proof proven: the truth.",
     "ds_decoupled_ckpt_dead_writer":
-        "Release level only (2026-12-01, dsbisect 519577e, 2 CPUs): the full command was stopped with "
-        "SIGTERM after 28 min, when the commit step had begun (23 first-parent commits, each hang "
-        "about 6 min: about 30 min more than this stop had). Its five stored runs gave, replayed "
-        "without --git-repo from the same store (no new run, 2 s): last broken 0.18.3, first fixed "
-        "0.18.4, the truth's releases -- 0.17.6 hang 372 s, 0.18.4 pass 27 s, 0.18.1 hang 373 s, "
-        "0.18.2 hang 318 s, 0.18.3 hang 318 s, each 'no output and no rank's stack moved for 300 s' "
-        "(zoo-runs/ds_decoupled_ckpt_dead_writer.release-level.json), not counted (the case asks for "
-        "the commit). The full command's run of 2026-12-02 is the table's (see Misses).",
+        "The table's run is the re-run of 2026-12-02 (dsbisect e3f34dd, a fresh store, --idle-timeout 60, "
+        "1015 s at a load average of 2-7, 11 runs): 0.17.6 hang 106 s, 0.18.4 pass 59 s, 0.18.1 / 0.18.2 / "
+        "0.18.3 hang 87-101 s, each 'ranks 0-1 not in a collective -- decoupled_checkpoint_engine.py:commit' "
+        "(0.18.3: rank 1 in all_reduce); commit step over the 23 first-parent commits v0.18.3..v0.18.4, 6 "
+        "runs (hangs 91-134 s, passes 30-59 s): first fixed ba29fdca30 (#7742), the truth. Its revert proof "
+        "is untestable for the reason ds_zero1_overflow_desync_hang's is (the history here cannot check out "
+        "a whole commit). --idle-timeout 60 (the matrix says 300): the idle rule counts the ranks' "
+        "children's CPU as work since the first run's miss, so a silent compile no longer needs the long "
+        "limit, and 60 s makes each hang cost ~1.5 min instead of ~6 (the first run's pace would not fit "
+        "this session). Earlier runs kept, not counted: the first full run (dsbisect 44b4ee3, "
+        "zoo-runs/ds_decoupled_ckpt_dead_writer.first-run.json, the miss, see Misses) and the release-level "
+        "run of 2026-12-01 (dsbisect 519577e, stopped with SIGTERM after 28 min in the commit step; its five "
+        "stored runs replayed without --git-repo: 0.18.3 -> 0.18.4, "
+        "zoo-runs/ds_decoupled_ckpt_dead_writer.release-level.json).",
     "envdiff_transformers_accelerate_interaction":
         "Level 1 (18 trials, the interaction search) answered the culprits only together: accelerate "
         "0.34.2 -> 1.0.1 with transformers 4.40.0 -> 4.39.3 and tokenizers 0.19.1 -> 0.15.2, each of the "
@@ -87,20 +93,34 @@ RUN_NOTES: dict[str, str] = {
         "limit sent its SIGINT during that revert proof: dsbisect finished the proof and wrote the whole "
         "answer (exit 0), so the meta file says interrupted while the output is complete.",
     "ds_zero1_overflow_desync_hang":
-        "Not run to an answer here; two attempts kept, not counted. (1) dsbisect c15d2b3 "
+        "Run to the commit on 2026-12-02 (dsbisect 6c8818a, a fresh store, 1155 s at a load average of "
+        "4-8): 0.17.0 pass 254 s (the JIT compile of DeepSpeed's shm op), 0.17.6 fail 287 s (its own "
+        "compile: 0.17.3 adds -UC10_USE_GLOG to the op's flags, so 0.17.0, 0.17.3 and 0.17.6 each build "
+        "one), 0.17.3 fail 229 s, 0.17.1 fail 44 s (0.17.0's build shared); the bad end's failure is the "
+        "gloo abort ('rank 0 killed by SIGABRT'). Commit step over the 15 first-parent commits "
+        "v0.17.0..v0.17.1, 6 runs of 20-46 s: first bad e440506bee (#6976), the truth. The revert proof "
+        "is 'untestable' ('git worktree add failed: fatal: Could not reset index file to revision "
+        "'HEAD''): the DeepSpeed history here lacks its largest blobs (blog images), so no commit can be "
+        "checked out in full; the commit points themselves build from `git archive` of the package's "
+        "folders, which have every blob. Two earlier attempts kept, not counted. (1) dsbisect c15d2b3 "
         "(zoo-runs/ds_zero1_overflow_desync_hang.attempt1.meta.json, stopped after 23 min): its good end "
         "0.17.0 spent the then 1200 s limit inside the JIT compile of DeepSpeed's shm op (load average "
-        "30-37; the compiler got ~6 % of a core). (2) dsbisect 753aba1, a fresh store, the compile done "
+        "30-37; the compiler got ~6 % of a core). (2) dsbisect 580eef2, a fresh store, the compile done "
         "beforehand (zoo-runs/ds_zero1_overflow_desync_hang.attempt2.json, 721 s): 0.17.0 pass, 0.17.6 "
         "'rank 0 killed by SIGABRT' -> 'untestable: 0.17.6 (the bad end) could not be tested' under "
         "--regress-on hang: the right answer for that command. On gloo the desync is not a hang: gloo "
         "sees the mismatched collectives ('gloo::EnforceNotMet ... Received data size doesn't match "
         "expected size. Is there a distributed collective mismatch in your code?', rank 0 in "
         "stage_1_and_2.py:scaled_global_norm's all_reduce) and aborts; on NCCL it is the issue's hang. "
-        "The case is a 'fail' on CPU since (truth and command --regress-on fail); by hand (a separate "
-        "store, 2026-12-02): 0.17.0 PASS 480 s (the compile), 0.17.1 FAIL 228 s, 0.17.6 FAIL 37 s, both "
-        "with that gloo abort. Not re-run with the corrected command: each release between needs its own "
-        "15-minute compile here.",
+        "The case is a 'fail' on CPU since (truth and command --regress-on fail).",
+    "transformers_best_ckpt_barrier_hang":
+        "First run 2026-12-02 (dsbisect 286b7c6; a fresh store; 287 s at a load average of 4-6; 26 "
+        "candidates with the yanked 4.57.0 and 4.52.0). Every hang was called by the early deadlock proof "
+        "about 35 s into the run, before gloo's 30 s collective timeout had ended it: 'rank 0 waits in "
+        "BARRIER #16, rank 1 in ALLGATHER #16 (1) -- different ops at #16' (trainer.py's load-best "
+        "barrier against store_flos's all-gather, trainer_pt_utils.py:distributed_broadcast_scalars). "
+        "Without --include-yanked the answer would be 4.56.2 -> 4.57.1 (4.57.0 is yanked), the "
+        "tempting answer of transformers_ga_loss_scale again.",
     "accelerate_gather_object_uneven_hang":
         "Every hang was called by gloo's 30 s collective timeout (40-100 s a run under a load average of "
         "20-35). The first attempt was stopped at zoo_table's 15-minute limit: its SIGINT, sent while "
@@ -180,21 +200,6 @@ GPU_ATTEMPTS: dict[str, str] = {
 
 # For each miss: what went wrong and why (whose fault: the case, the truth, or dsbisect).
 MISSES: dict[str, str] = {
-    "ds_decoupled_ckpt_dead_writer":
-        "**A false hang at the fixed end, from this machine's load and dsbisect's idle rule; not re-run.** "
-        "dsbisect 44b4ee3 (2026-12-02, 28 min, exit 1) answered not-reproduced: '0.18.4 (the fixed end) "
-        "hung', its detail 'ranks 0-1 not in a collective -- builder.py:jit_load <- builder.py:load <- "
-        "ds_decoupled_ckpt_dead_writer.py:main' after 746 s. That is the silent JIT compile of DeepSpeed's "
-        "shm op in a new venv, not the bug: the case's idle_timeout (300 s) was set to clear a compile of "
-        "up to ~200 s, and on this 2-core machine at a load average of 20-35 (seven other sessions) one "
-        "compile took 8-12 minutes; the same release passed in 27 s in the release-level run of "
-        "2026-12-01, and 0.17.6 hung where the truth says (in decoupled_checkpoint_engine.py:commit, "
-        "797 s). Whose fault: the case's setting for a quiet machine, and dsbisect's idle rule, which "
-        "reads 'no output and no rank's stack moved' as idle while the rank's compiler child processes "
-        "were busy. Fixed since (the idle check counts the CPU time of every rank's descendants, live or "
-        "reaped, as work; tests/test_launch.py::test_a_rank_waiting_on_a_child_that_works_is_not_idle). "
-        "Not re-run: the full command needs five new venvs' compiles (about an hour here), and a run on the "
-        "H200 host's 16 CPUs with --idle-timeout 60, prepared, found no device machine to start.",
     "envdiff_accelerate_2023":
         "**The commit left open, as designed; not a fault of the search.** Levels 1 and 2 are the truth "
         "(culprit accelerate 0.22.0 -> 0.25.0 in 6 trials; first bad release 0.25.0). At level 3 the "
@@ -218,6 +223,37 @@ MISSES: dict[str, str] = {
         "new run, 23 s, the other points reused from the store) it answers last good 4.45.2, first bad "
         "4.46.0: the truth. Nothing changed in dsbisect; the strict comparison counts the default "
         "run's 4.46.1 as a miss.",
+}
+
+
+# Cases whose first run missed by dsbisect's fault, fixed and re-run (both runs kept in zoo-runs/): the
+# Misses section lists them with what went wrong and what the re-run answered, matched or not.
+FIXED_MISSES: dict[str, str] = {
+    "ds_decoupled_ckpt_dead_writer":
+        "**First run: a false hang at the fixed end, from this machine's load and dsbisect's idle rule.** "
+        "dsbisect 44b4ee3 (2026-12-02, 28 min, exit 1; zoo-runs/ds_decoupled_ckpt_dead_writer.first-run.json) "
+        "answered not-reproduced: '0.18.4 (the fixed end) hung', its detail 'ranks 0-1 not in a collective -- "
+        "builder.py:jit_load <- builder.py:load <- ds_decoupled_ckpt_dead_writer.py:main' after 746 s. That "
+        "was the silent JIT compile of DeepSpeed's shm op in a new venv, not the bug: the case's idle_timeout "
+        "(300 s) was set to clear a compile of up to ~200 s, and at a load average of 20-35 one compile took "
+        "8-12 minutes; 0.17.6 hung where the truth says (decoupled_checkpoint_engine.py:commit, 797 s). "
+        "dsbisect's fault: its idle rule read 'no output and no rank's stack moved' as idle while the ranks' "
+        "compiler child processes were busy. Fixed (the idle check counts the CPU of every rank's "
+        "descendants, live or reaped, as work -- tests/test_launch.py::"
+        "test_a_rank_waiting_on_a_child_that_works_is_not_idle -- and, since f5a66bf, as a share of a core). "
+        "**Re-run** (dsbisect e3f34dd, the table's row, --idle-timeout 60, 1015 s): found 0.18.3 -> 0.18.4, "
+        "first fixed commit ba29fdca30 (#7742), the truth. In that re-run every point loaded 0.17.6's shared "
+        "op build (0.18.x have the same op files and flags), so no compile ran inside it; the compile the "
+        "first run tripped on was checked on its own: the fixed end 0.18.4 alone, its op key changed (CXXFLAGS=-O2 in the case's env) so that its shared build was made inside the run, --idle-timeout 60 (dsbisect e3f34dd, a separate store, load 3-4): the compile took 94 s with no output, longer than the idle limit, and the run passed in 118 s (zoo-runs/ds_decoupled_ckpt_dead_writer.fixed-end-compile.json; the matrix of that check is in docs/results/zoo-round4-cpu.md).",
+    "accelerate_batch_sampler_no_batch_size":
+        "First run (dsbisect c31b15b, zoo-runs/accelerate_batch_sampler_no_batch_size.first-run.json) answered "
+        "0.23.0 -> 0.24.0: a failure with another message in the same frame counted as the regression. Fixed "
+        "in identity.matches; re-run from a copy of the same store: 0.25.0 -> 0.26.0, 0d2280da, the truth "
+        "(see the case's run note).",
+    "accelerate_sampler_shard_dupes":
+        "First run (dsbisect 2ae900f, zoo-runs/accelerate_sampler_shard_dupes.first-run.json) answered "
+        "ambiguous 0.24.1 -> 0.26.0: a list of numbers of another length made the same failure 'different'. "
+        "Fixed in identity.normalise; re-run: 0.24.1 -> 0.25.0, 183c9dd3, the truth (see the case's run note).",
 }
 
 
@@ -506,12 +542,15 @@ def summary(table: list[dict]) -> str:
     r = rates(table)
     misses = [t for t in table if t["match"] is False]
     explained = [t for t in misses if t["case"] in MISSES]
+    fixed = [t for t in table if t["case"] in FIXED_MISSES and t["match"]]
     return (f"{r['run']} of {r['cases']} run; match rate: all cases {_rate(r['match'], r['run'])}, "
             f"independent roots {_rate(r['roots_match'], r['roots_run'])} "
             f"({r['roots_all']} roots in the table), "
             f"first run after issue 24 was filed {_rate(r['after_issue_match'], r['after_issue_run'])}; "
             f"{len(explained)} {'miss' if len(explained) == 1 else 'misses'} explained"
-            + (f" ({len(misses) - len(explained)} not yet)" if len(misses) > len(explained) else ""))
+            + (f" ({len(misses) - len(explained)} not yet)" if len(misses) > len(explained) else "")
+            + (f"; {len(fixed)} first {'run' if len(fixed) == 1 else 'runs'} that missed by dsbisect's fault "
+               f"fixed and re-run" if fixed else ""))
 
 
 def markdown(table: list[dict]) -> str:
@@ -566,6 +605,12 @@ def markdown(table: list[dict]) -> str:
         lines += ["None.", ""]
     for t in misses:
         lines += [f"### {t['case']}", "", MISSES.get(t["case"], "Not yet explained."), ""]
+    fixed = [t for t in table if t["case"] in FIXED_MISSES and t["match"] is not False]
+    if fixed:
+        lines += ["### Missed at first, dsbisect's fault: fixed and re-run", "",
+                  "The table's row is the re-run; the first run is kept beside it in zoo-runs/.", ""]
+        lines += [f"- **{t['case']}** ({'matches' if t['match'] else 'not run again yet'}): "
+                  f"{FIXED_MISSES[t['case']]}" for t in fixed] + [""]
     tried = [t for t in table if t["result"] is None and t["case"] in GPU_ATTEMPTS]
     if tried:
         lines += ["### Single-GPU cases: a first run that does not count", "",

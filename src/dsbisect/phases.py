@@ -72,13 +72,16 @@ def look(extensions: Path) -> Builds:
     return Builds(tuple(building), tuple(built))
 
 
-def look_shared(ops: Path) -> Builds:
-    """One look at dsbisect's shared op builds (``<cache>/ops``, the hook's dsbisect_ops): a
-    ``<name>-<key>.tmp`` folder is a build under way (renamed into place when it is done).
-    Finished ones are not listed: they are other keys' as often as this one's."""
+CLAIMS = "ops-building"  # the hook's dsbisect_ops.CLAIMS
+
+
+def look_claims(run_dir: Path) -> Builds:
+    """One look at this run's shared op builds (the hook's dsbisect_ops): while a rank waits for
+    or makes the shared build of an op in ``<cache>/ops``, ``<run dir>/ops-building/<name>.<pid>``
+    exists.  The shared folder itself is not looked at: a ``.tmp`` build there may be another
+    job's (a concurrent bisection of another package), which this run neither makes nor waits for."""
     try:
-        names = sorted({p.name[:-len(".tmp")].rsplit("-", 1)[0] for p in ops.iterdir()
-                        if p.is_dir() and p.name.endswith(".tmp") and "-" in p.name})
+        names = sorted({p.name.rsplit(".", 1)[0] for p in (run_dir / CLAIMS).iterdir() if "." in p.name})
     except OSError:
         return Builds()
     return Builds(tuple(names), ())
@@ -93,8 +96,8 @@ class PhaseWatch:
 
     EVERY_S = 1.0
 
-    def __init__(self, extensions: Path, say: Callable[[str], None], shared: Path | None = None) -> None:
-        self.extensions, self.say, self.shared = extensions, say, shared
+    def __init__(self, extensions: Path, say: Callable[[str], None], run_dir: Path | None = None) -> None:
+        self.extensions, self.say, self.run_dir = extensions, say, run_dir
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="dsbisect-phase", daemon=True)
 
@@ -109,7 +112,7 @@ class PhaseWatch:
 
     def _look(self) -> Builds:
         seen = look(self.extensions)
-        return seen if self.shared is None else _merged(seen, look_shared(self.shared))
+        return seen if self.run_dir is None else _merged(seen, look_claims(self.run_dir))
 
     def _loop(self) -> None:
         shown, last = "", self.before

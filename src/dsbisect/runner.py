@@ -515,8 +515,8 @@ class Runner:
         ops = Path(line.spec.env.get("TORCH_EXTENSIONS_DIR") or job.env.path / EXTENSIONS)
         say = lambda text: self.progress("run", f"{case.name} · {job.point.label}: {text}")  # noqa: E731
         try:
-            shared = line.spec.env.get("DSBISECT_OPS_DIR")
-            with PhaseWatch(ops, say, Path(shared) if shared else None):  # "compiling DeepSpeed's shm_comm op (first run of this venv)"
+            claims = run.path if line.spec.env.get("DSBISECT_OPS_DIR") else None  # this run's shared op builds
+            with PhaseWatch(ops, say, claims):  # "compiling DeepSpeed's shm_comm op (first run of this venv)"
                 result = launch(line.spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=self.cancel)
         finally:
             with self._lock:

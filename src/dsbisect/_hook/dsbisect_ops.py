@@ -185,9 +185,43 @@ def _build(original, name, plan, folder, kwargs):
     return module
 
 
+CLAIMS = "ops-building"  # in the run's folder: dsbisect's phases.look_claims reads it
+
+
+class _Claim:
+    """``<run dir>/ops-building/<name>.<pid>`` while this process waits for or makes the shared
+    build of ``name``: how dsbisect tells that *this* run compiles (another job's build in the
+    shared folder is not this run's).  Nothing without ``DSBISECT_RUN_DIR``; never fails a load."""
+
+    def __init__(self, name):
+        run = os.environ.get("DSBISECT_RUN_DIR")
+        self.path = os.path.join(run, CLAIMS, f"{name}.{os.getpid()}") if run else None
+
+    def __enter__(self):
+        if self.path:
+            try:
+                os.makedirs(os.path.dirname(self.path), exist_ok=True)
+                open(self.path, "w").close()
+            except OSError:
+                self.path = None
+        return self
+
+    def __exit__(self, *exc):
+        if self.path:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
 def _build_shared(original, name, plan, final, kwargs):
     """Under the lock of ``final``: import it if a peer finished it meanwhile, else build it
     in ``final``.tmp and rename that into place."""
+    with _Claim(name):
+        return _build_locked(original, name, plan, final, kwargs)
+
+
+def _build_locked(original, name, plan, final, kwargs):
     verbose = bool(kwargs.get("verbose"))
     os.makedirs(os.path.dirname(final), exist_ok=True)
     with open(final + ".lock", "a") as lock:
