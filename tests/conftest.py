@@ -46,8 +46,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords and gpus < 2:
             item.add_marker(skip_gpu)
-    for item, group in _worker_groups(items).items():
+    groups = _worker_groups(items)
+    for item, group in groups.items():
         item.add_marker(pytest.mark.xdist_group(group))
+    _tell_the_scheduler(config, groups)
     for item in items:
         if _timing_sensitive(item):
             item.add_marker(pytest.mark.alone)
@@ -145,6 +147,41 @@ def _timing_sensitive(item) -> bool:
         return False
     names = _ALONE.get(item.path.name, ())
     return names is None or getattr(item, "originalname", item.name) in names
+
+
+def _tell_the_scheduler(config, groups: dict) -> None:
+    """On a worker, write each grouped test's group where the controller's scheduler reads it:
+    pytest 9.2 no longer sees the ``@group`` suffix that pytest-xdist 3.8 writes into a test's
+    id for ``--dist loadgroup`` (pytest-xdist issue #1386), so the groups would be ignored."""
+    folder = _turn_folder(config)
+    if folder is None:
+        return
+    mine = folder / f"groups.{os.environ['PYTEST_XDIST_WORKER']}.json"
+    mine.with_suffix(".tmp").write_text(json.dumps({item.nodeid: group for item, group in groups.items()}))
+    mine.with_suffix(".tmp").replace(mine)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the groups the workers wrote (``_tell_the_scheduler``); the
+    scheduler reads them once every worker has collected, before it hands out any test."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    folder = config._tmp_path_factory.getbasetemp()
+
+    class FixtureGroups(LoadGroupScheduling):
+        groups: dict | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                self.groups = {}
+                for path in sorted(folder.glob("groups.*.json")):
+                    self.groups.update(json.loads(path.read_text()))
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return FixtureGroups(config, log)
 
 
 def _turn_folder(config) -> Path | None:
