@@ -19,6 +19,13 @@ from typer.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 import toypkg  # noqa: E402
 
+# A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment: a console made
+# when dsbisect.cli is imported would keep 80 columns for every test (the CLI runner's
+# COLUMNS=220 comes later). A worker's environment is a plain run's.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
+
 # The releases of dsb-toy that most tests use: 1.3.0 introduces the hang.
 TOY_RELEASES = {
     "1.0.0": "ok",
