@@ -63,7 +63,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 # ------------------------------------------------------------------ two workers (pytest-xdist)
-# The suite runs on two pytest-xdist workers (pyproject's addopts: -n 2 --dist loadgroup), so
+# On two pytest-xdist workers (pytest -n 2 --dist loadgroup; see pyproject's addopts), so
 # that a test that waits (a hang's timeout, a grace period, a Slurm job) overlaps one that
 # computes. Two rules keep that from changing what a test proves:
 # - the tests that share a fixture of module or session scope (a grid, the toy deadlock, the
