@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -17,6 +18,13 @@ from typer.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 import toypkg  # noqa: E402
+
+# A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment: a console made
+# when dsbisect.cli is imported would keep 80 columns for every test (the CLI runner's
+# COLUMNS=220 comes later). A worker's environment is a plain run's.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 
 # The releases of dsb-toy that most tests use: 1.3.0 introduces the hang.
 TOY_RELEASES = {
@@ -38,12 +46,187 @@ def _cuda_gpus() -> int:
     return len([ln for ln in out.stdout.splitlines() if ln.startswith("GPU ")]) if out.returncode == 0 else 0
 
 
+@pytest.hookimpl(tryfirst=True)  # the groups before pytest-xdist reads them
 def pytest_collection_modifyitems(config, items):
     gpus = _cuda_gpus()
     skip_gpu = pytest.mark.skip(reason=f"needs CUDA and at least 2 GPUs (found {gpus})")
     for item in items:
         if "gpu" in item.keywords and gpus < 2:
             item.add_marker(skip_gpu)
+    groups = _worker_groups(items)
+    for item, group in groups.items():
+        item.add_marker(pytest.mark.xdist_group(group))
+    _tell_the_scheduler(config, groups)
+    for item in items:
+        if _timing_sensitive(item):
+            item.add_marker(pytest.mark.alone)
+
+
+# ------------------------------------------------------------------ two workers (pytest-xdist)
+# On two pytest-xdist workers (pytest -n 2 --dist loadgroup; see pyproject's addopts), so
+# that a test that waits (a hang's timeout, a grace period, a Slurm job) overlaps one that
+# computes. Two rules keep that from changing what a test proves:
+# - the tests that share a fixture of module or session scope (a grid, the toy deadlock, the
+#   sshds, a Slurm sleeper) run on one worker, so that it is made once, as without workers;
+# - a test marked ``alone`` (timing-sensitive: a heartbeat, an early hang's latency, a signal
+#   raced against a run, Slurm, sshd, cgroups) runs while no other slow test does, and no
+#   slow test starts while it runs (a lock both workers take: shared by slow tests, exclusive by
+#   ``alone`` ones, with a turnstile so that an ``alone`` test is not starved).
+
+# Session fixtures every worker makes for itself, cheaply (a folder, env variables, zip files).
+_PER_WORKER = {"cache_dir", "wheelhouse", "hermetic_indexes", "sigint_as_from_a_terminal"}
+_TESTS = Path(__file__).resolve().parent
+
+
+def _shared_fixtures(item) -> set[str]:
+    """The fixtures of module scope or wider, defined in these tests, that ``item`` uses."""
+    import inspect
+
+    info = getattr(item, "_fixtureinfo", None)
+    found = set()
+    for name, defs in (info.name2fixturedefs.items() if info else ()):
+        last = defs[-1]
+        if last.scope == "function" or name in _PER_WORKER:
+            continue
+        try:
+            ours = Path(inspect.getfile(last.func)).resolve().is_relative_to(_TESTS)
+        except TypeError:  # a builtin
+            ours = False
+        if ours:
+            found.add(f"{last.baseid or '.'}::{name}")
+    return found
+
+
+def _worker_groups(items) -> dict:
+    """Each item that shares a fixture with others -> its group's name (items joined by any
+    fixture they share, transitively; the group is named after its first fixture)."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    uses = {item: sorted(_shared_fixtures(item)) for item in items}
+    for names in uses.values():
+        for other in names[1:]:
+            a, b = root(names[0]), root(other)
+            parent[max(a, b)] = min(a, b)
+    return {item: root(names[0]) for item, names in uses.items() if names}
+
+
+# The timing-sensitive slow tests, marked ``alone`` here (one table, the reason beside each):
+# module -> the test functions (None: all the module's slow tests).
+_ALONE = {
+    "test_slurm.py": None,  # the one-node Slurm declares this machine's 2 CPUs; a job's 1-minute limit
+    "test_multinode.py": None,  # two "nodes" over sshd and pdsh, each a deepspeed launcher with ranks
+    "test_memory.py": None,  # a small cgroup: how many points fit depends on the memory the machine has free
+    "test_early_hang.py": None,  # an early hang's latency ("within 20 s"), ranks computing for SECS beside waiting ones
+    "test_deadlock_store_live.py": None,  # a store wait proven "in under 25 s"; a rank slow to reach it is no hang
+    "test_launch.py": None,  # deadlines, grace periods and idle limits of seconds; signals
+    "test_quiet_snapshot.py": None,  # a snapshot raced against a silent rank
+    "test_verdict_words.py": None,  # the 5 s grace after a rank prints the words; "a hang as fast"
+    "test_progress.py": None,  # a heartbeat line every second while a point runs
+    "test_concurrency.py": None,  # two points at once: their runs overlap in time
+    "test_cli.py": {"test_a_signal_stops_a_bisection_with_its_exit_code",
+                    "test_a_signal_while_a_slurm_job_waits_cancels_it_with_its_exit_code"},
+    "test_procs_battery.py": {"test_kill_9_of_dsbisect_leaves_no_child_of_a_rank",
+                              "test_a_signal_stops_50_signal_ignoring_daemons_within_5_s",
+                              "test_a_signal_while_a_stack_snapshot_holds_the_launch_still_stops_the_tree_within_5_s"},
+    "test_reliability.py": {"test_a_signal_stops_every_process_and_records_the_run_as_interrupted",
+                            "test_kill_9_of_dsbisect_takes_the_run_with_it_and_the_next_start_says_so",
+                            "test_a_daemon_that_left_the_tree_is_found_by_its_tag"},
+    "test_direct.py": {"test_one_rank_hang_has_the_ranks_stack",  # an idle limit of seconds
+                       "test_a_build_lock_left_by_a_killed_run_is_no_hang"},
+    "test_revert_proof.py": {"test_a_clean_revert_proves_the_commit_and_survives_ctrl_c"},
+    "test_run_cli.py": {"test_killed_run_resumes_without_losing_or_repeating"},
+    "test_bisect_cli.py": {"test_killed_bisect_resumes_from_the_store"},
+}
+# Session fixtures whose runs the tests that read them time (an early verdict's latency): made
+# by whichever of their tests comes first, so each of those tests is alone.
+_TIMED_FIXTURES = {"toy_deadlock", "toy_timeout_hang", "compute_launch"}
+
+
+def _timing_sensitive(item) -> bool:
+    if _TIMED_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    if item.get_closest_marker("slow") is None and item.get_closest_marker("slurm") is None:
+        return False
+    names = _ALONE.get(item.path.name, ())
+    return names is None or getattr(item, "originalname", item.name) in names
+
+
+def _tell_the_scheduler(config, groups: dict) -> None:
+    """On a worker, write each grouped test's group where the controller's scheduler reads it:
+    pytest 9.2 no longer sees the ``@group`` suffix that pytest-xdist 3.8 writes into a test's
+    id for ``--dist loadgroup`` (pytest-xdist issue #1386), so the groups would be ignored."""
+    folder = _turn_folder(config)
+    if folder is None:
+        return
+    mine = folder / f"groups.{os.environ['PYTEST_XDIST_WORKER']}.json"
+    mine.with_suffix(".tmp").write_text(json.dumps({item.nodeid: group for item, group in groups.items()}))
+    mine.with_suffix(".tmp").replace(mine)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadgroup`` with the groups the workers wrote (``_tell_the_scheduler``); the
+    scheduler reads them once every worker has collected, before it hands out any test."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    folder = config._tmp_path_factory.getbasetemp()
+
+    class FixtureGroups(LoadGroupScheduling):
+        groups: dict | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:
+                self.groups = {}
+                for path in sorted(folder.glob("groups.*.json")):
+                    self.groups.update(json.loads(path.read_text()))
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return FixtureGroups(config, log)
+
+
+def _turn_folder(config) -> Path | None:
+    """Where the workers of this run keep their lock (beside their base temp folders); None
+    when the tests run in one process."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return None
+    return config._tmp_path_factory.getbasetemp().parent
+
+
+@contextlib.contextmanager
+def _slow_turn(folder: Path, alone: bool):
+    """Hold the slow tests' lock: shared, or exclusive for an ``alone`` test."""
+    import fcntl
+
+    with open(folder / "turnstile.lock", "a") as gate, open(folder / "slow.lock", "a") as slow:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        if alone:  # waits for the other worker's slow test, holding the gate: no new one starts
+            fcntl.flock(slow, fcntl.LOCK_EX)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        else:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            fcntl.flock(slow, fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(slow, fcntl.LOCK_UN)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    folder = _turn_folder(item.config)
+    alone = item.get_closest_marker("alone") is not None
+    if folder is None or not (alone or item.get_closest_marker("slow")):
+        yield
+        return
+    with _slow_turn(folder, alone):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -44,6 +44,7 @@ FINGERPRINT = {
     "env": [["str"]],
     "interpreter": {"executable": "str", "python": "str", "torch": "str", "cuda": "str"},
     "accelerator": "str",
+    "added": "str",  # what dsbisect added to the line (--multi_gpu), "" for nothing (Inputs.added, f7fad9b)
 }
 
 # What the import check of a point venv found (on a GPU machine, also CUDA's and NCCL's versions).
