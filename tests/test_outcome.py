@@ -182,3 +182,22 @@ def test_first_rank_exit_reads_sruns_task_lines(text, first):
     from dsbisect.outcome import first_rank_exit
 
     assert first_rank_exit(text) == first
+
+
+def test_a_first_failure_that_is_a_reaction_to_a_peer_does_not_decide_the_hang():
+    """torchrun names the first rank to exit; where the rank that timed out (rank 0, gloo) is the
+    slower to exit, the first named is its peer's reaction ("Connection closed by peer"), and the
+    toy deadlock was recorded as a FAIL ('no rank died of a timeout')."""
+    from dsbisect.outcome import died_of_timeout
+
+    r0 = ("[default0]:[rank0]: Traceback (most recent call last):\n"
+          "[default0]:[rank0]:   File \"/x/toy_repro.py\", line 12, in <module>\n"
+          "[default0]:[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] "
+          "Timed out waiting 3000ms for recv operation to complete\n")
+    reaction = ("[default1]:[rank1]: Traceback (most recent call last):\n"
+                "[default1]:[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:40211\n")
+    crash = ("[default1]:[rank1]: Traceback (most recent call last):\n"
+             "[default1]:[rank1]: ValueError: the loss went NaN\n")
+    assert "Timed out waiting 3000ms" in died_of_timeout(r0 + reaction, {0: r0, 1: reaction}, first=(1, 1))
+    assert died_of_timeout(r0 + crash, {0: r0, 1: crash}, first=(1, 1)) == ""  # a crash named first decides
+    assert died_of_timeout(r0 + reaction, {0: r0, 1: reaction}, first=(1, -9)) == ""  # killed: no timeout

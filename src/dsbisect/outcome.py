@@ -107,8 +107,8 @@ def died_of_timeout(tail: str, ranks: Mapping[int, str], first: tuple[int | None
     logs = dict(ranks) or _prefixed_ranks(tail) or {0: tail}
     if first is not None and first[1] < 0 and first[1] != -6:
         return ""
-    if first is not None and first[0] in logs:
-        logs = {first[0]: logs[first[0]]}
+    if first is not None and first[0] in logs and not _reacted(logs[first[0]]):
+        logs = {first[0]: logs[first[0]]}  # (a first failure that is a reaction to a peer decides nothing)
     timeouts, other = [], False
     for rank in sorted(logs):
         died = _died_of(logs[rank])
@@ -120,6 +120,13 @@ def died_of_timeout(tail: str, ranks: Mapping[int, str], first: tuple[int | None
     if not timeouts and first is not None and first[1] == -6 and (line := _hang_line(tail)):
         return _clip(line)  # aborted without faulthandler's line: the launcher's code and the report
     return "" if other or not timeouts else _clip(timeouts[0])
+
+
+def _reacted(text: str) -> bool:
+    """Whether this rank's log ends in a reaction to a peer that went away ("Connection closed by
+    peer"): torchrun may name such a rank first when the peer that timed out is slower to exit."""
+    chain = fatal_chain(text)
+    return bool(chain) and bool(_CONSEQUENCE.search(chain[0])) and _at_end(text, chain[-1])
 
 
 def _died_of(text: str) -> str:
