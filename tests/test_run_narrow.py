@@ -155,3 +155,12 @@ def test_a_bare_name_that_is_a_file_here_and_no_program_is_bad_input(tmp_path, c
     assert res.exit_code == 2 and "Traceback" not in res.output, res.output
     assert res.stderr.strip().count("\n") == 0 and says in res.stderr, res.stderr
     assert not (tmp_path / "st").exists()
+
+
+def test_a_yml_matrix_is_narrowed_too_and_never_run_as_a_command(tmp_path, cli):
+    """The other spelling of a YAML file: `run m.yml --versions …` reads it as the matrix."""
+    write_matrix(tmp_path, ["1.0.0"])
+    (tmp_path / "matrix.yaml").rename(tmp_path / "m.yml")
+    res = cli("run", "m.yml", "--versions", "other=1.0", "--store", str(tmp_path / "st"), cwd=tmp_path)
+    assert res.exit_code == 2 and "case 'toy' does not move other" in res.stderr, res.output
+    assert not (tmp_path / "st").exists()

@@ -126,7 +126,7 @@ def _reacted(text: str) -> bool:
     """Whether this rank's log ends in a reaction to a peer that went away ("Connection closed by
     peer"): torchrun may name such a rank first when the peer that timed out is slower to exit."""
     chain = fatal_chain(text)
-    return bool(chain) and bool(_CONSEQUENCE.search(chain[0])) and _at_end(text, chain[-1])
+    return bool(chain) and is_reaction(chain[0]) and _at_end(text, chain[-1])
 
 
 def _died_of(text: str) -> str:
