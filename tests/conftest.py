@@ -26,6 +26,16 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)
 
+
+def pytest_sessionstart(session):
+    """README command 1 installs torch with ``pip install --no-compile``; where it was, the
+    bytecode of what the tests' ranks import is cached once here (dsbisect does the same before
+    its first run), not compiled again by every rank under PYTHONDONTWRITEBYTECODE."""
+    from dsbisect import base as base_env
+
+    base_env.cache_bytecode(base_env.inspect_base(sys.executable))
+
+
 # The releases of dsb-toy that most tests use: 1.3.0 introduces the hang.
 TOY_RELEASES = {
     "1.0.0": "ok",
@@ -309,7 +319,8 @@ class ToyHang:
 
 def _toy_hang(folder: Path, house: Path, cache_dir: Path, collective_timeout: float, timeout: float,
               *extra: str) -> ToyHang:
-    write_matrix(folder, ["1.3.0"], collective_timeout=collective_timeout, timeout=timeout)
+    write_matrix(folder, ["1.3.0"], collective_timeout=collective_timeout, timeout=timeout,
+                 launcher="deepspeed")
     res = invoke_cli("run", "matrix.yaml", *offline(house, cache_dir), "-q", "--format", "json", *extra, cwd=folder)
     ended = time.time()
     assert res.exit_code == 0, res.output
@@ -393,10 +404,16 @@ def make_case(folder: Path, name: str = "c", script: str = "pass\n", **settings)
 
 def write_matrix(folder: Path, versions: list[str], *, name: str = "toy", extra: str = "",
                  package: str = "dsb-toy", collective_timeout: float = 6, timeout: float = 90,
-                 nproc: int = 2) -> Path:
+                 nproc: int = 2, launcher: str = "torchrun") -> Path:
     """A matrix with one toy case over ``versions`` of the toy package, on 2 CPU ranks (or
     ``nproc``: 1 runs the rank without a launcher, 2-4 s less a run, for tests of the search
-    that need no second rank: "ok", "raise", "import" and "broken" toys)."""
+    that need no second rank: "ok", "raise", "import" and "broken" toys).
+
+    ``launcher``: torchrun unless a test is about DeepSpeed's launcher (``"deepspeed"``). The
+    two ranks, their collectives and everything dsbisect does around them are the same under
+    both; torchrun is one process that imports torch where DeepSpeed's launcher is two that each
+    import DeepSpeed, about 4 CPU-s a run less (tests/cpuprofile.py). The tests that keep the
+    deepspeed launcher are those of its line, its hangs and its multi-node and Slurm forms."""
     toypkg.write_repro(folder)
     text = f"""\
 defaults:
@@ -404,6 +421,7 @@ defaults:
   timeout: {timeout}
   accelerator: cpu
   nproc: {nproc}
+  launcher: {launcher}
   env: {{OMP_NUM_THREADS: "1"}}
 cases:
   {name}:

@@ -15,7 +15,7 @@ from conftest import make_case, offline, write_matrix
 def test_two_points_at_once(tmp_path, tmp_path_factory, cli, cache_dir):
     house = toypkg.build_wheelhouse(tmp_path_factory.mktemp("conc-wheels"), {"1.0.0": "ok", "1.1.0": "skip"},
                                     dist="dsb-conc")
-    write_matrix(tmp_path, ["1.0.0", "1.1.0"], package="dsb-conc", collective_timeout=8)
+    write_matrix(tmp_path, ["1.0.0", "1.1.0"], package="dsb-conc", collective_timeout=8, launcher="deepspeed")
     res = cli("run", "matrix.yaml", "--jobs", "2", *offline(house, cache_dir), "--format", "json", cwd=tmp_path)
     assert res.exit_code == 0, res.output
     runs = {r["point"]: r for r in json.loads(res.stdout)["runs"]}

@@ -30,7 +30,8 @@ def _gpu_pids() -> set[int]:
 def test_nccl_hang_is_caught_with_evidence_and_gpus_are_released(tmp_path, tmp_path_factory, cli, cache_dir):
     house = toypkg.build_wheelhouse(tmp_path_factory.mktemp("gpu-wheels"), {"5.0.0": "ok", "5.1.0": "skip"},
                                     dist="dsb-gpu-toy")
-    write_matrix(tmp_path, ["5.0.0", "5.1.0"], package="dsb-gpu-toy", collective_timeout=20, timeout=300)
+    write_matrix(tmp_path, ["5.0.0", "5.1.0"], package="dsb-gpu-toy", collective_timeout=20, timeout=300,
+                 launcher="deepspeed")
     matrix = tmp_path / "matrix.yaml"
     text = matrix.read_text().replace("accelerator: cpu", "accelerator: cuda")
     # The launcher comes from the base, or from a wheelhouse where the base has no deepspeed

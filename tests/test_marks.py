@@ -468,7 +468,7 @@ def _answering(cwd: Path, args: list[str], answers: str):
 
 @pytest.mark.slow
 def test_bisect_manual_asks_at_each_point(tmp_path, cli, cache_dir, wheelhouse):
-    write_matrix(tmp_path, ["1.0.0"], collective_timeout=3)
+    write_matrix(tmp_path, ["1.0.0"], collective_timeout=3, launcher="deepspeed")  # its line is asserted
     args = ["bisect", "dsb-toy", "1.0.0", "1.3.0", "--case", "toy", "--manual", *offline(wheelhouse, cache_dir),
             "-q", "--format", "json"]
     # The ends (1.0.0, 1.3.0), then 1.1.0 (skipped: "maybe" is asked again), then 1.2.0.

@@ -80,15 +80,15 @@ def test_the_channel_to_a_host_is_the_back_ends():
 ])
 def test_bad_multinode_settings_are_one_line(tmp_path, extra, message):
     (tmp_path / "hosts").write_text("a slots=1\nb slots=1\n")
-    path = write_matrix(tmp_path, ["1.0.0"], extra=f"    {extra}\n")
+    path = write_matrix(tmp_path, ["1.0.0"], launcher="deepspeed", extra=f"    {extra}\n")
     with pytest.raises(MatrixError, match=message):
         matrix_mod.load(path)
 
 
 def test_case_round_trips_and_single_node_keys_stay(tmp_path):
     (tmp_path / "hosts").write_text("a slots=1\nb slots=1\n")
-    plain = matrix_mod.load(write_matrix(tmp_path, ["1.0.0"])).cases[0]
-    multi = matrix_mod.load(write_matrix(tmp_path, ["1.0.0"], extra=(
+    plain = matrix_mod.load(write_matrix(tmp_path, ["1.0.0"], launcher="deepspeed")).cases[0]
+    multi = matrix_mod.load(write_matrix(tmp_path, ["1.0.0"], launcher="deepspeed", extra=(
         "    hostfile: hosts\n    master_addr: 10.1.1.1\n"
         "    slurm: {partition: gpu, time: 20, gpus: 4, args: [--account=x]}\n"))).cases[0]
     assert multi.slurm == SlurmSettings("gpu", 20, 4, ("--account=x",))
@@ -100,7 +100,7 @@ def test_case_round_trips_and_single_node_keys_stay(tmp_path):
 
 
 def test_cli_multinode_options_are_checked(tmp_path, cli):
-    write_matrix(tmp_path, ["1.0.0"])
+    write_matrix(tmp_path, ["1.0.0"], launcher="deepspeed")
     res = cli("run", "matrix.yaml", "--hostfile", "missing", cwd=tmp_path)
     assert res.exit_code == 2 and res.stderr.strip().startswith("error: command line: hostfile:")
     res = cli("run", "matrix.yaml", "--launcher-backend", "rsh", cwd=tmp_path)
@@ -212,7 +212,8 @@ def monkeypatch_module():
 
 def _matrix(folder: Path, ssh_dir: Path, hosts: list[str], versions: list[str], timeout: float = 30) -> Path:
     (folder / "hosts").write_text("".join(f"{h} slots=1\n" for h in hosts))
-    return write_matrix(folder, versions, package="dsb-mn", collective_timeout=60, timeout=timeout, extra=f"""\
+    return write_matrix(folder, versions, launcher="deepspeed", package="dsb-mn", collective_timeout=60,
+                        timeout=timeout, extra=f"""\
     nproc: 1
     hostfile: hosts
     master_addr: 127.0.0.1

@@ -113,7 +113,9 @@ class EnvManager:
 
     @cached_property
     def base(self) -> base_env.Base:
-        return base_env.inspect_base(self.options.python)
+        base = base_env.inspect_base(self.options.python)
+        base_env.cache_bytecode(base, self.log)  # before any venv's build or rank imports its torch
+        return base
 
     @property
     def mode(self) -> BaseMode:
