@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from dsbisect import base as base_env
 
 TAG = f"cpython-{sys.version_info[0]}{sys.version_info[1]}"
@@ -70,3 +72,39 @@ def test_a_base_without_torch_or_with_its_bytecode_runs_nothing(tmp_path):
     if here.version_of("torch"):
         base_env.cache_bytecode(here)
         assert not base_env.missing_bytecode(here)
+
+
+@pytest.mark.slow
+def test_a_new_venv_caches_what_its_package_imports_from_such_a_base(tmp_path, monkeypatch):
+    """Through EnvManager and uv: the base's torch without bytecode, a point whose package imports
+    a torch module no rank import names (as DeepSpeed imports hundreds): built once, cached."""
+    import toypkg
+    from dsbisect.envs import EnvManager
+    from dsbisect.model import EnvOptions, IndexOptions, Point
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    venv = _base_with_a_torch(tmp_path)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    info = site / "torch-9.9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 9.9.9\n")
+    (info / "RECORD").write_text("")
+    monkeypatch.setitem(toypkg.STEP, "uses-torch-unused", "import torch.unused\n")
+    house = tmp_path / "house"
+    toypkg.build_wheel(house, "1.0.0", "uses-torch-unused", dist="dsb-bc")
+    envs = EnvManager(tmp_path / "cache", EnvOptions(python=str(venv / "bin" / "python")),
+                      IndexOptions(find_links=(str(house),), offline=True))
+    said: list[str] = []
+    envs.log = said.append
+    assert envs.mode.value == "layered" and _pyc(site, "torch").exists()  # the base's rank imports: cached
+    assert not _pyc(site, "torch.unused").exists()
+    env = envs.ensure(Point(versions=(("dsb-bc", "1.0.0"),)))
+    assert _pyc(site, "torch.unused").exists(), said  # what the point's package imports: cached at its build
+    assert any("caching the bytecode dsb-bc, torch import from the base" in s for s in said)
+    assert env.version_of("dsb-bc") == "1.0.0"
+    # a base that had its bytecode (pip compiled it) gets no such import at a venv's build
+    plain = EnvManager(tmp_path / "cache2", EnvOptions(), IndexOptions(find_links=(str(house),), offline=True))
+    plain.log = said.append
+    n = len(said)
+    plain.ensure(Point(versions=(("dsb-bc", "1.0.0"),)))
+    assert not any("caching the bytecode" in s for s in said[n:])

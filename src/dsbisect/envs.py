@@ -114,8 +114,16 @@ class EnvManager:
     @cached_property
     def base(self) -> base_env.Base:
         base = base_env.inspect_base(self.options.python)
-        base_env.cache_bytecode(base, self.log)  # before any venv's build or rank imports its torch
+        # before any venv's build or rank imports its torch; remembered, so that each new venv
+        # has what its packages import from the base cached too (_cache_imports)
+        if base_env.cache_bytecode(base, self.log):
+            self._lazy_marker(base).parent.mkdir(parents=True, exist_ok=True)
+            self._lazy_marker(base).touch()
         return base
+
+    def _lazy_marker(self, base: base_env.Base) -> Path:
+        """There when dsbisect found ``base``'s torch without bytecode (``pip install --no-compile``)."""
+        return self.paths.root / "bytecode" / base.digest
 
     @property
     def mode(self) -> BaseMode:
@@ -265,6 +273,8 @@ class EnvManager:
             reqs, links = self._prebuild(point, spec, site_dir)
             self.uv.install(tmp, reqs, spec.hold, extra_links=links)
             installed, shadowed = base_env.inventory(site_dir, stubs)
+            if spec.mode == BaseMode.LAYERED.value and self._lazy_marker(self.base).exists():
+                self._cache_imports(tmp, point)
             marker = {"format": ENV_FORMAT, "key": spec.key, "spec": asdict(spec), "installed": installed,
                       "shadowed": shadowed, "seconds": round(time.monotonic() - t0, 3), "created": time.time()}
             (tmp / MARKER).write_text(json.dumps(marker, indent=1))
@@ -275,6 +285,20 @@ class EnvManager:
             raise
         return Env(key=spec.key, path=final, spec=spec, seconds=time.monotonic() - t0, reused=False,
                    installed=tuple(tuple(x) for x in installed), shadowed=tuple(tuple(x) for x in shadowed))
+
+    def _cache_imports(self, venv: Path, point: Point) -> None:
+        """One import check of a new layered venv with bytecode writing allowed, where the base's
+        torch came without bytecode: what the point's packages import from the base (DeepSpeed
+        imports a few hundred torch modules besides base.RANK_IMPORTS) is cached once, not
+        compiled again by the launcher and every rank of every run under PYTHONDONTWRITEBYTECODE.
+        Its answer is not the run's import check (that is made inside each run)."""
+        from . import facts, proc
+
+        wanted = [n for n, _ in point.versions] + ([point.source.package] if point.source else [])
+        wanted = [n for n in dict.fromkeys(wanted) if canonicalize_name(n) != "torch"] + ["torch"]
+        self.log(f"caching the bytecode {', '.join(wanted)} import from the base (once per venv)")
+        env = {k: v for k, v in proc.clean_env().items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+        facts.import_check(venv / "bin" / "python", wanted, env, timeout=300)
 
     def _prebuild(self, point: Point, spec: EnvSpec, site_dir: Path) -> tuple[list[str], list[str]]:
         """Wheels for the sdists that need torch at build time; returns (requirements, find-links)."""
