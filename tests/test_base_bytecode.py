@@ -96,12 +96,19 @@ def test_a_new_venv_caches_what_its_package_imports_from_such_a_base(tmp_path, m
                       IndexOptions(find_links=(str(house),), offline=True))
     said: list[str] = []
     envs.log = said.append
-    assert envs.mode.value == "layered" and _pyc(site, "torch").exists()  # the base's rank imports: cached
-    assert not _pyc(site, "torch.unused").exists()
-    env = envs.ensure(Point(versions=(("dsb-bc", "1.0.0"),)))
-    assert _pyc(site, "torch.unused").exists(), said  # what the point's package imports: cached at its build
+    assert envs.mode.value == "layered" and not _pyc(site, "torch").exists()
+    point = Point(versions=(("dsb-bc", "1.0.0"),))
+    env = envs.ensure(point)
+    # what the point's package imports from the base: cached at its build
+    assert _pyc(site, "torch").exists() and _pyc(site, "torch.unused").exists(), said
     assert any("caching the bytecode dsb-bc, torch import from the base" in s for s in said)
-    assert env.version_of("dsb-bc") == "1.0.0"
+    assert env.version_of("dsb-bc") == "1.0.0" and not env.reused
+    # the base reinstalled without bytecode, the venv reused: the rank imports are cached again
+    for module in ("torch", "torch.unused"):
+        _pyc(site, module).unlink()
+    again = envs.ensure(point)
+    assert again.reused and _pyc(site, "torch").exists() and not _pyc(site, "torch.unused").exists()
+    assert said[-1] == "caching the bytecode of the base's torch for its ranks (installed without it; once)"
     # a base that had its bytecode (pip compiled it) gets no such import at a venv's build
     plain = EnvManager(tmp_path / "cache2", EnvOptions(), IndexOptions(find_links=(str(house),), offline=True))
     plain.log = said.append

@@ -123,7 +123,7 @@ def cache_bytecode(base: Base, log=lambda msg: None, timeout: float = 600) -> bo
     if not missing_bytecode(base):
         return False
     log("caching the bytecode of the base's torch for its ranks (installed without it; once)")
-    env = {k: v for k, v in proc.clean_env().items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env = proc.writes_bytecode(proc.clean_env())
     script = ("import importlib\nfor m in %r:\n    try:\n        importlib.import_module(m)\n"
               "    except Exception:\n        pass\n" % (RANK_IMPORTS,))  # torch < 2 has no _dynamo
     done = proc.run([base.python, "-c", script], env=env, timeout=timeout)

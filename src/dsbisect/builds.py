@@ -139,7 +139,8 @@ class Builds:
     def _pip_wheel(self, builder: Path, what: list[str], out: Path) -> None:
         cmd = [builder / "bin" / "python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                "--disable-pip-version-check", "--wheel-dir", out, *self.uv.index.pip_args(), *what]
-        env = pip_child_env(proc.clean_env({"DS_BUILD_OPS": "0", "DSBISECT_COMPAT": ",".join(SHIMS)}))
+        # the bytecode of what setup.py imports (the base's torch) is cached, as the venv's later is
+        env = proc.writes_bytecode(pip_child_env(proc.clean_env({"DS_BUILD_OPS": "0", "DSBISECT_COMPAT": ",".join(SHIMS)})))
         done = proc.run(cmd, env=env)
         if not done.ok:
             raise EnvBuildError(f"building {' '.join(what)} failed: {build_error(done.output or done.error)}")

@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import base as base_env
-from . import disk
+from . import disk, proc
 from .builds import Builds
 from .cache import MARKER, CachePaths, disk_usage
 from .errors import EnvBuildError
@@ -114,9 +114,10 @@ class EnvManager:
     @cached_property
     def base(self) -> base_env.Base:
         base = base_env.inspect_base(self.options.python)
-        # before any venv's build or rank imports its torch; remembered, so that each new venv
-        # has what its packages import from the base cached too (_cache_imports)
-        if base_env.cache_bytecode(base, self.log):
+        # The base's torch without bytecode (pip install --no-compile): remembered, so that each
+        # new venv has what its packages import from the base cached (_cache_imports); a venv
+        # reused where it is missing again has the rank imports cached (ensure).
+        if base_env.missing_bytecode(base):
             self._lazy_marker(base).parent.mkdir(parents=True, exist_ok=True)
             self._lazy_marker(base).touch()
         return base
@@ -155,7 +156,13 @@ class EnvManager:
         final = self.paths.envs / spec.key
         try:
             with FileLock(str(self.paths.lock(spec.key))):
-                return self._reuse(final, spec) or self._build(point, spec, final)
+                reused = self._reuse(final, spec)
+                if reused is None:
+                    return self._build(point, spec, final)
+            if spec.mode == BaseMode.LAYERED.value:
+                with FileLock(str(self.paths.lock("bytecode"))):
+                    base_env.cache_bytecode(self.base, self.log)  # nothing to do unless it is missing
+            return reused
         except OSError as e:  # a full cache disk: the point cannot be tested here (a SKIP), said in one line
             if not disk.is_full(e):
                 raise
@@ -292,13 +299,12 @@ class EnvManager:
         imports a few hundred torch modules besides base.RANK_IMPORTS) is cached once, not
         compiled again by the launcher and every rank of every run under PYTHONDONTWRITEBYTECODE.
         Its answer is not the run's import check (that is made inside each run)."""
-        from . import facts, proc
+        from . import facts
 
         wanted = [n for n, _ in point.versions] + ([point.source.package] if point.source else [])
         wanted = [n for n in dict.fromkeys(wanted) if canonicalize_name(n) != "torch"] + ["torch"]
         self.log(f"caching the bytecode {', '.join(wanted)} import from the base (once per venv)")
-        env = {k: v for k, v in proc.clean_env().items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-        facts.import_check(venv / "bin" / "python", wanted, env, timeout=300)
+        facts.import_check(venv / "bin" / "python", wanted, proc.writes_bytecode(proc.clean_env()), timeout=300)
 
     def _prebuild(self, point: Point, spec: EnvSpec, site_dir: Path) -> tuple[list[str], list[str]]:
         """Wheels for the sdists that need torch at build time; returns (requirements, find-links)."""

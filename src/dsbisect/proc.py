@@ -190,6 +190,13 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env | dict(extra or {})
 
 
+def writes_bytecode(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` for one of dsbisect's own helper processes (a wheel build, the bytecode caching
+    of a new venv): Python may cache the bytecode of what it imports, also where the user's
+    environment says PYTHONDONTWRITEBYTECODE. A run of the user's job gets their environment."""
+    return {k: v for k, v in env.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+
+
 def last_line(text: str) -> str:
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     return lines[-1] if lines else ""
