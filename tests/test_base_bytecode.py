@@ -96,7 +96,8 @@ def test_a_new_venv_caches_what_its_package_imports_from_such_a_base(tmp_path, m
                       IndexOptions(find_links=(str(house),), offline=True))
     said: list[str] = []
     envs.log = said.append
-    assert envs.mode.value == "layered" and not _pyc(site, "torch").exists()
+    assert envs.mode.value == "layered" and _pyc(site, "torch").exists()  # the rank imports: first
+    assert not _pyc(site, "torch.unused").exists()
     point = Point(versions=(("dsb-bc", "1.0.0"),))
     env = envs.ensure(point)
     # what the point's package imports from the base: cached at its build

@@ -117,7 +117,9 @@ class EnvManager:
         # The base's torch without bytecode (pip install --no-compile): remembered, so that each
         # new venv has what its packages import from the base cached (_cache_imports); a venv
         # reused where it is missing again has the rank imports cached (ensure).
-        if base_env.missing_bytecode(base):
+        # The rank imports are cached first, in one process: the two venvs a run builds at once
+        # would each compile them (their wheel builds and import checks import torch).
+        if base_env.cache_bytecode(base, self.log):
             self._lazy_marker(base).parent.mkdir(parents=True, exist_ok=True)
             self._lazy_marker(base).touch()
         return base
@@ -304,7 +306,8 @@ class EnvManager:
         wanted = [n for n, _ in point.versions] + ([point.source.package] if point.source else [])
         wanted = [n for n in dict.fromkeys(wanted) if canonicalize_name(n) != "torch"] + ["torch"]
         self.log(f"caching the bytecode {', '.join(wanted)} import from the base (once per venv)")
-        facts.import_check(venv / "bin" / "python", wanted, proc.writes_bytecode(proc.clean_env()), timeout=300)
+        with FileLock(str(self.paths.lock("bytecode"))):  # one at a time: the second finds the first's
+            facts.import_check(venv / "bin" / "python", wanted, proc.writes_bytecode(proc.clean_env()), timeout=300)
 
     def _prebuild(self, point: Point, spec: EnvSpec, site_dir: Path) -> tuple[list[str], list[str]]:
         """Wheels for the sdists that need torch at build time; returns (requirements, find-links)."""
