@@ -79,9 +79,10 @@ def pytest_collection_modifyitems(config, items):
 # - the tests that share a fixture of module or session scope (a grid, the toy deadlock, the
 #   sshds, a Slurm sleeper) run on one worker, so that it is made once, as without workers;
 # - a test marked ``alone`` (timing-sensitive: a heartbeat, an early hang's latency, a signal
-#   raced against a run, Slurm, sshd, cgroups) runs while no other slow test does, and no
-#   slow test starts while it runs (a lock both workers take: shared by slow tests, exclusive by
-#   ``alone`` ones, with a turnstile so that an ``alone`` test is not starved).
+#   raced against a run, Slurm, sshd, cgroups) runs beside no other ``alone`` one, and the
+#   other slow tests run in the background (a lower CPU and I/O priority: what the ``alone``
+#   test leaves); where a worker cannot renice, while no other slow test runs (a lock both
+#   workers take: shared by slow tests, exclusive by ``alone`` ones, with a turnstile).
 
 # Session fixtures every worker makes for itself, cheaply (a folder, env variables, zip files).
 _PER_WORKER = {"cache_dir", "wheelhouse", "hermetic_indexes", "sigint_as_from_a_terminal"}
@@ -209,11 +210,64 @@ def _turn_folder(config) -> Path | None:
     return config._tmp_path_factory.getbasetemp().parent
 
 
+# How far a slow test that is not timing-sensitive lowers its CPU priority (its processes
+# inherit it): beside an ``alone`` test at the normal priority it takes what that one leaves.
+BACKGROUND_NICE = 10
+
+
+def _can_renice() -> bool:
+    """Whether this worker may lower its priority and raise it back again (root, CAP_SYS_NICE),
+    as running slow tests in the background needs; ``DSBISECT_TEST_BACKGROUND=0`` says no."""
+    if os.environ.get("DSBISECT_TEST_BACKGROUND") == "0":
+        return False
+    try:
+        now = os.getpriority(os.PRIO_PROCESS, 0)
+        os.setpriority(os.PRIO_PROCESS, 0, now + 1)
+        os.setpriority(os.PRIO_PROCESS, 0, now)
+        return True
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
-def _slow_turn(folder: Path, alone: bool):
-    """Hold the slow tests' lock: shared, or exclusive for an ``alone`` test."""
+def _background():
+    """This thread (the test's: what it starts inherits it) at BACKGROUND_NICE and idle I/O."""
+    import psutil
+
+    me = psutil.Process()
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    io = me.ionice()
+    os.setpriority(os.PRIO_PROCESS, 0, nice + BACKGROUND_NICE)
+    with contextlib.suppress(OSError, psutil.Error):
+        me.ionice(psutil.IOPRIO_CLASS_IDLE)
+    try:
+        yield
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+        with contextlib.suppress(OSError, psutil.Error, ValueError):
+            me.ionice(io.ioclass, io.value)
+
+
+@contextlib.contextmanager
+def _slow_turn(folder: Path, alone: bool, background: bool):
+    """Where the worker may renice (``background``): an ``alone`` test runs beside no other
+    ``alone`` one, at the normal priority; any other slow test runs in the background, at a
+    lower CPU and I/O priority, so that a timing-sensitive test beside it is barely slowed.
+    Else: the slow tests' lock, shared, or exclusive for an ``alone`` test."""
     import fcntl
 
+    if background:
+        if not alone:
+            with _background():
+                yield
+            return
+        with open(folder / "alone.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+        return
     with open(folder / "turnstile.lock", "a") as gate, open(folder / "slow.lock", "a") as slow:
         fcntl.flock(gate, fcntl.LOCK_EX)
         if alone:  # waits for the other worker's slow test, holding the gate: no new one starts
@@ -228,6 +282,9 @@ def _slow_turn(folder: Path, alone: bool):
             fcntl.flock(slow, fcntl.LOCK_UN)
 
 
+_BACKGROUND: list[bool] = []  # _can_renice's answer, asked once per worker
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     folder = _turn_folder(item.config)
@@ -235,7 +292,9 @@ def pytest_runtest_protocol(item, nextitem):
     if folder is None or not (alone or item.get_closest_marker("slow")):
         yield
         return
-    with _slow_turn(folder, alone):
+    if not _BACKGROUND:
+        _BACKGROUND.append(_can_renice())
+    with _slow_turn(folder, alone, _BACKGROUND[0]):
         yield
 
 
