@@ -66,10 +66,10 @@ def pytest_collection_modifyitems(config, items):
     groups = _worker_groups(items)
     for item, group in groups.items():
         item.add_marker(pytest.mark.xdist_group(group))
-    _tell_the_scheduler(config, groups)
     for item in items:
         if _timing_sensitive(item):
             item.add_marker(pytest.mark.alone)
+    _tell_the_scheduler(config, groups, [item.nodeid for item in items if item.get_closest_marker("alone")])
 
 
 # ------------------------------------------------------------------ two workers (pytest-xdist)
@@ -167,16 +167,19 @@ def _timing_sensitive(item) -> bool:
     return names is None or getattr(item, "originalname", item.name) in names
 
 
-def _tell_the_scheduler(config, groups: dict) -> None:
-    """On a worker, write each grouped test's group where the controller's scheduler reads it:
-    pytest 9.2 no longer sees the ``@group`` suffix that pytest-xdist 3.8 writes into a test's
-    id for ``--dist loadgroup`` (pytest-xdist issue #1386), so the groups would be ignored."""
+def _tell_the_scheduler(config, groups: dict, alone: list[str]) -> None:
+    """On a worker, write each grouped test's group, and the ``alone`` tests, where the
+    controller's scheduler reads them: pytest 9.2 no longer sees the ``@group`` suffix that
+    pytest-xdist 3.8 writes into a test's id for ``--dist loadgroup`` (pytest-xdist issue #1386),
+    so the groups would be ignored; the controller collects no tests, so it knows no markers."""
     folder = _turn_folder(config)
     if folder is None:
         return
-    mine = folder / f"groups.{os.environ['PYTEST_XDIST_WORKER']}.json"
-    mine.with_suffix(".tmp").write_text(json.dumps({item.nodeid: group for item, group in groups.items()}))
-    mine.with_suffix(".tmp").replace(mine)
+    worker = os.environ["PYTEST_XDIST_WORKER"]
+    for name, data in ((f"groups.{worker}.json", {item.nodeid: group for item, group in groups.items()}),
+                       (f"alone.{worker}.json", alone)):
+        (folder / name).with_suffix(".tmp").write_text(json.dumps(data))
+        (folder / name).with_suffix(".tmp").replace(folder / name)
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -190,7 +193,13 @@ def pytest_xdist_make_scheduler(config, log):
     folder = config._tmp_path_factory.getbasetemp()
 
     class FixtureGroups(LoadGroupScheduling):
+        """Two lanes besides the groups: the first worker takes the units that hold an ``alone``
+        test while there are any, the others the rest (each falls back to what is left), so
+        that the timing-sensitive tests run one after another on one worker beside the
+        background ones, instead of both workers waiting for each other's ``alone`` test."""
+
         groups: dict | None = None
+        alone: set | None = None
 
         def _split_scope(self, nodeid: str) -> str:
             if self.groups is None:
@@ -198,6 +207,17 @@ def pytest_xdist_make_scheduler(config, log):
                 for path in sorted(folder.glob("groups.*.json")):
                     self.groups.update(json.loads(path.read_text()))
             return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+        def _assign_work_unit(self, node) -> None:
+            if self.alone is None:
+                self.alone = set()
+                for path in sorted(folder.glob("alone.*.json")):
+                    self.alone.update(json.loads(path.read_text()))
+            lane = node.workerinput.get("workerid") == "gw0"
+            scope = next((s for s, unit in self.workqueue.items() if lane == bool(self.alone & set(unit))), None)
+            if scope is not None:
+                self.workqueue.move_to_end(scope, last=False)  # what the base class takes next
+            super()._assign_work_unit(node)
 
     return FixtureGroups(config, log)
 
