@@ -137,3 +137,27 @@ def test_the_separate_check_and_the_node_check_are_the_hooks_one_check(fresh_fac
     assert answer["gpus"] == len(check.facts.gpus or ()) and answer["nccl"] == check.facts.nccl
     broken = facts.import_check(Path(sys.executable), ["no-such-dist"], proc.clean_env())
     assert not broken.ok and broken.reason == "no-such-dist is not installed" and broken.facts.versions is not None
+
+
+def test_the_check_code_is_built_safely_from_many_threads_at_once():
+    """Two venvs built at once each make an import check: CPython 3.11.7's parser raised
+    SystemError ("AST constructor recursion depth mismatch") when two threads parsed together."""
+    import threading
+
+    from dsbisect import facts
+
+    errors, texts = [], []
+
+    def build():
+        try:
+            for _ in range(20):
+                texts.append(facts._hook_functions(*facts._CHECK_FUNCTIONS))
+        except Exception as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=build) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(set(texts)) == 1 and len(texts) == 160

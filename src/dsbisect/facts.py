@@ -20,6 +20,7 @@ import platform
 import re
 import shutil
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -28,12 +29,19 @@ from .files import read_small
 from .records import ImportCheck, RunFacts
 
 
+# One ast.parse at a time: CPython 3.11.7's parser raised "SystemError: AST constructor recursion
+# depth mismatch" when two threads parsed at once (two venvs' import checks built together).
+_PARSE = threading.Lock()
+
+
 def _hook_functions(*names: str) -> str:
     """The source of functions of the start-up hook, for code run in a point venv: the separate
     import check and the hook's check inside the run are the same code (the hook must stay one
     self-contained file, and importing it starts it, so its text is taken, not imported)."""
     src = resources.files("dsbisect").joinpath("_hook/dsbisect_hook.py").read_text()
-    found = {n.name: ast.get_source_segment(src, n) for n in ast.parse(src).body
+    with _PARSE:
+        tree = ast.parse(src)
+    found = {n.name: ast.get_source_segment(src, n) for n in tree.body
              if isinstance(n, ast.FunctionDef) and n.name in names}
     missing = set(names) - set(found)
     if missing:  # a renamed hook function: fails the first import check of any test run
