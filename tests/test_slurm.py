@@ -103,8 +103,9 @@ def test_slurm_grid_is_the_local_grid(tmp_path, cli, house, cache_dir, time_limi
     # One CPU per job (--slurm-arg comes after dsbisect's own --cpus-per-task=2, and the last
     # one wins): the node declares this machine's 2 cores and the time-limited sleeper holds
     # one of them for 60-90 s; with 2 per job the grid waited for it (136 s, was ~40 s).
+    # --no-early-hang: the collective timeout, not the early proof that races it, ends the hang
     slurm = _run(cli, tmp_path, house, cache_dir, "slurm", "--executor", "slurm", "--slurm-time", "5",
-                 "--slurm-arg=--cpus-per-task=1")
+                 "--slurm-arg=--cpus-per-task=1", "--no-early-hang")
     assert _cells(slurm) == {
         "dsb-slurm 7.0.0": "pass", "dsb-slurm 7.1.0": "hang", "dsb-slurm 7.2.0": "fail",
         "dsb-slurm 7.3.0": "skip", "dsb-slurm 7.4.0": "skip"}
