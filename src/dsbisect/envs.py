@@ -36,7 +36,7 @@ from .builds import Builds
 from .cache import MARKER, CachePaths, disk_usage
 from .errors import EnvBuildError
 from .launchers import VENV_ENTRIES
-from .model import BaseMode, EnvOptions, GitSource, IndexOptions, Point, digest
+from .model import BaseMode, EnvOptions, GitSource, IndexOptions, Point, check_wanted, digest
 from .redact import redact
 from .uv import Uv
 from .versions import exact_version, file_is
@@ -114,11 +114,9 @@ class EnvManager:
     @cached_property
     def base(self) -> base_env.Base:
         base = base_env.inspect_base(self.options.python)
-        # The base's torch without bytecode (pip install --no-compile): remembered, so that each
-        # new venv has what its packages import from the base cached (_cache_imports); a venv
-        # reused where it is missing again has the rank imports cached (ensure).
-        # The rank imports are cached first, in one process: the two venvs a run builds at once
-        # would each compile them (their wheel builds and import checks import torch).
+        # The base's torch without bytecode (pip install --no-compile): its rank imports are cached
+        # first, in one process (the two venvs a run builds at once would each compile them), and
+        # remembered, so that each new venv caches what its packages import (_cache_imports).
         if base_env.cache_bytecode(base, self.log):
             self._lazy_marker(base).parent.mkdir(parents=True, exist_ok=True)
             self._lazy_marker(base).touch()
@@ -161,9 +159,9 @@ class EnvManager:
                 reused = self._reuse(final, spec)
                 if reused is None:
                     return self._build(point, spec, final)
-            if spec.mode == BaseMode.LAYERED.value:
-                with FileLock(str(self.paths.lock("bytecode"))):
-                    base_env.cache_bytecode(self.base, self.log)  # nothing to do unless it is missing
+            if spec.mode == BaseMode.LAYERED.value and base_env.missing_bytecode(self.base):
+                with FileLock(str(self.paths.lock("bytecode"))):  # a base reinstalled without it
+                    base_env.cache_bytecode(self.base, self.log)
             return reused
         except OSError as e:  # a full cache disk: the point cannot be tested here (a SKIP), said in one line
             if not disk.is_full(e):
@@ -303,8 +301,7 @@ class EnvManager:
         Its answer is not the run's import check (that is made inside each run)."""
         from . import facts
 
-        wanted = [n for n, _ in point.versions] + ([point.source.package] if point.source else [])
-        wanted = [n for n in dict.fromkeys(wanted) if canonicalize_name(n) != "torch"] + ["torch"]
+        wanted = check_wanted(point)
         self.log(f"caching the bytecode {', '.join(wanted)} import from the base (once per venv)")
         with FileLock(str(self.paths.lock("bytecode"))):  # one at a time: the second finds the first's
             facts.import_check(venv / "bin" / "python", wanted, proc.writes_bytecode(proc.clean_env()), timeout=300)

@@ -513,3 +513,11 @@ class IndexOptions:
     def from_json(cls, d: dict) -> IndexOptions:
         return cls(d["offline"], tuple(d["find_links"]), d["index_url"], tuple(d["extra_index_urls"]),
                    IndexStrategy(d["strategy"]) if d.get("strategy") else None, d.get("origin", ""))
+
+
+def check_wanted(point: Point) -> list[str]:
+    """The distributions an import check imports: the point's moving packages, then torch."""
+    wanted = [n for n, _ in point.versions]
+    if point.source:
+        wanted.append(point.source.package)
+    return [n for n in dict.fromkeys(wanted) if canonicalize_name(n) != "torch"] + ["torch"]

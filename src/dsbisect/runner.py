@@ -48,6 +48,7 @@ from .model import (
     Outcome,
     Point,
     RunStatus,
+    check_wanted,
     digest,
 )
 from .identity import package_frames
@@ -759,14 +760,6 @@ def precompile(env: Env, dists: list[str]) -> None:
     import json
 
     proc.run([env.python, "-c", PRECOMPILE, json.dumps(dists)], env=clean_env(facts.MORTAL), timeout=300)
-
-
-def check_wanted(point: Point) -> list[str]:
-    """The distributions an import check imports: the point's moving packages, then torch."""
-    wanted = [n for n, _ in point.versions]
-    if point.source:
-        wanted.append(point.source.package)
-    return [n for n in dict.fromkeys(wanted) if canonicalize_name(n) != "torch"] + ["torch"]
 
 
 def folds_check(case: Case) -> bool:
