@@ -74,10 +74,26 @@ def test_a_base_without_torch_or_with_its_bytecode_runs_nothing(tmp_path):
         assert not base_env.missing_bytecode(here)
 
 
+def _check_in_run(env, run_dir: Path, **extra: str) -> dict:
+    """The import check the first interpreter of a run makes (the start-up hook), as the runner
+    asks for it, under PYTHONDONTWRITEBYTECODE: the import_check.json it wrote."""
+    import json
+
+    run_dir.mkdir()
+    variables = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "DSBISECT_RUN_DIR": str(run_dir),
+                 "DSBISECT_CHECK_IMPORTS": "dsb-bc,torch", "DSBISECT_TRACK_IMPORTS": "0", **extra}
+    probe = "import os, sys; print(sys.dont_write_bytecode, os.environ.get('DSBISECT_CHECK_BYTECODE'))"
+    done = subprocess.run([str(env.python), "-c", probe], env=variables, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "None"]  # the user's code: their setting, no variable left
+    return json.loads((run_dir / "import_check.json").read_text())
+
+
 @pytest.mark.slow
-def test_a_new_venv_caches_what_its_package_imports_from_such_a_base(tmp_path, monkeypatch):
+def test_a_new_venvs_first_run_caches_what_its_package_imports_from_such_a_base(tmp_path, monkeypatch):
     """Through EnvManager and uv: the base's torch without bytecode, a point whose package imports
-    a torch module no rank import names (as DeepSpeed imports hundreds): built once, cached."""
+    a torch module no rank import names (as DeepSpeed imports hundreds). The venv's build imports
+    nothing; the import check its run makes caches that module, where the runner asks for it."""
     import toypkg
     from dsbisect.envs import EnvManager
     from dsbisect.model import EnvOptions, IndexOptions, Point
@@ -97,22 +113,28 @@ def test_a_new_venv_caches_what_its_package_imports_from_such_a_base(tmp_path, m
     said: list[str] = []
     envs.log = said.append
     assert envs.mode.value == "layered" and _pyc(site, "torch").exists()  # the rank imports: first
-    assert not _pyc(site, "torch.unused").exists()
     point = Point(versions=(("dsb-bc", "1.0.0"),))
     env = envs.ensure(point)
-    # what the point's package imports from the base: cached at its build
-    assert _pyc(site, "torch").exists() and _pyc(site, "torch.unused").exists(), said
-    assert any("caching the bytecode dsb-bc, torch import from the base" in s for s in said)
     assert env.version_of("dsb-bc") == "1.0.0" and not env.reused
+    assert not _pyc(site, "torch.unused").exists(), said  # the build imported nothing
+    assert envs.caches_bytecode(env)
+    # a run's check without the runner's word writes nothing, as PYTHONDONTWRITEBYTECODE says
+    check = _check_in_run(env, tmp_path / "run1")
+    assert not check["error"] and not _pyc(site, "torch.unused").exists()
+    # with it (DSBISECT_CHECK_BYTECODE=1): what the check imported from the base is cached
+    check = _check_in_run(env, tmp_path / "run2", DSBISECT_CHECK_BYTECODE="1")
+    assert not check["error"] and _pyc(site, "torch.unused").exists()
+    assert not _pyc(site, "other").exists()  # not all of the base
     # the base reinstalled without bytecode, the venv reused: the rank imports are cached again
     for module in ("torch", "torch.unused"):
         _pyc(site, module).unlink()
     again = envs.ensure(point)
     assert again.reused and _pyc(site, "torch").exists() and not _pyc(site, "torch.unused").exists()
     assert said[-1] == "caching the bytecode of the base's torch for its ranks (installed without it; once)"
-    # a base that had its bytecode (pip compiled it) gets no such import at a venv's build
+    # a base that had its bytecode (pip compiled it): a run's check is not asked to write any
     plain = EnvManager(tmp_path / "cache2", EnvOptions(), IndexOptions(find_links=(str(house),), offline=True))
     plain.log = said.append
     n = len(said)
-    plain.ensure(Point(versions=(("dsb-bc", "1.0.0"),)))
+    other = plain.ensure(Point(versions=(("dsb-bc", "1.0.0"),)))
     assert not any("caching the bytecode" in s for s in said[n:])
+    assert not plain.caches_bytecode(other) or base_env.missing_bytecode(plain.base)

@@ -31,12 +31,12 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from . import base as base_env
-from . import disk, proc
+from . import disk
 from .builds import Builds
 from .cache import MARKER, CachePaths, disk_usage
 from .errors import EnvBuildError
 from .launchers import VENV_ENTRIES
-from .model import BaseMode, EnvOptions, GitSource, IndexOptions, Point, check_wanted, digest
+from .model import BaseMode, EnvOptions, GitSource, IndexOptions, Point, digest
 from .redact import redact
 from .uv import Uv
 from .versions import exact_version, file_is
@@ -116,7 +116,8 @@ class EnvManager:
         base = base_env.inspect_base(self.options.python)
         # The base's torch without bytecode (pip install --no-compile): its rank imports are cached
         # first, in one process (the two venvs a run builds at once would each compile them), and
-        # remembered, so that each new venv caches what its packages import (_cache_imports).
+        # remembered, so that a run's import check caches what its packages import besides
+        # (caches_bytecode).
         if base_env.cache_bytecode(base, self.log):
             self._lazy_marker(base).parent.mkdir(parents=True, exist_ok=True)
             self._lazy_marker(base).touch()
@@ -280,8 +281,6 @@ class EnvManager:
             reqs, links = self._prebuild(point, spec, site_dir)
             self.uv.install(tmp, reqs, spec.hold, extra_links=links)
             installed, shadowed = base_env.inventory(site_dir, stubs)
-            if spec.mode == BaseMode.LAYERED.value and self._lazy_marker(self.base).exists():
-                self._cache_imports(tmp, point)
             marker = {"format": ENV_FORMAT, "key": spec.key, "spec": asdict(spec), "installed": installed,
                       "shadowed": shadowed, "seconds": round(time.monotonic() - t0, 3), "created": time.time()}
             (tmp / MARKER).write_text(json.dumps(marker, indent=1))
@@ -293,18 +292,16 @@ class EnvManager:
         return Env(key=spec.key, path=final, spec=spec, seconds=time.monotonic() - t0, reused=False,
                    installed=tuple(tuple(x) for x in installed), shadowed=tuple(tuple(x) for x in shadowed))
 
-    def _cache_imports(self, venv: Path, point: Point) -> None:
-        """One import check of a new layered venv with bytecode writing allowed, where the base's
-        torch came without bytecode: what the point's packages import from the base (DeepSpeed
-        imports a few hundred torch modules besides base.RANK_IMPORTS) is cached once, not
-        compiled again by the launcher and every rank of every run under PYTHONDONTWRITEBYTECODE.
-        Its answer is not the run's import check (that is made inside each run)."""
-        from . import facts
-
-        wanted = check_wanted(point)
-        self.log(f"caching the bytecode {', '.join(wanted)} import from the base (once per venv)")
-        with FileLock(str(self.paths.lock("bytecode"))):  # one at a time: the second finds the first's
-            facts.import_check(venv / "bin" / "python", wanted, proc.writes_bytecode(proc.clean_env()), timeout=300)
+    def caches_bytecode(self, env: Env) -> bool:
+        """Whether a run's import check in ``env`` may have Python cache the bytecode of what it
+        imports: a layered venv on a base whose torch came without bytecode (README command 1's
+        ``pip install --no-compile``), also under PYTHONDONTWRITEBYTECODE. What the point's
+        packages import from the base (DeepSpeed <= 0.19.5 imports torch._inductor: 2,400
+        modules, where base.RANK_IMPORTS caches 1,600) is then compiled once, by the check
+        every new venv's first run makes anyway, not by the launcher and every rank of every
+        run; a new venv needs no import of its own at its build (one fewer import of DeepSpeed
+        before the first run, 8 CPU-s)."""
+        return env.spec.mode == BaseMode.LAYERED.value and self._lazy_marker(self.base).exists()
 
     def _prebuild(self, point: Point, spec: EnvSpec, site_dir: Path) -> tuple[list[str], list[str]]:
         """Wheels for the sdists that need torch at build time; returns (requirements, find-links)."""

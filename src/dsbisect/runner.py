@@ -54,7 +54,7 @@ from .model import (
 from .identity import package_frames
 from .outcome import Classified, classify
 from .phases import PhaseWatch
-from .proc import clean_env
+from .proc import clean_env, writes_bytecode
 from .redact import redact, remember, scrub_folder, secret_values
 from .reuse import Reuse, digests, named_paths
 from .rundir import RunDir
@@ -412,7 +412,10 @@ class Runner:
         if cached:
             return cached
         self.progress("env", f"{case.name} · {point.label}: importing {', '.join(wanted)}")
-        check = facts.import_check(env.python, wanted, self._base_env(case, accel) | dict(case.env))
+        variables = self._base_env(case, accel) | dict(case.env)
+        if self.envs.caches_bytecode(env):  # what it imports is cached (EnvManager.caches_bytecode)
+            variables = writes_bytecode(variables)
+        check = facts.import_check(env.python, wanted, variables)
         if not check.ok:
             check = ImportCheck(False, f"import check: {check.reason}", check.facts)
         self.store.put_import_check(env.key, key, check)
@@ -469,6 +472,8 @@ class Runner:
                 note.write(f"dsbisect: removed {lock}, left by a just-in-time build that was stopped\n")
         if checks:  # the run's first interpreter makes the import check
             variables["DSBISECT_CHECK_IMPORTS"] = ",".join(check_wanted(job.point))
+            if self.envs.caches_bytecode(env):  # and caches what it imports (EnvManager.caches_bytecode)
+                variables["DSBISECT_CHECK_BYTECODE"] = "1"
         p = plan(case, Target(env.python, run, port, devices), cuda, variables.get("CUDA_VISIBLE_DEVICES"))
         variables |= p.env
         run.ranks.mkdir(parents=True, exist_ok=True)

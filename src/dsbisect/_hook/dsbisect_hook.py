@@ -37,7 +37,10 @@ variables are set, and it never raises.
   CUDA_HOME its extensions would build with (nothing here initializes CUDA: the rank's script
   may still fork or pick its devices), how long the check took, and ``"error"``.  When an
   import failed, the reason goes to stderr too and the process exits 125 (dsbisect records
-  the point as a skip, "import check: ...").
+  the point as a skip, "import check: ...").  With ``DSBISECT_CHECK_BYTECODE=1`` (taken out of
+  ``os.environ`` too; set where the base's torch came without bytecode) Python may cache the
+  bytecode of what the check imports, also under PYTHONDONTWRITEBYTECODE; the rest of the
+  process writes none unless the user's environment lets it.
 - ``DSBISECT_RUN_DIR`` (any process of a run; off with ``DSBISECT_TRACK_IMPORTS=0``): the local
   modules this interpreter imported (a module whose file is outside the interpreter's prefixes,
   outside every ``site-packages``/``dist-packages``, the run folder and the extension caches:
@@ -541,13 +544,18 @@ def _venv_facts(wanted, gpus):
     return out
 
 
-def _check_imports(run_dir, wanted):
+def _check_imports(run_dir, wanted, bytecode=False):
     """The point's import check, in this process (see the module's docstring)."""
     import json
     import time
 
     t0 = time.monotonic()
-    out = _venv_facts(wanted, False) | {"where": "run", "pid": os.getpid()}
+    before = sys.dont_write_bytecode
+    sys.dont_write_bytecode = before and not bytecode  # the check's imports only, then as it was
+    try:
+        out = _venv_facts(wanted, False) | {"where": "run", "pid": os.getpid()}
+    finally:
+        sys.dont_write_bytecode = before
     out["seconds"] = round(time.monotonic() - t0, 3)
     path = os.path.join(run_dir, "import_check.json")
     tmp = f"{path}.{os.getpid()}.tmp"
@@ -665,6 +673,7 @@ def _main():
     if "DSBISECT_ENV_B64" in os.environ:
         _decode_env()
     check = os.environ.pop("DSBISECT_CHECK_IMPORTS", None)  # the first interpreter checks, no child again
+    bytecode = os.environ.pop("DSBISECT_CHECK_BYTECODE", None) == "1"
     compat = [s for s in os.environ.get("DSBISECT_COMPAT", "").split(",") if s]
     timeout = os.environ.get("DSBISECT_COLLECTIVE_TIMEOUT")
     extra = _timeout_patches(float(timeout)) if timeout else {}
@@ -689,7 +698,7 @@ def _main():
         if os.environ.get("DSBISECT_FR_PROBE", "1") != "0":
             _start_fr_probe(run_dir)
     if check not in (None, "", "0") and run_dir and os.path.isdir(run_dir):  # "0": checked apart
-        _check_imports(run_dir, [w for w in check.split(",") if w])
+        _check_imports(run_dir, [w for w in check.split(",") if w], bytecode)
 
 
 try:
