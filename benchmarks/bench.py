@@ -549,10 +549,53 @@ def bench_readme(work: Path) -> None:
                    cwd=clone, env=env)
     per = [r["seconds"] for r in _readme_runs(res) if r["outcome"] != "skip"]
     built = "no op built" if sorted(p.name for p in (xdg / "dsbisect" / "ops").glob("*")) == ops_before else "an op was built"
-    rows.append(("readme", "warm cpu_smoke point, --rerun (3 points)",
+    rows.append(("readme", "warm cpu_smoke point, --rerun (2 points)",
                  f"{t:.0f} s; per point {', '.join(f'{s:.1f}' for s in per)} s",
                  f"goal <= 15 s per point: {'met' if per and max(per) <= 15 else 'not met'}; {built}; "
                  f"{before} -> {load()}"))
+    last = next((r for r in reversed(_readme_runs(res)) if r["outcome"] == "pass"), None)
+    if last is not None:
+        rows.append(("readme", f"the bare deepspeed launcher, same job and venv ({last['point']})",
+                     _bare_launcher(clone, _run_venv(Path(last["run_dir"]))), "by hand: what a warm point costs without dsbisect"))
+    # The same warm point with a DeepSpeed that does not import torch._inductor at import (0.19.6+:
+    # DeepSpeed <= 0.19.5 torch.compile()s three functions of deepspeed.moe.sharded_moe as it is
+    # imported, 8 CPU-s in each of the launcher chain's four interpreters on torch 2.13).
+    newer = run.replace("matrix.yaml", "matrix.yaml --case cpu_smoke --versions deepspeed=0.19.8 --format json", 1)
+    t_cold, res = timed(sh, ["bash", "-c", newer], cwd=clone, env=env)
+    before = load()
+    t_warm, res = timed(sh, ["bash", "-c", newer + " --rerun"], cwd=clone, env=env)
+    per = [r["seconds"] for r in _readme_runs(res) if r["outcome"] != "skip"]
+    rows.append(("readme", "warm cpu_smoke point, --versions deepspeed=0.19.8 --rerun",
+                 f"{t_warm:.0f} s; the point {', '.join(f'{s:.1f}' for s in per)} s",
+                 f"goal <= 15 s per point: {'met' if per and max(per) <= 15 else 'not met'}; its first run "
+                 f"(venv and op build) {t_cold:.0f} s; {before} -> {load()}"))
+    done = _readme_runs(res)
+    if done and done[-1]["outcome"] == "pass":
+        rows.append(("readme", "the bare deepspeed launcher, same job and venv (deepspeed 0.19.8)",
+                     _bare_launcher(clone, _run_venv(Path(done[-1]["run_dir"]))), "by hand"))
+
+
+def _run_venv(run_dir: Path) -> Path:
+    """The point venv a run's launcher line ran in (DeepSpeed's runner logs its command)."""
+    found = re.search(r"cmd = (\S+)/bin/python", (run_dir / "launcher.log").read_text())
+    if not found:
+        raise SystemExit(f"readme benchmark: no launch command in {run_dir / 'launcher.log'}")
+    return Path(found.group(1))
+
+
+def _bare_launcher(clone: Path, venv: Path, times: int = 2) -> str:
+    """``deepspeed --num_gpus 2 repro_scripts/cpu_smoke.py`` in ``venv`` as a user would run it
+    on the CPU (its op already built there), ``times`` times: the seconds of each run."""
+    env = dict(os.environ, PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", DS_ACCELERATOR="cpu",
+               CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS="1", TORCH_EXTENSIONS_DIR=str(venv / "torch_extensions"))
+    env.pop("VIRTUAL_ENV", None)
+    seconds = []
+    for _ in range(times):
+        t, res = timed(sh, ["deepspeed", "--num_gpus", "2", "repro_scripts/cpu_smoke.py"], cwd=clone, env=env)
+        if res.returncode != 0 or res.stdout.count(": ok") + res.stderr.count(": ok") < 2:
+            return f"failed (exit {res.returncode}): {(res.stdout + res.stderr)[-300:]}"
+        seconds.append(t)
+    return f"{', '.join(f'{s:.1f}' for s in seconds)} s ({load()})"
 
 
 # ---------------------------------------------------------------------- main
