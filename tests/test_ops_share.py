@@ -94,6 +94,30 @@ def test_the_key_is_the_files_and_flags_not_where_the_venv_is(tmp_path):
     assert dsbisect_ops.relocate([f"-I{a}/inc", str(a)], str(a), "<op>") == ["-I<op>/inc", "<op>"]
 
 
+def test_the_toolchain_is_the_compiler_not_the_ninja_of_dsbisects_environment(tmp_path, monkeypatch):
+    """Two environments dsbisect was installed in (a second clone, its own venv and ninja) key the
+    same op alike; another compiler does not."""
+    pytest.importorskip("torch")
+
+    def ninja_at(folder: Path) -> str:
+        folder.mkdir(parents=True)
+        (folder / "ninja").write_text("#!/bin/sh\necho 1.13.2\n")
+        (folder / "ninja").chmod(0o755)
+        return f"{folder}{os.pathsep}{os.environ['PATH']}"
+
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", ninja_at(tmp_path / "clone-a" / ".venv" / "bin"))
+    first = dsbisect_ops.toolchain()
+    monkeypatch.setenv("PATH", ninja_at(tmp_path / "clone-b" / ".venv" / "bin"))
+    assert dsbisect_ops.toolchain() == first
+    cc = tmp_path / "other-cc" / "c++"
+    cc.parent.mkdir()
+    cc.write_text("#!/bin/sh\necho 'clang version 18.1.8'\n")
+    cc.chmod(0o755)
+    monkeypatch.setenv("CXX", str(cc))
+    assert dsbisect_ops.toolchain()["cxx"] == [str(cc), "clang version 18.1.8"] != first["cxx"]
+
+
 def test_files_spread_over_the_disk_are_not_shared(tmp_path):
     op = _op_tree(tmp_path / "csrc")
     with pytest.raises(dsbisect_ops.NotShared):

@@ -124,7 +124,13 @@ def _cpu():
 
 
 def toolchain():
-    """What a build of the same files depends on besides them (torch must be imported)."""
+    """What a build of the same files depends on besides them (torch must be imported): the
+    interpreter, torch's build, the compiler (its path and version), the CPU and the build
+    variables. Not ninja: it only drives the compiler (the .so is the same whichever ninja ran
+    it), and a finished build is loaded without it; keyed by its path it was dsbisect's own
+    environment's (toolchain.ninja_dir), so that every fresh clone or venv dsbisect was
+    installed in compiled every op again (seen: a bisection from a second clone compiled the
+    shm op in each of its five points where the first clone's builds had the same sources)."""
     import sysconfig
 
     import torch
@@ -132,7 +138,7 @@ def toolchain():
     return {"python": sys.version, "soabi": sysconfig.get_config_var("SOABI"), "torch": torch.__version__,
             "torch_git": getattr(torch.version, "git_version", None), "cuda": torch.version.cuda,
             "hip": getattr(torch.version, "hip", None), "cxx11_abi": bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", 0)),
-            "cxx": _tool(os.environ.get("CXX") or "c++"), "ninja": _tool("ninja"), "cpu": _cpu(),
+            "cxx": _tool(os.environ.get("CXX") or "c++"), "cpu": _cpu(),
             "env": {k: os.environ.get(k) for k in BUILD_ENV if os.environ.get(k)}}
 
 
