@@ -59,6 +59,32 @@ def test_sdist_that_imports_torch_becomes_a_wheel_once(mgr):
     assert mgr.release_wheel("dsb-built", "1.0.0") == folder and wheel.stat().st_mtime == built  # cached
 
 
+def test_a_release_wheel_is_shared_by_bases_with_the_same_torch_build(mgr, tmp_path):
+    """A second clone's venv (another path, the same torch build) takes the wheel the first one
+    built; another torch build gets a wheel of its own."""
+    setuptools_from = tuple(mgr.base.site_dirs)  # the builder's setuptools, behind each torch
+
+    def base_with_torch(name: str, version_py: str) -> tuple[str, ...]:
+        site = tmp_path / name / "lib" / "site-packages"
+        (site / "torch").mkdir(parents=True)
+        (site / "torch" / "__init__.py").write_text("")
+        (site / "torch" / "version.py").write_text(version_py)
+        return (str(site), *setuptools_from)
+
+    same = "__version__ = '2.13.0+cpu'\ngit_version = '0123abc'\ncuda = None\n"
+    said: list[str] = []
+    mgr.builds.log = said.append
+    builds = lambda: [s for s in said if s.startswith("building a wheel")]  # noqa: E731
+    first = mgr.builds.release("dsb-built", "1.0.0", base_with_torch("clone-a", same), (), ())
+    (wheel,) = first.glob("dsb_built-1.0.0-*.whl")
+    built = wheel.stat().st_mtime_ns
+    again = mgr.builds.release("dsb-built", "1.0.0", base_with_torch("clone-b", same), (), ())
+    assert again == first and wheel.stat().st_mtime_ns == built and len(builds()) == 1
+    other = mgr.builds.release("dsb-built", "1.0.0", base_with_torch(
+        "clone-c", "__version__ = '2.12.0+cpu'\ngit_version = '4567def'\ncuda = None\n"), (), ())
+    assert other != first and len(list(other.glob("dsb_built-1.0.0-*.whl"))) == 1 and len(builds()) == 2
+
+
 def test_commit_wheels_are_keyed_by_hash_and_prebuilt_ones_win(mgr, tmp_path):
     repo = tmp_path / "repo"
     git(_source(repo, "2.0.0"), "init", "-q", "-b", "main")

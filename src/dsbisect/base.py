@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -145,6 +146,19 @@ def torch_cuda(site_dirs: Iterable[str | Path]) -> str | None:
             continue
         m = _TORCH_CUDA.search(text)
         return (m[1] or "") if m else None
+    return None
+
+
+def torch_identity(site_dirs: Iterable[str | Path]) -> str | None:
+    """A digest of the first torch in ``site_dirs``, from its ``version.py`` (its version, git
+    commit, CUDA, HIP) without importing it; None when no torch is there. Two bases holding the
+    same torch build (a second clone's venv, a re-created one) have the same identity."""
+    for d in site_dirs:
+        try:
+            data = (Path(d) / "torch" / "version.py").read_bytes()
+        except OSError:
+            continue
+        return hashlib.sha256(data).hexdigest()[:24]
     return None
 
 

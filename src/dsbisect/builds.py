@@ -14,6 +14,7 @@ the same version, so never by name).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tarfile
 import tempfile
@@ -90,8 +91,13 @@ class Builds:
 
     def release(self, name: str, version: str, torch_site: tuple[str, ...], context: tuple[str, ...],
                 hold: tuple[str, ...]) -> Path:
-        """The folder (per torch) that holds a wheel of ``name==version``; built if missing."""
-        out = self.paths.wheels / digest({"site": list(torch_site)})
+        """The folder (per interpreter and torch build) that holds a wheel of ``name==version``;
+        built if missing. Keyed by what the build reads of torch (its version.py: version, git
+        commit, CUDA), not by where the base lies: keyed by its path, every new venv dsbisect was
+        installed in (a second clone, a re-created venv) built each DeepSpeed sdist again."""
+        torch = base_env.torch_identity(torch_site)
+        key = {"python": os.path.realpath(self.python), "torch": torch} if torch else {"site": list(torch_site)}
+        out = self.paths.wheels / digest(key)
         out.mkdir(parents=True, exist_ok=True)
         with FileLock(str(self.paths.lock(f"wheel-{out.name}-{name}-{version}"))):
             if not any(file_is(w.name, name, version) for w in out.glob("*.whl")):
