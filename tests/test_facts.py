@@ -150,7 +150,7 @@ def test_the_check_code_is_built_safely_from_many_threads_at_once():
 
     def build():
         try:
-            for _ in range(20):
+            for _ in range(3):  # the parses are one at a time (the lock): 160 took 6.7 s of the fast tier
                 texts.append(facts._hook_functions(*facts._CHECK_FUNCTIONS))
         except Exception as e:  # noqa: BLE001 - collected and asserted below
             errors.append(e)
@@ -160,4 +160,4 @@ def test_the_check_code_is_built_safely_from_many_threads_at_once():
         t.start()
     for t in threads:
         t.join()
-    assert errors == [] and len(set(texts)) == 1 and len(texts) == 160
+    assert errors == [] and len(set(texts)) == 1 and len(texts) == 24
