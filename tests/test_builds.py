@@ -83,6 +83,10 @@ def test_a_release_wheel_is_shared_by_bases_with_the_same_torch_build(mgr, tmp_p
     other = mgr.builds.release("dsb-built", "1.0.0", base_with_torch(
         "clone-c", "__version__ = '2.12.0+cpu'\ngit_version = '4567def'\ncuda = None\n"), (), ())
     assert other != first and len(list(other.glob("dsb_built-1.0.0-*.whl"))) == 1 and len(builds()) == 2
+    # the same version and commit built for CUDA is another torch build too
+    cuda = mgr.builds.release("dsb-built", "1.0.0", base_with_torch(
+        "clone-d", same.replace("cuda = None", "cuda = '12.8'")), (), ())
+    assert cuda not in (first, other) and len(builds()) == 3
 
 
 def test_commit_wheels_are_keyed_by_hash_and_prebuilt_ones_win(mgr, tmp_path):

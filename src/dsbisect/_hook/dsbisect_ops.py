@@ -127,10 +127,10 @@ def toolchain():
     """What a build of the same files depends on besides them (torch must be imported): the
     interpreter, torch's build, the compiler (its path and version), the CPU and the build
     variables. Not ninja: it only drives the compiler (the .so is the same whichever ninja ran
-    it), and a finished build is loaded without it; keyed by its path it was dsbisect's own
-    environment's (toolchain.ninja_dir), so that every fresh clone or venv dsbisect was
-    installed in compiled every op again (seen: a bisection from a second clone compiled the
-    shm op in each of its five points where the first clone's builds had the same sources)."""
+    it), and a finished build is loaded without it. Keyed by its path, the ninja a rank found
+    first (for a command line, each point venv's own: DeepSpeed depends on ninja) made every
+    venv's key its own (seen: a bisection of a command line compiled the shm op in each of its
+    five points where three had the sources of another)."""
     import sysconfig
 
     import torch
