@@ -483,16 +483,17 @@ def make_case(folder: Path, name: str = "c", script: str = "pass\n", **settings)
 
 def write_matrix(folder: Path, versions: list[str], *, name: str = "toy", extra: str = "",
                  package: str = "dsb-toy", collective_timeout: float = 6, timeout: float = 90,
-                 nproc: int = 2, launcher: str = "torchrun") -> Path:
+                 nproc: int = 2, launcher: str = "direct") -> Path:
     """A matrix with one toy case over ``versions`` of the toy package, on 2 CPU ranks (or
     ``nproc``: 1 runs the rank without a launcher, 2-4 s less a run, for tests of the search
     that need no second rank: "ok", "raise", "import" and "broken" toys).
 
-    ``launcher``: torchrun unless a test is about DeepSpeed's launcher (``"deepspeed"``). The
-    two ranks, their collectives and everything dsbisect does around them are the same under
-    both; torchrun is one process that imports torch where DeepSpeed's launcher is two that each
-    import DeepSpeed, about 4 CPU-s a run less (tests/cpuprofile.py). The tests that keep the
-    deepspeed launcher are those of its line, its hangs and its multi-node and Slurm forms."""
+    ``launcher``: ``direct`` (dsbisect starts the two ranks itself) unless a test is about a
+    launcher (``"deepspeed"``, ``"torchrun"``). The two ranks, their collectives and everything
+    dsbisect does around them are the same under each; torchrun is one more process that
+    imports torch (about 3.6 CPU-s and 2-3 s of a run's wall on 2 cores), DeepSpeed's launcher
+    two that each import DeepSpeed. The tests that keep a launcher are those of its line, its
+    hangs and signals, and its multi-node and Slurm forms."""
     toypkg.write_repro(folder)
     text = f"""\
 defaults:

@@ -117,7 +117,7 @@ def test_one_rank_hang_has_the_ranks_stack(tmp_path, cli, house, cache_dir):
 
 def test_launcher_makes_the_check_for_its_ranks(tmp_path, cli, house, cache_dir):
     """2 ranks: the deepspeed launcher's own interpreter checks, and exits before any rank starts."""
-    write_matrix(tmp_path, ["1.2.0", "1.0.0"], package="dsb-direct", collective_timeout=10)
+    write_matrix(tmp_path, ["1.2.0", "1.0.0"], package="dsb-direct", collective_timeout=10, launcher="deepspeed")
     res = cli("run", "matrix.yaml", *offline(house, cache_dir),
               "-q", "--format", "json", cwd=tmp_path)
     assert res.exit_code == 0, res.output

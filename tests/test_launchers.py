@@ -47,6 +47,8 @@ def _cases(folder: Path) -> dict[str, tuple[Case, tuple[int, ...] | None, bool, 
         "direct-ds-cuda": (one, (3,), True, None),
         "direct-tr-cuda": (replace(one, launcher=Launcher.TORCHRUN), None, True, "5,6"),
         "direct-off": (replace(one, env=(("DSBISECT_DIRECT", "0"),)), None, False, None),
+        "direct-2": (replace(s, launcher=Launcher.DIRECT, args=("--steps", "3")), None, False, None),
+        "direct-2-devices": (replace(s, launcher=Launcher.DIRECT), (2, 3), True, None),
         "cmd-ds": (cmd("deepspeed", "--num_gpus", "2", "train.py", "--x"), None, False, None),
         "cmd-ds-port": (cmd("deepspeed", "--master_port", "1234", "--enable_each_rank_log=mine", "train.py"),
                         None, False, None),
@@ -111,6 +113,17 @@ BEFORE = [
 
 SRUN_RANK = shlex.quote(launchers.SRUN_RANK)
 NEW = [
+    # launcher: direct with 2 ranks: dsbisect's own starter; RANK, LOCAL_RANK, ROLE_RANK are set per rank by it
+    ("direct-2", f"/T/venv/bin/python -I -S {launchers.RANKS_SCRIPT} 2 /T/run/ranks -- /T/venv/bin/python -u /T/train.py "
+                 "--steps 3",
+     "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 GROUP_WORLD_SIZE=1 "
+     "ROLE_WORLD_SIZE=2 ROLE_NAME=default TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=0 "
+     "TORCHELASTIC_RUN_ID=none"),
+    ("direct-2-devices", f"/T/venv/bin/python -I -S {launchers.RANKS_SCRIPT} 2 /T/run/ranks -- /T/venv/bin/python -u "
+                         "/T/train.py",
+     "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 LOCAL_WORLD_SIZE=2 GROUP_RANK=0 GROUP_WORLD_SIZE=1 "
+     "ROLE_WORLD_SIZE=2 ROLE_NAME=default TORCHELASTIC_RESTART_COUNT=0 TORCHELASTIC_MAX_RESTARTS=0 "
+     "TORCHELASTIC_RUN_ID=none CUDA_VISIBLE_DEVICES=2,3"),
     # accelerate on CPU: --multi_gpu, or accelerate starts one process (issue 23); its ranks' logs through the hook
     ("cmd-acc", "/T/venv/bin/python -u -m accelerate.commands.launch --num_processes 2 --main_process_port 29500 "
                 "--multi_gpu train.py --lr 1", "DSBISECT_RANK_LOG=1"),
@@ -154,6 +167,7 @@ def test_argv_and_rank_env_per_kind(tmp_path, name, argv, env):
 
 @pytest.mark.parametrize(("name", "kind"), [
     ("ds-cpu", "deepspeed"), ("tr", "torchrun"), ("direct-ds", "direct"), ("direct-off", "deepspeed"),
+    ("direct-2", "direct"),
     ("cmd-ds", "deepspeed"), ("cmd-launch", "torchrun"), ("cmd-acc", "accelerate"), ("cmd-exe", "executable"),
     ("cmd-script", "deepspeed"), ("srun-script", "srun"), ("cmd-srun", "srun"), ("cmd-srun-exe", "srun"),
 ])
@@ -363,7 +377,7 @@ def test_accelerate_cpu_with_several_processes_is_refused(tmp_path, line, config
 
 
 @pytest.mark.parametrize(("name", "cuda", "shown"), [
-    ("ds-cpu", False, "2 ranks"), ("tr", False, "2 ranks"), ("direct-ds", False, "1 rank"),
+    ("ds-cpu", False, "2 ranks"), ("tr", False, "2 ranks"), ("direct-ds", False, "1 rank"), ("direct-2", False, "2 ranks"),
     ("ds-hostfile", False, "2 ranks per node"), ("cmd-ds", False, "2 ranks"), ("cmd-tr", False, "2 ranks"),
     ("cmd-launch", False, "2 ranks"), ("cmd-srun", False, "2 ranks"), ("cmd-script", False, "2 ranks"),
     ("cmd-acc", False, "2 ranks"), ("cmd-acc", True, "2 ranks"),

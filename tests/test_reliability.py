@@ -388,7 +388,7 @@ def test_a_daemon_that_left_the_tree_is_found_by_its_tag(tmp_path, cache_dir, fa
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("launcher", ["deepspeed", "torchrun"])
+@pytest.mark.parametrize("launcher", ["deepspeed", "torchrun", "direct"])
 def test_a_segfault_is_named_and_125_is_a_skip_under_every_launcher(tmp_path, cache_dir, fault_house, launcher):
     seg, skip = tmp_path / "segv", tmp_path / "skip"
     for folder, version in ((seg, "1.2.0"), (skip, "1.3.0")):

@@ -1,7 +1,7 @@
 """One home per launcher: how a case's ranks are started, and how their launcher reports back.
 
 A ``LaunchLine`` is one kind of launch line — ``deepspeed``, ``torchrun``, ``accelerate``,
-``srun``, ``direct`` (the script alone as rank 0 of 1, no launcher) or ``executable`` (the
+``srun``, ``direct`` (the script's ranks started by dsbisect, no launcher) or ``executable`` (the
 user's program, run as it is).  Each owns:
 
 - ``argv``: the command line dsbisect runs, with the point venv's python and only what
@@ -18,8 +18,8 @@ elastic's root cause, srun's "task R: Exited with exit code N") are read by
 ``outcome.first_rank_exit``, below this module: ``outcome`` importing it would lift ``launch``
 and everything over it by a floor.
 
-``line_for(case)`` picks the line: a command line's kind, else the direct run for one rank,
-else the case's ``launcher``.  A new launcher is one class here (and its grammar in ``command``).
+``line_for(case)`` picks the line: a command line's kind, else the direct run for one rank or
+``launcher: direct``, else the case's ``launcher``.  A new launcher is one class here (and its grammar in ``command``).
 
 Pure but for ``Case`` and ``RunDir`` paths: nothing here starts a process or reads a file.
 """
@@ -105,7 +105,7 @@ class LaunchLine:
     kind: ClassVar[str]
     rank_logs: ClassVar[RankLogs]
     folds_check: ClassVar[bool] = True  # the import check is made by the run's first interpreter
-    direct: ClassVar[bool] = False  # dsbisect itself starts the one rank
+    direct: ClassVar[bool] = False  # dsbisect itself starts the ranks
 
     def argv(self, case: Case, t: Target) -> list[str]:
         raise NotImplementedError
@@ -300,36 +300,58 @@ def _with_python(program: tuple[str, ...], python: Path) -> list[str]:
 # --------------------------------------------------------- direct, executable
 
 
+RANKS_SCRIPT = Path(__file__).with_name("_hook") / "dsbisect_ranks.py"  # launcher: direct's own starter
+
+
 class Direct(LaunchLine):
-    """The script alone, with the point venv's python, as rank 0 of 1, its output in
-    ``ranks/rank0.log`` (``sh`` opens the log and ``exec``s: the rank is the process); the rank
-    gets what the case's launcher would give it (deepspeed's ``--local_rank=0``)."""
+    """The script's ranks started by dsbisect itself, with the point venv's python and no
+    launcher process: a 1-rank case (any launcher: the rank gets what that launcher would give
+    it, deepspeed's ``--local_rank=0``) or ``launcher: direct`` (torchrun's variables).
+
+    One rank: ``sh`` opens ``ranks/rank0.log`` and ``exec``s, so the rank is the process.
+    Several: ``_hook/dsbisect_ranks.py`` (run with ``-S``: it imports nothing of the venv)
+    starts them as torchrun's static rendezvous does, each with its ``ranks/rank<R>.log``,
+    stops the others when one fails and says which one did, first."""
 
     kind = "direct"
     rank_logs = RankLogs.DIRECT
     direct = True
 
     def ranks(self, case: Case, cuda: bool) -> Ranks:
-        return Ranks(1)
+        return Ranks(case.nproc)
 
     def argv(self, case: Case, t: Target) -> list[str]:
+        rank = [str(t.python), "-u", str(case.script)]
+        if case.nproc > 1:
+            return [str(t.python), "-I", "-S", str(RANKS_SCRIPT), str(case.nproc), str(t.run.ranks), "--",
+                    *rank, *case.args]
         local = ["--local_rank=0"] if case.launcher is Launcher.DEEPSPEED else []
-        return ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(t.run.rank_log(0)),
-                str(t.python), "-u", str(case.script), *local, *case.args]
+        return ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(t.run.rank_log(0)), *rank, *local, *case.args]
+
+    def program(self, argv: tuple[str, ...]) -> tuple[str, ...]:
+        """The ranks' own command line within ``argv`` (what they run, without what starts them)."""
+        return argv[argv.index("--") + 1:] if "--" in argv[:8] else argv[4:]
 
     def rank_env(self, case: Case, t: Target, cuda: bool, visible: str | None) -> dict[str, str]:
-        """The variables a launcher gives its one rank: enough for ``init_process_group`` (env://)."""
-        env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
-               "MASTER_PORT": str(t.port)}
+        """The variables a launcher gives its ranks: enough for ``init_process_group`` (env://)."""
+        n, one = str(case.nproc), case.nproc == 1
+        # Several ranks: RANK, LOCAL_RANK and ROLE_RANK are each rank's own, set by the program
+        # that starts them; it must not carry them itself (a process with RANK is a rank).
+        env = ({"RANK": "0", "LOCAL_RANK": "0"} if one else {}) | {"WORLD_SIZE": n, "MASTER_ADDR": "127.0.0.1",
+                                                                   "MASTER_PORT": str(t.port)}
         if case.launcher is Launcher.DEEPSPEED:
             env |= {"CROSS_RANK": "0", "CROSS_SIZE": "1", "LOCAL_SIZE": "1"}
         else:
-            env |= {"LOCAL_WORLD_SIZE": "1", "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": "0",
-                    "ROLE_WORLD_SIZE": "1", "ROLE_NAME": "default", "TORCHELASTIC_RESTART_COUNT": "0",
-                    "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none"}
-        if cuda:  # the slot's GPU, else the first one this process may use, as the launcher's --num_gpus 1
+            env |= {"LOCAL_WORLD_SIZE": n, "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1"}
+            env |= ({"ROLE_RANK": "0"} if one else {}) | {"ROLE_WORLD_SIZE": n, "ROLE_NAME": "default",
+                                                          "TORCHELASTIC_RESTART_COUNT": "0",
+                                                          "TORCHELASTIC_MAX_RESTARTS": "0",
+                                                          "TORCHELASTIC_RUN_ID": "none"}
+        if cuda and case.nproc == 1:  # the slot's GPU, else the first one this process may use, as --num_gpus 1
             first = (visible or "").split(",")[0].strip()
             env["CUDA_VISIBLE_DEVICES"] = str(t.devices[0]) if t.devices else (first or "0")
+        elif cuda and t.devices:  # the slot's GPUs; rank R takes LOCAL_RANK R of them, as under torchrun
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(d) for d in t.devices)
         return env
 
 
@@ -363,10 +385,14 @@ VENV_ENTRIES = {"torchrun": Torchrun.module, "deepspeed": DeepSpeed.module,
 
 
 def direct_run(case: Case) -> bool:
-    """Whether the run is the script alone, as rank 0 of 1: a 1-rank single-node case with no
-    launcher options of its own and no command line (``DSBISECT_DIRECT=0`` in the case's env
-    keeps the launcher)."""
-    return (case.nproc == 1 and not case.command and not case.nodes.multi and not case.launcher_args
+    """Whether dsbisect starts the ranks itself: ``launcher: direct``, or a 1-rank single-node
+    case with no launcher options of its own and no command line, run as rank 0 of 1
+    (``DSBISECT_DIRECT=0`` in the case's env keeps its launcher)."""
+    if case.command:
+        return False
+    if case.launcher is Launcher.DIRECT:
+        return True
+    return (case.nproc == 1 and not case.nodes.multi and not case.launcher_args
             and dict(case.env).get("DSBISECT_DIRECT") != "0")
 
 

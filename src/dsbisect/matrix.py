@@ -346,7 +346,11 @@ def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -
 
 
 def _check_launcher_args(case: Case, where: str) -> None:
-    """srun's options are read when the case is made (its line adds to them when it runs)."""
+    """srun's options are read when the case is made (its line adds to them when it runs);
+    ``launcher: direct`` has no launcher to give options to."""
+    if case.launcher is Launcher.DIRECT and case.launcher_args and not case.command:
+        raise MatrixError(f"{where}.launcher_args: launcher: direct starts the ranks itself and takes no "
+                          "launcher options (use torchrun or deepspeed for them)")
     if case.launcher is Launcher.SRUN and not case.command:
         try:
             options_of(CommandKind.SRUN, case.launcher_args)

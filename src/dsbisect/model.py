@@ -102,6 +102,7 @@ class Launcher(str, enum.Enum):
     DEEPSPEED = "deepspeed"
     TORCHRUN = "torchrun"
     SRUN = "srun"  # srun --ntasks NPROC inside a Slurm allocation
+    DIRECT = "direct"  # dsbisect starts the ranks itself, as torchrun would, with no launcher process
 
 
 class LauncherBackend(str, enum.Enum):

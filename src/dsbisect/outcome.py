@@ -189,6 +189,9 @@ def _ranks_text(ranks: list[int]) -> str:
 
 
 _DS_EXIT = re.compile(r"exits with return code = (-?\d+)")
+# launcher: direct's line (_hook/dsbisect_ranks.py) for the first rank to fail
+_DIRECT_EXIT = re.compile(r"^dsbisect: rank (\d+) (?:exited with code (\d+)|killed by (SIG[A-Z0-9]+))$", re.MULTILINE)
+_SIGNALS = {s.name: s.value for s in signal.Signals}
 _TR_ROOT = re.compile(r"Root Cause \(first observed failure\)")
 _TR_RANK = re.compile(r"^\s*(?:\[rank\d+\]:)?\s*rank\s*:\s*(\d+)")
 _TR_EXIT = re.compile(r"^\s*(?:\[rank\d+\]:)?\s*exitcode\s*:\s*(-?\d+)")
@@ -205,13 +208,17 @@ _FATAL_SIGNALS = {"Segmentation fault": "SIGSEGV", "Aborted": "SIGABRT", "Bus er
 
 def first_rank_exit(text: str) -> tuple[int | None, int] | None:
     """(rank, exit code) of the first rank to fail, as the launcher reported it: torchrun's
-    "Root Cause" entry, the deepspeed launcher's "exits with return code" line, or srun's
-    first "task R: Exited with exit code N" (a signal is -N).  The deepspeed launcher's line
+    "Root Cause" entry, the deepspeed launcher's "exits with return code" line, ``launcher:
+    direct``'s "dsbisect: rank R exited with code N" / "killed by SIGNAME", or srun's first
+    "task R: Exited with exit code N" (a signal is -N).  The deepspeed launcher's line
     gives the code of the first process it found ended but the command line of its last rank,
     whichever rank that was: its rank is None."""
     m = _DS_EXIT.search(text)
     if m:
         return None, int(m[1])
+    m = _DIRECT_EXIT.search(text)
+    if m:
+        return int(m[1]), int(m[2]) if m[2] is not None else -_SIGNALS.get(m[3], 0)
     srun = _srun_exit(text)
     if srun is not None:
         return srun

@@ -480,8 +480,13 @@ class Runner:
         direct, ranks = p.line.direct, p.line.ranks(case, cuda)
         if direct:
             with open(run.launcher_log, "a") as note:  # launch appends; show and forensics read both logs
-                note.write(f"dsbisect: 1 rank, run without a launcher (rank 0 of 1, output in "
-                           f"{run.rank_log(0).relative_to(run.path)}): {' '.join(p.argv[4:])}\n")
+                program = " ".join(p.line.program(p.argv))
+                if case.nproc == 1:
+                    note.write(f"dsbisect: 1 rank, run without a launcher (rank 0 of 1, output in "
+                               f"{run.rank_log(0).relative_to(run.path)}): {program}\n")
+                else:
+                    note.write(f"dsbisect: {case.nproc} ranks, started by dsbisect without a launcher (output "
+                               f"in {run.ranks.relative_to(run.path)}/rank<R>.log): {program}\n")
         elif ranks.said():
             with open(run.launcher_log, "a") as note:
                 note.write(f"dsbisect: {ranks.describe()}, {ranks.said()}: {redact(shlex.join(p.argv))}\n")
@@ -512,7 +517,7 @@ class Runner:
         remote_left: list[str] = []
         given = record_inputs(case, run)
         named = digests(named_paths(case))  # as the run starts: what changes under it is its output
-        how = "1 rank, no launcher" if line.direct else line.ranks.describe()
+        how = f"{line.ranks.describe()}, no launcher" if line.direct else line.ranks.describe()
         added = f"; {line.ranks.said()}" if line.ranks.said() else ""
         self.progress("run", f"{case.name} · {job.point.label}: running (run {job.record.id}, {how}, "
                              f"{job.accel.value}{added})")
@@ -593,7 +598,7 @@ class _Line:
 
     spec: LaunchSpec
     port: int  # the rendezvous port, held for the run
-    direct: bool  # one rank, without a launcher
+    direct: bool  # the ranks started by dsbisect, without a launcher
     secrets: frozenset[str]  # values masked in the run folder afterwards
     ranks: Ranks  # the ranks the line starts, and what dsbisect added so that it does
 
