@@ -213,3 +213,17 @@ def test_the_other_ranks_start_once_rank_0s_import_check_is_in_and_never_after_a
     else:
         assert proc.returncode == 0, proc.stdout
         assert [(tmp_path / "ranks" / f"rank{r}.log").read_text() for r in (1, 2)] == ["1 True\n", "2 True\n"]
+
+
+@pytest.mark.slow
+def test_a_rank_that_ignores_sigterm_after_another_failed_is_killed_5_s_later(tmp_path):
+    prog = ("import os, signal, sys, time\nif os.environ['RANK'] == '1':\n    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "    open(os.path.join(sys.argv[1], 'ignoring'), 'w').close()\n    time.sleep(120)\n"
+            "while not os.path.exists(os.path.join(sys.argv[1], 'ignoring')):\n    time.sleep(0.02)\nsys.exit(4)\n")
+    (tmp_path / "ranks").mkdir()
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-I", "-S", str(RANKS_SCRIPT), "2", str(tmp_path / "ranks"), "--",
+                           sys.executable, "-S", "-c", prog, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    took = time.monotonic() - t0
+    assert (proc.returncode, proc.stdout) == (4, "dsbisect: rank 0 exited with code 4\n")
+    assert 4.5 < took < 30, took  # SIGTERM ignored: SIGKILL after the 5 s grace, not the rank's 120 s
