@@ -573,6 +573,17 @@ def bench_readme(work: Path) -> None:
     if done and done[-1]["outcome"] == "pass":
         rows.append(("readme", "the bare deepspeed launcher, same job and venv (deepspeed 0.19.8)",
                      _bare_launcher(clone, _run_venv(Path(done[-1]["run_dir"]))), "by hand"))
+    # The same two warm points with no launcher process (launcher: direct, README "matrix.yaml"):
+    # the bundled case keeps the deepspeed launcher, the main path; this is what the option saves.
+    text = (clone / "matrix.yaml").read_text()
+    (clone / "matrix-direct.yaml").write_text(text.replace("    accelerator: cpu\n", "    accelerator: cpu\n    launcher: direct\n", 1))
+    direct = run.replace("matrix.yaml", "matrix-direct.yaml --case cpu_smoke --format json", 1)
+    sh(["bash", "-c", direct], cwd=clone, env=env)  # its first runs: the same venvs, the op already built
+    before = load()
+    t, res = timed(sh, ["bash", "-c", direct + " --rerun"], cwd=clone, env=env)
+    per = [f"{r['point'].split()[-1]} {r['outcome']} {r['seconds']:.1f}" for r in _readme_runs(res)]
+    rows.append(("readme", "warm cpu_smoke points under launcher: direct, --rerun (2 points)",
+                 f"{t:.0f} s; per point {', '.join(per)} s", f"no launcher process; {before} -> {load()}"))
 
 
 def _run_venv(run_dir: Path) -> Path:
