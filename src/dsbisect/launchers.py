@@ -330,7 +330,7 @@ class Direct(LaunchLine):
 
     def program(self, argv: tuple[str, ...]) -> tuple[str, ...]:
         """The ranks' own command line within ``argv`` (what they run, without what starts them)."""
-        return argv[argv.index("--") + 1:] if "--" in argv[:8] else argv[4:]
+        return argv[4:] if argv[0] == "/bin/sh" else argv[argv.index("--") + 1:]
 
     def rank_env(self, case: Case, t: Target, cuda: bool, visible: str | None) -> dict[str, str]:
         """The variables a launcher gives its ranks: enough for ``init_process_group`` (env://)."""

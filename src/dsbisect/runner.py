@@ -480,7 +480,7 @@ class Runner:
         direct, ranks = p.line.direct, p.line.ranks(case, cuda)
         if direct:
             with open(run.launcher_log, "a") as note:  # launch appends; show and forensics read both logs
-                program = " ".join(p.line.program(p.argv))
+                program = redact(" ".join(p.line.program(p.argv)))
                 if case.nproc == 1:
                     note.write(f"dsbisect: 1 rank, run without a launcher (rank 0 of 1, output in "
                                f"{run.rank_log(0).relative_to(run.path)}): {program}\n")

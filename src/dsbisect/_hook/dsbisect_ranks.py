@@ -130,7 +130,8 @@ def main(args):
                 sys.stdout.write(f"dsbisect: rank 0 {said}\n")
                 sys.stdout.flush()
             return 128 + asked[0] if asked else ended
-        _start(range(1, nproc), ranks_dir, argv, children)
+        if not asked:  # (a signal while rank 0 checked: it is passed on below, and no rank more starts)
+            _start(range(1, nproc), ranks_dir, argv, children)
     else:
         _start(range(nproc), ranks_dir, argv, children)
     code, stop_at, passed_on = 0, None, False
