@@ -334,19 +334,18 @@ class Direct(LaunchLine):
 
     def rank_env(self, case: Case, t: Target, cuda: bool, visible: str | None) -> dict[str, str]:
         """The variables a launcher gives its ranks: enough for ``init_process_group`` (env://)."""
-        n, one = str(case.nproc), case.nproc == 1
-        # Several ranks: RANK, LOCAL_RANK and ROLE_RANK are each rank's own, set by the program
-        # that starts them; it must not carry them itself (a process with RANK is a rank).
-        env = ({"RANK": "0", "LOCAL_RANK": "0"} if one else {}) | {"WORLD_SIZE": n, "MASTER_ADDR": "127.0.0.1",
-                                                                   "MASTER_PORT": str(t.port)}
+        n = str(case.nproc)
+        env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": n, "MASTER_ADDR": "127.0.0.1",
+               "MASTER_PORT": str(t.port)}
         if case.launcher is Launcher.DEEPSPEED:
             env |= {"CROSS_RANK": "0", "CROSS_SIZE": "1", "LOCAL_SIZE": "1"}
         else:
-            env |= {"LOCAL_WORLD_SIZE": n, "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1"}
-            env |= ({"ROLE_RANK": "0"} if one else {}) | {"ROLE_WORLD_SIZE": n, "ROLE_NAME": "default",
-                                                          "TORCHELASTIC_RESTART_COUNT": "0",
-                                                          "TORCHELASTIC_MAX_RESTARTS": "0",
-                                                          "TORCHELASTIC_RUN_ID": "none"}
+            env |= {"LOCAL_WORLD_SIZE": n, "GROUP_RANK": "0", "GROUP_WORLD_SIZE": "1", "ROLE_RANK": "0",
+                    "ROLE_WORLD_SIZE": n, "ROLE_NAME": "default", "TORCHELASTIC_RESTART_COUNT": "0",
+                    "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_RUN_ID": "none"}
+        if case.nproc > 1:  # each rank's own, set by the starter, which must not carry them (a process with RANK is a rank)
+            for name in ("RANK", "LOCAL_RANK", "ROLE_RANK"):
+                del env[name]
         if cuda and case.nproc == 1:  # the slot's GPU, else the first one this process may use, as --num_gpus 1
             first = (visible or "").split(",")[0].strip()
             env["CUDA_VISIBLE_DEVICES"] = str(t.devices[0]) if t.devices else (first or "0")

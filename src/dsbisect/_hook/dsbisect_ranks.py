@@ -103,6 +103,12 @@ def _code(status):
     return code, f"exited with code {code}"
 
 
+def _say(rank, said):
+    """The first failure's line, in the launcher's log (what ``outcome.first_rank_exit`` reads)."""
+    sys.stdout.write(f"dsbisect: rank {rank} {said}\n")
+    sys.stdout.flush()
+
+
 def _signal_all(children, sig):
     for pid in children:
         try:
@@ -127,8 +133,7 @@ def main(args):
         if status is not None:  # rank 0 ended before its check was in: the run is over
             ended, said = _code(status)
             if ended:
-                sys.stdout.write(f"dsbisect: rank 0 {said}\n")
-                sys.stdout.flush()
+                _say(0, said)
             return 128 + asked[0] if asked else ended
         if not asked:  # (a signal while rank 0 checked: it is passed on below, and no rank more starts)
             _start(range(1, nproc), ranks_dir, argv, children)
@@ -155,8 +160,7 @@ def main(args):
         ended, said = _code(status)
         if ended and not code and not asked:  # the first failure: the others are stopped
             code = ended
-            sys.stdout.write(f"dsbisect: rank {rank} {said}\n")
-            sys.stdout.flush()
+            _say(rank, said)
             _signal_all(children, signal.SIGTERM)
             stop_at = time.monotonic() + GRACE_S
     if asked:
