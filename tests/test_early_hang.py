@@ -61,7 +61,7 @@ while procs:
 """
 
 PRELUDE = """\
-import datetime, os, sys, time
+import datetime, math, os, sys, time
 import torch
 import torch.distributed as dist
 
@@ -188,8 +188,12 @@ else:
     t0 = time.time()
     dist.all_reduce(big)
     # capped by memory, one all_reduce can end before a look (4 s on an idle 2-core machine):
-    # then more of the same, silently, until SECS have passed
-    while time.time() - t0 < SECS:
+    # then more of the same, silently, for about SECS in all. Rank 0 says how many: a count each
+    # rank took from its own clock could differ by one, and the last all_reduce of one rank would
+    # meet the other's barrier (a real mismatch, which the early proof rightly called a deadlock)
+    more = torch.tensor([max(0, math.ceil(SECS / max(time.time() - t0, 1e-3)) - 1)])
+    dist.broadcast(more, src=0)
+    for _ in range(int(more)):
         dist.all_reduce(big)
     print(f"rank {RANK}: BIG-TOOK {time.time() - t0:.1f}", flush=True)
 finish()
