@@ -67,22 +67,35 @@ def pytest_collection_modifyitems(config, items):
     for item, group in groups.items():
         item.add_marker(pytest.mark.xdist_group(group))
     for item in items:
-        if _timing_sensitive(item):
+        if _light(item):
+            item.add_marker(pytest.mark.light)
+        elif _timing_sensitive(item):
             item.add_marker(pytest.mark.alone)
-    _tell_the_scheduler(config, groups, [item.nodeid for item in items if item.get_closest_marker("alone")])
+    _tell_the_scheduler(config, groups, {kind: [item.nodeid for item in items if item.get_closest_marker(kind)]
+                                         for kind in ("alone", "light")})
 
 
-# ------------------------------------------------------------------ two workers (pytest-xdist)
-# On two pytest-xdist workers (pytest -n 2 --dist loadgroup; see pyproject's addopts), so
+# ------------------------------------------------------------------ three workers (pytest-xdist)
+# On three pytest-xdist workers (pytest -n 3 --dist loadgroup; see pyproject's addopts), so
 # that a test that waits (a hang's timeout, a grace period, a Slurm job) overlaps one that
-# computes. Two rules keep that from changing what a test proves:
+# computes. Three rules keep that from changing what a test proves:
 # - the tests that share a fixture of module or session scope (a grid, the toy deadlock, the
 #   sshds, a Slurm sleeper) run on one worker, so that it is made once, as without workers;
-# - a test marked ``alone`` (timing-sensitive: a heartbeat, an early hang's latency, a signal
-#   raced against a run, Slurm, sshd, cgroups) runs beside no other ``alone`` one, and the
-#   other slow tests run in the background (a lower CPU and I/O priority: what the ``alone``
-#   test leaves); where a worker cannot renice, while no other slow test runs (a lock both
-#   workers take: shared by slow tests, exclusive by ``alone`` ones, with a turnstile).
+# - a timing-sensitive test that keeps the CPU busy itself (marked ``alone``: ranks that compute,
+#   a small cgroup's points, two points at once) runs beside no other ``alone`` one, at the
+#   normal priority;
+# - a timing-sensitive test that mostly waits (marked ``light``: a proof on idle ranks, a
+#   signal raced against a run, a deadline, Slurm, a heartbeat) runs at the normal priority
+#   beside anything: what it needs of the CPU is little, and an ``alone`` test beside it is
+#   barely slowed;
+# - every other slow test runs in the background (nice +10 and idle I/O: what the timing-
+#   sensitive tests leave). Where a worker cannot renice, a timing-sensitive test runs while no
+#   other slow test runs (a lock the workers take: shared by slow tests, exclusive by ``alone``
+#   and ``light`` ones, with a turnstile).
+# The first worker takes the ``alone`` units first, the second the ``light`` ones, the third the
+# background ones, each falling back to what is left (``_LANES``). On two workers (the session
+# before this layout) the timing-sensitive tests ran one after another on one worker, about
+# 750 s of the suite's 850-950 s; on three the two kinds overlap and the suite took 687 s.
 
 # Session fixtures every worker makes for itself, cheaply (a folder, env variables, zip files).
 _PER_WORKER = {"cache_dir", "wheelhouse", "hermetic_indexes", "sigint_as_from_a_terminal"}
@@ -158,16 +171,49 @@ _ALONE = {
 _TIMED_FIXTURES = {"toy_deadlock", "toy_timeout_hang", "compute_launch"}
 
 
+# Of those, the ones that keep the CPU busy themselves (ranks that compute, many points at once,
+# a 12 GiB all_reduce, a small cgroup's points): marked ``alone``, they run beside no other
+# ``alone`` test. Every other timing-sensitive test mostly waits (a proof on idle ranks, a
+# signal, a deadline, Slurm, a heartbeat) and is marked ``light``: it runs at the normal
+# priority beside anything (an ``alone`` test included), on a lane of its own.
+_HEAVY = {
+    "test_memory.py": None,  # a small cgroup's points; a 12 GiB all_reduce beside it would take its memory
+    "test_concurrency.py": None,
+    "test_multinode.py": None,  # two deepspeed launchers and their ranks over sshd
+    "test_early_hang.py": {"test_a_rank_computing_before_the_collective_is_no_hang",
+                           "test_one_large_all_reduce_is_no_hang"},
+    "test_launch.py": {"test_a_rank_waiting_on_a_child_that_works_is_not_idle"},
+    "test_verdict_words.py": {"test_the_words_then_a_silent_busy_rank_is_not_a_hang"},
+    "test_deadlock_store_live.py": {"test_a_rank_slow_to_reach_new_group_and_monitored_barrier_is_no_hang"},
+    "test_revert_proof.py": {"test_a_clean_revert_proves_the_commit_and_survives_ctrl_c"},
+    "test_reliability.py": {"test_a_daemon_that_left_the_tree_is_found_by_its_tag",
+                            "test_a_signal_stops_every_process_and_records_the_run_as_interrupted"},
+    "test_run_cli.py": {"test_killed_run_resumes_without_losing_or_repeating"},
+    "test_bisect_cli.py": {"test_killed_bisect_resumes_from_the_store"},
+}
+_HEAVY_FIXTURES = {"compute_launch"}  # its ranks compute for SECS
+
+
+def _in(table: dict, item) -> bool:
+    names = table.get(item.path.name, ())
+    return names is None or getattr(item, "originalname", item.name) in names
+
+
+def _light(item) -> bool:
+    if not _timing_sensitive(item):
+        return False
+    return not (_in(_HEAVY, item) or _HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())))
+
+
 def _timing_sensitive(item) -> bool:
     if _TIMED_FIXTURES & set(getattr(item, "fixturenames", ())):
         return True
     if item.get_closest_marker("slow") is None and item.get_closest_marker("slurm") is None:
         return False
-    names = _ALONE.get(item.path.name, ())
-    return names is None or getattr(item, "originalname", item.name) in names
+    return _in(_ALONE, item)
 
 
-def _tell_the_scheduler(config, groups: dict, alone: list[str]) -> None:
+def _tell_the_scheduler(config, groups: dict, kinds: dict[str, list[str]]) -> None:
     """On a worker, write each grouped test's group, and the ``alone`` tests, where the
     controller's scheduler reads them: pytest 9.2 no longer sees the ``@group`` suffix that
     pytest-xdist 3.8 writes into a test's id for ``--dist loadgroup`` (pytest-xdist issue #1386),
@@ -177,7 +223,7 @@ def _tell_the_scheduler(config, groups: dict, alone: list[str]) -> None:
         return
     worker = os.environ["PYTEST_XDIST_WORKER"]
     for name, data in ((f"groups.{worker}.json", {item.nodeid: group for item, group in groups.items()}),
-                       (f"alone.{worker}.json", alone)):
+                       (f"kinds.{worker}.json", kinds)):
         (folder / name).with_suffix(".tmp").write_text(json.dumps(data))
         (folder / name).with_suffix(".tmp").replace(folder / name)
 
@@ -193,13 +239,14 @@ def pytest_xdist_make_scheduler(config, log):
     folder = config._tmp_path_factory.getbasetemp()
 
     class FixtureGroups(LoadGroupScheduling):
-        """Two lanes besides the groups: the first worker takes the units that hold an ``alone``
-        test while there are any, the others the rest (each falls back to what is left), so
-        that the timing-sensitive tests run one after another on one worker beside the
-        background ones, instead of both workers waiting for each other's ``alone`` test."""
+        """Lanes besides the groups: each worker takes the units of its kind first (``_LANES``:
+        ``alone``, ``light``, background), and falls back to what is left, so that the
+        ``alone`` tests run one after another on one worker, the ``light`` ones on another, and
+        the background ones beside both, instead of the workers waiting for each other's
+        ``alone`` test. A unit's kind is that of its first kind among ``alone``, ``light``."""
 
         groups: dict | None = None
-        alone: set | None = None
+        kinds: dict | None = None
 
         def _split_scope(self, nodeid: str) -> str:
             if self.groups is None:
@@ -208,18 +255,32 @@ def pytest_xdist_make_scheduler(config, log):
                     self.groups.update(json.loads(path.read_text()))
             return self.groups.get(nodeid) or super()._split_scope(nodeid)
 
+        def _kind(self, unit) -> str:
+            if self.kinds is None:
+                self.kinds = {"alone": set(), "light": set()}
+                for path in sorted(folder.glob("kinds.*.json")):
+                    for kind, ids in json.loads(path.read_text()).items():
+                        self.kinds[kind].update(ids)
+            ids = set(unit)
+            return next((k for k in ("alone", "light") if self.kinds[k] & ids), "background")
+
         def _assign_work_unit(self, node) -> None:
-            if self.alone is None:
-                self.alone = set()
-                for path in sorted(folder.glob("alone.*.json")):
-                    self.alone.update(json.loads(path.read_text()))
-            lane = node.workerinput.get("workerid") == "gw0"
-            scope = next((s for s, unit in self.workqueue.items() if lane == bool(self.alone & set(unit))), None)
-            if scope is not None:
-                self.workqueue.move_to_end(scope, last=False)  # what the base class takes next
+            worker = node.workerinput.get("workerid")
+            order = _LANES.get(worker, _LANES[None])
+            for kind in order:
+                scope = next((s for s, unit in self.workqueue.items() if self._kind(unit) == kind), None)
+                if scope is not None:
+                    self.workqueue.move_to_end(scope, last=False)  # what the base class takes next
+                    break
             super()._assign_work_unit(node)
 
     return FixtureGroups(config, log)
+
+
+# Which units each worker takes first: gw0 the ``alone`` ones, gw1 the light ones, the others the
+# background ones; each falls back to what is left.
+_LANES = {"gw0": ("alone", "background", "light"), "gw1": ("light", "background", "alone"),
+          None: ("background", "light", "alone")}
 
 
 def _turn_folder(config) -> Path | None:
@@ -309,12 +370,16 @@ _BACKGROUND: list[bool] = []  # _can_renice's answer, asked once per worker
 def pytest_runtest_protocol(item, nextitem):
     folder = _turn_folder(item.config)
     alone = item.get_closest_marker("alone") is not None
+    light = item.get_closest_marker("light") is not None
     if folder is None or not (alone or item.get_closest_marker("slow")):
         yield
         return
     if not _BACKGROUND:
         _BACKGROUND.append(_can_renice())
-    with _slow_turn(folder, alone, _BACKGROUND[0]):
+    if light and _BACKGROUND[0]:  # at the normal priority, beside anything: it barely uses the CPU
+        yield
+        return
+    with _slow_turn(folder, alone or light, _BACKGROUND[0]):
         yield
 
 

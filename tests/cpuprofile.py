@@ -34,6 +34,8 @@ def pytest_runtest_protocol(item, nextitem):
     own2, children2 = _cpu()
     record = {"id": item.nodeid, "wall": round(time.monotonic() - wall, 2), "self_cpu": round(own2 - own, 2),
               "child_cpu": round(children2 - children, 2), "load0": load, "load1": os.getloadavg()[0],
-              "worker": os.environ.get("PYTEST_XDIST_WORKER", "")}
+              "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
+              "alone": item.get_closest_marker("alone") is not None, "slow": item.get_closest_marker("slow") is not None,
+              "start": round(wall, 2)}
     with open(OUT, "a") as f:
         f.write(json.dumps(record) + "\n")
