@@ -334,7 +334,9 @@ def _slow_turn(folder: Path, alone: bool, background: bool):
     """Where the worker may renice (``background``): an ``alone`` test runs beside no other
     ``alone`` one, at the normal priority; any other slow test runs in the background, at a
     lower CPU and I/O priority, so that a timing-sensitive test beside it is barely slowed.
-    Else: the slow tests' lock, shared, or exclusive for an ``alone`` test."""
+    Else: the slow tests' lock, shared, or exclusive for a timing-sensitive test (``alone`` here:
+    the caller passes a ``light`` test as one, since without renicing nothing would protect it).
+    A ``light`` test where the worker may renice takes no turn at all (the caller's)."""
     import fcntl
 
     if background:
