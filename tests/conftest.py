@@ -67,10 +67,9 @@ def pytest_collection_modifyitems(config, items):
     for item, group in groups.items():
         item.add_marker(pytest.mark.xdist_group(group))
     for item in items:
-        if _light(item):
-            item.add_marker(pytest.mark.light)
-        elif _timing_sensitive(item):
-            item.add_marker(pytest.mark.alone)
+        kind = _timing_kind(item)
+        if kind:
+            item.add_marker(getattr(pytest.mark, kind))
     _tell_the_scheduler(config, groups, {kind: [item.nodeid for item in items if item.get_closest_marker(kind)]
                                          for kind in ("alone", "light")})
 
@@ -199,10 +198,12 @@ def _in(table: dict, item) -> bool:
     return names is None or getattr(item, "originalname", item.name) in names
 
 
-def _light(item) -> bool:
+def _timing_kind(item) -> str | None:
+    """``alone``, ``light``, or None for a test that is not timing-sensitive."""
     if not _timing_sensitive(item):
-        return False
-    return not (_in(_HEAVY, item) or _HEAVY_FIXTURES & set(getattr(item, "fixturenames", ())))
+        return None
+    heavy = _in(_HEAVY, item) or _HEAVY_FIXTURES & set(getattr(item, "fixturenames", ()))
+    return "alone" if heavy else "light"
 
 
 def _timing_sensitive(item) -> bool:
@@ -214,8 +215,8 @@ def _timing_sensitive(item) -> bool:
 
 
 def _tell_the_scheduler(config, groups: dict, kinds: dict[str, list[str]]) -> None:
-    """On a worker, write each grouped test's group, and the ``alone`` tests, where the
-    controller's scheduler reads them: pytest 9.2 no longer sees the ``@group`` suffix that
+    """On a worker, write each grouped test's group, and the ``alone`` and ``light`` tests,
+    where the controller's scheduler reads them: pytest 9.2 no longer sees the ``@group`` suffix that
     pytest-xdist 3.8 writes into a test's id for ``--dist loadgroup`` (pytest-xdist issue #1386),
     so the groups would be ignored; the controller collects no tests, so it knows no markers."""
     folder = _turn_folder(config)
@@ -255,20 +256,22 @@ def pytest_xdist_make_scheduler(config, log):
                     self.groups.update(json.loads(path.read_text()))
             return self.groups.get(nodeid) or super()._split_scope(nodeid)
 
-        def _kind(self, unit) -> str:
+        def _kind(self, scope: str) -> str:
+            """The unit's kind, read once per unit (its tests do not change)."""
             if self.kinds is None:
-                self.kinds = {"alone": set(), "light": set()}
+                tests: dict[str, set] = {"alone": set(), "light": set()}
                 for path in sorted(folder.glob("kinds.*.json")):
                     for kind, ids in json.loads(path.read_text()).items():
-                        self.kinds[kind].update(ids)
-            ids = set(unit)
-            return next((k for k in ("alone", "light") if self.kinds[k] & ids), "background")
+                        tests[kind].update(ids)
+                self.kinds = {s: next((k for k in ("alone", "light") if tests[k] & set(unit)), "background")
+                              for s, unit in self.workqueue.items()}
+            return self.kinds[scope]
 
         def _assign_work_unit(self, node) -> None:
             worker = node.workerinput.get("workerid")
             order = _LANES.get(worker, _LANES[None])
             for kind in order:
-                scope = next((s for s, unit in self.workqueue.items() if self._kind(unit) == kind), None)
+                scope = next((s for s in self.workqueue if self._kind(s) == kind), None)
                 if scope is not None:
                     self.workqueue.move_to_end(scope, last=False)  # what the base class takes next
                     break

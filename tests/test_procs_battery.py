@@ -117,10 +117,15 @@ def _started(run: subprocess.Popen, pids: Path, ranks: int = 1, limit: float = 2
 
 def _left_after(pids: list[int], t0: float, seconds: float) -> list[int]:
     """The pids still running ``seconds`` after ``t0`` (polled: returns as soon as none is)."""
+    return _still_after(lambda: live_pids(pids), t0, seconds)
+
+
+def _still_after(alive, t0: float, seconds: float) -> list:
+    """``alive()`` once it is empty, or as it is ``seconds`` after ``t0`` (polled)."""
     while True:
-        alive = live_pids(pids)
-        if not alive or time.monotonic() - t0 > seconds:
-            return alive
+        found = alive()
+        if not found or time.monotonic() - t0 > seconds:
+            return found
         time.sleep(0.05)
 
 
@@ -139,17 +144,8 @@ def test_kill_9_of_dsbisect_leaves_no_child_of_a_rank(tmp_path, house, cache_dir
     # ...and nothing else of the run (its launcher's interpreters) within the same 5 s: the guard
     # SIGKILLs them at once, but a large process is torn down by the kernel for a while, running
     # in /proc until it is a zombie (seen under four pytest workers: one left 0.02 s after the kill)
-    tagged = _left_after_tagged(run_dir, t0, 5.0)
+    tagged = _still_after(lambda: reaper.tagged(run_dir), t0, 5.0)
     assert tagged == [], f"still running 5 s after kill -9 of dsbisect: {tagged}"
-
-
-def _left_after_tagged(run_dir: Path, t0: float, seconds: float) -> list:
-    """The run's tagged processes still running ``seconds`` after ``t0`` (polled)."""
-    while True:
-        alive = reaper.tagged(run_dir)
-        if not alive or time.monotonic() - t0 > seconds:
-            return alive
-        time.sleep(0.05)
 
 
 @pytest.mark.slow
