@@ -18,7 +18,7 @@
                 (the uv loop's cache holds torch beforehand); needs the package index
 7. early        the early deadlock verdict against the collective timeout: the toy deadlock at a
                 300 s collective timeout, and with --no-early-hang at 30 s
-8. battery      the false-hang battery of tests/test_early_hang.py at 45 s (40 s for the checkpoint)
+8. battery      the false-hang battery of tests/forensics/test_early_hang.py at 45 s (40 s for the checkpoint)
 9. lookahead    the 16-release toy bisection with DSBISECT_LOOKAHEAD=0 and on, fresh caches each
 10. readme      README command 1 on a fresh clone, as README.md has it (the install part, the
                 `dsbisect run` part, what each venv and op build cost; fresh env and pip caches),
@@ -57,10 +57,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import toypkg  # noqa: E402
 
-from dsbisect import facts  # noqa: E402
-from dsbisect.cache import MARKER, disk_usage  # noqa: E402
-from dsbisect.envs import EnvManager  # noqa: E402
-from dsbisect.model import BaseMode, EnvOptions, IndexOptions, Point  # noqa: E402
+from dsbisect.envs import facts  # noqa: E402
+from dsbisect.envs.cache import MARKER, disk_usage  # noqa: E402
+from dsbisect.envs.venvs import EnvManager  # noqa: E402
+from dsbisect.core.model import BaseMode, EnvOptions, IndexOptions, Point  # noqa: E402
 
 PY = sys.executable
 DSBISECT = [PY, "-m", "dsbisect"]
@@ -444,7 +444,7 @@ def bench_early(work: Path) -> None:
 
 
 def bench_battery(work: Path) -> None:
-    say("== false-hang battery (tests/test_early_hang.py)")
+    say("== false-hang battery (tests/forensics/test_early_hang.py)")
 
     runs = false = 0
     notes = []

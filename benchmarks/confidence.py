@@ -11,7 +11,7 @@ how often each search names the true first bad point, and its mean number of run
   the ends first, as ``Bisection._check_ends`` and ``_test_many`` do (a bad end that passes K
   runs stops it: not reproduced, counted wrong).
 
-Figures are printed, never asserted (tests/test_bayes.py asserts the rows it needs).
+Figures are printed, never asserted (tests/search/test_bayes.py asserts the rows it needs).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from dsbisect import bayes, search  # noqa: E402
+from dsbisect.search import bayes
+from dsbisect.search import steps as search  # noqa: E402
 
 Side = search.Side
 

@@ -35,8 +35,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from dsbisect.envsearch import find_culprits  # noqa: E402
-from dsbisect.search import Side  # noqa: E402
+from dsbisect.search.changes import find_culprits  # noqa: E402
+from dsbisect.search.steps import Side  # noqa: E402
 
 Oracle = Callable[[frozenset[int]], Side]
 

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import frsets  # noqa: E402
 
-from dsbisect import htmlsource  # noqa: E402
-from dsbisect.htmlreport import Page, RunPage, render  # noqa: E402
+from dsbisect.render import htmlsource  # noqa: E402
+from dsbisect.render.htmlreport import Page, RunPage, render  # noqa: E402
 
 
 def measure(world: int, repeat: int) -> tuple[float, float, int, int]:

@@ -16,7 +16,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-sys.path.insert(0, str(Path(__file__).parent))
+# The helpers here (toypkg, browser, ...) and every package's tests by their module name, as
+# pytest imports them (a test may borrow another's helpers: ``from test_early_hang import _launch``).
+_HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(_HERE)] + sorted(str(p) for p in _HERE.iterdir()
+                                     if p.is_dir() and p.name not in {"data", "__pycache__"})
 import toypkg  # noqa: E402
 
 # A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment: a console made
@@ -31,7 +35,7 @@ def pytest_sessionstart(session):
     """README command 1 installs torch with ``pip install --no-compile``; where it was, the
     bytecode of what the tests' ranks import is cached once here (dsbisect does the same before
     its first run), not compiled again by every rank under PYTHONDONTWRITEBYTECODE."""
-    from dsbisect import base as base_env
+    from dsbisect.envs import base as base_env
 
     base_env.cache_bytecode(base_env.inspect_base(sys.executable))
 
@@ -487,7 +491,7 @@ def toy_deadlock(tmp_path_factory, wheelhouse, cache_dir) -> ToyHang:
 
 @pytest.fixture(scope="session")
 def compute_launch(tmp_path_factory):
-    """tests/test_early_hang.py's "compute" scenario on gloo (rank 1 computes for SECS, silently,
+    """tests/forensics/test_early_hang.py's "compute" scenario on gloo (rank 1 computes for SECS, silently,
     while rank 0 waits in the all_reduce: no hang), launched once a session with the start-up
     hook and read by the tests of it (its no-false-hang test, the HTML page's): (the
     LaunchResult, its RunDir). Read only."""
@@ -544,7 +548,7 @@ def make_case(folder: Path, name: str = "c", script: str = "pass\n", **settings)
     """A case with a script of ``script``'s text in ``folder``, as ``--script`` would make it."""
     from dataclasses import replace
 
-    from dsbisect.matrix import script_case
+    from dsbisect.run.matrix import script_case
 
     path = folder / f"{name}.py"
     path.write_text(script)
@@ -649,7 +653,7 @@ def live_pids(pids) -> list[int]:
     """The pids among ``pids`` still running (not zombies)."""
     import psutil
 
-    from dsbisect.proc import is_live
+    from dsbisect.core.proc import is_live
 
     alive = []
     for pid in pids:

@@ -59,7 +59,7 @@ report() {
 gpu_tests() {
   echo "== $(date -u +%T) pytest -m gpu"
   DSBISECT_TEST_DEEPSPEED=0.12.4 DSBISECT_TEST_FIND_LINKS=$PWD/.gpu/seed1 DSBISECT_KEEP_RUNS=$OUT \
-    timeout -s INT "$(left)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py -rs
+    timeout -s INT "$(left)" python3 -m pytest -q -p no:cacheprovider -m gpu tests/forensics/test_gpu.py -rs
   echo "== pytest exit $? after ${SECONDS}s"
 }
 

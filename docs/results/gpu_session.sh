@@ -33,7 +33,7 @@ case $stage in
   S)
     python3 -m dsbisect snapshot-base -o "$OUT/base.json"
     python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"
-    timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_early_hang.py -rs 2>&1 | tail -15
+    timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/forensics/test_gpu.py tests/forensics/test_early_hang.py -rs 2>&1 | tail -15
     timeout 300 python3 benchmarks/bench.py --gpu --only launch --find-links .gpu/ds --find-links .gpu/tool \
       --gpu-pins deepspeed==0.19.8 --gpu-compat "" --out "$OUT/bench-launch.md"
     ;;
@@ -71,7 +71,7 @@ case $stage in
     ;;
   X2)
     DSBISECT_TEST_DEEPSPEED=0.10.0 DSBISECT_TEST_FIND_LINKS=/tmp/wh-seed2 timeout 560 \
-      python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py tests/test_early_hang.py -rs 2>&1 | tail -30
+      python3 -m pytest -q -p no:cacheprovider -m gpu tests/forensics/test_gpu.py tests/forensics/test_early_hang.py -rs 2>&1 | tail -30
     ;;
 esac
 echo "== stage $stage done after ${SECONDS}s"

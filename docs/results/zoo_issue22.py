@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 RUNS = HERE / "zoo-runs"
 sys.path.insert(0, str(HERE.parent.parent / "src"))
 
-from dsbisect.proof import Proof  # noqa: E402  (the proof's sentence, as the report prints it)
+from dsbisect.records.proof import Proof  # noqa: E402  (the proof's sentence, as the report prints it)
 
 CASES = ["accelerate_main_process_first", "ds_bf16_zero0_grad_scale", "ds_pipe_backward_zero0",
          "ds_bf16_zero1_ga_leak", "ds_pipe_ga_scaling", "ds_zero2_cpu_flatten_inplace"]

@@ -139,7 +139,7 @@ RUN_NOTES: dict[str, str] = {
         "A first attempt (dsbisect bdd6853) was stopped after 25 min: a Ctrl-C during DeepSpeed's CPU "
         "shm-op build at commit 2c362837b had left torch's build lock in that venv, and the next run there "
         "waited 600 s for it and was recorded as a HANG (a skip under --regress-on fail; a wrong 'bad' under "
-        "--regress-on hang). dsbisect now removes such locks before a run (tests/test_direct.py). The run "
+        "--regress-on hang). dsbisect now removes such locks before a run (tests/run/test_direct.py). The run "
         "above is from a fresh store; it reused the first attempt's venvs and commit wheels, hence 323 s.",
     "accelerate_main_process_first":
         "One commit probe, 38fd30e7 (#1079), failed for an unrelated reason (AttributeError: module "
@@ -239,7 +239,7 @@ FIXED_MISSES: dict[str, str] = {
         "8-12 minutes; 0.17.6 hung where the truth says (decoupled_checkpoint_engine.py:commit, 797 s). "
         "dsbisect's fault: its idle rule read 'no output and no rank's stack moved' as idle while the ranks' "
         "compiler child processes were busy. Fixed (the idle check counts the CPU of every rank's "
-        "descendants, live or reaped, as work -- tests/test_launch.py::"
+        "descendants, live or reaped, as work -- tests/launch/test_launch.py::"
         "test_a_rank_waiting_on_a_child_that_works_is_not_idle -- and, since f5a66bf, as a share of a core). "
         "**Re-run** (dsbisect e3f34dd, the table's row, --idle-timeout 60, 1015 s): found 0.18.3 -> 0.18.4, "
         "first fixed commit ba29fdca30 (#7742), the truth. In that re-run every point loaded 0.17.6's shared "

@@ -1,3 +1,3 @@
-from .cli import main
+from dsbisect.cli.commands import main
 
 main()

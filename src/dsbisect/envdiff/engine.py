@@ -1,0 +1,457 @@
+"""An environment bisection: two environments -> the change(s) -> the release -> the commit.
+
+Level 1 (``envsearch.find_culprits``, pure) finds a 1-minimal set of the changes between the
+good and the bad environment that makes the case behave as the bad one; each trial is the good
+environment with a subset of the changes applied, every pin exact (``envfile.apply``), run
+through the ``Runner`` like any point (so it lands in the store and a resumed invocation
+reuses it).  Level 2 is the existing release ``Bisection`` of each culprit between its two
+versions, the other packages held where the culprit reproduces (an interaction's partner at its
+bad version, the rest at good); level 3 its commit step, with ``--git-repo``.
+
+A subset uv cannot satisfy (``a 2.0`` requires ``c >= 2.0`` and only ``a`` is applied) is
+untestable: its run is recorded as a skip with uv's reason and the search works around it, as
+``git bisect skip`` does.  So that most trials resolve, the changes that dependency metadata ties
+together (each change with the ones uv names when it is applied alone: a dry run per change) are
+tried together first (``units``), and a culprit whose removal from the answer was untestable only
+because another culprit requires it is named as that one's requirement, not as a cause.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from dsbisect.envs import gitrepo
+from dsbisect.bisect.bisection import Bisection, Plan, plan
+from dsbisect.envdiff.environments import Change, Kind
+from dsbisect.envdiff.plan import (
+    ENV_PACKAGE,
+    EnvPlan,
+    EnvRequest,
+    Resolver,
+    named_in,
+    plan_envs,
+    requirements,
+)
+from dsbisect.envs.venvs import EnvManager
+from dsbisect.search.changes import EnvSearch, find_culprits
+from dsbisect.core.errors import DsbisectError, InputError
+from dsbisect.core.model import Answer, BaseMode, IndexOptions, Point, Stage
+from dsbisect.run.runner import Runner
+from dsbisect.records.results import Confounder, Request, Result, Step, TrialRun
+from dsbisect.search.steps import Side
+
+__all__ = ["EnvBisection", "EnvPlan", "EnvRequest", "EnvResult", "env_json", "plan_envs"]
+
+
+@dataclass(frozen=True)
+class EnvResult:
+    request: EnvRequest
+    changes: tuple[Change, ...]
+    verdict: Answer
+    message: str = ""
+    ends: tuple[TrialRun, ...] = ()  # the good and the bad environment, as given
+    trials: tuple[TrialRun, ...] = ()
+    culprits: tuple[int, ...] = ()
+    required: tuple[int, ...] = ()  # culprits the others require (uv: they cannot be applied without them)
+    exact: bool = False
+    note: str = ""
+    units: tuple[tuple[int, ...], ...] = ()
+    releases: tuple[Result, ...] = ()  # one per bisected culprit
+    skipped: tuple[str, ...] = ()  # culprits not bisected below the change, and why
+    confounders: tuple[Confounder, ...] = ()
+    notes: tuple[str, ...] = ()
+    steps: tuple[Step, ...] = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
+
+    @property
+    def exit_code(self) -> int:
+        return max([self.verdict.exit_code, *(r.exit_code for r in self.releases)])
+
+    def to_json(self) -> dict:
+        return env_json(self)
+
+    @property
+    def failure(self) -> tuple[Answer, str]:
+        """The verdict and message of the first level that did not answer (level 1, else a release)."""
+        bad = next((r for r in self.releases if r.exit_code), None)
+        if self.verdict.exit_code or bad is None:
+            return self.verdict, self.message
+        return bad.verdict, f"{bad.request.package}: {bad.message}"
+
+
+# ---------------------------------------------------------------------- the engine
+
+
+class _Trials(Bisection):
+    """The level-1 trials as points of a ``Bisection`` (its verdicts, repeats, steps and store
+    records), saved under the environment bisection's key."""
+
+    def __init__(self, runner: Runner, index: IndexOptions, env: EnvBisection):
+        super().__init__(runner, index, env.req.trial_request())
+        self.env = env
+        self.labels: dict[str, str] = {}
+
+    def _label(self, p: Point) -> str:
+        return self.labels.get(p.key, p.label)
+
+    def _save(self, status: str, result: dict) -> None:
+        self.env.save(status, result)
+
+    def _ends_message(self, step: Step, name: str, label: str, fix: bool) -> tuple[Answer, str]:
+        env = self.req.good if name in ("good", "broken") else self.req.bad
+        shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}[step.outcome.value]
+        if name in ("bad", "fixed"):
+            return Answer.NOT_REPRODUCED, (f"{env} (the {name} environment, as given) {shown}: "
+                                           f"the {'fix' if fix else 'regression'} does not reproduce here")
+        return Answer.GOOD_END_BAD, (f"{env} (the {name} environment, as given) {shown} too: "
+                                     "nothing between the two environments to bisect")
+
+    def check(self, points: list[Point]):
+        return self._check_ends([self._label(points[0]), self._label(points[-1])], points, Stage.ENV)
+
+    def test(self, points: list[Point]) -> list:
+        """Each point's step (run at once, one per free slot, when there are several)."""
+        found = self.runner.run_many(self.req.case, points, want=self.req.repeat, enough=self._enough)
+        return [self._step(p, runs, Stage.ENV) for p, runs in zip(points, found)]
+
+    def side(self, step: Step) -> Side:
+        return self._side(step.verdict)
+
+
+class _Releases(Bisection):
+    """A culprit's release bisection with per-release pins: where a release cannot be installed
+    with the others held, the pins uv's error names are moved (and recorded)."""
+
+    def __init__(self, runner: Runner, index: IndexOptions, request: Request, pins: dict[str, tuple[str, ...]]):
+        super().__init__(runner, index, request)
+        self.per_version = pins
+
+    def _pins(self) -> tuple[str, ...]:
+        return self.req.pins  # the environment's pins (the culprit's own left out), not the case's
+
+    def _release_point(self, version: str) -> Point:
+        return Point(versions=((self.req.package, version),), pins=self.per_version.get(version, self._pins()))
+
+    def _commit_point(self, repo: Path, c: gitrepo.Commit, version: str) -> Point:
+        point = super()._commit_point(repo, c, version)
+        return dataclasses.replace(point, pins=self.per_version.get(version, point.pins))
+
+
+class EnvBisection:
+    def __init__(self, runner: Runner, index: IndexOptions, request: EnvRequest, planned: EnvPlan):
+        self.runner, self.index, self.req, self.plan = runner, index, request, planned
+        self.changes = planned.changes
+        self.trials: list[TrialRun] = []
+        self.ends: tuple[TrialRun, ...] = ()
+        self.resolver: Resolver | None = None
+        self._steps: list = []
+        self.ties: dict[int, str] = {}  # change -> uv's reason it cannot be applied alone
+
+    # ------------------------------------------------------------------ run
+
+    def run(self) -> EnvResult:
+        mgr: EnvManager = self.runner.envs
+        with Resolver(mgr.uv, mgr.base, mgr.mode is BaseMode.LAYERED) as self.resolver:
+            try:
+                return self._run()
+            finally:
+                self.runner.stop_ahead()
+
+    def _run(self) -> EnvResult:
+        trials = _Trials(self.runner, self.index, self)
+        self._steps = trials.steps  # the list it appends to
+        self.save("running", {"changes": [change_json(c) for c in self.changes]})
+        ends = [self._point(frozenset(), trials), self._point(frozenset(range(len(self.changes))), trials)]
+        problem = trials.check(ends)
+        self.ends = tuple(self._trial(s, st, trials)
+                          for s, st in zip((set(), set(range(len(self.changes)))), trials.steps[-2:]))
+        if problem:
+            return self._finish(EnvResult(self.req, self.changes, problem[0], problem[1], ends=self.ends,
+                                          notes=self.plan.notes))
+        units = self._units()
+        found = find_culprits(len(self.changes), lambda subsets: self._test(subsets, trials),
+                              width=max(1, self.req.width), units=units, ahead=lambda nxt: self._ahead(nxt, trials))
+        result = self._level1(found, units)
+        if result.culprits:
+            result = self._level2(result)
+        return self._finish(result)
+
+    def _level1(self, found: EnvSearch, units) -> EnvResult:
+        required = self._required(found)
+        explained = set(found.unverified) <= set(required) and len(required) < len(found.culprits)
+        verdict = Answer.FOUND if found.exact or explained else Answer.AMBIGUOUS
+        names = " and ".join(self.changes[i].describe() for i in found.culprits)
+        message = "" if verdict is Answer.FOUND else found.note or f"not exact: {names}"
+        return EnvResult(self.req, self.changes, verdict, message, ends=self.ends, trials=tuple(self.trials),
+                         culprits=found.culprits, required=required, exact=found.exact, note=self._note(found, required),
+                         units=tuple(tuple(sorted(u)) for u in units), notes=self.plan.notes)
+
+    def _skip_reason(self, found: EnvSearch, x: int) -> str:
+        rest = frozenset(found.culprits) - {x}
+        return next((t.detail for t in self.trials if t.applied == rest), "")
+
+    def _required(self, found: EnvSearch) -> tuple[int, ...]:
+        """The culprits whose removal was untestable because uv's reason names them: the rest of
+        the answer cannot be installed without them (``a 2.0`` requires ``c >= 2.0``)."""
+        out = []
+        for x in found.unverified:
+            rest = frozenset(found.culprits) - {x}
+            trial = next((t for t in self.trials if t.applied == rest), None)
+            if trial is not None and trial.side is Side.SKIP and named_in(trial.detail, [self.changes[x].name]):
+                out.append(x)
+        return tuple(out)
+
+    def _note(self, found: EnvSearch, required: tuple[int, ...] = ()) -> str:
+        """The search's note with change names for its indices (or, where uv explains why a
+        culprit could not be left out, that)."""
+        if not found.unverified:
+            return found.note
+        if set(found.unverified) <= set(required):
+            rest = " and ".join(self.changes[i].describe() for i in found.culprits if i not in required)
+            return "; ".join(f"{self.changes[x].describe()} cannot be left out of the answer: {rest} requires it "
+                             f"(uv: {_cut(self._skip_reason(found, x), 300)}); alone it behaves as the good end"
+                             for x in found.unverified)
+        return found.note + " (" + "; ".join(f"{i}: {self.changes[i].describe()}" for i in found.unverified) + ")"
+
+    def _finish(self, result: EnvResult) -> EnvResult:
+        result = dataclasses.replace(result, steps=tuple(self._steps))
+        self.save("done", result.to_json())
+        return result
+
+    # ------------------------------------------------------------ trials
+
+    def _test(self, subsets: Sequence[frozenset[int]], trials: _Trials) -> list[Side]:
+        """Each subset as a point, all run at once (a subset uv cannot satisfy is a skip the
+        Runner records with uv's reason: the search steps around it)."""
+        points = [self._point(s, trials) for s in subsets]
+        shown = "; ".join(self._describe(s) for s in subsets)
+        self.runner.progress("note", f"level 1: {len(subsets)} trial(s) of {len(self.changes)} changes: {shown}")
+        steps = trials.test(points)
+        for subset, step in zip(subsets, steps):
+            self.trials.append(self._trial(subset, step, trials))
+        return [trials.side(st) for st in steps]
+
+    def _ahead(self, subsets: Sequence[frozenset[int]], trials: _Trials) -> None:
+        """Build the venvs of the next round's likely trials while this round runs (as a release
+        bisection looks ahead); a few per free slot, the rest would rarely be asked."""
+        chosen = list(subsets)[:2 * max(1, self.req.width)]
+        self.runner.prepare_ahead(self.req.case, [self._point(frozenset(s), trials) for s in chosen])
+
+    def _trial(self, applied: frozenset[int], step: Step, trials: _Trials) -> TrialRun:
+        return TrialRun(frozenset(applied), trials.side(step), step.label, step.tally.run_ids, step.outcome,
+                        step.detail)
+
+    def _closure(self, subset: frozenset[int]) -> tuple[frozenset[int], str]:
+        """``subset`` with the changes uv's error names added until uv can satisfy it (at most
+        three rounds), and uv's first reason; ``subset`` itself when it resolves or never does."""
+        ran, first = frozenset(subset), ""
+        by_name = {canonicalize_name(c.name): i for i, c in enumerate(self.changes)}
+        for _ in range(3):
+            problem = self.resolver.check(self._reqs(ran))
+            if problem is None:
+                return ran, first
+            extra = {by_name[n] for n in named_in(problem, by_name)} - ran
+            if not extra:
+                break
+            first = first or problem
+            ran |= extra
+        return frozenset(subset), ""
+
+    def _units(self) -> list[frozenset[int]]:
+        """Changes that dependency metadata ties together: each change with the ones uv needs
+        moved with it (its adjustment when applied alone)."""
+        singles = [frozenset({i}) for i in range(len(self.changes))]
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dsbisect-resolve") as pool:
+            found = list(pool.map(self._closure, singles))
+        self.ties = {i: why for i, (ran, why) in enumerate(found) if len(ran) > 1}
+        return [ran for ran, _ in found if len(ran) > 1]
+
+    def _reqs(self, applied: frozenset[int]) -> tuple[str, ...]:
+        return requirements(self.req.good_env, [self.changes[i] for i in sorted(applied)], self.plan.hold,
+                             self.plan.held_names)
+
+    def _point(self, applied: frozenset[int], trials: _Trials) -> Point:
+        moved = tuple((c.name, c.bad.version) for c in (self.changes[i] for i in sorted(applied))
+                      if c.bad is not None and c.bad.version and c.bad.plain)
+        point = Point(versions=moved, pins=self._reqs(applied), name=self._describe(applied))
+        trials.labels[point.key] = point.name
+        return point
+
+    def _describe(self, applied: frozenset[int]) -> str:
+        n = len(self.changes)
+        if not applied:
+            return "good env"
+        if len(applied) == n:
+            return "bad env"
+        if len(applied) <= 3:
+            return "good + " + ", ".join(self.changes[i].describe() for i in sorted(applied))
+        return f"good + {len(applied)} of {n} changes ({', '.join(self.changes[i].name for i in sorted(applied))})"
+
+    # ------------------------------------------------------------ level 2
+
+    def _level2(self, result: EnvResult) -> EnvResult:
+        releases, skipped, confounders = [], [], []
+        for i in result.culprits:
+            c = self.changes[i]
+            if i in result.required:
+                continue  # held at its bad version while the culprit that requires it is bisected
+            if not c.bisectable or c.kind is not Kind.CHANGED:
+                skipped.append(f"{c.describe()}: not bisectable below the change (not two released versions)")
+                continue
+            partners = [self.changes[j] for j in result.culprits if j != i]
+            try:
+                done, found = self._bisect_release(c, partners)
+            except DsbisectError as e:  # e.g. the index lists no releases between the versions
+                skipped.append(f"{c.describe()}: the release bisection could not start: {e}")
+                continue
+            releases.append(done)
+            confounders += found
+        return dataclasses.replace(result, releases=tuple(releases), skipped=tuple(skipped),
+                                   confounders=tuple(confounders))
+
+    def _bisect_release(self, c: Change, partners: list[Change]) -> tuple[Result, list[Confounder]]:
+        old, new = c.good.version, c.bad.version
+        backwards = _parse(new) < _parse(old)  # a downgrade: the older release is the bad one
+        low, high = (new, old) if backwards else (old, new)
+        rq = Request(package=c.name, good=low, bad=high, case=self.req.case,
+                     pins=self._context(c, partners), regress_on=self.req.regress_on,
+                     find_fix=self.req.find_fix != backwards, repeat=self.req.repeat, signature=self.req.signature,
+                     pre=_parse(low).is_prerelease or _parse(high).is_prerelease, git_repo=self._repo_for(c),
+                     verify_commit_ends=self.req.verify_commit_ends, width=self.req.width, confirm=self.req.confirm,
+                     any_failure=self.req.any_failure, prove=self.req.prove)
+        planned = plan(rq, self.index)
+        self.runner.progress("note", f"level 2: {c.describe()}: {len(planned.versions)} releases")
+        pins, confounders = self._release_pins(c, planned, rq.pins)
+        result = _Releases(self.runner, self.index, rq, pins).run(planned)
+        ends = {result.last_good, result.first_bad}
+        said = [f"possible confounder: {x.describe()}" for x in confounders if x.version in ends]
+        message = "; ".join(m for m in (result.message, *said) if m)
+        return dataclasses.replace(result, message=message), confounders
+
+    def _context(self, c: Change, partners: list[Change]) -> tuple[str, ...]:
+        """Every other package where the culprit reproduces: the partners at their bad version,
+        the rest at good (the culprit's own pin is replaced by each release)."""
+        reqs = requirements(self.req.good_env, partners, self.plan.hold, self.plan.held_names)
+        return tuple(r for r in reqs if canonicalize_name(Requirement(r).name) != canonicalize_name(c.name))
+
+    def _release_pins(self, c: Change, planned: Plan, pins: tuple[str, ...]):
+        """Per release, the held pins uv can satisfy with it: those its error names are moved to
+        the bad environment's version, else left to uv (recorded as confounders)."""
+        def one(version: str):
+            return version, self._relax(c.name, version, pins)
+
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dsbisect-resolve") as pool:
+            found = list(pool.map(one, planned.versions))
+        per = {v: p for v, (p, _) in found if p != pins}
+        return per, [x for _, (_, x) in found if x is not None]
+
+    def _relax(self, name: str, version: str, pins: tuple[str, ...]) -> tuple[tuple[str, ...], Confounder | None]:
+        mine = f"{canonicalize_name(name)}=={version}"
+        problem = self.resolver.check((*pins, mine))
+        if problem is None:
+            return pins, None
+        held = {canonicalize_name(Requirement(p).name): p for p in pins}
+        named = named_in(problem, held) - {canonicalize_name(name)} - set(self.plan.held_names)
+        if not named:
+            return pins, None  # nothing to move: the release is untestable here (a skip)
+        bad = {canonicalize_name(p.name): p.requirement for p in self.req.bad_env.pins}
+        relaxed = tuple(bad.get(canonicalize_name(Requirement(p).name), "") if canonicalize_name(Requirement(p).name) in named
+                        else p for p in pins)
+        relaxed = tuple(p for p in relaxed if p)
+        if self.resolver.check((*relaxed, mine)) is not None:  # the bad env's pins do not do: let uv pick
+            relaxed = tuple(p for p in pins if canonicalize_name(Requirement(p).name) not in named)
+            if self.resolver.check((*relaxed, mine)) is not None:
+                return pins, None
+        picked = dict((canonicalize_name(n), v) for n, v in self.resolver.plan((*relaxed, mine)))
+        moved = tuple(f"{n} {_version(held[n])} -> {picked.get(n) or _version(bad.get(n, '')) or 'uv’s choice'}"
+                      for n in sorted(named))
+        return relaxed, Confounder(name, version, moved, problem)
+
+    def _repo_for(self, c: Change) -> Path | None:
+        """The clone, for the culprit whose tags it has (the commit step needs both)."""
+        repo = self.plan.repo
+        if repo is None:
+            return None
+        try:
+            gitrepo.tag_for(repo, c.name, c.good.version)
+            gitrepo.tag_for(repo, c.name, c.bad.version)
+        except InputError:
+            return None
+        return repo
+
+    # ------------------------------------------------------------------ store
+
+    def save(self, status: str, result: dict) -> None:
+        req = self.req
+        params = {"case": req.case.name, "hold": list(req.hold), "regress_on": req.regress_on.value,
+                  "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature, "envbisect": True}
+        if req.argv:
+            params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
+        if status == "running" and "steps" in result:  # a level-1 step just ended: keep the changes beside it
+            result = {"changes": [change_json(c) for c in self.changes]} | result
+        self.runner.store.save_bisection(req.key, ENV_PACKAGE, req.good_env.source, req.bad_env.source, params,
+                                         status, result)
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _parse(v: str) -> Version:
+    try:
+        return Version(v)
+    except InvalidVersion:
+        raise InputError(f"{v!r} is not a version a release bisection can order") from None
+
+
+def _version(req: str) -> str:
+    if not req:
+        return ""
+    spec = list(Requirement(req).specifier)
+    return spec[0].version if len(spec) == 1 else str(Requirement(req).specifier)
+
+
+# ---------------------------------------------------------------------- JSON
+
+
+def change_json(c: Change) -> dict:
+    return {"name": c.name, "kind": c.kind.value, "good": c.good.requirement if c.good else None,
+            "bad": c.bad.requirement if c.bad else None, "bisectable": c.bisectable, "describe": c.describe()}
+
+
+def env_json(r: EnvResult) -> dict:
+    """``bisect --good-env --format json`` (the result column of an environment bisection)."""
+    req = r.request
+    return {
+        "kind": "environment",
+        "good_env": req.good_env.source,
+        "bad_env": req.bad_env.source,
+        "case": req.case.name,
+        "regress_on": req.regress_on.value,
+        "hold": list(req.hold),
+        "verdict": r.verdict.value,
+        "message": r.message,
+        "env_diff": {
+            "changes": [change_json(c) for c in r.changes],
+            "ends": [t.to_json() for t in r.ends],
+            "trials": [t.to_json() for t in r.trials],
+            "culprits": [r.changes[i].name for i in r.culprits],
+            "culprit_changes": [change_json(r.changes[i]) for i in r.culprits],
+            "required": [r.changes[i].name for i in r.required],
+            "exact": r.exact,
+            "note": r.note,
+            "units": [list(u) for u in r.units],
+            "notes": list(r.notes),
+        },
+        "releases": [x.to_json() for x in r.releases],
+        "not_bisected": list(r.skipped),
+        "confounders": [x.to_json() for x in r.confounders],
+        "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps],
+    }

@@ -1,0 +1,5 @@
+"""One launch: the line per launcher, the supervised process tree (guard, watch, early-proof
+rounds, teardown) and the processes found by their tag.
+
+Imports: core ... forensics.
+"""

@@ -1,0 +1,4 @@
+"""Wheelhouses for machines with no network (``dsbisect prefetch``).
+
+Imports: core ... envdiff.
+"""

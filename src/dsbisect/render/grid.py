@@ -1,0 +1,607 @@
+"""The grid of a ``run``: one table per case, readable at 80 columns.
+
+Each case gets its own table: its two largest moving axes as rows and columns (seed 2:
+deepspeed × transformers), a one-axis case one column of outcomes, further axes in the row
+label; rows and columns in PEP 440 order, whatever order the points ran in; each cell names
+its run (``HANG 62 s #2``); what every point held fixed is said once under the table.  A
+case that skipped everywhere for one reason is a line, shared with the other cases that
+skipped for it.  Piped output (not a terminal) keeps every signature and reason whole on a
+line of its own.
+
+Pure: records in, rich renderables and Markdown out; ``report`` adds the environment.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+from pathlib import PurePath
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.padding import Padding
+from rich.table import Table
+from rich.text import Text
+
+from dsbisect.core.eta import seconds_text
+from dsbisect.records.inputs import Inputs, differences, same_inputs
+from dsbisect.core.model import Outcome, Point
+from dsbisect.core.outside import safe, safe_text
+from dsbisect.records.run import RunFacts, RunRecord, SkipCause
+
+STYLE = {Outcome.PASS: "bold green", Outcome.FAIL: "bold red", Outcome.HANG: "bold magenta", Outcome.SKIP: "yellow"}
+ICON = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.HANG: "⏳", Outcome.SKIP: "⏭️"}
+RANK = {o: o.rank for o in Outcome}  # the one worst-outcome order (model.WORST_FIRST)
+MAX_COLUMNS = 4  # a column axis with more values than this, and than the row axis, becomes the rows
+
+
+@dataclass(frozen=True)
+class Cell:
+    """The runs of one (case, point): the worst outcome stands for them."""
+
+    outcome: Outcome
+    counts: tuple[tuple[Outcome, int], ...]
+    seconds: float
+    runs: tuple[RunRecord, ...]
+
+    @property
+    def shown(self) -> RunRecord:
+        """The run that shows the cell's outcome (the last such): its id, reason and signature."""
+        return next(r for r in reversed(self.runs) if r.outcome is self.outcome)
+
+    @property
+    def why(self) -> str:
+        r = self.shown
+        return safe(r.signature or r.reason or "")
+
+    @property
+    def head(self) -> str:
+        """``HANG 62 s #2``; a skip has no time."""
+        if self.outcome is Outcome.SKIP:
+            return f"SKIP #{self.shown.id}"
+        return f"{self.outcome.value.upper()} {_seconds(self.shown.seconds or 0.0)} #{self.shown.id}"
+
+    @property
+    def tally(self) -> str:
+        """``hang 2, pass 1`` when the point ran more than once, else ""."""
+        if sum(n for _, n in self.counts) < 2:
+            return ""
+        return ", ".join(f"{o.value} {n}" for o, n in self.counts)
+
+    @property
+    def text(self) -> str:
+        return self.head + (f" ({self.tally})" if self.tally else "")
+
+
+@dataclass(frozen=True)
+class Variant:
+    """The runs of one case that ran the same thing: one case key (script, settings, command)
+    and, at each point, the same inputs.  A case name with several variants (the same script
+    under torchrun and accelerate, an edited script, earlier inputs) shows each as a table of
+    its own, ``label`` naming what sets it apart."""
+
+    label: str  # the case name, with what differs when the name has several variants
+    name: str
+    case_key: str
+    differs: tuple[str, ...]  # "torchrun", "script 0da189e7", "earlier inputs (since: MY_FIX set)"; () alone
+    run_ids: tuple[int, ...]  # every recorded run of it, in the order they ran
+    earlier: bool = False  # runs made before this key's latest inputs at their points
+    same_as: tuple[str, ...] = ()  # variants of other case names that hold these very runs (one case key)
+
+
+@dataclass(frozen=True)
+class Grid:
+    cases: tuple[str, ...]  # the variants' labels
+    rows: tuple[tuple[str, dict[str, Cell]], ...]  # point label -> variant label -> cell, in version order
+    variants: tuple[Variant, ...] = ()
+    runs: tuple[RunRecord, ...] = ()  # every run of the variants, those a later attempt stands for too
+
+    @property
+    def cells(self) -> list[Cell]:
+        return [c for _, row in self.rows for c in row.values()]
+
+
+def displayable(r: RunRecord) -> RunRecord:
+    """``r`` with each field of the type the renderers expect: a record read from an odd or
+    hand-edited row (``seconds`` "abc", a host's ``gpus`` a text) is shown as far as it goes, never
+    a traceback.  (The store quarantines rows it cannot read at all; ``RunFacts`` and ``Evidence``
+    keep a known key of another shape aside, in ``extra``.)"""
+    def number(v, kind=float):
+        return kind(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+    return replace(
+        r, case_name=_text(r.case_name), attempt=number(r.attempt, int) or 1, exit_code=number(r.exit_code, int),
+        seconds=number(r.seconds), started=number(r.started) or 0.0, finished=number(r.finished),
+        reason=_text(r.reason), signature=_text(r.signature), run_dir=r.run_dir if isinstance(r.run_dir, str) else None,
+        facts=_shown_facts(r.facts).without_odd(_FACT_KEYS), evidence=r.evidence.without_odd(_EVIDENCE_KEYS),
+        outcome=r.outcome if isinstance(r.outcome, Outcome) else None)
+
+
+def _text(v) -> str:
+    return v if isinstance(v, str) else "" if v is None else str(v)
+
+
+def _shown_facts(f: RunFacts) -> RunFacts:
+    """The facts with the values inside them of the types the renderers read."""
+    host = None
+    if f.host is not None:
+        host = _shaped(dict(f.host), _HOST_SHAPES)
+        if "gpus" in host:
+            host["gpus"] = [_text(x) for x in host["gpus"]]
+    return replace(
+        f, gpus=tuple(_text(x) for x in f.gpus) if f.gpus is not None else None,
+        command=tuple(_text(x) for x in f.command) if f.command is not None else None, host=host,
+        versions={_text(k): _text(v) for k, v in f.versions.items()} if f.versions is not None else None,
+        inputs=tuple(i for i in f.inputs if isinstance(i, dict)) if f.inputs is not None else None)
+
+
+# the keys whose value renderers read, left out when of another shape (the rest is shown as it is)
+_FACT_KEYS = frozenset({"command", "inputs", "host", "versions", "shadowed", "gpus", "index", "python", "cuda", "nccl",
+                        "nvcc"})
+_EVIDENCE_KEYS = frozenset({"notes", "escaped", "manual", "note", "survivors"})
+_HOST_SHAPES = {"gpus": list, "name": str, "platform": str, "cpu_model": str, "driver": str, "topology": str,
+                "cpus": int, "ram_bytes": (int, float), "shm_bytes": (int, float)}
+
+
+def _shaped(d: dict, shapes: dict) -> dict:
+    """``d`` without the known keys whose value is not of the known type (a bool is no number)."""
+    return {k: v for k, v in d.items()
+            if k not in shapes or (isinstance(v, shapes[k]) and not isinstance(v, bool))}
+
+
+def cell(runs: list[RunRecord]) -> Cell:
+    counts = Counter(r.outcome for r in runs)
+    worst = min(counts, key=lambda o: RANK[o])
+    ordered = tuple(sorted(counts.items(), key=lambda kv: RANK[kv[0]]))
+    secs = sum(r.seconds or 0 for r in runs) / max(1, len(runs))
+    return Cell(worst, ordered, secs, tuple(runs))
+
+
+def grid(runs: list[RunRecord]) -> Grid:
+    """Rows are points in version order, columns the cases' variants: every recorded run is in
+    one of them (a later attempt of a point stands for the earlier ones in its cell)."""
+    runs = [r for r in (displayable(r) for r in runs) if r.outcome is not None]
+    found = variants(runs)
+    table: dict[str, dict[str, list[RunRecord]]] = {}
+    points: dict[str, Point] = {}
+    for v, rs in found:
+        for r in rs:
+            table.setdefault(r.point.label, {}).setdefault(v.label, []).append(r)
+            points.setdefault(r.point.label, r.point)
+    seen = {label: i for i, label in enumerate(table)}
+    order = sorted(table, key=lambda label: (_point_key(points[label]), seen[label]))
+    rows = tuple((label, {case: cell(_by_attempt(rs)) for case, rs in table[label].items()}) for label in order)
+    shown = tuple(replace(v, same_as=tuple(w.label for w, _ in found if w.name != v.name
+                                           and set(w.run_ids) & set(v.run_ids))) for v, _ in found)
+    return Grid(tuple(v.label for v in shown), rows, shown, tuple(runs))
+
+
+def named(runs: list[RunRecord], names: dict[str, tuple[str, ...]], asked: Iterable[str] = ()) -> list[RunRecord]:
+    """``runs`` and, for each other name a case key was run under (``Store.case_names``; of
+    ``asked`` only, when given), the key's runs again under that name: two cases of one script
+    and settings share their runs, which are recorded under the name of the first to run."""
+    wanted = set(asked)
+    own = {(r.case_name, r.case_key) for r in runs}
+    out = list(runs)
+    for key, key_names in names.items():
+        mine = [r for r in runs if r.case_key == key]
+        for name in key_names:
+            if (name, key) in own or not mine or (wanted and name not in wanted):
+                continue
+            out += [replace(r, case_name=name) for r in mine if r.case_name != name]
+    return out
+
+
+def variants(runs: list[RunRecord]) -> list[tuple[Variant, list[RunRecord]]]:
+    """The runs by variant: by case name (in the order the names first ran), then case key, and
+    within a key the runs of each point's latest inputs apart from those of earlier inputs."""
+    by_key: dict[str, dict[str, list[RunRecord]]] = {}
+    for r in runs:
+        by_key.setdefault(r.case_name, {}).setdefault(r.case_key, []).append(r)
+    out: list[tuple[Variant, list[RunRecord]]] = []
+    for name, keys in by_key.items():
+        parts = _key_labels(name, keys)
+        for key, rs in keys.items():
+            current, earlier, since = _split_inputs(rs)
+            differs = parts[key]
+            out.append((_variant(name, key, differs, current), current))
+            if earlier:
+                said = f"earlier inputs (since: {', '.join(since[:4])}{' …' if len(since) > 4 else ''})" \
+                    if since else "earlier inputs"
+                out.append((_variant(name, key, (*differs, said), earlier, True), earlier))
+    return out
+
+
+def _variant(name: str, key: str, differs: tuple[str, ...], runs: list[RunRecord], earlier: bool = False) -> Variant:
+    label = f"{name} [{'; '.join(differs)}]" if differs else name
+    return Variant(label, name, key, differs, tuple(r.id for r in runs), earlier)
+
+
+def _split_inputs(runs: list[RunRecord]) -> tuple[list[RunRecord], list[RunRecord], list[str]]:
+    """(the runs of each point's latest inputs, the runs of earlier inputs, what changed since);
+    runs that record no inputs (marks by hand, runs of an older dsbisect) stay with the latest."""
+    latest: dict[str, Inputs] = {}
+    for r in runs:
+        if _inputs_of(r) is not None:
+            latest[r.point.label] = _inputs_of(r)
+    current, earlier, since = [], [], []
+    for r in runs:
+        mine, now = _inputs_of(r), latest.get(r.point.label)
+        if mine is not None and now is not None and not same_inputs(mine, now):
+            earlier.append(r)
+            since += [d for d in differences(mine, now) if d not in since]
+        else:
+            current.append(r)
+    return current, earlier, since
+
+
+def _key_labels(name: str, keys: dict[str, list[RunRecord]]) -> dict[str, tuple[str, ...]]:
+    """What tells each case key of one case name from the others (nothing when it is the only one):
+    the launcher or command line, else the script's digest, else the settings' key."""
+    if len(keys) == 1:
+        return {k: () for k in keys}
+    last = {k: rs[-1] for k, rs in keys.items()}
+    heads = {k: _launcher(r.facts.command) for k, r in last.items()}
+    lines = {k: _command_line(r.facts.command) for k, r in last.items()}
+    scripts = {k: _script_digest(name, r) for k, r in last.items()}
+    command = heads if len(set(heads.values())) > 1 else lines
+    out: dict[str, tuple[str, ...]] = {k: () for k in keys}
+    for part in (command, scripts):
+        if len(set(part.values())) > 1:
+            out = {k: (*out[k], part[k]) if part[k] else out[k] for k in keys}
+    labels = [out[k] for k in keys]
+    return {k: out[k] if labels.count(out[k]) == 1 else (*out[k], f"settings {k[:8]}") for k in keys}
+
+
+def _launcher(command: tuple[str, ...] | None) -> str:
+    """The launcher of a recorded command line: ``torchrun``, ``accelerate launch``, ``python -m
+    torch.distributed.run``, ``python x.py``; "script" for a run that records no command."""
+    if not command:
+        return "script"
+    words = [str(w) for w in command]
+    prog = PurePath(words[0]).name
+    if prog.startswith("python") and len(words) > 2 and words[1] == "-m":
+        return f"python -m {words[2]}"
+    if prog.startswith("python") and len(words) > 1:
+        return f"python {PurePath(words[1]).name}"
+    if prog == "accelerate" and len(words) > 1:
+        return f"accelerate {words[1]}"
+    return prog
+
+
+def _command_line(command: tuple[str, ...] | None) -> str:
+    text = shlex.join(str(w) for w in command) if command else "script"
+    return text if len(text) <= 60 else text[:59] + "…"
+
+
+def _script_digest(name: str, r: RunRecord) -> str:
+    """``script 0da189e7``: the digest of the case's script as the run recorded it ("" unknown)."""
+    for item in r.facts.inputs or ():
+        path = str(item.get("path") or "")
+        if PurePath(path).stem == name and item.get("sha256"):
+            return f"script {str(item['sha256'])[:8]}"
+    ran = _inputs_of(r)
+    for path, sha in ran.files if ran is not None else ():
+        if PurePath(path).stem == name:
+            return f"script {sha[:8]}"
+    return ""
+
+
+def _by_attempt(runs: list[RunRecord]) -> list[RunRecord]:
+    """Runs of one (variant, point): a later SKIP or re-run replaces earlier attempts of the same number."""
+    by_attempt: dict[int, RunRecord] = {}
+    for r in runs:
+        by_attempt[r.attempt] = r
+    return [by_attempt[a] for a in sorted(by_attempt)]
+
+
+def _inputs_of(run: RunRecord) -> Inputs | None:
+    """What a run records it ran (None: it records nothing)."""
+    return run.facts.ran
+
+
+# ------------------------------------------------------------------ one case
+
+
+@dataclass(frozen=True)
+class CaseView:
+    """One case laid out as a table: ``cells[(row, column)]``; ``column`` is "" for a one-axis case."""
+
+    case: str
+    row_axis: str  # the rows' header: an axis name, with the extra axes in the labels
+    col_axis: str | None  # None: one column of outcomes
+    rows: tuple[str, ...]
+    cols: tuple[str, ...]
+    cells: dict[tuple[str, str], Cell]
+    held: tuple[str, ...]  # axes with one value, and the pins every point held
+    commands: tuple[str, ...]
+    same_as: tuple[str, ...] = ()  # Variant.same_as
+
+    @property
+    def all_cells(self) -> list[Cell]:
+        return list(self.cells.values())
+
+    def skipped(self) -> str | None:
+        """The reason, when every point of the case skipped for that one reason."""
+        whys = {c.why for c in self.all_cells if c.outcome is Outcome.SKIP}
+        if len(whys) == 1 and all(c.outcome is Outcome.SKIP for c in self.all_cells):
+            return whys.pop()
+        return None
+
+    def skip_cause(self) -> SkipCause | None:
+        """The cause the runs record, when every point of the case skipped for one reason."""
+        causes = {c.shown.skip_cause for c in self.all_cells}
+        return causes.pop() if self.skipped() is not None and len(causes) == 1 else None
+
+    def coordinate(self, key: tuple[str, str]) -> str:
+        return f"{key[0]} × {key[1]}" if self.col_axis else key[0]
+
+
+def case_views(g: Grid) -> list[CaseView]:
+    same = {v.label: v.same_as for v in g.variants}
+    return [replace(_case_view(g, case), same_as=same.get(case, ())) for case in g.cases]
+
+
+def _case_view(g: Grid, case: str) -> CaseView:
+    found = [(label, row[case]) for label, row in g.rows if case in row]
+    points = [c.runs[0].point for _, c in found]
+    values = [_values(p) for p in points]
+    common_pins = set.intersection(*(set(_held_pins(p)) for p in points)) if points else set()
+    extra_pins = [", ".join(x for x in _held_pins(p) if x not in common_pins) for p in points]
+    if any(extra_pins):  # points of one case that held different pins: the pins are an axis too
+        for v, pins in zip(values, extra_pins):
+            v["pins"] = pins or "—"
+    axes = list(dict.fromkeys(name for v in values for name in v))
+    distinct = {a: list(dict.fromkeys(v.get(a, "—") for v in values)) for a in axes}
+    moving = [a for a in axes if len(distinct[a]) > 1] or axes[:1]
+    largest = sorted(moving, key=lambda a: (-len(distinct[a]), moving.index(a)))[:2]
+    pair = [a for a in moving if a in largest]  # the two largest, in the order the case declares them
+    if len(pair) == 2 and len(distinct[pair[1]]) > max(MAX_COLUMNS, len(distinct[pair[0]])):
+        pair.reverse()
+    row_axis = pair[0] if pair else None
+    col_axis = pair[1] if len(pair) > 1 else None
+    extras = [a for a in moving if a not in pair]
+
+    cells: dict[tuple[str, str], Cell] = {}
+    row_keys: dict[str, tuple] = {}
+    col_keys: dict[str, tuple] = {}
+    for (label, c), v in zip(found, values):
+        row = v.get(row_axis, "—") if row_axis else label
+        row_key = [_version_key(row)]
+        for a in extras:
+            row += f", {a} {v.get(a, '—')}"
+            row_key.append(_version_key(v.get(a, "—")))
+        col = v.get(col_axis, "—") if col_axis else ""
+        row_keys[row] = tuple(row_key)
+        col_keys[col] = _version_key(col)
+        cells[(row, col)] = c
+    held = [f"{a} {distinct[a][0]}" for a in axes if a not in moving and "—" not in distinct[a]]
+    held += [pin for pin in _held_pins(points[0]) if pin in common_pins] if points else []
+    commands = [shlex.join(str(a) for a in c.shown.facts.command) for _, c in found
+                if c.shown.facts.command is not None]
+    return CaseView(
+        case=case,
+        row_axis=", ".join([row_axis or "point", *extras]),
+        col_axis=col_axis,
+        rows=tuple(sorted(row_keys, key=lambda r: row_keys[r])),
+        cols=tuple(sorted(col_keys, key=lambda c: col_keys[c])),
+        cells=cells, held=tuple(held), commands=tuple(dict.fromkeys(commands)))
+
+
+def _values(p: Point) -> dict[str, str]:
+    """The point's value of each axis: a version, or ``@commit`` for a package built from git."""
+    out = {}
+    for n, v in p.versions:
+        out[n] = f"@{p.source.short}" if p.source and canonicalize_name(n) == canonicalize_name(p.source.package) else v
+    return out
+
+
+def _held_pins(p: Point) -> list[str]:
+    """The pins the point holds that are not one of its axes."""
+    moved = {canonicalize_name(n) for n, _ in p.versions}
+    out = []
+    for pin in p.pins:
+        try:
+            name = canonicalize_name(Requirement(pin).name)
+        except InvalidRequirement:
+            name = ""
+        if name not in moved:
+            out.append(pin)
+    return out
+
+
+def _version_key(value: str) -> tuple:
+    """PEP 440 order; then commits and other text, by text; "—" (no value) last."""
+    try:
+        return (0, Version(value), "")
+    except InvalidVersion:
+        return (2 if value == "—" else 1, Version("0"), value)
+
+
+def _point_key(p: Point) -> tuple:
+    return tuple((canonicalize_name(n), _version_key(v)) for n, v in _values(p).items())
+
+
+def _seconds(s: float) -> str:
+    return seconds_text(s)  # one definition of a run's time shown, progress's too
+
+
+# ---------------------------------------------------------- skipped everywhere
+
+
+def skip_lines(views: list[CaseView]) -> list[tuple[str, str]]:
+    """(text, hint) for the cases that skipped everywhere, one per reason: ``12 points of 3
+    cases (…) need 2 CUDA GPUs; this machine has 0`` and ``try --case cpu_smoke`` when the
+    reason is the machine's and another case did run."""
+    by_reason: dict[tuple[str, SkipCause | None], list[CaseView]] = {}
+    for v in views:
+        why = v.skipped()
+        if why is not None:
+            by_reason.setdefault((why, v.skip_cause()), []).append(v)
+    ran = next((v.case for v in views if v.skipped() is None
+                and any(c.outcome is not Outcome.SKIP for c in v.all_cells)), None)
+    out = []
+    for (why, cause), vs in by_reason.items():
+        n = sum(len(v.cells) for v in vs)
+        points = f"{n} point{'s' if n != 1 else ''}"
+        subject = f"{points} of {vs[0].case}" if len(vs) == 1 else \
+            f"{points} of {len(vs)} cases ({', '.join(v.case for v in vs)})"
+        if cause is SkipCause.GPUS:  # the runner's "needs N CUDA GPUs; ..." as the subject's verb
+            text = f"{subject} {'need' if n != 1 else 'needs'} {why.removeprefix('needs ')}"
+        else:
+            text = f"{subject}: {why or 'no reason recorded'}"
+        hint = f"try --case {ran}" if ran and cause is not None and cause.machine else ""
+        out.append((text, hint))
+    return out
+
+
+# ------------------------------------------------------------------- terminal
+
+
+def details(view: CaseView) -> list[tuple[Outcome, str, str]]:
+    """(outcome, where, why) for the cells that did not pass, one per distinct reason:
+    ``where`` lists the cells' run ids and coordinates, e.g. ``#2 (0.9.5 × 4.37.0), #6 (…)``
+    (the first two and a count beyond three)."""
+    groups: dict[tuple[Outcome, str], list[str]] = {}
+    for row in view.rows:
+        for col in view.cols:
+            c = view.cells.get((row, col))
+            if c is not None and c.outcome is not Outcome.PASS and c.why:
+                groups.setdefault((c.outcome, c.why), []).append(f"#{c.shown.id} ({view.coordinate((row, col))})")
+    out = []
+    for (o, why), where in sorted(groups.items(), key=lambda kv: RANK[kv[0][0]]):
+        listed = ", ".join(where) if len(where) <= 3 else f"{', '.join(where[:2])} and {len(where) - 2} more"
+        out.append((o, listed, why))
+    return out
+
+
+class GridView:
+    """The grid as a rich renderable; ``piped`` None: decided by the console (not a terminal: piped)."""
+
+    def __init__(self, g: Grid, title: str = "", piped: bool | None = None):
+        self.grid = g
+        self.title = title
+        self.piped = piped
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        piped = self.piped if self.piped is not None else not console.is_terminal
+        width = options.max_width
+        views = case_views(self.grid)
+        if self.title:
+            yield safe_text(self.title, style="bold")
+        for view in views:
+            if view.skipped() is not None:
+                continue
+            yield Text("")
+            yield line(view.case, piped, style="bold")
+            yield from tables(view, width)
+            if view.same_as:
+                yield line(f"the same runs as {', '.join(view.same_as)} (one script and settings: one case key)",
+                           piped, style="dim")
+            if view.held:
+                yield line("held fixed: " + ", ".join(view.held), piped, style="dim")
+            for cmd in view.commands[:2]:
+                yield line(f"command: {cmd}", piped, style="dim")
+            for outcome, where, why in details(view):
+                yield line(f"{outcome.value.upper()} {where}:", piped, style=STYLE[outcome])
+                yield line(why, piped, indent=2)
+        skips = skip_lines(views)
+        if skips:
+            yield Text("")
+        for text, hint in skips:
+            yield line(f"SKIP {text}" + (f" — {hint}" if hint else ""), piped, style=STYLE[Outcome.SKIP])
+
+
+def line(text: str, piped: bool, style: str = "", indent: int = 0):
+    """One logical line: whole on one line when piped, wrapped under its indent on a terminal
+    (outside text: redacted, inert, never markup)."""
+    text = safe(text)
+    if piped:
+        return Text(" " * indent + text, style=style, no_wrap=True, overflow="ignore")
+    t = Text(text, style=style, no_wrap=False, overflow="fold")
+    return Padding(t, (0, 0, 0, indent), expand=False) if indent else t
+
+
+def tables(view: CaseView, width: int) -> Iterable[Table]:
+    """The case's table; split into several (the same rows, fewer columns) where it would not fit."""
+    heads = {col: _col_header(view, col) for col in view.cols}
+    lines = {k: _cell_lines(c) for k, c in view.cells.items()}
+    label_w = max([len(view.row_axis), *(len(r) for r in view.rows)]) + 3
+    col_w = {col: max([*(len(h) for h in heads[col].split("\n")),
+                       *(len(x) for r in view.rows for x in lines.get((r, col), ["—"]))]) + 3 for col in view.cols}
+    chunks: list[list[str]] = [[]]
+    used = 1 + label_w
+    for col in view.cols:
+        if chunks[-1] and used + col_w[col] > width:
+            chunks.append([])
+            used = 1 + label_w
+        chunks[-1].append(col)
+        used += col_w[col]
+    for cols in chunks:
+        table = Table(header_style="bold", show_lines=any(len(lines[k]) > 1 for k in lines))
+        table.add_column(safe_text(view.row_axis), overflow="fold")
+        for col in cols:
+            table.add_column(safe_text(heads[col]), no_wrap=True)
+        for row in view.rows:
+            cells = []
+            for col in cols:
+                c = view.cells.get((row, col))
+                cells.append(safe_text("\n".join(lines[(row, col)]), style=STYLE[c.outcome]) if c
+                             else Text("—", style="dim"))
+            table.add_row(safe_text(row), *cells)
+        yield table
+
+
+def _col_header(view: CaseView, col: str) -> str:
+    return f"{view.col_axis}\n{col}" if view.col_axis else "outcome"
+
+
+def _cell_lines(c: Cell) -> list[str]:
+    return [c.head, c.tally] if c.tally else [c.head]
+
+
+# ------------------------------------------------------------------- markdown
+
+
+def markdown(g: Grid) -> list[str]:
+    """The tables, reasons and skip lines as Markdown lines (no title, no environment)."""
+    views = case_views(g)
+    out: list[str] = []
+    for view in views:
+        if view.skipped() is not None:
+            continue
+        out += [f"#### {md(view.case)}", ""]
+        if view.col_axis:
+            out.append(f"| {md(view.row_axis)} ↓ {md(view.col_axis)} → | "
+                       + " | ".join(f"{md(view.col_axis)} {md(c)}" for c in view.cols) + " |")
+        else:
+            out.append(f"| {md(view.row_axis)} | outcome |")
+        out.append("|---|" + "---|" * len(view.cols))
+        for row in view.rows:
+            cells = []
+            for col in view.cols:
+                c = view.cells.get((row, col))
+                cells.append(f"{ICON[c.outcome]} {c.text}" if c else "—")
+            label = row if view.row_axis == "point" else f"{view.row_axis.split(', ')[0]} {row}"
+            out.append(f"| {md(label)} | " + " | ".join(cells) + " |")
+        out.append("")
+        if view.same_as:
+            out += [f"the same runs as {md(', '.join(view.same_as))} (one script and settings: one case key)", ""]
+        if view.held:
+            out += ["held fixed: " + ", ".join(f"`{md(h).replace('`', '')}`" for h in view.held), ""]
+        for outcome, where, why in details(view):
+            out.append(f"- {ICON[outcome]} {outcome.value.upper()} {md(where)}: {md(why)}")
+        out.append("")
+    for text, hint in skip_lines(views):
+        out.append(f"- {ICON[Outcome.SKIP]} SKIP {md(text)}" + (f" — {hint.replace('try ', 'try `')}`" if hint else ""))
+    return out
+
+
+def md(s: str) -> str:
+    """Outside text for a Markdown table cell or list item: safe, on one line, no cell break."""
+    return safe(s or "").replace("|", "\\|").replace("\n", " ")

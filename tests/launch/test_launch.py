@@ -1,0 +1,258 @@
+"""launch(): deadlines, hang lines and idle limits end a run, and no process survives it."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import live_pids, wait_until
+from dsbisect.launch.supervise import LaunchSpec, launch
+from dsbisect.core.rundir import RunDir
+
+pytestmark = pytest.mark.slow  # real processes, deadlines of seconds
+
+# A "launcher" that starts a rank (RANK set), which starts a stubborn grandchild that
+# ignores SIGTERM and leaves the process group with setsid: the worst case.  The rank
+# itself ignores SIGINT and SIGTERM.
+RANK = """\
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"], start_new_session=True)
+open(os.environ["PIDS"], "a").write(f"{os.getpid()} {child.pid}\\n")
+print("rank ready", flush=True)
+time.sleep(600)
+"""
+STUBBORN = """\
+import os, subprocess, sys
+rank = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "rank.py")], env=dict(os.environ, RANK="0"))
+open(os.environ["PIDS"], "a").write(f"{os.getpid()}\\n")
+rank.wait()
+"""
+
+
+def _spec(tmp_path: Path, code: str, **kw) -> LaunchSpec:
+    script = tmp_path / "job.py"
+    script.write_text(code)
+    (tmp_path / "rank.py").write_text(RANK)
+    env = dict(os.environ, PIDS=str(tmp_path / "pids"), PYTHONUNBUFFERED="1")
+    defaults = dict(wall_timeout=30.0, hang_grace=2.0)
+    return LaunchSpec(argv=(sys.executable, str(script)), env=env, cwd=tmp_path, run=RunDir(tmp_path / "run"),
+                      **(defaults | kw))
+
+
+def _pids(tmp_path: Path) -> list[int]:
+    return [int(x) for x in (tmp_path / "pids").read_text().split()]
+
+
+def test_wall_timeout_kills_the_whole_tree(tmp_path):
+    taken = []
+    t0 = time.monotonic()
+    res = launch(_spec(tmp_path, STUBBORN, wall_timeout=4.0), on_hang=lambda procs, why: taken.append((why, len(procs))))
+    elapsed = time.monotonic() - t0
+    assert res.timed_out and res.exit_code is None and "wall timeout" in res.why
+    assert elapsed < 4.0 + 12.0  # deadline + INT/TERM/KILL grace
+    pids = _pids(tmp_path)
+    assert len(pids) == 3
+    assert res.survivors == ()
+    assert not live_pids(pids)
+    assert taken == [("deadline", 1)]  # the hook saw exactly the one rank, before teardown
+
+
+def test_hang_line_ends_the_run_after_the_grace(tmp_path):
+    code = (
+        "import time\nprint('step 1', flush=True)\n"
+        "print('[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, "
+        "NumelIn=4, NumelOut=4, Timeout(ms)=5000) ran for 5001 milliseconds before timing out.', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    res = launch(_spec(tmp_path, code, hang_grace=1.0))
+    assert res.hang_line.startswith("[Rank 1] Watchdog caught")
+    assert res.exit_code is None and res.seconds < 10
+    assert res.hang_after is not None and res.hang_after < 5
+
+
+WATCHDOG_THEN_DUMPS = """\
+import os, time
+print('[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, '
+      'NumelIn=4, NumelOut=4, Timeout(ms)=5000) ran for 5001 milliseconds before timing out.', flush=True)
+for rank in range(int(os.environ["DUMPS"])):
+    time.sleep(1.5)
+    open(os.path.join(os.environ["RUN_DIR"], f"nccl_trace_rank_{rank}"), "wb").write(b"dump")
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("dumps, low, high", [(2, 3.5, 7.0), (1, 4.5, 9.0), (0, 12.0, 17.0)])
+def test_grace_ends_when_the_dumps_are_in(tmp_path, dumps, low, high):
+    """All ranks dumped: go at once; some did and the rest stay silent: go after the settle time;
+    none did: wait out the grace (12 s here)."""
+    spec = _spec(tmp_path, WATCHDOG_THEN_DUMPS, hang_grace=12.0, expected_ranks=2, dump_settle=4.0, wall_timeout=60.0)
+    spec.env.update(DUMPS=str(dumps), RUN_DIR=str(spec.run.path))
+    res = launch(spec)
+    assert res.hang_line and res.timed_out and "then no output" in res.why
+    after = res.seconds - res.hang_after
+    assert low <= after <= high, after
+    assert len(spec.run.fr_dumps()) == dumps
+
+
+def test_idle_limit(tmp_path):
+    code = "import time\nprint('started', flush=True)\ntime.sleep(600)\n"
+    res = launch(_spec(tmp_path, code, idle_timeout=2.0))
+    assert res.timed_out and "no output and no rank's stack moved for 2 s" in res.why and res.seconds < 8
+
+
+COMPILING = """\
+import os, subprocess, sys
+# the rank waits, silent, on a child that works (a JIT build's compiler), then goes on and ends
+burn = "import time\\nt = time.time()\\nwhile time.time() - t < 7: sum(range(10000))\\n"
+rank = "import subprocess, sys\\nsubprocess.check_call([sys.executable, '-c', %r])\\nprint('built', flush=True)\\n" % burn
+print('started', flush=True)
+sys.exit(subprocess.call([sys.executable, "-c", rank], env=dict(os.environ, RANK="0")))
+"""
+
+
+def test_a_rank_waiting_on_a_child_that_works_is_not_idle(tmp_path):
+    """A silent rank whose stack stays in subprocess.wait while its child burns CPU (DeepSpeed's
+    JIT op build on a loaded machine: the zoo's ds_decoupled_ckpt_dead_writer was called a hang
+    at its fixed end by the idle limit) is busy, not stuck: the run ends on its own."""
+    res = launch(_spec(tmp_path, COMPILING, idle_timeout=2.0))
+    assert res.exit_code == 0 and not res.timed_out, res
+    assert "built" in (tmp_path / "run" / "launcher.log").read_text()
+
+
+POLLING_CHILD = """\
+import os, subprocess, sys
+# the rank waits forever on an Event-like sleep; its child is idle but wakes often (a helper process)
+# (it spins 0.75 ms of every 50: at most 1.5 % of a core, over 12 s more than 0.1 CPU-s)
+poll = "import time\\nwhile True:\\n    t = time.perf_counter()\\n    while time.perf_counter() - t < 0.00075: pass\\n    time.sleep(0.049)\\n"
+rank = "import subprocess, sys, time\\nsubprocess.Popen([sys.executable, '-c', %r])\\ntime.sleep(600)\\n" % poll
+print('started', flush=True)
+sys.exit(subprocess.call([sys.executable, "-c", rank], env=dict(os.environ, RANK="0")))
+"""
+
+
+def test_a_rank_whose_child_only_polls_is_still_idle(tmp_path):
+    """The other side: a child that wakes every 50 ms and does nothing (DeepSpeed's decoupled
+    checkpoint engine's peers, multiprocessing's helpers) is no work; the idle limit still ends
+    the hang (on the H200 host the zoo's dead-writer hang went unseen with an absolute threshold)."""
+    res = launch(_spec(tmp_path, POLLING_CHILD, idle_timeout=12.0))
+    assert res.timed_out and "no output and no rank's stack moved" in res.why, res
+    assert res.seconds < 25, res  # the idle limit, not the 30 s wall timeout
+
+
+def test_normal_exit_code_and_log(tmp_path):
+    res = launch(_spec(tmp_path, "import sys\nprint('hello')\nsys.exit(3)\n"))
+    assert res.exit_code == 3 and not res.timed_out and res.hang_line == ""
+    assert "hello" in (tmp_path / "run" / "launcher.log").read_text()
+
+
+def test_quiet_hook_fires_once_while_silent(tmp_path):
+    calls = []
+    code = "import time\nprint('x', flush=True)\ntime.sleep(3)\n"
+    res = launch(_spec(tmp_path, code, quiet_after=1.0), on_quiet=lambda procs, why: calls.append(why))
+    assert res.exit_code == 0 and calls == ["quiet"]
+
+
+def test_a_slow_quiet_snapshot_does_not_hold_up_the_end(tmp_path):
+    """The quiet snapshot runs beside the watch loop: a job that ends meanwhile is seen at once,
+    and the launch returns while the snapshot is still under way (taken in line, the job's end
+    would wait for it)."""
+    import threading
+
+    calls, release, finished = [], threading.Event(), threading.Event()
+
+    def slow(procs, why):
+        calls.append((why, len(procs)))
+        release.wait(60)  # a snapshot that lasts until the test says
+        finished.set()
+
+    code = "import time\nprint('x', flush=True)\ntime.sleep(2)\n"
+    try:
+        res = launch(_spec(tmp_path, code, quiet_after=0.5), on_quiet=slow)
+        assert res.exit_code == 0 and [why for why, _ in calls] == ["quiet"]
+        assert not finished.is_set()  # the end was not held up by the snapshot
+    finally:
+        release.set()
+    assert finished.wait(10)
+
+
+def test_interrupt_stops_the_tree(tmp_path):
+    import signal
+    import threading
+
+    threading.Timer(2.0, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+    with pytest.raises(KeyboardInterrupt):
+        launch(_spec(tmp_path, STUBBORN, wall_timeout=60.0))
+    wait_until(lambda: not live_pids(_pids(tmp_path)), 2.0, "every process of the tree to be gone")
+
+
+SILENT_BUT_BUSY = """\
+import os, subprocess, sys
+code = "import time\\n" + "".join(
+    f"def phase{i}():\\n    time.sleep({t})\\n" for i, t in enumerate((2.0, 2.5, 1.5))
+) + "phase0(); phase1(); phase2()\\n"
+sys.exit(subprocess.call([sys.executable, "-c", code], env=dict(os.environ, RANK="0")))
+"""
+
+
+def test_silent_rank_whose_stack_moves_is_not_a_hang(tmp_path):
+    """Idle limit 2.5 s, but the rank moves from phase0() to phase1() to phase2(): py-spy
+    sees the stacks change at each idle check, so the run ends normally."""
+    from dsbisect.forensics.evidence import Capture
+
+    capture = Capture(RunDir(tmp_path / "run"))
+    res = launch(_spec(tmp_path, SILENT_BUT_BUSY, idle_timeout=2.5, quiet_after=1.0),
+                 on_quiet=capture, on_idle=capture.stuck)
+    assert res.exit_code == 0 and not res.timed_out, res
+    assert any("moved" in n for n in capture.notes)
+
+
+def test_silent_rank_whose_stack_stays_is_a_hang(tmp_path):
+    from dsbisect.forensics.evidence import Capture
+
+    capture = Capture(RunDir(tmp_path / "run"))  # STUBBORN's rank sleeps in one place forever
+    res = launch(_spec(tmp_path, STUBBORN, idle_timeout=2.5, quiet_after=1.0), on_quiet=capture,
+                 on_idle=capture.stuck)
+    assert res.timed_out and "no rank's stack moved" in res.why
+    assert capture.stacks and all(frames for frames in capture.stacks.values())
+
+
+WORDS_THEN_ANOTHER_ERROR = """\
+import sys, time
+print("Watchdog caught collective operation timeout (a quoted line, not a timeout)", flush=True)
+print("Traceback (most recent call last):", flush=True)
+print('  File "train.py", line 3, in <module>', flush=True)
+print("[rank0]: ValueError: the loss went NaN", flush=True)
+time.sleep(6)  # a slow exit (a loaded machine's teardown): longer than the grace
+sys.exit(1)
+"""
+
+
+def test_the_words_then_another_error_is_no_hang_however_slow_the_exit(tmp_path):
+    """A rank that printed the timeout words and then died of another exception is not waiting:
+    on a loaded machine its exit took longer than the 5 s grace and the run was called a HANG."""
+    res = launch(_spec(tmp_path, WORDS_THEN_ANOTHER_ERROR, hang_grace=2.0))
+    assert not res.timed_out and res.exit_code == 1, res
+    assert res.hang_line  # the words are still evidence for the verdict to weigh
+
+
+@pytest.mark.parametrize("line, other", [
+    ("[rank0]: ValueError: the loss went NaN", True),
+    ("[default1]:[rank1]: torch.OutOfMemoryError: CUDA out of memory.", True),
+    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 6000ms for "
+     "recv operation to complete", False),
+    ("[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:29500", False),
+    ("KeyboardInterrupt", False),
+    ("torch.distributed.DistBackendError: [Rank 1] Watchdog caught collective operation timeout", False),
+    ("  File \"x.py\", line 3, in <module>", False),
+    ("config: ValueError handling = strict", False),
+])
+def test_what_contradicts_the_timeout_words(line, other):
+    from dsbisect.verdict.outcome import contradicts_timeout
+
+    assert contradicts_timeout(line) is other

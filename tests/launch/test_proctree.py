@@ -1,0 +1,62 @@
+"""proctree: a launch's process tree, its ranks and its teardown, on real processes (a shell
+that starts two 'ranks' and a worker of one of them; a process that ignores SIGINT and SIGTERM)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import psutil
+
+from dsbisect.core.proc import is_live
+from dsbisect.launch.proctree import rank_processes, stop_tree, teardown, track
+from dsbisect.launch.guard import Guarded
+
+# rank 0 and rank 1 (RANK in their environment), and a worker that rank 0 forks (it inherits RANK)
+TREE = """
+import os, subprocess, sys, time
+code = "import os, sys, time\\nif os.environ['RANK'] == '0': os.fork()\\ntime.sleep(60)"
+for r in (0, 1):
+    subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, RANK=str(r)))
+time.sleep(60)
+"""
+STUBBORN = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nsignal.signal(signal.SIGTERM, " \
+           "signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)"
+
+
+def _start(tmp_path, code: str) -> Guarded:
+    with open(tmp_path / "log", "ab") as log:
+        return Guarded.start((sys.executable, "-c", code), {"PATH": "/usr/bin:/bin"}, tmp_path, log)
+
+
+def _tracked(proc: Guarded, want: int, seen: dict) -> None:
+    deadline = time.monotonic() + 20
+    while len(seen) < want and time.monotonic() < deadline:
+        track(proc.pid, seen)
+        time.sleep(0.1)
+
+
+def test_the_ranks_are_the_top_processes_with_rank_and_the_teardown_stops_every_one(tmp_path):
+    proc = _start(tmp_path, TREE)
+    seen: dict[int, psutil.Process] = {}
+    _tracked(proc, 4, seen)  # the launcher, two ranks, rank 0's worker
+    assert len(seen) == 4, seen
+    ranks = rank_processes(seen)
+    assert [p.environ()["RANK"] for p in ranks] == ["0", "1"]  # not the worker, which has RANK=0 too
+    survivors, escaped = teardown(proc, seen)
+    assert survivors == () and escaped == ()
+    assert not any(is_live(p) for p in seen.values())
+    assert rank_processes(seen) == []
+
+
+def test_stop_tree_ends_with_sigkill_what_ignores_int_and_term(tmp_path):
+    proc = _start(tmp_path, STUBBORN)
+    deadline = time.monotonic() + 20
+    while b"ready" not in (tmp_path / "log").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    seen: dict[int, psutil.Process] = {}
+    t0 = time.monotonic()
+    assert stop_tree(proc.pid, seen, grace=(0.2, 0.2)) == ()
+    assert time.monotonic() - t0 < 5 and not is_live(seen[proc.pid])
+    assert proc.poll() == -9
+    proc.close()

@@ -1,0 +1,130 @@
+"""The house: ``src/dsbisect`` is one package per concept, and imports point one way only.
+
+The order below is the map in the README's Development section and in each package's
+``__init__``; a package may import only those before it. A module of a package may import any
+module of its own package. Checked on the source text (every ``import`` and ``from ... import``,
+also those inside functions), so that a late import cannot hide an upward arrow.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "dsbisect"
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+# Lowest first. A package may import the ones before it, never one after it.
+ORDER = ["core", "search", "verdict", "records", "store", "forensics", "launch", "envs", "run",
+         "bisect", "envdiff", "offline", "render", "cli"]
+
+
+def _package(path: Path) -> str | None:
+    rel = path.relative_to(SRC).parts
+    return rel[0] if len(rel) > 1 else None
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, the dsbisect package) of each import of another dsbisect module in ``path``."""
+    tree = ast.parse(path.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: a relative import (write it whole)"
+            mod = node.module or ""
+            if mod == "dsbisect":
+                found += [(node.lineno, a.name) for a in node.names if not a.name.startswith("__")]
+            elif mod.startswith("dsbisect."):
+                found.append((node.lineno, mod.split(".")[1]))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name.split(".")[1]) for a in node.names if a.name.startswith("dsbisect.")]
+    return found
+
+
+def _modules():
+    return sorted(p for p in SRC.rglob("*.py") if "_hook" not in p.parts)
+
+
+def test_every_package_is_on_the_map_and_every_module_in_a_package():
+    packages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert packages - {"_hook"} == set(ORDER)
+    loose = {p.name for p in SRC.glob("*.py")}
+    assert loose == {"__init__.py", "__main__.py"}, "a module outside every package"
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_point_down(path):
+    own = _package(path)
+    if own is None:
+        return
+    rank = ORDER.index(own)
+    for line, pkg in _imports(path):
+        assert pkg in ORDER, f"{path.name}:{line} imports dsbisect.{pkg}, which is not a package on the map"
+        assert ORDER.index(pkg) <= rank, (
+            f"{own}/{path.name}:{line} imports {pkg}, which is above {own} (order: {' < '.join(ORDER)})")
+
+
+def test_each_package_says_what_it_owns_and_what_it_may_import():
+    for name in ORDER:
+        doc = ast.get_docstring(ast.parse((SRC / name / "__init__.py").read_text())) or ""
+        assert "Imports:" in doc, f"{name}/__init__.py does not say what it may import"
+
+
+def _defined(tree) -> set[str]:
+    """The names a module defines itself (functions, classes, methods, attributes it assigns)."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            names.add(node.target.id)
+    return names
+
+
+def _root(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Call, ast.Subscript)):
+        node = node.value if not isinstance(node, ast.Call) else node.func
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def test_no_private_name_is_used_across_modules():
+    """``from dsbisect.x.y import _name``, or ``something._name`` where ``_name`` is not this
+    module's own: a private reach-in (a public function, or another home, is wanted)."""
+    offenders = []
+    for path in _modules():
+        tree = ast.parse(path.read_text())
+        own = _defined(tree)
+        outside = set()  # third-party modules: torch._dynamo is theirs to name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                outside |= {(a.asname or a.name).split(".")[0] for a in node.names if not a.name.startswith("dsbisect")}
+            elif isinstance(node, ast.ImportFrom) and not (node.module or "").startswith("dsbisect"):
+                outside |= {a.asname or a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                offenders += [f"{path.relative_to(SRC)}:{node.lineno} imports {a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")):
+                continue
+            if isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}:
+                continue
+            if isinstance(node.value, ast.Call) and _root(node.value) == "super":
+                continue
+            if node.attr in own or _root(node) in outside:
+                continue
+            offenders.append(f"{path.relative_to(SRC)}:{node.lineno} uses .{node.attr}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_readme_shows_the_packages_in_their_order():
+    text = README.read_text()
+    shown = re.findall(r"^\s*(\w+)/\s", text, flags=re.M)
+    on_map = [p for p in shown if p in ORDER]
+    assert on_map == ORDER, f"README's package map: {on_map}"
