@@ -89,6 +89,14 @@ def test_samples_judged(judge, before, after, threshold, out):
     assert judge(before, after, threshold, before).call is out
 
 
+def test_a_stricter_judge_needs_more_runs():
+    good, point = [400, 402, 398], [360, 362, 358]  # three runs a side: P(U = 0) = 1/20
+    assert THROUGHPUT(good, point, 0.05, good).call is B
+    assert THROUGHPUT.at(0.99)(good, point, 0.05, good).call is U and THROUGHPUT.at(0.99).confidence == 0.99
+    with pytest.raises(InputError, match="--confidence"):
+        THROUGHPUT.at(1.0)
+
+
 def test_effect_is_relative_to_the_good_end_and_worse_is_positive():
     c = THROUGHPUT([400] * 5 + [401], [360] * 5 + [361], 0.05, [400] * 5 + [401])
     assert c.effect == pytest.approx(0.1) and c.low <= c.effect <= c.high and not c.exact

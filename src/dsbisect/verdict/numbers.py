@@ -21,7 +21,7 @@ import enum
 import functools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 from dsbisect.core.errors import InputError
@@ -82,6 +82,10 @@ class Judge:
             est, low, high = -est, -high, -low
         est, low, high = est / scale, low / scale, high / scale
         return Comparison(est, low, high, call(est, low, high, threshold, differs))
+
+    def at(self, confidence: float) -> Judge:
+        """The same rule at another confidence."""
+        return replace(self, confidence=confidence)
 
     def scale(self, reference: Sequence[float]) -> float:
         """What a change is divided by: the good end's median for a relative threshold, else 1."""
