@@ -16,8 +16,8 @@ ones, and its mean runs (ends included; "to right": over the right answers only)
   so is "not reproduced" (counted wrong: a regression that is there was not found).
 
 A second table runs the search on harder shapes: two steps, a drifting machine, a spread-out
-change, a memory that is exact, and the hardest cell above with every cap three times over.  Figures are printed, never asserted (tests/search/test_numeric.py
-asserts the rows it needs).
+change, a memory that is exact, and the hardest cell above with every cap three times over.
+Figures are printed, never asserted (tests/search/test_numeric.py asserts the rows it needs).
 """
 
 from __future__ import annotations

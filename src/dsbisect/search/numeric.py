@@ -11,8 +11,9 @@ of runs show.
    ``A`` and ``B`` that still have untested points between them, the one nearest the middle is
    run until it is placed: like ``A`` or like ``B`` (surely within half their difference, and
    within the threshold), or a level of its own (worse than ``A`` and better than ``B`` beyond
-   the noise, each by at least the resolution: a plateau between two steps).  The largest
-   difference goes first.
+   the noise, each by at least the resolution: a plateau between two steps, called at an
+   error rate ``MIDDLE_STRICTER`` times smaller, since it adds a step).  Each run goes to whichever
+   of the point and its two levels has the fewest runs.  The largest difference goes first.
 3. When no untested point is left between two levels, the step between them is located; while
    the runs cannot say whether it is over the threshold, the level's point next to it with fewer
    runs runs again.

@@ -37,7 +37,8 @@ MAX_READINGS = 200_000
 NUM = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf)"
 _NUMBER = re.compile(rf"^\s*({NUM})\s*$", re.I)
 _UNIT = re.compile(r"^[A-Za-z/%_]{0,16}$")
-_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)(\d{1,6})\]:|\[\d+,(?:mpirank:)?(\d{1,6})(?:,[^\]]*)?\]<std(?:out|err)>:)")
+_PREFIX = re.compile(r"^\s*(?:\[(?:rank|default)(\d{1,6})\]:"  # torch's [rank3]:, torchrun --tee's [default3]:
+                     r"|\[\d+,(?:mpirank:)?(\d{1,6})(?:,[^\]]*)?\]<std(?:out|err)>:)")  # mpirun --tag-output
 
 # The Trainer's keys that have a unit.
 _HF_UNITS = (("_runtime", "s"), ("_samples_per_second", "samples/s"), ("_steps_per_second", "steps/s"))
@@ -199,7 +200,8 @@ _DS_PAIR = re.compile(rf"\b(\w+)=({NUM})(?:GB)?(?=,|\s|$)", re.I)
 # The timer's key -> the readings it gives.  ``samples_per_sec`` is the running average in every
 # release (before 0.7 the only figure, ``SamplesPerSec``, was that average), so that a bisection
 # across the change of format compares one quantity.
-_DS_TIMER = {"RunningAvgSamplesPerSec": (("samples_per_sec", "samples/s"), ("running_avg_samples_per_sec", "samples/s")),
+_DS_TIMER = {"RunningAvgSamplesPerSec": (("samples_per_sec", "samples/s"),
+                                        ("running_avg_samples_per_sec", "samples/s")),
              "SamplesPerSec": (("samples_per_sec", "samples/s"),),
              "CurrSamplesPerSec": (("curr_samples_per_sec", "samples/s"),),
              "MemAllocated": (("mem_allocated", "GiB"),),  # DeepSpeed divides by 1024**3
