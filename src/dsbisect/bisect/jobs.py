@@ -103,10 +103,12 @@ class EnvPair:
     def given(self) -> bool:
         return self.good_env is not None or self.bad_env is not None or bool(self.hold)
 
-    def check(self) -> None:
+    def paths(self) -> tuple[Path, Path]:
+        """The good and the bad environment; an InputError unless both are given."""
         if self.good_env is None or self.bad_env is None:
             raise InputError("give both --good-env and --bad-env" if self.good_env or self.bad_env
                              else "--hold needs --good-env and --bad-env")
+        return self.good_env, self.bad_env
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ class BisectRequest:
         self.search.check_confidence(self.good, self.pair.given)
         if not self.pair.given:
             return
-        self.pair.check()
+        self.pair.paths()
         if len(self.words) > len(invocation.after_dashes):
             raise InputError("give either PACKAGE GOOD BAD or --good-env and --bad-env, not both")
 

@@ -65,11 +65,10 @@ def env_request(request: BisectRequest, invocation: Invocation, settings: Settin
     request.search.check_signature()
     inv = list(invocation.argv)  # Click's PACKAGE GOOD BAD (the command's first words) first, then the options
     argv = (inv[:inv.index("--")] if "--" in inv else inv)[min(3, len(words)):] + (["--", *words] if words else [])
-    pair = request.pair
-    assert pair.good_env is not None and pair.bad_env is not None  # BisectRequest.check
+    good, bad = request.pair.paths()
     s = request.search
-    req = EnvRequest(read_environment(pair.good_env), read_environment(pair.bad_env), case,
-                     hold=tuple(dict.fromkeys(pair.hold or ())), argv=tuple(argv), regress_on=s.regress_on,
+    req = EnvRequest(read_environment(good), read_environment(bad), case,
+                     hold=tuple(dict.fromkeys(request.pair.hold or ())), argv=tuple(argv), regress_on=s.regress_on,
                      find_fix=s.find_fix, repeat=s.repeat, confirm=s.confirm, signature=s.signature,
                      git_repo=s.git_repo, verify_commit_ends=s.verify_commit_ends, any_failure=s.any_failure,
                      prove=s.prove)
