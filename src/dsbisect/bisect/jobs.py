@@ -162,11 +162,10 @@ def manual_executor(settings: Settings, frontend: Frontend, ui: Display) -> Exec
 
     if settings.placement.executor is not ExecutorKind.local:
         raise InputError("--manual asks you about each point: it cannot go with --executor slurm")
-    asked = frontend.ask
 
     def ask(text: str) -> str:
         with ui.paused():
-            return asked(text) if asked is not None else ""
+            return frontend.ask(text)
 
     return ManualExecutor(ask=ask, say=frontend.say)
 

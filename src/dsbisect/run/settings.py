@@ -167,7 +167,7 @@ class Frontend:
 
     display: Callable[[int], Display]
     say: Callable[[str], None]
-    ask: Callable[[str], str] | None = None
+    ask: Callable[[str], str]
 
 
 def open_session(settings: Settings, env_options: EnvOptions, index: IndexOptions, display: Display, *,
