@@ -128,3 +128,18 @@ def test_the_readme_shows_the_packages_in_their_order():
     shown = re.findall(r"^\s*(\w+)/\s", text, flags=re.M)
     on_map = [p for p in shown if p in ORDER]
     assert on_map == ORDER, f"README's package map: {on_map}"
+
+
+LONGEST = 60  # lines of a function, its signature and docstring included (STYLE.md: under ~40, never over 60)
+
+
+def test_no_function_is_over_60_lines():
+    """A function longer than a screen does more than one thing (issue 35: the CLI's bisect was 100)."""
+    long = []
+    for path in sorted(SRC.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > LONGEST:
+                    long.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, "\n".join(long)

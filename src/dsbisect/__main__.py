@@ -1,3 +1,3 @@
-from dsbisect.cli.commands import main
+from dsbisect.cli import main
 
 main()

@@ -114,7 +114,7 @@ def test_a_bisection_shows_commit_subjects_and_reasons_inert(tmp_path, hostile):
 
 
 def test_progress_lines_show_hostile_text_inert(capsys):
-    from dsbisect.cli.commands import ProgressUI
+    from dsbisect.render.progress import ProgressUI
 
     ui = ProgressUI(total=2)
     for hostile in ESCAPES + MARKUP:  # a skip's reason: on main, "[/opt/…]" broke every later run

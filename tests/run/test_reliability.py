@@ -456,11 +456,11 @@ def test_credentials_never_reach_a_report(tmp_path):
 
 
 def test_the_reproduce_line_hides_credentials(tmp_path, monkeypatch):
-    from dsbisect.cli import commands as cli_mod
+    from dsbisect.cli.output import reproduce_line
 
     monkeypatch.setattr(sys, "argv", ["dsbisect", "bisect", "x", "1", "2", "--index-url",
                                       "https://me:hunter2@h/simple", "--format", "json"])
-    assert cli_mod._reproduce_command("x", "1", "2") == "dsbisect bisect x 1 2 --index-url https://***@h/simple"
+    assert reproduce_line("dsbisect bisect x 1 2") == "dsbisect bisect x 1 2 --index-url https://***@h/simple"
 
 
 @pytest.mark.slow  # subprocesses that start interpreters: ~1.5-2.5 s (the fast tier's budget)

@@ -128,6 +128,10 @@ class ProgressUI:
         self.console.print(line)
         self.printed = now
 
+    def print_line(self, line: Text, now: float) -> None:
+        """Print ``line`` (a heartbeat's) on the progress console; the next heartbeat waits from ``now``."""
+        self._print(line, now)
+
     # ----------------------------------------------------------------- display
 
     def left(self) -> str:
@@ -223,4 +227,4 @@ class _Heartbeat:
             with self.ui.lock:
                 line = self.ui.beat(time.monotonic())
                 if line is not None:
-                    self.ui._print(Text(line, style="dim"), time.monotonic())
+                    self.ui.print_line(Text(line, style="dim"), time.monotonic())

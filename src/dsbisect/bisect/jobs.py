@@ -1,0 +1,243 @@
+"""What ``dsbisect bisect`` asks for, checked, and the release bisection it runs; what ``dsbisect
+versions`` lists.
+
+A ``BisectRequest`` is the command's own options as values (the case, the search, the two
+environments); ``check`` does the checks that come before the report file is checked, and
+``bisect_releases`` the rest, before the store or the cache is touched, then runs the search
+(``envdiff.jobs`` runs the bisection of two environments).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Generic, TypeVar
+
+from packaging.version import Version
+
+from dsbisect.core.errors import InputError
+from dsbisect.core.model import Accelerator, Case, EnvOptions, IndexOptions, RegressOn
+from dsbisect.records.results import Request, Result
+from dsbisect.run import matrix
+from dsbisect.run.runner import Executor
+from dsbisect.run.settings import Display, ExecutorKind, Frontend, Settings, Sources, open_session
+
+
+@dataclass(frozen=True)
+class CaseChoice:
+    """What a bisection (or a mark) runs: ``case`` of ``matrix``, ``script``, or a command line
+    given apart; ``pin``: packages held; ``nproc``/``accelerator``: of a script or a command."""
+
+    case: str | None = None
+    script: Path | None = None
+    matrix: Path = Path("matrix.yaml")
+    pin: Sequence[str] | None = None
+    nproc: int = 2
+    accelerator: Accelerator = Accelerator.AUTO
+
+    def resolve(self, command: Sequence[str] | None) -> tuple[Case, EnvOptions]:
+        """The case, and the venv defaults it comes with (a matrix's own); an InputError when
+        more than one, or nothing, names what to run."""
+        if sum(bool(x) for x in (self.case, self.script, command)) > 1:
+            raise InputError("give one of --case, --script or -- COMMAND")
+        if command:
+            return matrix.command_case(list(command), Path.cwd(), nproc=self.nproc,
+                                       accelerator=self.accelerator), EnvOptions()
+        if self.script:
+            return matrix.script_case(self.script, self.nproc, self.accelerator), EnvOptions()
+        if self.case is None and not self.matrix.exists():  # nothing named what to run: say what to give
+            raise InputError(f"give --case NAME, --script FILE or -- COMMAND: what to run (no {self.matrix} here "
+                             "to take its one case from)")
+        m = matrix.load(self.matrix)
+        return m.only_case(self.case), m.env
+
+
+@dataclass(frozen=True)
+class SearchChoice:
+    """What counts as bad and how sure the answer must be; the commit step and its proof."""
+
+    regress_on: RegressOn = RegressOn.AUTO
+    any_failure: bool = False
+    find_fix: bool = False
+    repeat: int = 1
+    confirm: int = 1
+    signature: str | None = None
+    confidence: float | None = None
+    git_repo: Path | None = None
+    verify_commit_ends: bool = True
+    prove: bool = True
+
+    def check_signature(self) -> None:
+        if self.signature is not None and not self.signature.strip():
+            raise InputError("--signature needs some text")
+
+    def check_confidence(self, good: str | None, envs: bool) -> None:
+        """--confidence P: a probability strictly between 0.5 and 1, and a search of its own."""
+        p = self.confidence
+        if p is None:
+            return
+        if not 0.5 < p < 1:
+            raise InputError(f"--confidence {p:g}: give a probability between 0.5 and 1 (exclusive), e.g. 0.95")
+        if self.repeat > 1 or self.confirm > 1:
+            which = "--repeat" if self.repeat > 1 else "--confirm"
+            raise InputError(f"--confidence and {which} do not go together: --confidence decides how often to run "
+                             "each point itself")
+        if envs:
+            raise InputError("--confidence is for PACKAGE GOOD BAD, not --good-env/--bad-env")
+        if good == "auto":
+            raise InputError("--confidence needs a GOOD release: 'auto' walks back on single runs, which a flaky "
+                             "regression would fool")
+
+
+@dataclass(frozen=True)
+class EnvPair:
+    """``--good-env A --bad-env B`` (environment files, venvs or pythons), and the packages held."""
+
+    good_env: Path | None = None
+    bad_env: Path | None = None
+    hold: Sequence[str] | None = None
+
+    @property
+    def given(self) -> bool:
+        return self.good_env is not None or self.bad_env is not None or bool(self.hold)
+
+    def paths(self) -> tuple[Path, Path]:
+        """The good and the bad environment; an InputError unless both are given."""
+        if self.good_env is None or self.bad_env is None:
+            raise InputError("give both --good-env and --bad-env" if self.good_env or self.bad_env
+                             else "--hold needs --good-env and --bad-env")
+        return self.good_env, self.bad_env
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """The bisect command line: ``argv`` as a mark line repeats it (``marks.invocation``), and the
+    words as typed (only they tell whether PACKAGE GOOD BAD came before ``--``)."""
+
+    argv: tuple[str, ...] = ()
+    typed: tuple[str, ...] = ()
+
+    @property
+    def after_dashes(self) -> tuple[str, ...]:
+        return self.typed[self.typed.index("--") + 1:] if "--" in self.typed else ()
+
+
+@dataclass(frozen=True)
+class BisectRequest:
+    """``dsbisect bisect``: PACKAGE GOOD BAD (or two environments) and ``-- COMMAND``, the case,
+    the search, which releases are candidates, and ``manual`` (the user runs each point)."""
+
+    package: str | None = None
+    good: str | None = None
+    bad: str | None = None
+    command: Sequence[str] | None = None
+    what: CaseChoice = field(default_factory=CaseChoice)
+    search: SearchChoice = field(default_factory=SearchChoice)
+    pre: bool = False
+    include_yanked: bool = False
+    manual: bool = False
+    pair: EnvPair = field(default_factory=EnvPair)
+
+    @property
+    def words(self) -> list[str]:
+        """With two environments: PACKAGE GOOD BAD as Click filled them, then the command."""
+        return [w for w in (self.package, self.good, self.bad) if w is not None] + list(self.command or [])
+
+    def check(self, invocation: Invocation) -> None:
+        """The checks before the report file's: --confidence, and two environments given whole
+        and not beside PACKAGE GOOD BAD."""
+        self.search.check_confidence(self.good, self.pair.given)
+        if not self.pair.given:
+            return
+        self.pair.paths()
+        if len(self.words) > len(invocation.after_dashes):
+            raise InputError("give either PACKAGE GOOD BAD or --good-env and --bad-env, not both")
+
+
+def manual_executor(settings: Settings, frontend: Frontend, ui: Display) -> Executor:
+    """``bisect --manual``: each point's venv built here; the user runs it and answers."""
+    from dsbisect.bisect.marks import ManualExecutor
+
+    if settings.placement.executor is not ExecutorKind.local:
+        raise InputError("--manual asks you about each point: it cannot go with --executor slurm")
+
+    def ask(text: str) -> str:
+        with ui.paused():
+            return frontend.ask(text)
+
+    return ManualExecutor(ask=ask, say=frontend.say)
+
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Checked(Generic[R]):
+    """A bisection's request checked (not against the index yet): the request, the venv defaults
+    of its case, and where its runs go (None: here)."""
+
+    request: R
+    env_defaults: EnvOptions
+    executor: Executor | None
+
+
+def release_request(request: BisectRequest, invocation: Invocation, settings: Settings) -> Checked[Request]:
+    """The release bisection ``request`` asks for, checked in the order a user reads the errors."""
+    if request.package is None or request.good is None or request.bad is None:
+        raise InputError("give PACKAGE GOOD BAD (or --good-env and --bad-env)")
+    case, env_defaults = request.what.resolve(request.command)
+    case = settings.shape(case)
+    executor = settings.placement.executor_for()
+    s = request.search
+    s.check_signature()
+    req = Request(package=request.package, good=request.good, bad=request.bad, case=case,
+                  pins=matrix.check_pins(list(request.what.pin or []), request.package), regress_on=s.regress_on,
+                  find_fix=s.find_fix, repeat=s.repeat, signature=s.signature, pre=request.pre, git_repo=s.git_repo,
+                  verify_commit_ends=s.verify_commit_ends, confirm=s.confirm, include_yanked=request.include_yanked,
+                  prove=s.prove, argv=invocation.argv, any_failure=s.any_failure, confidence=s.confidence)
+    return Checked(req, env_defaults, executor)
+
+
+def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Settings,
+                    frontend: Frontend) -> tuple[Result, IndexOptions]:
+    """`bisect PACKAGE GOOD BAD`: the release (then commit) bisection, everything checked before
+    the store or the cache is touched; its result, and the index settings it read."""
+    from dsbisect.bisect.bisection import Bisection, plan
+
+    checked = release_request(request, invocation, settings)
+    req, executor = checked.request, checked.executor
+    index = settings.sources.resolve()
+    env_options = settings.venvs.options(checked.env_defaults)
+    planned = plan(req, index)
+    if req.bad == "latest":
+        req = dataclasses.replace(req, bad=planned.versions[-1])
+        frontend.say(f"latest release of {req.package}: {req.bad}")
+    ui = frontend.display(0)
+    if request.manual:
+        executor = manual_executor(settings, frontend, ui)
+    runner = open_session(settings, env_options, index, ui, executor=executor)
+    req = dataclasses.replace(req, width=len(runner.slots(req.case)))
+    with ui.running():
+        return Bisection(runner, index, req).run(planned), index
+
+
+@dataclass(frozen=True)
+class Releases:
+    """The releases ``dsbisect versions`` lists, oldest first, and the notes of the index settings."""
+
+    versions: tuple[Version, ...]
+    notes: tuple[str, ...]
+
+
+def releases(package: str, good: str | None, bad: str | None, sources: Sources, pre: bool) -> Releases:
+    """Every release of ``package`` (none of GOOD BAD given), or those a bisection from GOOD to
+    BAD (default: the latest) tests."""
+    from dsbisect.envs.versions import LATEST, candidates, listed
+
+    index = sources.resolve()
+    if good is None and bad is not None:
+        raise InputError("give both GOOD and BAD, or neither")
+    found = listed(package, index, pre) if good is None else candidates(package, good, bad or LATEST, index, pre)
+    return Releases(tuple(found), index.notes)

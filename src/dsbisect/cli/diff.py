@@ -1,0 +1,44 @@
+"""``dsbisect diff``: what changed between two environments, running nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from dsbisect.cli.app import HelpCommand, app, user_errors
+from dsbisect.cli.groups import grouped
+from dsbisect.cli.options import Shown
+from dsbisect.cli.output import Format, emit, out
+from dsbisect.core.errors import InputError
+
+
+@app.command("diff", cls=HelpCommand)
+@grouped
+def diff_envs(
+    *,
+    good: Annotated[Path, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder, a python, or - (stdin).")],
+    bad: Annotated[Path, typer.Argument(metavar="BAD", help="The environment that breaks (any of the same).")],
+    python: Annotated[Optional[str], typer.Option("--python", help="The interpreter trials are made from: what its environment provides is noted (default: dsbisect's own).")] = None,
+    shown: Shown,
+) -> None:
+    """Print what changed between two environments (changed, added, removed), running nothing.
+    Exit 1 when they do not differ."""
+    from dsbisect.render import envreport
+
+    with user_errors():
+        if shown.output and not shown.output.parent.is_dir():
+            raise InputError(f"-o {shown.output}: there is no folder {shown.output.parent}")
+        if shown.fmt is Format.html:
+            raise InputError("--format html is for dsbisect report and dsbisect show")
+        d = envreport.compare(good, bad, python)
+        if shown.fmt is Format.json:
+            emit(json.dumps(envreport.to_json(d), indent=2) + "\n", shown.output)
+        elif shown.fmt is Format.markdown:
+            emit(envreport.markdown(d), shown.output)
+        else:
+            out.print(envreport.table(d))
+            if shown.output:
+                shown.output.write_text(envreport.markdown(d))

@@ -1,0 +1,94 @@
+"""``dsbisect bisect``'s one entry: the bisection of two environments (``--good-env``/``--bad-env``)
+or of a package's releases, whichever the request names, checked before the store or the cache
+is touched, and run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass
+
+from dsbisect.bisect.jobs import BisectRequest, Checked, Invocation, bisect_releases, manual_executor
+from dsbisect.core.errors import InputError
+from dsbisect.core.model import Answer, IndexOptions
+from dsbisect.records.results import Result
+from dsbisect.run.settings import Frontend, Settings, open_session
+
+if typing.TYPE_CHECKING:  # the engine is imported when a bisection of environments runs
+    from dsbisect.envdiff.engine import EnvRequest, EnvResult
+
+
+@dataclass(frozen=True)
+class Bisected:
+    """A finished bisection (of releases, or of two environments) and the index settings it read."""
+
+    result: Result | EnvResult
+    index: IndexOptions
+
+    @property
+    def exit_code(self) -> int:
+        return self.result.exit_code
+
+    @property
+    def failure(self) -> tuple[Answer, str]:
+        """The verdict and message to say when it did not answer (exit code not 0)."""
+        from dsbisect.envdiff.engine import EnvResult
+
+        if isinstance(self.result, EnvResult):
+            return self.result.failure
+        return self.result.verdict, self.result.message
+
+
+def bisect(request: BisectRequest, invocation: Invocation, settings: Settings, frontend: Frontend) -> Bisected:
+    """Run the bisection ``request`` names: of two environments when it gives them, else of
+    PACKAGE's releases from GOOD to BAD (``request.check`` done first, by the caller)."""
+    if request.pair.given:
+        return bisect_envs(request, invocation, settings, frontend)
+    result, index = bisect_releases(request, invocation, settings, frontend)
+    return Bisected(result, index)
+
+
+def env_request(request: BisectRequest, invocation: Invocation, settings: Settings) -> Checked[EnvRequest]:
+    """The bisection of two environments ``request`` asks for, checked (the environments read);
+    its ``argv`` is the command line a mark line repeats: options, then ``-- COMMAND``."""
+    from dsbisect.envdiff.engine import EnvRequest
+    from dsbisect.envdiff.environments import read_environment
+
+    if request.what.pin or request.pre or request.include_yanked:
+        raise InputError("--pin, --pre and --include-yanked are for PACKAGE GOOD BAD; the environments pin "
+                         "everything (--hold NAME keeps the base's version of a package)")
+    words = request.words
+    case, env_defaults = request.what.resolve(words or None)
+    case = settings.shape(case)
+    executor = settings.placement.executor_for()
+    request.search.check_signature()
+    inv = list(invocation.argv)  # Click's PACKAGE GOOD BAD (the command's first words) first, then the options
+    argv = (inv[:inv.index("--")] if "--" in inv else inv)[min(3, len(words)):] + (["--", *words] if words else [])
+    good, bad = request.pair.paths()
+    s = request.search
+    req = EnvRequest(read_environment(good), read_environment(bad), case,
+                     hold=tuple(dict.fromkeys(request.pair.hold or ())), argv=tuple(argv), regress_on=s.regress_on,
+                     find_fix=s.find_fix, repeat=s.repeat, confirm=s.confirm, signature=s.signature,
+                     git_repo=s.git_repo, verify_commit_ends=s.verify_commit_ends, any_failure=s.any_failure,
+                     prove=s.prove)
+    return Checked(req, env_defaults, executor)
+
+
+def bisect_envs(request: BisectRequest, invocation: Invocation, settings: Settings, frontend: Frontend) -> Bisected:
+    """`bisect --good-env A --bad-env B`: which change(s) break the case, then their release and commit."""
+    from dsbisect.envdiff.engine import EnvBisection, plan_envs
+
+    checked = env_request(request, invocation, settings)
+    req, executor = checked.request, checked.executor
+    index, env_options = settings.sources.resolve(), settings.venvs.options(checked.env_defaults)
+    planned = plan_envs(req, index, env_options, settings.venvs.root())  # nothing created before this
+    ui = frontend.display(0)
+    if request.manual:
+        executor = manual_executor(settings, frontend, ui)
+    runner = open_session(settings, env_options, index, ui, executor=executor)
+    req = dataclasses.replace(req, width=len(runner.slots(req.case)))
+    for note in planned.notes:
+        frontend.say(f"note: {note}")
+    with ui.running():
+        return Bisected(EnvBisection(runner, index, req, planned).run(), index)
