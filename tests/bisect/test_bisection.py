@@ -83,6 +83,14 @@ def test_the_first_bad_release_after_the_ends_in_log2_probes(tmp_path, index, fi
     assert Result.from_json(saved.result).to_json() == result.to_json()
 
 
+def test_find_fix_on_a_regression_says_the_ends_look_swapped(tmp_path, index):
+    bis, _ = _engine(tmp_path, index, _marks("1.5.0"), find_fix=True)
+    result = bis.run()
+    assert result.verdict is Answer.GOOD_END_BAD and len(result.steps) == 2
+    assert result.message == ("1.0.0 (the broken end) passed and 1.7.0 (the fixed end) failed: the ends look "
+                              "swapped; to find the release that broke it, leave out --find-fix")
+
+
 def test_find_fix_looks_for_the_first_good_release(tmp_path, index):
     bis, _ = _engine(tmp_path, index, _marks("1.5.0", fix=True), find_fix=True)
     result = bis.run()
@@ -112,6 +120,12 @@ def test_untestable_releases_at_the_boundary_leave_a_range(tmp_path, index):
     (_marks("9"), Answer.NOT_REPRODUCED, "1.7.0 (the bad end) passed: the regression does not reproduce here"),
     (_marks("1.3.0", **{"1.7.0": "skip"}), Answer.UNTESTABLE, "1.7.0 (the bad end) could not be tested"),
     (_marks("1.3.0", **{"1.0.0": "skip"}), Answer.UNTESTABLE, "1.0.0 (the good end) could not be tested"),
+    # the good end fails and the bad end cannot be tested: no "also" about an end that did not fail
+    (_marks("1.0.0", **{"1.7.0": "skip"}), Answer.UNTESTABLE, "1.7.0 (the bad end) could not be tested"),
+    # each end does what the other was declared to: swapped, and the mode that fits is named
+    (_marks("1.5.0", fix=True), Answer.GOOD_END_BAD,
+     "1.0.0 (the good end) failed and 1.7.0 (the bad end) passed: the ends look swapped; to find the release "
+     "that fixed it, add --find-fix"),
 ])
 def test_ends_that_do_not_behave_stop_before_the_search(tmp_path, index, marks, verdict, words):
     bis, store = _engine(tmp_path, index, marks)

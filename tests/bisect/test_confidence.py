@@ -92,8 +92,12 @@ def test_the_sentence_and_the_ends():
     assert fix.describe() == ("first fixed one of 2.1, 2.2 (untestable points between 2.0 and 2.2) with probability "
                               "0.99 (9 runs; broken points failed 50 % of the time, fixed points never)")
     steps = (("ValueError: x", Outcome.FAIL), ("", Outcome.HANG))
-    assert ends_problem(Status.NOT_REPRODUCED, False, ("1.5", "1.0"), steps, {}, 16) == (
+    untested = (("ValueError: x", Outcome.FAIL), ("", Outcome.SKIP))  # the good end never ran
+    assert ends_problem(Status.NOT_REPRODUCED, False, ("1.5", "1.0"), untested, {}, 16) == (
         Answer.NOT_REPRODUCED, "1.5 (the bad end) passed 16 of 16 runs: the regression does not reproduce here")
+    assert ends_problem(Status.NOT_REPRODUCED, False, ("1.5", "1.0"), steps, {}, 16) == (  # the good end hung
+        Answer.NOT_REPRODUCED, "1.5 (the bad end) passed 16 of 16 runs: 1.0 (the good end) hung: the ends look "
+                               "swapped; to find the release that fixed it, add --find-fix")
     assert ends_problem(Status.OTHER_END_FAILS, False, ("1.5", "1.0"), steps, {}, 3) == (
         Answer.GOOD_END_BAD, "1.0 (the good end) also hung; widen the range")
     assert ends_problem(Status.FLAKY_END_SKIP, False, ("1.5", "1.0"), steps, {}, 1) == (

@@ -297,6 +297,21 @@ def test_ends_that_do_not_behave_stop_before_the_search(tmp_path, cli, cache_dir
 
 
 @pytest.mark.slow
+def test_swapped_environments_are_named_swapped(tmp_path, cli, cache_dir):
+    """--good-env is the broken one and --bad-env the working one: neither "failed too" (the other
+    end passed) nor silence about the swap; the hint gives the two the right way round."""
+    dists = {"a": {"1.0": (), "2.0": ()}, "b": {"1.0": (), "2.0": ()}}
+    args = _setup(tmp_path, "ei", dists, {"a": "2.0", "b": "2.0"}, {"a": "1.0", "b": "1.0"}, "v('a') >= (2, 0)")
+    out, res = _bisect(cli, tmp_path, cache_dir, args, code=1)
+    assert out["verdict"] == "good-end-bad" and out["env_diff"]["trials"] == []
+    assert [e["outcome"] for e in out["env_diff"]["ends"]] == ["fail", "pass"]
+    assert out["message"] == ("good.txt (the good environment, as given) failed and bad.txt (the bad environment) "
+                              "passed: the two look swapped; give --good-env bad.txt --bad-env good.txt, or add "
+                              "--find-fix to find what fixed it")
+    assert "too" not in out["message"]
+
+
+@pytest.mark.slow
 def test_a_downgrade_is_bisected_upwards(tmp_path, cli, cache_dir):
     """The bad environment went back from a 2.0 to 1.0, and 1.0 is broken: the release step looks
     for the first release above 1.0 that is fine (1.5), as --find-fix does."""

@@ -30,6 +30,9 @@ from dsbisect.records.run import RunRecord
 from dsbisect.envs.versions import AUTO, candidates, gaps
 
 
+SHOWN = {Outcome.PASS: "passed", Outcome.FAIL: "failed", Outcome.HANG: "hung", Outcome.SKIP: "was skipped"}
+
+
 @dataclass(frozen=True)
 class Plan:
     """What a request resolves to before anything runs: the candidates, and the clone."""
@@ -327,19 +330,29 @@ class Bisection:
         self._learn(labels[0] if fix else labels[-1], ends[0] if fix else ends[1])
         old, new = (self._step(p, runs, stage) for p, runs in zip((points[0], points[-1]), ends))
         names = ("broken", "fixed") if fix else ("good", "bad")
-        for step, want, name, label in ((old, Side.OLD, names[0], labels[0]), (new, Side.NEW, names[1], labels[-1])):
-            side = self._side(step.verdict)
-            if side is Side.SKIP and label in self._different:
-                return Answer.UNTESTABLE, f"the {name} end: {self._different[label]}"
-            if side is Side.SKIP:
-                return Answer.UNTESTABLE, f"{label} (the {name} end) could not be tested: {step.detail}"
-            if side is not want:
+        ends = ((old, Side.OLD, names[0], labels[0]), (new, Side.NEW, names[1], labels[-1]))
+        for step, _, name, label in ends:  # an end that could not be tested first: no other word is sure
+            if self._side(step.verdict) is Side.SKIP:
+                return Answer.UNTESTABLE, (f"the {name} end: {self._different[label]}" if label in self._different
+                                           else f"{label} (the {name} end) could not be tested: {step.detail}")
+        if (self._side(old.verdict), self._side(new.verdict)) == (Side.NEW, Side.OLD):
+            return self._swapped_message(old, new, (labels[0], labels[-1]), fix)
+        for step, want, name, label in ends:
+            if self._side(step.verdict) is not want:
                 return self._ends_message(step, name, label, fix)
         return None
 
+    def _swapped_message(self, old: Step, new: Step, labels: tuple[str, str], fix: bool) -> tuple[Answer, str]:
+        """Each end behaved as the other was declared to: the ends look swapped (the hint names
+        the mode that fits what they did)."""
+        names = ("broken", "fixed") if fix else ("good", "bad")
+        hint = "to find the release that broke it, leave out --find-fix" if fix else \
+            "to find the release that fixed it, add --find-fix"
+        return Answer.GOOD_END_BAD, (f"{labels[0]} (the {names[0]} end) {SHOWN[old.outcome]} and {labels[1]} (the "
+                                     f"{names[1]} end) {SHOWN[new.outcome]}: the ends look swapped; {hint}")
+
     def _ends_message(self, step: Step, name: str, label: str, fix: bool) -> tuple[Answer, str]:
-        shown = {Outcome.PASS: "passed", Outcome.FAIL: "failed", Outcome.HANG: "hung",
-                 Outcome.SKIP: "was skipped"}[step.outcome]
+        shown = SHOWN[step.outcome]
         if name == "bad":
             return Answer.NOT_REPRODUCED, f"{label} (the bad end) {shown}: the regression does not reproduce here"
         if name == "fixed":

@@ -113,6 +113,14 @@ class _Trials(Bisection):
         return Answer.GOOD_END_BAD, (f"{env} (the {name} environment, as given) {shown} too: "
                                      "nothing between the two environments to bisect")
 
+    def _swapped_message(self, old: Step, new: Step, labels: tuple[str, str], fix: bool) -> tuple[Answer, str]:
+        good, bad = self.req.good, self.req.bad
+        shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}
+        hint = f"give --good-env {bad} --bad-env {good}" + ("" if fix else ", or add --find-fix to find what fixed it")
+        return Answer.GOOD_END_BAD, (f"{good} (the {'broken' if fix else 'good'} environment, as given) "
+                                     f"{shown[old.outcome.value]} and {bad} (the {'fixed' if fix else 'bad'} "
+                                     f"environment) {shown[new.outcome.value]}: the two look swapped; {hint}")
+
     def check(self, points: list[Point]):
         return self._check_ends([self._label(points[0]), self._label(points[-1])], points, Stage.ENV)
 

@@ -107,6 +107,10 @@ def ends_problem(status: Status, fix: bool, labels: tuple[str, str], steps: tupl
         return Answer.UNTESTABLE, f"{labels[k]} (the {names[k]} end) could not be tested: {steps[k][0]}"
     if status is Status.NOT_REPRODUCED:
         why = "the bug does not reproduce there; check the range" if fix else "the regression does not reproduce here"
+        if steps[1][1] in (Outcome.FAIL, Outcome.HANG):  # and the other end did what this one was to do
+            why = (f"{labels[1]} (the {names[1]} end) {'hung' if steps[1][1] is Outcome.HANG else 'failed'}: the ends "
+                   "look swapped; " + ("to find the release that broke it, leave out --find-fix" if fix else
+                                       "to find the release that fixed it, add --find-fix"))
         return Answer.NOT_REPRODUCED, f"{labels[0]} (the {names[0]} end) passed {end_runs} of {end_runs} runs: {why}"
     if status is Status.OTHER_END_FAILS:
         shown = "hung" if steps[1][1] is Outcome.HANG else "failed"
