@@ -136,6 +136,28 @@ def test_a_change_uv_cannot_apply_alone(tmp_path, cli, cache_dir):
 
 
 @pytest.mark.slow
+def test_a_tie_both_ways_is_one_unit_and_the_answer_is_a_sentence_and_fields(tmp_path, cli, cache_dir):
+    """a 2.0 requires c >= 2.0 and c 2.0 requires a >= 2.0: one tie, found from either side, is
+    listed once; the culprit is x.  Level 1 says it starts with the environments (not "2
+    releases"), and the JSON's message is the answer in one line, as the reports begin."""
+    dists = {"a": {"1.0": (), "2.0": ("@c>=2.0",)}, "c": {"1.0": (), "2.0": ("@a>=2.0",)},
+             "x": {"1.0": (), "1.1": ()}}
+    args = _setup(tmp_path, "ej", dists, {"a": "1.0", "c": "1.0", "x": "1.0"}, {"a": "2.0", "c": "2.0", "x": "1.1"},
+                  "v('x') >= (1, 1)")
+    res = cli("bisect", "--good-env", "good.txt", "--bad-env", "bad.txt", *args, "--cache-dir", str(cache_dir),
+              "--store", str(tmp_path / "store"), "--format", "json", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["env_diff"]["units"] == [[0, 1]] and out["env_diff"]["culprits"] == ["dsb-ej-x"]
+    assert out["message"] == out["message"].strip() and out["message"].startswith(
+        "3 changes; culprit dsb-ej-x 1.0 -> 1.1 (") and "first bad release 1.1" in out["message"]
+    assert "level 1: both environments first, as given: good.txt (good) and bad.txt (bad); then the good one " \
+           "with some of the 3 changes applied" in res.stderr
+    assert "releases from good env" not in res.stderr and "no release between them" not in res.stderr.split(
+        "level 2")[0]
+
+
+@pytest.mark.slow
 def test_the_culprit_is_a_transitive_dependency(tmp_path, cli, cache_dir):
     """dep is in the freezes only because top requires it (top 1.1 needs dep >= 1.3); the bug is
     dep's from 1.2: dep is named, not top, though top alone cannot move without it."""

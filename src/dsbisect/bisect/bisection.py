@@ -324,7 +324,7 @@ class Bisection:
 
     def _check_ends(self, labels: list[str], points: list[Point], stage: Stage) -> tuple[Answer, str] | None:
         """Both ends must behave as declared; otherwise (verdict, message)."""
-        self.runner.progress("note", range_note(labels, stage, self.req.find_fix, self.req.width))
+        self.runner.progress("note", self._range_note(labels, stage))
         ends = self._timed([points[0], points[-1]])
         fix = self.req.find_fix
         self._learn(labels[0] if fix else labels[-1], ends[0] if fix else ends[1])
@@ -341,6 +341,9 @@ class Bisection:
             if self._side(step.verdict) is not want:
                 return self._ends_message(step, name, label, fix)
         return None
+
+    def _range_note(self, labels: list[str], stage: Stage) -> str:
+        return range_note(labels, stage, self.req.find_fix, self.req.width)
 
     def _swapped_message(self, old: Step, new: Step, labels: tuple[str, str], fix: bool) -> tuple[Answer, str]:
         """Each end behaved as the other was declared to: the ends look swapped (the hint names

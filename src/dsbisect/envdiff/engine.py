@@ -31,6 +31,7 @@ from packaging.version import InvalidVersion, Version
 from dsbisect.envs import gitrepo
 from dsbisect.bisect.bisection import Bisection, Plan, plan
 from dsbisect.envdiff.environments import Change, Kind
+from dsbisect.envdiff.summary import chain
 from dsbisect.envdiff.plan import (
     ENV_PACKAGE,
     EnvPlan,
@@ -112,6 +113,12 @@ class _Trials(Bisection):
                                            f"the {'fix' if fix else 'regression'} does not reproduce here")
         return Answer.GOOD_END_BAD, (f"{env} (the {name} environment, as given) {shown} too: "
                                      "nothing between the two environments to bisect")
+
+    def _range_note(self, labels: list[str], stage: Stage) -> str:
+        """Level 1's start: the two environments as given, then trials of the changes (no releases)."""
+        n = len(self.env.changes)
+        return (f"level 1: both environments first, as given: {self.req.good} (good) and {self.req.bad} (bad); then "
+                f"the good one with some of the {n} change{'s' if n != 1 else ''} applied")
 
     def _swapped_message(self, old: Step, new: Step, labels: tuple[str, str], fix: bool) -> tuple[Answer, str]:
         good, bad = self.req.good, self.req.bad
@@ -279,7 +286,7 @@ class EnvBisection:
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dsbisect-resolve") as pool:
             found = list(pool.map(self._closure, singles))
         self.ties = {i: why for i, (ran, why) in enumerate(found) if len(ran) > 1}
-        return [ran for ran, _ in found if len(ran) > 1]
+        return list(dict.fromkeys(ran for ran, _ in found if len(ran) > 1))  # a tie once, whichever side found it
 
     def _reqs(self, applied: frozenset[int]) -> tuple[str, ...]:
         return requirements(self.req.good_env, [self.changes[i] for i in sorted(applied)], self.plan.hold,
@@ -445,7 +452,7 @@ def env_json(r: EnvResult) -> dict:
         "regress_on": req.regress_on.value,
         "hold": list(req.hold),
         "verdict": r.verdict.value,
-        "message": r.message,
+        "message": r.message or chain(r),  # a found answer in one line, as the reports begin
         "env_diff": {
             "changes": [change_json(c) for c in r.changes],
             "ends": [t.to_json() for t in r.ends],
