@@ -104,7 +104,10 @@ GRID = {  # `run --format json` and `report --format json`, without "runs"
 # `report --format json`: the grid and the store's bisections (issue 23), each with its answer
 REPORT = GRID | {
     "bisections": [{"key": "str", "question": "str", "case": "str", "status": "str", "verdict": "str|null",
-                    "answer": ["str"], "run_ids": ["int"], "command": "str"}],
+                    "answer": ["str"], "run_ids": ["int"], "command": "str",
+                    # issue 37: the answer as fields, one per package answered (the sentences stay in "answer")
+                    "found": [{"package": "str", "mode": "str", "last_good": "str|null", "first_bad": "str|null",
+                               "maybe": ["str"], "commit": "str|null", "subject": "str"}]}],
 }
 
 FAILURE = {"kind": "str", "error": "str", "message": "str", "frames": ["str"], "identity": "str", "shown": "str",
@@ -252,6 +255,8 @@ def test_grid_json_keys(outputs, command):
     assert_conforms(grid, REPORT if command == "report" else GRID)
     if command == "report":  # the bisection made after the run is there, with its verdict
         assert [(b["verdict"], b["case"]) for b in grid["bisections"]] == [("found", "toy")]
+        (found,) = grid["bisections"][0]["found"]
+        assert (found["package"], found["last_good"], found["first_bad"]) == ("dsb-contract", "1.0.0", "1.1.0")
     by_outcome = {r["outcome"]: r for r in grid["runs"]}
     assert sorted(by_outcome) == sorted(RUN_BY_OUTCOME)  # each outcome's record is pinned
     for outcome, run in by_outcome.items():

@@ -155,6 +155,14 @@ def test_a_tie_both_ways_is_one_unit_and_the_answer_is_a_sentence_and_fields(tmp
            "with some of the 3 changes applied" in res.stderr
     assert "releases from good env" not in res.stderr and "no release between them" not in res.stderr.split(
         "level 2")[0]
+    # report: the level-2 bisection within the environment one, not again on its own; its answer as fields
+    report = cli("report", "--store", str(tmp_path / "store"), "--format", "json", cwd=tmp_path)
+    (b,) = json.loads(report.stdout)["bisections"]
+    assert b["question"] == "environment good.txt → bad.txt" and b["answer"][1] == out["message"]
+    assert b["found"] == [{"package": "dsb-ej-x", "mode": "regression", "last_good": "1.0", "first_bad": "1.1",
+                           "maybe": [], "commit": None, "subject": ""}]
+    md = cli("report", "--store", str(tmp_path / "store"), "--format", "markdown", cwd=tmp_path).stdout
+    assert md.count("- **bisection ") == 1 and str(tmp_path) not in md
 
 
 @pytest.mark.slow

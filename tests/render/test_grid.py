@@ -159,3 +159,33 @@ def test_two_case_names_of_one_key_show_the_same_runs_and_the_skip_line_counts_b
         ["ckpt_nofill"] * 3
     g = grid.grid(shown)
     assert dict((v.label, v.same_as) for v in g.variants)["ckpt_nofill"] == ("ckpt",)
+
+
+def _env_point(st: Store, moved: dict, env: dict, outcome: Outcome):
+    """A trial of an environment bisection: the whole environment pinned, the changes it applies moved."""
+    pins = tuple(f"{n}=={v}" for n, v in sorted((env | moved).items()))
+    rid = st.start_run("check", "key-check", Point(versions=tuple(moved.items()), pins=pins), "env", 1)
+    st.finish_run(rid, outcome, 0 if outcome is Outcome.PASS else 1, 1.0, reason="")
+    return st.run(rid)
+
+
+def test_an_environments_trials_are_short_rows_that_never_contradict_their_pins(tmp_path):
+    """30 packages pinned, a dozen moved by some trial: each package's version said once (a pin
+    of a package moved elsewhere is its value on that axis, never `a==1.0` beside `a —`), each
+    row by how its point differs from the point that ran first (the good end), a few named and a count."""
+    st = Store(tmp_path)
+    good = {f"pkg{i:02d}": "1.0" for i in range(30)}
+    bad = {f"pkg{i:02d}": "2.0" for i in range(12)}
+    runs = [_env_point(st, {}, good, Outcome.PASS), _env_point(st, bad, good, Outcome.FAIL)]
+    runs += [_env_point(st, dict(list(bad.items())[:k]), good, o) for k, o in ((6, Outcome.PASS), (9, Outcome.FAIL))]
+    runs += [_env_point(st, {"pkg07": "2.0"}, good, Outcome.FAIL)]
+    (view,) = grid.case_views(grid.grid(runs))
+    assert view.rows[0] == "the first point run" and view.col_axis is None
+    assert "pkg07 2.0" in view.rows and "pkg00 2.0, pkg01 2.0, pkg02 2.0 and 9 more" in view.rows
+    assert all(len(r) <= 80 for r in view.rows) and len(set(view.rows)) == len(runs)
+    assert "pkg00 1.0" in view.common and "pkg29==1.0" in view.held  # never moved: held, said once
+    md = "\n".join(grid.markdown(grid.grid(runs)))
+    table = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    assert table and max(len(ln) for ln in table) <= 120, max(table, key=len)
+    assert "==1.0" not in "\n".join(table) and " —" not in "\n".join(table[2:])
+    assert "<details><summary>held fixed (18)</summary>" in md

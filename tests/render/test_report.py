@@ -356,7 +356,9 @@ def test_an_issue_body_carries_the_failing_ranks_traceback_collapsed_and_redacte
     assert f"<details><summary>Traceback of run {bad.id} (deepspeed 0.12.4): rank 0 raised first (ranks/rank0.log)" \
            "</summary>" in md
     block = md[md.index("```pytb"):md.index("</details>", md.index("```pytb"))]
-    assert '  File "/venv/lib/python3.12/site-packages/deepspeed/runtime/engine.py", line 2211, in step' in block
+    # a published body shows no local folder layout: a package's file from its site-packages on
+    assert '  File "…/site-packages/deepspeed/runtime/engine.py", line 2211, in step' in block
+    assert '"/venv/' not in md
     assert "step 6" not in block and "- rank 1 also raised: RuntimeError: Connection closed by peer" in block
     assert "hunter2" not in md and "WANDB_API_KEY=***" in md
     # a bisection's issue body: the bad point's traceback too, and its detail cut at a word's end

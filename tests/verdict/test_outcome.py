@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dsbisect.core.model import Outcome, RegressOn, Verdict
-from dsbisect.verdict.outcome import classify, combine, first_error, verdict
+from dsbisect.verdict.outcome import classify, combine, first_error, traceback_errors, verdict
 
 GLOO_TIMEOUT = (
     "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
@@ -201,3 +201,18 @@ def test_a_first_failure_that_is_a_reaction_to_a_peer_does_not_decide_the_hang()
     assert "Timed out waiting 3000ms" in died_of_timeout(r0 + reaction, {0: r0, 1: reaction}, first=(1, 1))
     assert died_of_timeout(r0 + crash, {0: r0, 1: crash}, first=(1, 1)) == ""  # a crash named first decides
     assert died_of_timeout(r0 + reaction, {0: r0, 1: reaction}, first=(1, -9)) == ""  # killed: no timeout
+
+
+def test_a_message_whose_first_line_ends_in_a_colon_keeps_the_lines_that_say_what():
+    """accelerate's load_state: the first line names nothing, the next ones are the point."""
+    text = ("Traceback (most recent call last):\n  File \"x.py\", line 3, in <module>\n"
+            "RuntimeError: Error(s) in loading state_dict for TiedLM:\n"
+            "\tMissing key(s) in state_dict: \"head.weight\".\n\tUnexpected key(s) in state_dict: \"lm.weight\".\n")
+    assert traceback_errors(text) == ['RuntimeError: Error(s) in loading state_dict for TiedLM: Missing key(s) in '
+                                      'state_dict: "head.weight". Unexpected key(s) in state_dict: "lm.weight".']
+
+
+def test_a_long_reason_is_cut_at_a_words_end():
+    text = "Traceback (most recent call last):\nValueError: " + "word " * 100 + "\n"
+    (reason,) = traceback_errors(text)
+    assert reason.endswith("word…") and len(reason) <= 300

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
@@ -15,9 +14,8 @@ from dsbisect.cli.groups import grouped
 from dsbisect.cli.options import CasesOpt, RepeatOpt, SettingsOpts, Shown
 from dsbisect.cli.output import frontend, print_grid, reproduce_line, say
 from dsbisect.core.model import Accelerator
-from dsbisect.core.redact import redact
 from dsbisect.render.progress import ProgressUI
-from dsbisect.run.sweep import SweepRequest, Swept, sweep
+from dsbisect.run.sweep import SweepRequest, sweep, title as sweep_title
 
 
 @dataclass(frozen=True)
@@ -40,21 +38,8 @@ def run(*, request: SweepOpts, settings: SettingsOpts, shown: Shown) -> None:
     with user_errors():
         shown.check()
         swept = sweep(request, settings, frontend(shown.quiet))
-        title = sweep_title(request, swept)
+        title = sweep_title(request, swept, settings.limits)
         print_grid(swept.records, title, shown, swept.cases, reproduce=reproduce_line(title))
-
-
-def sweep_title(request: SweepRequest, swept: Swept) -> str:
-    """``dsbisect run …``: the line that runs it again (a matrix at other versions, or a command
-    line: with its --versions, --pin, --accelerator and the --nproc of a ``python x.py`` line)."""
-    versions, pins = list(request.versions or []), list(request.pin or [])
-    words = [w for v in versions for w in ("--versions", v)] + [w for p in pins for w in ("--pin", p)]
-    if swept.matrix is not None:
-        return redact("dsbisect run " + shlex.join([swept.matrix.name, *words])) if request.narrowing else \
-            f"dsbisect run {swept.matrix.name}"
-    words += ["--accelerator", request.accelerator.value] if request.accelerator is not Accelerator.AUTO else []
-    words += ["--nproc", str(request.nproc)] if swept.cases[0].command is None else []
-    return redact("dsbisect run " + shlex.join([*words, "--", *(request.args or [])]))
 
 
 @app.command("run-one", hidden=True, cls=HelpCommand)

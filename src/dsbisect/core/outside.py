@@ -38,6 +38,16 @@ def safe(text: object) -> str:
     return inert(redact("" if text is None else str(text)))
 
 
+def clip(text: str, n: int) -> str:
+    """``text`` in at most ``n`` characters, cut at a word's end with "…" (a word longer than
+    half of that is cut where it must): never mid-word where a word's end is near."""
+    if len(text) <= n:
+        return text
+    head = text[: n - 1]
+    space = max(head.rfind(" "), head.rfind("\n"))
+    return (head[:space] if space > n // 2 else head).rstrip(" ,;:\n") + "…"
+
+
 def safe_text(text: object, style: str = "", **kwargs) -> Text:
     """``safe(text)`` as a rich ``Text`` (never markup)."""
     return Text(safe(text), style=style, **kwargs)

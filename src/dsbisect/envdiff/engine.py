@@ -45,6 +45,7 @@ from dsbisect.envs.venvs import EnvManager
 from dsbisect.search.changes import EnvSearch, find_culprits
 from dsbisect.core.errors import DsbisectError, InputError
 from dsbisect.core.model import Answer, BaseMode, IndexOptions, Point, Stage
+from dsbisect.core.outside import clip
 from dsbisect.run.runner import Runner
 from dsbisect.records.results import Confounder, Request, Result, Step, TrialRun
 from dsbisect.search.steps import Side
@@ -416,7 +417,7 @@ class EnvBisection:
 
 
 def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
+    return clip(text, n)
 
 
 def _parse(v: str) -> Version:

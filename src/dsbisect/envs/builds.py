@@ -32,6 +32,7 @@ from dsbisect.core.errors import EnvBuildError
 from dsbisect.envs.indexes import pip_child_env
 from dsbisect.launch.launchers import VENV_ENTRIES
 from dsbisect.core.model import EnvOptions, GitSource, digest
+from dsbisect.core.outside import clip
 from dsbisect.envs.uv import Uv, reason
 from dsbisect.envs.versions import file_is
 
@@ -157,7 +158,7 @@ def build_error(text: str) -> str:
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     for ln in reversed(lines):
         if ("Error:" in ln or "Error " in ln) and not ln.startswith(("ERROR:", "error:", "note:", "hint:", "×", "╰")):
-            return ln[:400]
+            return clip(ln, 400)
     return reason(text)
 
 

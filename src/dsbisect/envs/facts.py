@@ -27,6 +27,7 @@ from pathlib import Path
 from dsbisect import __version__
 from dsbisect.core import proc
 from dsbisect.core.files import read_small
+from dsbisect.core.outside import clip
 from dsbisect.records.run import ImportCheck, RunFacts
 
 
@@ -98,7 +99,7 @@ def import_check(python: Path, packages: list[str], env: dict[str, str], timeout
         return ImportCheck(False, f"importing {', '.join(packages)} took over {timeout:g} s")
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith("DSBISECT-CHECK ")), None)
     if line is None:
-        return ImportCheck(False, f"the venv's python failed at start: {done.last_line()[:300]}")
+        return ImportCheck(False, f"the venv's python failed at start: {clip(done.last_line(), 300)}")
     return _check(json.loads(line.removeprefix("DSBISECT-CHECK ")))
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from dsbisect.core import proc
 from dsbisect.core.errors import EnvBuildError
 from dsbisect.core.model import IndexOptions
+from dsbisect.core.outside import clip
 
 
 def uv_bin() -> str:
@@ -96,8 +97,8 @@ def reason(text: str) -> str:
     hint = conflict_hint(" ".join(lines))
     for i, ln in enumerate(keep):
         if ln.startswith(("×", "error:", "ERROR:")) or "No solution" in ln or "not found" in ln:
-            return " ".join(keep[i : i + 4])[:600] + hint
-    return (" ".join(keep[-3:])[:600] or "no output") + hint
+            return clip(" ".join(keep[i : i + 4]), 600) + hint
+    return (clip(" ".join(keep[-3:]), 600) or "no output") + hint
 
 
 _NAME = r"[A-Za-z0-9][A-Za-z0-9._-]*"

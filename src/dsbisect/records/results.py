@@ -39,6 +39,7 @@ from dsbisect.core.model import (
     worst,
 )
 from dsbisect.records.proof import Proof
+from dsbisect.core.outside import clip
 from dsbisect.core.redact import redact_tree
 from dsbisect.search.steps import Side
 from dsbisect.records.run import RunRecord
@@ -397,7 +398,7 @@ class Confounder:
     reason: str
 
     def describe(self) -> str:
-        return f"at {self.package} {self.version} uv had to move {', '.join(self.moved)} ({self.reason[:200]})"
+        return f"at {self.package} {self.version} uv had to move {', '.join(self.moved)} ({clip(self.reason, 200)})"
 
     def to_json(self) -> dict:
         return {"package": self.package, "version": self.version, "moved": list(self.moved), "reason": self.reason}
@@ -418,6 +419,7 @@ class Recorded:
     culprits: tuple[str, ...] = ()  # an environment bisection's changes found
     environment: bool = False
     trials: tuple[TrialRun, ...] = ()  # an environment bisection's level 1: the two ends, then the trials
+    message: str = ""  # an environment bisection's: its answer in one line, or why it has none
 
     @classmethod
     def from_json(cls, d: Mapping) -> Recorded:
@@ -427,5 +429,5 @@ class Recorded:
             diff = _dict(d, "env_diff") or {}
             answers = tuple(Result.from_json(x) for x in _maps(d.get("releases")))
             trials = tuple(TrialRun.from_json(t) for t in (*_maps(diff.get("ends")), *_maps(diff.get("trials"))))
-            return cls(verdict, steps, answers, _strs(diff.get("culprits")), True, trials)
+            return cls(verdict, steps, answers, _strs(diff.get("culprits")), True, trials, _str(d, "message"))
         return cls(verdict, steps, (Result.from_json(d),))

@@ -12,12 +12,31 @@ import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dsbisect.core.model import Answer
 from dsbisect.render.grid import md
 from dsbisect.core.outside import safe
 from dsbisect.records.run import BisectionRecord
 from dsbisect.core.redact import redact_tree
 from dsbisect.render.report import bisect_summary  # the one wording of a release bisection's answer
 from dsbisect.records.results import Recorded
+
+
+@dataclass(frozen=True)
+class Found:
+    """A bisection's answer for one package, as fields (a release bisection has one; an
+    environment bisection one per culprit): what a script reads instead of the sentences."""
+
+    package: str
+    mode: str  # regression, find-fix (a downgrade is bisected as find-fix)
+    last_good: str | None  # with find-fix: the last broken release
+    first_bad: str | None  # with find-fix: the first fixed release
+    maybe: tuple[str, ...] = ()  # untestable releases left these candidates
+    commit: str | None = None  # the first bad (fixed) commit, when the commit step found it
+    subject: str = ""
+
+    def to_json(self) -> dict:
+        return {"package": self.package, "mode": self.mode, "last_good": self.last_good, "first_bad": self.first_bad,
+                "maybe": list(self.maybe), "commit": self.commit, "subject": self.subject}
 
 
 @dataclass(frozen=True)
@@ -32,6 +51,7 @@ class Answered:
     answer: tuple[str, ...]  # the lines the bisection ended with ("last good release: ...")
     run_ids: tuple[int, ...]
     command: str  # the dsbisect command line that ran it ("" when not recorded)
+    found: tuple[Found, ...] = ()  # the answer as fields
 
     @property
     def heading(self) -> str:
@@ -40,9 +60,49 @@ class Answered:
 
 
 def answered(records: Sequence[BisectionRecord], cases: Sequence[str] = ()) -> list[Answered]:
-    """The bisections (of ``cases`` only, when given), oldest first."""
-    out = [_answered(b) for b in records]
+    """The bisections (of ``cases`` only, when given), oldest first; the release bisections an
+    environment bisection ran as its level 2 are shown within it, not again on their own."""
+    inner = level2(records)
+    out = [_answered(b) for b in records if b.key not in inner]
     return [a for a in out if not cases or a.case in cases]
+
+
+def level2(records: Sequence[BisectionRecord]) -> set[str]:
+    """The keys of the release bisections that an environment bisection among ``records`` ran
+    (its level 2): the same package, ends and case, and runs all among the environment one's."""
+    def recorded(b: BisectionRecord) -> Recorded:
+        return Recorded.from_json(b.result if isinstance(b.result, Mapping) else {})
+
+    def case(b: BisectionRecord) -> str:
+        return str(b.params.get("case") or "") if isinstance(b.params, Mapping) else ""
+
+    envs = [(b, recorded(b)) for b in records]
+    envs = [(b, r) for b, r in envs if r.environment]
+    out = set()
+    for b in records:
+        r = recorded(b)
+        if r.environment or not r.steps:
+            continue
+        ids = {i for s in r.steps for i in s.tally.run_ids}
+        for env, er in envs:
+            theirs = {i for s in (*er.steps, *(s for a in er.answers for s in a.steps)) for i in s.tally.run_ids}
+            if case(env) == case(b) and ids <= theirs and any(
+                    (a.request.package, a.request.good, a.request.bad) == (b.package, b.good, b.bad) for a in er.answers):
+                out.add(b.key)
+    return out
+
+
+def _found(r: Recorded) -> tuple[Found, ...]:
+    """The answer's fields: one per release answer, and a culprit not bisected below its change
+    with no release named."""
+    answered = (Answer.FOUND, Answer.AMBIGUOUS)
+    out = [Found(a.request.package, a.request.mode.value, a.last_good, a.first_bad,
+                 a.maybe if a.verdict is Answer.AMBIGUOUS else (),
+                 a.commit.first_bad if a.commit and a.commit.first_bad else None,
+                 a.commit.subject if a.commit and a.commit.first_bad else "") for a in r.answers if a.verdict in answered]
+    named = {f.package for f in out}
+    out += [Found(c, "regression", None, None) for c in r.culprits if c not in named and r.verdict in answered]
+    return tuple(out)
 
 
 def _answered(b: BisectionRecord) -> Answered:
@@ -50,7 +110,7 @@ def _answered(b: BisectionRecord) -> Answered:
     r = Recorded.from_json(b.result if isinstance(b.result, Mapping) else {})
     if r.environment:
         lines = [f"verdict: {r.verdict.value if r.verdict else b.status}"]
-        lines += [f"culprit: {c}" for c in r.culprits]
+        lines += [r.message] if r.message else [f"culprit: {c}" for c in r.culprits]  # the chain, when recorded
         lines += [ln for rel in r.answers for ln in bisect_summary(rel)[1:]]
     elif r.verdict is not None:
         lines = bisect_summary(r.answers[0])
@@ -62,7 +122,8 @@ def _answered(b: BisectionRecord) -> Answered:
     command = shlex.join(["dsbisect", "bisect", *map(str, argv)]) if isinstance(argv, list) and argv else ""
     return Answered(key=b.key, question=f"{b.package} {b.good} → {b.bad}", case=str(params.get("case") or ""),
                     status=b.status, verdict=r.verdict.value if r.verdict else "",
-                    answer=tuple(safe(ln) for ln in lines), run_ids=ids, command=safe(command))
+                    answer=tuple(safe(ln) for ln in lines), run_ids=ids, command=safe(command),
+                    found=_found(r) if r.verdict is not None else ())
 
 
 def terminal_lines(found: Sequence[Answered]) -> list[tuple[str, int]]:
@@ -92,7 +153,7 @@ def markdown_lines(found: Sequence[Answered]) -> list[str]:
 def to_json(found: Sequence[Answered]) -> list[dict]:
     return redact_tree([{"key": a.key, "question": a.question, "case": a.case, "status": a.status,
                          "verdict": a.verdict or None, "answer": list(a.answer), "run_ids": list(a.run_ids),
-                         "command": a.command} for a in found])
+                         "command": a.command, "found": [f.to_json() for f in a.found]} for a in found])
 
 
 def _ids(ids: Sequence[int]) -> str:

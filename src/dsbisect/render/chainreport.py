@@ -14,7 +14,7 @@ from dsbisect.render import report as rep
 from dsbisect.envdiff.engine import EnvResult
 from dsbisect.render.grid import md as _md
 from dsbisect.core.model import Answer, Stage
-from dsbisect.core.outside import safe, safe_text
+from dsbisect.core.outside import clip, safe, safe_text
 from dsbisect.envdiff.summary import chain
 from dsbisect.records.results import Result, TrialRun
 
@@ -45,7 +45,7 @@ def trials_table(r: EnvResult) -> Table:
         table.add_column(col, overflow="fold")
     for k, t in _numbered(r):
         table.add_row(Text(k), safe_text(t.label), Text(t.outcome.value.upper()), Text(t.side.value),
-                      Text(" ".join(f"#{i}" for i in t.run_ids)), safe_text(t.detail[:200]))
+                      Text(" ".join(f"#{i}" for i in t.run_ids)), safe_text(clip(t.detail, 200)))
     return table
 
 

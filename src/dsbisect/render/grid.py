@@ -32,6 +32,7 @@ from dsbisect.core.eta import seconds_text
 from dsbisect.records.inputs import Inputs, differences, same_inputs
 from dsbisect.core.model import Outcome, Point
 from dsbisect.core.outside import safe, safe_text
+from dsbisect.render import pointaxes
 from dsbisect.records.run import RunFacts, RunRecord, SkipCause
 
 STYLE = {Outcome.PASS: "bold green", Outcome.FAIL: "bold red", Outcome.HANG: "bold magenta", Outcome.SKIP: "yellow"}
@@ -321,6 +322,7 @@ class CaseView:
     held: tuple[str, ...]  # axes with one value, and the pins every point held
     commands: tuple[str, ...]
     same_as: tuple[str, ...] = ()  # Variant.same_as
+    common: tuple[str, ...] = ()  # rows labelled by how they differ from the reference point's versions ("a 1.0")
 
     @property
     def all_cells(self) -> list[Cell]:
@@ -350,15 +352,19 @@ def case_views(g: Grid) -> list[CaseView]:
 def _case_view(g: Grid, case: str) -> CaseView:
     found = [(label, row[case]) for label, row in g.rows if case in row]
     points = [c.runs[0].point for _, c in found]
-    values = [_values(p) for p in points]
-    common_pins = set.intersection(*(set(_held_pins(p)) for p in points)) if points else set()
-    extra_pins = [", ".join(x for x in _held_pins(p) if x not in common_pins) for p in points]
+    named_axes = pointaxes.axis_names(points)  # a package moved somewhere: its pinned version is its value elsewhere
+    values = [pointaxes.from_pins(_values(p), p, named_axes) for p in points]
+    held_of = [[x for x in _held_pins(p) if not pointaxes.on_an_axis(x, named_axes)] for p in points]
+    common_pins = set.intersection(*(set(h) for h in held_of)) if points else set()
+    extra_pins = [", ".join(x for x in h if x not in common_pins) for h in held_of]
     if any(extra_pins):  # points of one case that held different pins: the pins are an axis too
         for v, pins in zip(values, extra_pins):
             v["pins"] = pins or "—"
     axes = list(dict.fromkeys(name for v in values for name in v))
     distinct = {a: list(dict.fromkeys(v.get(a, "—") for v in values)) for a in axes}
     moving = [a for a in axes if len(distinct[a]) > 1] or axes[:1]
+    if len(moving) > pointaxes.MANY:  # more than a table has room for: each row says how it differs
+        return _apart_view(case, found, values, moving, axes, distinct, held_of[0] if points else [], common_pins)
     largest = sorted(moving, key=lambda a: (-len(distinct[a]), moving.index(a)))[:2]
     pair = [a for a in moving if a in largest]  # the two largest, in the order the case declares them
     if len(pair) == 2 and len(distinct[pair[1]]) > max(MAX_COLUMNS, len(distinct[pair[0]])):
@@ -391,6 +397,22 @@ def _case_view(g: Grid, case: str) -> CaseView:
         rows=tuple(sorted(row_keys, key=lambda r: row_keys[r])),
         cols=tuple(sorted(col_keys, key=lambda c: col_keys[c])),
         cells=cells, held=tuple(held), commands=tuple(dict.fromkeys(commands)))
+
+
+def _apart_view(case: str, found, values, moving, axes, distinct, pins, common_pins) -> CaseView:
+    """A case whose points differ in many packages: one column of outcomes, each row labelled
+    by how its point differs from the point that ran first (its versions said once, as ``common``)."""
+    first = min(range(len(found)), key=lambda i: min(r.id for r in found[i][1].runs))
+    apart = pointaxes.apart(values, moving, first)
+    cells = {(label, ""): c for label, (_, c) in zip(apart.labels, found)}
+    order = sorted(range(len(found)), key=lambda i: (apart.labels[i] != pointaxes.REFERENCE, i))
+    held = [f"{a} {distinct[a][0]}" for a in axes if a not in moving and "—" not in distinct[a]]
+    held += [pin for pin in pins if pin in common_pins]
+    commands = [shlex.join(str(a) for a in c.shown.facts.command) for _, c in found
+                if c.shown.facts.command is not None]
+    return CaseView(case=case, row_axis="point", col_axis=None, rows=tuple(apart.labels[i] for i in order),
+                    cols=("",), cells=cells, held=tuple(held), commands=tuple(dict.fromkeys(commands)),
+                    common=apart.reference)
 
 
 def _values(p: Point) -> dict[str, str]:
@@ -503,6 +525,9 @@ class GridView:
             if view.same_as:
                 yield line(f"the same runs as {', '.join(view.same_as)} (one script and settings: one case key)",
                            piped, style="dim")
+            if view.common:
+                yield line(f"{pointaxes.REFERENCE} (each other row says how it differs): " + ", ".join(view.common),
+                       piped, style="dim")
             if view.held:
                 yield line("held fixed: " + ", ".join(view.held), piped, style="dim")
             for cmd in view.commands[:2]:
@@ -592,14 +617,27 @@ def markdown(g: Grid) -> list[str]:
         out.append("")
         if view.same_as:
             out += [f"the same runs as {md(', '.join(view.same_as))} (one script and settings: one case key)", ""]
+        if view.common:
+            out += [_folded(f"{pointaxes.REFERENCE} ({len(view.common)} packages; each other row says how it differs)",
+                            ", ".join(f"`{md(h).replace('`', '')}`" for h in view.common)), ""]
         if view.held:
-            out += ["held fixed: " + ", ".join(f"`{md(h).replace('`', '')}`" for h in view.held), ""]
+            out += [_folded(f"held fixed ({len(view.held)})", ", ".join(f"`{md(h).replace('`', '')}`" for h in view.held))
+                    if len(view.held) > FOLD else "held fixed: " + ", ".join(f"`{md(h).replace('`', '')}`"
+                                                                         for h in view.held), ""]
         for outcome, where, why in details(view):
             out.append(f"- {ICON[outcome]} {outcome.value.upper()} {md(where)}: {md(why)}")
         out.append("")
     for text, hint in skip_lines(views):
         out.append(f"- {ICON[Outcome.SKIP]} SKIP {md(text)}" + (f" — {hint.replace('try ', 'try `')}`" if hint else ""))
     return out
+
+
+FOLD = 6  # held pins beyond which the Markdown folds them
+
+
+def _folded(summary: str, body: str) -> str:
+    """A ``<details>`` block: the summary line shown, the body folded under it."""
+    return f"<details><summary>{md(summary)}</summary>\n\n{body}\n\n</details>"
 
 
 def md(s: str) -> str:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-from dsbisect.core.outside import safe
+from dsbisect.core.outside import clip, safe
+from dsbisect.core.paths import unlocal
 
 OUTCOMES = ("pass", "fail", "hang", "skip")
 STEP_X = 64
@@ -49,11 +50,12 @@ class Ladder:
 
 
 def esc(text: object, limit: int | None = None) -> str:
-    """Outside text as inert HTML: secrets masked, control characters shown, markup escaped;
+    """Outside text as inert HTML: secrets masked, control characters shown, paths shown as a
+    published report shows them (``paths.unlocal``), markup escaped;
     cut to ``limit`` characters only after the masking (a cut secret no longer looks like one)."""
-    shown = safe("" if text is None else str(text))
-    if limit is not None and len(shown) > limit:
-        shown = shown[: limit - 1] + "…"
+    shown = unlocal(safe("" if text is None else str(text)))  # a published page: no local folder layout
+    if limit is not None:
+        shown = clip(shown, limit)
     return html.escape(shown, quote=True)
 
 

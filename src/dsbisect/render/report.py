@@ -33,7 +33,8 @@ from dsbisect.render.grid import md as _md
 from dsbisect.launch.launchers import line_for
 from dsbisect.core.model import Answer, Outcome, Stage
 from dsbisect.render.nextstep import NextStep
-from dsbisect.core.outside import safe, safe_text
+from dsbisect.core.outside import clip, safe, safe_text
+from dsbisect.core.paths import unlocal
 from dsbisect.core.redact import redact_tree
 from dsbisect.records.proof import ProofVerdict
 from dsbisect.records.run import RunRecord
@@ -206,14 +207,14 @@ def traceback_details(run_id: int, point: str, found: Crash) -> str:
 
 
 def _join(lines: list[str]) -> str:
-    """The Markdown, redacted, with no run of blank lines (blocks are single items: their
-    content is left as it is)."""
+    """The Markdown, redacted, its paths as a published report shows them (``paths.unlocal``),
+    with no run of blank lines (blocks are single items: their content is left as it is)."""
     out: list[str] = []
     for ln in lines:
         ln = ln.rstrip("\n") if ln.strip() else ""
         if ln or (out and out[-1]):
             out.append(ln)
-    return safe("\n".join(out).rstrip() + "\n")
+    return unlocal(safe("\n".join(out).rstrip() + "\n"))
 
 
 def inputs_markdown(runs: list[RunRecord]) -> list[str]:
@@ -566,11 +567,4 @@ def _rule(result: Result) -> str:
     return f"{regression.regress_on.value}, from {regression.asked.value}"
 
 
-def clip_words(text: str, n: int) -> str:
-    """``text`` in at most ``n`` characters, cut at a word's end with "…" (a word longer than
-    that is cut where it must)."""
-    if len(text) <= n:
-        return text
-    head = text[: n - 1]
-    space = head.rfind(" ")
-    return (head[:space] if space > n // 2 else head).rstrip(" ,;:") + "…"
+clip_words = clip  # the one cut at a word's end (outside.clip)

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from dsbisect.core.errors import InputError
 from dsbisect.core.model import Accelerator, Case, EnvOptions
+from dsbisect.core.redact import redact
 from dsbisect.records.run import RunRecord
 from dsbisect.run import matrix
 from dsbisect.run.runner import Runner
-from dsbisect.run.settings import Display, Frontend, Settings, open_session
+from dsbisect.run.settings import Display, Frontend, Limits, Settings, open_session
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,25 @@ def sweep(request: SweepRequest, settings: Settings, frontend: Frontend) -> Swep
             for rs in runner.run_many(c, list(c.points), want=request.repeat):  # a run of another name, one key
                 records += [r if r.case_name == c.name else dataclasses.replace(r, case_name=c.name) for r in rs]
     return Swept(tuple(records), tuple(cases), source)
+
+
+def title(request: SweepRequest, swept: Swept, limits: Limits = Limits()) -> str:
+    """``dsbisect run …``: the line that runs the same points of the same cases again (the grid's
+    title): the matrix or the command line, with every option that decides what runs (--case,
+    --versions, --pin, --repeat, the limits that are part of a case, and for a command its
+    --accelerator and the --nproc of a ``python x.py`` line); never where things are kept."""
+    words = [w for c in request.case or () for w in ("--case", c)] if swept.matrix is not None else []
+    words += [w for v in request.versions or () for w in ("--versions", v)]
+    words += [w for p in request.pin or () for w in ("--pin", p)]
+    words += ["--repeat", str(request.repeat)] if request.repeat > 1 else []
+    words += [w for flag, value in (("--timeout", limits.timeout), ("--collective-timeout", limits.collective_timeout),
+                                    ("--idle-timeout", limits.idle_timeout)) if value is not None
+              for w in (flag, f"{value:g}")] + ["--no-early-hang"] * limits.no_early_hang
+    if swept.matrix is not None:
+        return redact("dsbisect run " + shlex.join([swept.matrix.name, *words]))
+    words += ["--accelerator", request.accelerator.value] if request.accelerator is not Accelerator.AUTO else []
+    words += ["--nproc", str(request.nproc)] if swept.cases[0].command is None else []
+    return redact("dsbisect run " + shlex.join([*words, "--", *(request.args or [])]))
 
 
 def note_slots(runner: Runner, case: Case, ui: Display) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dsbisect.verdict.hangsig import C10D_OPS, HangSignature, canonical_op
 from dsbisect.core.model import Outcome, RegressOn, Verdict
+from dsbisect.core.outside import clip
 from dsbisect.verdict.outcome import verdict
 
 __all__ = ["C10D_OPS", "HangSignature", "Identity", "Rule", "canonical_op", "hang_form", "judge", "learn", "matches",
@@ -83,7 +84,7 @@ class Identity:
         it); 'HANG rank 0 in ALLREDUCE, rank 1 in BARRIER at ...' (a hang in its one form)."""
         what = self.shown if self.kind is Outcome.FAIL and self.shown else (
             f"{self.error}: {self.message}" if self.error else self.message)
-        what = what if len(what) <= 160 else what[:159] + "…"  # the whole reason is the run's (show)
+        what = clip(what, 160)  # the whole reason is the run's (show)
         where = f" at {' ← '.join(self.frames[:3])}" if self.frames else ""
         return f"{self.kind.value.upper()} {what or '(no detail)'}{where}"
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dsbisect.core.model import Outcome, RegressOn, Verdict
+from dsbisect.core.outside import clip
 
 SKIP_EXIT = 125  # git bisect's "cannot test this commit"
 
@@ -368,9 +369,11 @@ def _exception_after(lines: list[str], start: int) -> str | None:
         if not m:
             continue
         name, message = m[1], (m[2] or "").strip()
+        after = [x.strip() for x in lines[j + 1 : j + 12] if x.strip() and not x.startswith(("Traceback", *_CHAINED))]
         if m[2] is not None and not message:  # the message begins with a newline
-            message = next((x.strip() for x in lines[j + 1 : j + 12] if x.strip()
-                            and not x.startswith(("Traceback", *_CHAINED))), "")
+            message = after[0] if after else ""
+        elif message.endswith(":") and after:  # "Error(s) in loading state_dict for X:": the next lines say what
+            message = " ".join([message, *after[:2]])
         return f"{name}: {message}" if message else name
     return None
 
@@ -436,8 +439,7 @@ def _exit_text(code: int | None) -> str:
 
 
 def _clip(s: str, n: int = 300) -> str:
-    s = " ".join(s.split())
-    return s if len(s) <= n else s[: n - 1] + "…"
+    return clip(" ".join(s.split()), n)
 
 
 def verdict(outcome: Outcome, regress_on: RegressOn, signature: str = "", wanted: str | None = None) -> Verdict:
