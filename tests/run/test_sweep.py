@@ -74,3 +74,24 @@ def test_placement_here_or_on_slurm():
         Placement(partition="gpu").executor_for()
     slurm = Placement(executor=ExecutorKind.slurm, partition="gpu", slurm_arg=["--account=a"]).executor_for()
     assert (slurm.options.partition, slurm.options.args, slurm.options.jobs) == ("gpu", ("--account=a",), 8)
+
+
+def test_the_grid_title_runs_the_same_points_again(tmp_path, monkeypatch):
+    """`run`'s title is a command line that re-runs what ran: every option that decides what runs
+    (--case, --versions, --pin, --repeat, the limits that are part of a case) and the matrix as
+    named from here; nothing of where things are kept."""
+    from dsbisect.run.sweep import Swept, title
+
+    (tmp_path / "sub").mkdir()
+    write_matrix(tmp_path / "sub", ["1.0.0", "1.1.0"],
+                 extra="  other:\n    script: toy_repro.py\n    axes:\n      dsb-toy: [\"1.0.0\"]\n")
+    monkeypatch.chdir(tmp_path)
+    request = SweepRequest(args=["sub/matrix.yaml"], case=["toy"], repeat=2)
+    cases, _, source = cases_of(request)
+    said = title(request, Swept((), tuple(cases), source), Limits(timeout=30, no_early_hang=True))
+    assert said == "dsbisect run sub/matrix.yaml --case toy --repeat 2 --timeout 30 --no-early-hang"
+    again = SweepRequest(args=["sub/matrix.yaml"], case=["toy"])  # the title's words, as the CLI parses them
+    assert [c.key for c in cases_of(again)[0]] == [c.key for c in cases]
+    narrowed = SweepRequest(args=["sub/matrix.yaml"], case=["toy"], versions=["dsb-toy=1.1.0"])
+    assert title(narrowed, Swept((), tuple(cases), source)) == \
+        "dsbisect run sub/matrix.yaml --case toy --versions dsb-toy=1.1.0"

@@ -114,10 +114,18 @@ def title(request: SweepRequest, swept: Swept, limits: Limits = Limits()) -> str
                                     ("--idle-timeout", limits.idle_timeout)) if value is not None
               for w in (flag, f"{value:g}")] + ["--no-early-hang"] * limits.no_early_hang
     if swept.matrix is not None:
-        return redact("dsbisect run " + shlex.join([swept.matrix.name, *words]))
+        return redact("dsbisect run " + shlex.join([_from_here(swept.matrix), *words]))
     words += ["--accelerator", request.accelerator.value] if request.accelerator is not Accelerator.AUTO else []
     words += ["--nproc", str(request.nproc)] if swept.cases[0].command is None else []
     return redact("dsbisect run " + shlex.join([*words, "--", *(request.args or [])]))
+
+
+def _from_here(path: Path) -> str:
+    """A file as a command line typed here names it: relative to the working folder when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 def note_slots(runner: Runner, case: Case, ui: Display) -> None:
