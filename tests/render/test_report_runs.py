@@ -65,8 +65,8 @@ def test_every_recorded_run_and_bisection_is_in_report_and_a_crash_has_its_trace
     # run's own report: a title that runs it again, and how to reproduce it (the runs reused)
     again = cli("run", "--versions", "dsb-toy=2.1.0", *opts, "--", "torchrun", "--nproc-per-node", "1", "fail.py",
                 cwd=tmp_path)
-    assert "dsbisect run --versions dsb-toy=2.1.0 --accelerator cpu -- torchrun --nproc-per-node 1 fail.py" \
-        in again.stdout.splitlines()[0]
+    assert "dsbisect run --versions dsb-toy=2.1.0 --collective-timeout 5 --accelerator cpu -- torchrun " \
+           "--nproc-per-node 1 fail.py" in again.stdout.splitlines()[0]  # the timeout is part of the case
     assert "Reproduce with:" in again.stdout and f"#{launched['runs'][0]['id']}" in again.stdout
 
     failed = direct["runs"][1]["id"]

@@ -15,6 +15,8 @@ from dsbisect.envdiff.engine import EnvResult
 from dsbisect.render.grid import md as _md
 from dsbisect.core.model import Answer, Stage
 from dsbisect.core.outside import clip, safe, safe_text
+from dsbisect.core.paths import unlocal
+from dsbisect.render.pointaxes import SHOWN
 from dsbisect.envdiff.summary import chain
 from dsbisect.records.results import Result, TrialRun
 
@@ -79,11 +81,22 @@ def env_renderable(r: EnvResult, command: str) -> Group:
 # ------------------------------------------------------------------ Markdown
 
 
+NOTES_SHOWN = 3  # notes beyond which the Markdown folds them
+
+
 def env_markdown(r: EnvResult, command: str) -> str:
+    """An issue body: the question, the chain in one bold line, the notes (folded when many),
+    the changes and the trials folded (short cells: a trial named by the changes it applies, a
+    few and a count), then each culprit's release bisection as ``bisect`` gives it."""
     req = r.request
     lines = [f"### dsbisect: {_md(req.good_env.source)} → {_md(req.bad_env.source)} "
              f"(environments, regress on {req.regress_on.value})", "", f"**{_md(chain(r))}**", ""]
-    lines += [f"- {_md(x)}" for x in notes(r)] + [""] * bool(notes(r))
+    said = notes(r)
+    if len(said) > NOTES_SHOWN:
+        lines += [f"<details><summary>{len(said)} notes</summary>", ""] + [f"- {_md(x)}" for x in said] + [
+            "", "</details>", ""]
+    else:
+        lines += [f"- {_md(x)}" for x in said] + [""] * bool(said)
     lines += ["<details><summary>" + f"{len(r.changes)} changes</summary>", "",
               "| # | change | kind | culprit |", "|---|---|---|---|"]
     culprits = set(r.culprits)
@@ -91,10 +104,20 @@ def env_markdown(r: EnvResult, command: str) -> str:
               for i, c in enumerate(r.changes)]
     lines += ["", "</details>", "", f"<details><summary>level 1: {len(r.trials)} trials</summary>", "",
               "| trial | applied | outcome | side | runs | detail |", "|---|---|---|---|---|---|"]
-    lines += [f"| {k} | {_md(safe(t.label))} | {t.outcome.value.upper()} | {t.side.value} | "
-              f"{' '.join(f'#{i}' for i in t.run_ids)} | {_md(safe(t.detail[:200]))} |" for k, t in _numbered(r)]
+    lines += [f"| {k} | {_md(_applied(r, k, t))} | {t.outcome.value.upper()} | {t.side.value} | "
+              f"{' '.join(f'#{i}' for i in t.run_ids)} | {_md(safe(clip(t.detail, rep.CELL)))} |" for k, t in _numbered(r)]
     lines += ["", "</details>", ""]
-    text = "\n".join(lines) + "\n"
+    text = unlocal("\n".join(lines) + "\n")
     if r.releases:
         return text + "\n".join(rep.bisect_markdown(res, command) for res in r.releases)
     return text + rep.bisect_markdown(level1_result(r), command)
+
+
+def _applied(r: EnvResult, k: str, t: TrialRun) -> str:
+    """A trial in a few words: ``good env``, ``bad env``, or ``+ a 2.0, b 2.0, c 1.4 and 11 more``."""
+    if k in ("good", "bad"):
+        return f"{k} env"
+    moved = [r.changes[i] for i in sorted(t.applied) if i < len(r.changes)]
+    words = [f"{c.name} {c.bad.label}" if c.bad is not None else f"- {c.name}" for c in moved]
+    more = f" and {len(words) - SHOWN} more" if len(words) > SHOWN else ""
+    return "+ " + ", ".join(words[:SHOWN]) + more if words else t.label

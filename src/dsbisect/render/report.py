@@ -43,6 +43,7 @@ from dsbisect.records.results import Result, Step
 __all__ = ["ICON", "RANK", "STYLE", "Cell", "Grid", "bisect_markdown", "bisect_renderable", "cell", "envs_table",
            "grid", "grid_json", "grid_markdown", "grid_renderable", "named"]
 
+CELL = 120  # characters of a detail in a Markdown table (the whole is the run's: show)
 SHOW_LIMIT = 64 * 1024  # a kept copy of a command's file is shown in the Markdown below this size
 LANG = {".py": "python", ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".sh": "bash", ".toml": "toml",
         ".cfg": "ini", ".ini": "ini"}
@@ -542,7 +543,7 @@ def bisect_markdown(result: Result, command: str, after: NextStep | None = None)
     for s in result.steps:
         point = s.label if s.stage is Stage.RELEASE else f"`{s.label}` {_md(s.subject[:60])}"
         lines.append(f"| {s.stage.value} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()}{_by_hand(s)} | {s.verdict.value} | "
-                     f"{_run_ids(s)} | {s.seconds:.1f} | {_md(clip_words(s.detail or '', 200))} |")
+                     f"{_run_ids(s)} | {s.seconds:.1f} | {_md(clip_words(s.detail or '', CELL))} |")
     doubt = _proof_doubt(result)
     lines += ["", "**Result**", ""] + [f"- **{ln}**" if ln == doubt else f"- {ln}" for ln in bisect_summary(result)]
     lines += ["", "Reproduce with:", "", _fence(command), ""]
