@@ -57,6 +57,62 @@ def screenshot(page: Path, png: Path, work: Path, width: int = 1280, height: int
     assert done.returncode == 0 and png.is_file(), done.stderr[-3000:]
 
 
+# Run in a copy of the page (its CSP allows no script): what sticks out of the viewport, and the
+# SVG text that its own picture cuts off.  Elements inside a scrolling box (overflow-x auto) are
+# that box's business: they scroll, the page does not.
+_MEASURE = """<script>
+addEventListener('load', () => {
+  const vw = document.documentElement.clientWidth, out = [], cut = [];
+  const scrolls = el => { for (let p = el.parentElement; p; p = p.parentElement) {
+    const o = getComputedStyle(p).overflowX; if (o === 'auto' || o === 'scroll') return true; } return false; };
+  for (const el of document.body.querySelectorAll('*')) {
+    const r = el.getBoundingClientRect();
+    if (r.width && r.right > vw + 1 && !scrolls(el)) out.push(el.tagName.toLowerCase() + '.' + el.className.baseVal
+      + (typeof el.className === 'string' ? el.className : '') + ' right=' + Math.round(r.right));
+  }
+  for (const lad of document.querySelectorAll('svg.ladder')) {  // a ladder must be seen whole, not scrolled to
+    const box = lad.closest('article') || document.body, r = lad.getBoundingClientRect();
+    if (r.right > box.getBoundingClientRect().right + 1) out.push('svg.ladder (beyond its article) right=' + Math.round(r.right));
+  }
+  for (const t of document.querySelectorAll('svg text')) {
+    const svg = t.ownerSVGElement.getBoundingClientRect(), r = t.getBoundingClientRect();
+    if (r.left < svg.left - 1 || r.right > svg.right + 1 || r.top < svg.top - 1 || r.bottom > svg.bottom + 1)
+      cut.push(t.textContent);
+  }
+  const pre = document.createElement('pre'); pre.id = 'dsbisect-measured';
+  pre.textContent = JSON.stringify({viewport: vw, page: document.documentElement.scrollWidth, out, cut});
+  document.body.appendChild(pre);
+});
+</script>"""
+
+
+@dataclass(frozen=True)
+class Measured:
+    viewport: int  # the page's width in the browser window
+    page: int  # the width of what it laid out (more than ``viewport``: the page scrolls sideways)
+    out: tuple[str, ...]  # what sticks out of the viewport (not inside a scrolling box), and a ladder
+    # wider than its article (seen only by scrolling)
+    cut: tuple[str, ...]  # SVG text cut off by its own picture's edges
+
+
+def measure(page: Path, work: Path, width: int) -> Measured:
+    """``page`` laid out by the real browser in a window ``width`` pixels wide."""
+    work.mkdir(parents=True, exist_ok=True)
+    html = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page.read_text())
+    probe = work / f"measure-{width}.html"
+    probe.write_text(html.replace("</body>", _MEASURE + "</body>"))
+    argv = [CHROMIUM, *FLAGS, f"--user-data-dir={work / f'profile-{width}'}", "--hide-scrollbars",
+            f"--window-size={width},900", "--dump-dom", probe.resolve().as_uri()]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = re.search(r'<pre id="dsbisect-measured">(.*?)</pre>', done.stdout, re.S)
+    assert found, "the measuring script did not run: " + done.stderr[-2000:]
+    import html as html_mod
+
+    data = json.loads(html_mod.unescape(found.group(1)))
+    return Measured(data["viewport"], data["page"], tuple(data["out"]), tuple(data["cut"]))
+
+
 def _page_requests(net: Path) -> tuple[str, ...]:
     try:
         data = json.loads(net.read_text())

@@ -402,3 +402,83 @@ def test_a_failed_run_carries_its_first_ranks_traceback_collapsed_and_masked():
     assert '<details class="traceback"><summary>rank 1 raised first (ranks/1/stderr.log)</summary>' in page
     assert "line 209, in all_gather_into_tensor" in page and "&lt;b&gt;bad&lt;/b&gt;" in page
     assert "hf_abcdefghijklmnopqrstuvwxyz0123" not in page
+
+
+# ------------------------------------------------------------------ issue 37: labels, sections, the first facts
+
+
+def _env_store(tmp_path: Path):
+    """A store holding the recorded CPU env-diff bisection (docs/results) and, as the engine saves
+    it, its level-2 release bisection on its own."""
+    from dsbisect.store.store import Store
+
+    d = json.loads((Path(__file__).parents[2] / "docs/results/2026-12-02-cpu-envdiff-accelerate.json").read_text())
+    st = Store(tmp_path / "st")
+    rel = d["releases"][0]
+    st.save_bisection("level2key", rel["package"], rel["good"], rel["bad"], {"case": d["case"]}, "done", rel)
+    st.save_bisection("envkey", "environment", d["good_env"], d["bad_env"],
+                      {"case": d["case"], "envbisect": True, "argv": ["--good-env", "good.txt", "--bad-env", "bad.txt",
+                                                                     "--", "python", "x.py"]}, "done", d)
+    return st, d
+
+
+def test_a_level2_bisection_is_drawn_within_its_environment_one_once(tmp_path):
+    st, d = _env_store(tmp_path)
+    page = htmlsource.store_page(st, [])
+    assert [h for h, _, _ in page.ladders] == [f"environment {d['good_env']} → {d['bad_env']} (done)"]
+    (about,) = page.about
+    facts = dict(about)
+    assert facts["reproduce with"] == "dsbisect bisect --good-env good.txt --bad-env bad.txt -- python x.py"
+    assert facts["the regression"].startswith("FAIL RuntimeError: Error(s) in loading state_dict for TiedLM")
+    html = render(page)
+    assert html.count('<article class="bisection">') == 1 and "<dt>reproduce with</dt>" in html
+    asked = htmlsource.store_page(st, [], "level2key")  # asked for by its key: shown
+    assert [h for h, _, _ in asked.ladders] == [f"{d['releases'][0]['package']} 0.22.0 → 0.25.0 (done)"]
+    st.close()
+
+
+def test_runs_are_headed_for_what_they_are():
+    """Only hangs under "Hangs and looks at the ranks"; a run looked at that passed under its own
+    heading; a page of one run heads it "The run", never "Other runs"."""
+    look = Look("the last look", (RankLook(rank=0, colls=(Coll("0", 1, "ALLREDUCE", 4, 4, State.STARTED),)),))
+    failed = _run_page((), outcome="fail", id=8, reason="ValueError: x")
+    one = render(Page(title="dsbisect run 8", ladders=(), runs=(failed,)))
+    assert "<h2>The run</h2>" in one and "Other runs" not in one and "Hangs" not in one
+    mixed = render(Page(title="t", ladders=(), runs=(_run_page((look,), outcome="pass", id=9), failed,
+                                                      _run_page((look,), outcome="hang", id=10))))
+    hangs = mixed[mixed.index('<section id="hangs">'):mixed.index("</section>", mixed.index('<section id="hangs">'))]
+    assert 'id="run-10"' in hangs and 'id="run-9"' not in hangs and 'id="run-8"' not in hangs
+    assert "<h2>Looks at the ranks of runs that did not hang</h2>" in mixed and "<h2>Other runs</h2>" in mixed
+
+
+def test_an_environments_trials_are_numbered_and_listed_whole():
+    from dsbisect.records.run import BisectionRecord
+
+    d = json.loads((Path(__file__).parents[2] / "docs/results/2026-12-02-cpu-envdiff-accelerate.json").read_text())
+    trials = htmlsource.ladders(BisectionRecord(1, "k", "environment", d["good_env"], d["bad_env"], {}, "done", d,
+                                                0.0, 0.0))[0]
+    assert [r.label for r in trials.rungs] == ["good env", "bad env"] + [f"trial {k}" for k in range(1, 7)]
+    assert [r.subject for r in trials.rungs[2:]] == [t["label"] for t in d["env_diff"]["trials"]]
+    html = render(Page(title="t", ladders=(("e", (trials,), ""),), runs=()))
+    assert '<ul class="trials">' in html and "trial 1</code> good + 8 of 28 changes (accelerate," in html
+
+
+@pytest.mark.slow
+@needs_browser
+@pytest.mark.parametrize("width", [640, 1280])
+def test_pages_fit_the_window_and_no_label_is_cut_in_the_browser(tmp_path, width):
+    """The real browser lays out the env-diff page (a 12-commit ladder, 28-change trials) and the
+    seed-2 store's page (hangs, rank views): nothing sticks out of a 640 px window and no label
+    of a ladder is cut by its picture's edge."""
+    from dsbisect.store.store import Store
+
+    st, _ = _env_store(tmp_path)
+    (tmp_path / "env.html").write_text(render(htmlsource.store_page(st, [])))
+    seed2 = Store(_seed2_store(tmp_path), readonly=True)
+    (tmp_path / "seed2.html").write_text(render(htmlsource.store_page(seed2, seed2.runs())))
+    for name in ("env", "seed2"):
+        seen = browser.measure(tmp_path / f"{name}.html", tmp_path / f"m-{name}", width)
+        assert seen.viewport == width and seen.page <= width and seen.out == (), (name, seen)
+        assert seen.cut == (), (name, seen.cut)
+    st.close()
+    seed2.close()

@@ -16,6 +16,7 @@ from dsbisect import __version__
 from dsbisect.render.ladder import Ladder, esc, mark, svg, tested_order
 from dsbisect.render.rankview import Cell, Coll, Look, RankView, Row, State, build
 
+CODE = ("command", "reproduce with")  # shown as code: copied, not read
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'none'; base-uri 'none'"
 
 
@@ -44,23 +45,19 @@ class Page:
     ladders: tuple[tuple[str, tuple[Ladder, ...], str], ...]  # (heading, ladders, summary line) per bisection
     runs: tuple[RunPage, ...]
     note: str = ""
+    # per bisection, in the order of ``ladders``: what a maintainer reads first, as (what, text):
+    # ("the regression", ...), ("command", ...), ("environment", ...), ("reproduce with", ...)
+    about: tuple[tuple[tuple[str, str], ...], ...] = ()
 
 
 def render(page: Page) -> str:
     body = [f"<header><h1>{esc(page.title)}</h1><p class=\"meta\">dsbisect {esc(__version__)}"
             + (f" · {esc(page.note)}" if page.note else "") + "</p></header>"]
     if page.ladders:
+        about = list(page.about) + [()] * (len(page.ladders) - len(page.about))
         body.append("<section id=\"bisections\"><h2>Bisections</h2>" + _LEGEND
-                    + "".join(_bisection(h, ls, s) for h, ls, s in page.ladders) + "</section>")
-    hangs = [r for r in page.runs if r.looks or r.outcome == "hang"]
-    others = [r for r in page.runs if r not in hangs]
-    if hangs:
-        body.append("<section id=\"hangs\"><h2>Hangs and looks at the ranks</h2>" + _RANK_LEGEND
-                    + "".join(run_section(r) for r in hangs) + "</section>")
-    if others:
-        body.append("<section id=\"runs\"><h2>Other runs</h2><table class=\"runs\"><thead><tr><th>run</th>"
-                    "<th>point</th><th>outcome</th><th>seconds</th><th>reason</th></tr></thead><tbody>"
-                    + "".join(_run_row(r) for r in others) + "</tbody></table></section>")
+                    + "".join(_bisection(h, ls, s, a) for (h, ls, s), a in zip(page.ladders, about)) + "</section>")
+    body += _run_sections(page.runs)
     return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -69,13 +66,38 @@ def render(page: Page) -> str:
             + "".join(body) + "</body></html>\n")
 
 
+def _run_sections(runs: Sequence[RunPage]) -> list[str]:
+    """The hangs (their looks at the ranks), the runs that did not hang but were looked at, then
+    a table of the rest, each section named for what it holds."""
+    hangs = [r for r in runs if r.outcome == "hang"]
+    looked = [r for r in runs if r.looks and r.outcome != "hang"]
+    others = [r for r in runs if r not in hangs and r not in looked]
+    out = []
+    if hangs:
+        out.append("<section id=\"hangs\"><h2>Hangs and looks at the ranks</h2>" + _RANK_LEGEND
+                   + "".join(run_section(r) for r in hangs) + "</section>")
+    if looked:
+        out.append("<section id=\"looked\"><h2>Looks at the ranks of runs that did not hang</h2>" + _RANK_LEGEND
+                   + "".join(run_section(r) for r in looked) + "</section>")
+    if others:
+        heading = "Other runs" if hangs or looked else ("The run" if len(runs) == 1 else "Runs")
+        out.append(f"<section id=\"runs\"><h2>{heading}</h2><div class=\"scroll\"><table class=\"runs\"><thead><tr>"
+                   "<th>run</th><th>point</th><th>outcome</th><th>seconds</th><th>reason</th></tr></thead><tbody>"
+                   + "".join(_run_row(r) for r in others) + "</tbody></table></div></section>")
+    return out
+
+
 # ------------------------------------------------------------------ bisections
 
 
-def _bisection(heading: str, ladders: Sequence[Ladder], summary: str) -> str:
+def _bisection(heading: str, ladders: Sequence[Ladder], summary: str, about: Sequence[tuple[str, str]] = ()) -> str:
     out = [f"<article class=\"bisection\"><h3>{esc(heading)}</h3>"]
     if summary:
         out.append(f"<p class=\"verdict\">{esc(summary)}</p>")
+    if about:
+        out.append("<dl class=\"about\">" + "".join(
+            f"<dt>{esc(what)}</dt><dd>" + (f"<pre><code>{esc(text, 4000)}</code></pre>" if what in CODE else esc(text, 2000))
+            + "</dd>" for what, text in about) + "</dl>")
     for lad in ladders:
         out.append(f"<figure class=\"ladder-figure\" data-stage=\"{esc(lad.stage)}\"><figcaption>{esc(lad.title)}"
                    f"</figcaption><div class=\"scroll\">{svg(lad)}</div>")
@@ -84,6 +106,10 @@ def _bisection(heading: str, ladders: Sequence[Ladder], summary: str) -> str:
                        + "</ul>")
         if lad.note:
             out.append(f"<p class=\"note\">{esc(lad.note)}</p>")
+        trials = [r for r in lad.rungs if r.subject] if lad.stage == "env" else []
+        if trials:  # what each trial applied, in words the ladder has no room for
+            out.append("<ul class=\"trials\">" + "".join(f"<li><code>{esc(r.label)}</code> {esc(r.subject, 400)}</li>"
+                                                        for r in trials) + "</ul>")
         out.append(_order_table(lad) + "</figure>")
     out.append("</article>")
     return "".join(out)
@@ -211,7 +237,8 @@ h3{font-size:15px;margin:18px 0 6px}.meta,.note,figcaption{color:var(--muted)}
 code,pre,.c,.ranks th{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
 pre{background:var(--card);border:1px solid var(--line);padding:8px;overflow:auto;white-space:pre-wrap;word-break:break-all}
 article{border:1px solid var(--line);border-radius:6px;padding:4px 14px 12px;margin:12px 0;background:var(--bg)}
-.scroll{overflow-x:auto}
+.scroll{overflow-x:auto}.ladder-rows{display:flex;flex-wrap:wrap}figure.ladder-figure{margin:10px 0}
+.trials{margin:4px 0;padding-left:18px;font-size:12px;word-break:break-word}
 .pill{display:inline-block;border-radius:10px;padding:0 8px;color:#fff;font-size:12px;font-weight:600}
 .pill.pass{background:var(--pass)}.pill.fail{background:var(--fail)}.pill.hang{background:var(--hang)}
 .pill.skip,.pill.interrupted,.pill.running{background:var(--skip)}.pill.marked{background:var(--marked)}
@@ -236,6 +263,8 @@ svg .order{fill:#fff;font-weight:700}svg .outcome-word{fill:var(--muted);font-si
 svg .caveat path{fill:#d4a72c}svg .caveat text{fill:var(--fg);font-size:10px}
 svg a:focus .point,svg a:hover .point{stroke:var(--fg)}
 .caveats{margin:4px 0;padding-left:18px}
+.about{display:grid;grid-template-columns:max-content minmax(0,1fr);gap:2px 12px;margin:6px 0 10px}
+.about dt{color:var(--muted)}.about dd{margin:0;word-break:break-word}.about pre{margin:0}
 @media print{:root{--bg:#fff;--fg:#000;--card:#fff;--line:#999}body{max-width:none;padding:0}
 article,figure,tr{break-inside:avoid}details.order[open] summary,.stack summary{list-style:none}
 a{color:inherit;text-decoration:none}}

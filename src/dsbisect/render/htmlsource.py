@@ -247,7 +247,7 @@ def commit_ladder(title: str, r: Result, steps: Sequence[Step]) -> Ladder:
 
 
 def _env_ladders(record, r: Recorded) -> tuple[Ladder, ...]:
-    rungs = [Rung(label=t.label or f"{len(t.applied)} changes",
+    rungs = [Rung(label=_trial_label(i, t.label), subject="" if i < 2 else (t.label or f"{len(t.applied)} changes"),
                   tested=Tested(order=i + 1, outcome=t.outcome.value, verdict=t.side.value, run_ids=t.run_ids,
                                 manual=False, detail=t.detail)) for i, t in enumerate(r.trials)]
     if not rungs:  # a record without its trials (not finished): the level-1 steps
@@ -263,6 +263,14 @@ def _env_ladders(record, r: Recorded) -> tuple[Ladder, ...]:
         if commits:
             out.append(commit_ladder(title, rel, commits))
     return tuple(out)
+
+
+def _trial_label(i: int, label: str) -> str:
+    """A level-1 rung's label: the two ends by name, a trial by its number (what it applied is
+    its subject: in its tooltip, the test order and the list under the ladder)."""
+    if i < 2 and label in ("good env", "bad env"):
+        return label
+    return f"trial {i - 1}" if i >= 2 else label or "an end"
 
 
 def _list(value: object) -> list:
@@ -309,15 +317,45 @@ def store_page(store, records, bisection_key: str | None = None, title: str = "d
                cases: Sequence[str] = ()) -> Page:
     """The whole store (its bisections and ``records``), or one bisection (and the runs given);
     ``cases``: only the bisections of those cases."""
+    from dsbisect.render.answers import level2
+
     found = store_bisections(store)
     if bisection_key is not None:
         found = [b for b in found if b.key == bisection_key]
+    else:  # an environment bisection's level 2 is drawn within it, not again on its own
+        inner = level2(found)
+        found = [b for b in found if b.key not in inner]
     if cases:
         found = [b for b in found if isinstance(b.params, dict) and b.params.get("case") in cases]
     sections = tuple((f"{b.package} {b.good} → {b.bad} ({b.status})", ladders(b), _summary(b)) for b in found)
     once = list({r.id: r for r in records}.values())  # a run shown under two case names of one key: one section
     runs = tuple(run_page(r, store.dir) for r in once)
-    return Page(title=title, ladders=sections, runs=runs)
+    by_id = {r.id: r for r in store.runs()} if found else {}
+    about = tuple(about_bisection(b, [by_id[i] for i in dict.fromkeys(_run_ids(b)) if i in by_id]) for b in found)
+    return Page(title=title, ladders=sections, runs=runs, about=about)
+
+
+def about_bisection(b, runs: Sequence) -> tuple[tuple[str, str], ...]:
+    """What a maintainer reads first of a bisection: the regression (as the bad end defined it),
+    the command its runs ran, their environment and host, and the line that reproduces it."""
+    import shlex
+
+    from dsbisect.envs.facts import describe_env
+    from dsbisect.render.report import host_lines, index_lines
+
+    r = _recorded(b)
+    out = [("the regression", a.regression.describe().removeprefix("the regression: ")) for a in r.answers[:1]
+           if a.regression is not None and a.regression.describe()]
+    command = next((shlex.join(map(str, x.facts.command)) for x in runs if x.facts.command), "")
+    out += [("command", command)] if command else []
+    facts = next((x.facts for x in runs if x.facts.versions), None)
+    env = [describe_env(facts)] if facts else []
+    env += [ln for ln in index_lines(list(runs)) + host_lines(list(runs)) if not ln.startswith("host: not recorded")]
+    out += [("environment", "; ".join(env))] if env else []
+    argv = b.params.get("argv") if isinstance(b.params, Mapping) else None
+    if isinstance(argv, list) and argv:
+        out.append(("reproduce with", shlex.join(["dsbisect", "bisect", *map(str, argv)])))
+    return tuple(out)
 
 
 def one_run_page(record, store_dir: Path | None, tail_lines: int = 40) -> Page:
@@ -360,4 +398,7 @@ def _summary(b) -> str:
             parts.append(f"{word[1]} commit {c.first_bad[:12]} {c.subject}".rstrip())
     if r.culprits:
         parts.append("culprits: " + ", ".join(r.culprits))
+    why = r.message if r.environment else (r.answers[0].message if r.answers else "")
+    if why and r.verdict is not None and (r.environment or r.verdict.exit_code):  # the chain, or why no answer
+        parts = [parts[0], why]
     return "; ".join(parts)

@@ -15,9 +15,11 @@ from dsbisect.core.outside import clip, safe
 from dsbisect.core.paths import unlocal
 
 OUTCOMES = ("pass", "fail", "hang", "skip")
-STEP_X = 64
-LEFT = 44
-HEIGHT = 150
+STEP_X = 56
+LEFT = 30  # each row's margin: the next row's first rung sits a step after this row's last
+ROW = 8  # rungs a row holds: a row is 508 px, which a 640 px window shows whole
+LABEL = 14  # characters of a rung's label drawn (the whole one is in its tooltip and the test order)
+HEIGHT = 160
 AXIS_Y = 70
 
 
@@ -65,18 +67,24 @@ def mark(t: Tested) -> str:
 
 
 def svg(ladder: Ladder) -> str:
-    """The ladder as one inline SVG (classes styled by the page's CSS)."""
-    n = max(len(ladder.rungs), 1)
-    width = LEFT * 2 + STEP_X * n
-    parts = [f'<svg class="ladder" role="img" viewBox="0 0 {width} {HEIGHT}" width="{width}" height="{HEIGHT}" '
-             f'aria-label="{esc(ladder.title)}" xmlns="http://www.w3.org/2000/svg">',
-             f'<line class="axis" x1="{LEFT}" y1="{AXIS_Y}" x2="{width - LEFT}" y2="{AXIS_Y}"/>']
+    """The ladder as inline SVG rows of at most ``ROW`` rungs (classes styled by the page's CSS):
+    side by side where the page is wide, one under another where it is not (a 640 px window), so
+    no rung is ever out of sight; the boundary drawn in the row of the first bad rung."""
     labels = [r.label for r in ladder.rungs]
     gap = _boundary_index(labels, ladder.boundary)
-    if gap is not None:
-        parts += _boundary(gap, ladder.caveats)
-    for i, rung in enumerate(ladder.rungs):
-        parts.append(_rung(i, rung))
+    rows = [range(k, min(k + ROW, len(ladder.rungs))) for k in range(0, max(len(ladder.rungs), 1), ROW)]
+    return "<div class=\"ladder-rows\">" + "".join(_row(ladder, list(r), gap) for r in rows) + "</div>"
+
+
+def _row(ladder: Ladder, indices: list[int], gap: int | None) -> str:
+    width = LEFT * 2 + STEP_X * max(len(indices), 1)
+    first = indices[0] if indices else 0
+    parts = [f'<svg class="ladder" role="img" viewBox="0 0 {width} {HEIGHT}" width="{width}" height="{HEIGHT}" '
+             f'aria-label="{esc(ladder.title)}" xmlns="http://www.w3.org/2000/svg">',
+             f'<line class="axis" x1="0" y1="{AXIS_Y}" x2="{width}" y2="{AXIS_Y}"/>']
+    if gap is not None and gap in indices:
+        parts += _boundary(gap - first, ladder.caveats, width)
+    parts += [_rung(i - first, ladder.rungs[i]) for i in indices]
     parts.append("</svg>")
     return "".join(parts)
 
@@ -96,15 +104,17 @@ def _boundary_index(labels: list[str], boundary: tuple[str, str] | None) -> int 
     return None
 
 
-def _boundary(gap: int, caveats: tuple[str, ...]) -> list[str]:
+def _boundary(gap: int, caveats: tuple[str, ...], width: int) -> list[str]:
     x = _x(gap) - STEP_X / 2
     out = [f'<line class="boundary" x1="{x}" y1="18" x2="{x}" y2="{AXIS_Y + 14}"/>',
            f'<text class="boundary-label" x="{x}" y="14" text-anchor="middle">boundary</text>']
     for k, caveat in enumerate(caveats[:2]):
         y = 30 + 13 * k
+        right = x + 9 + 6 * min(len(_short(caveat)), 24) <= width  # else the words go left of the line
         out.append(f'<g class="caveat"><title>{esc(caveat)}</title>'
                    f'<path d="M{x - 6} {y + 5} L{x + 6} {y + 5} L{x} {y - 6} Z"/>'
-                   f'<text x="{x + 9}" y="{y + 4}">{esc(_short(caveat), 40)}</text></g>')
+                   f'<text x="{x + 9 if right else x - 9}" y="{y + 4}" text-anchor="{"start" if right else "end"}">'
+                   f'{esc(_short(caveat), 24)}</text></g>')
     return out
 
 
@@ -119,8 +129,8 @@ def _short(caveat: str) -> str:
 
 def _rung(i: int, rung: Rung) -> str:
     x = _x(i)
-    label = f'<text class="rung-label" x="{x}" y="{AXIS_Y + 26}" text-anchor="end" ' \
-            f'transform="rotate(-35 {x} {AXIS_Y + 26})">{esc(rung.label, 22)}</text>'
+    label = f'<text class="rung-label" x="{x}" y="{AXIS_Y + 24}" text-anchor="end" ' \
+            f'transform="rotate(-45 {x} {AXIS_Y + 24})">{esc(rung.label, LABEL)}</text>'
     t = rung.tested
     if t is None:
         return f'<g class="rung untested"><title>{esc(rung.label)}: not tested</title>' \
