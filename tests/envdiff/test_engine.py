@@ -388,6 +388,23 @@ def test_what_the_trials_cost_beyond_the_base_is_said(tmp_path):
     assert not any(n.startswith("a ") for n in notes)
 
 
+def test_many_changes_of_base_packages_are_one_note(tmp_path):
+    """The environment-diff example moved 18 packages the base provides: one note for them, not
+    one a line (19 `note:` lines before anything started)."""
+    from dsbisect.envs.base import Base
+    from dsbisect.envdiff.plan import EnvRequest, costs
+    from dsbisect.envdiff.environments import diff, read_environment
+    from conftest import make_case
+
+    names = [f"p{i:02d}" for i in range(18)]
+    base = Base("python3", "3.11.7", (), tuple((n, "9.0", str(tmp_path / "none")) for n in names))
+    good = read_environment(_write(tmp_path / "g.txt", "".join(f"{n}==1.0\n" for n in names)))
+    bad = read_environment(_write(tmp_path / "b.txt", "".join(f"{n}==2.0\n" for n in names)))
+    (note,) = costs(diff(good, bad), EnvRequest(good, bad, make_case(tmp_path)), base, layered=True)
+    assert note.startswith("the base provides 18 of the changed packages at other versions (p00 9.0, p01 9.0, ")
+    assert "and 12 more): trials install their own; --hold NAME keeps the base's" in note
+
+
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path

@@ -176,18 +176,23 @@ def costs(changes: Sequence[Change], req: EnvRequest, base: base_env.Base, layer
              for env in (req.good_env, req.bad_env) if env.python and env.python.split(".")[:2] != base.version.split(".")[:2]]
     if not layered:
         return (*notes, "isolated venvs: every trial installs the whole environment (torch included) from the index")
+    removed, copied = [], []
     for c in changes:
         have = base.version_of(c.name)
         if have is None:
             continue
         if c.kind is Kind.REMOVED:
-            notes.append(f"{c.describe()}: the base has {c.name} {have}, which stays importable in every trial "
-                         "(layered venvs): the removal cannot be tested as such")
+            removed.append(f"{c.describe()}: the base has {c.name} {have}, which stays importable in every trial "
+                           "(layered venvs): the removal cannot be tested as such")
         elif c.bad is not None and c.bad.version != have or c.good is not None and c.good.version != have:
             size = _installed_mb(base, c.name)
             cost = f" (~{size} MB in each venv that differs)" if size else ""
-            notes.append(f"{c.describe()}: the base provides {c.name} {have}; trials install their own{cost}; "
-                         f"--hold {c.name} keeps the base's instead")
+            copied.append((c, have, size, f"{c.describe()}: the base provides {c.name} {have}; trials install their "
+                                          f"own{cost}; --hold {c.name} keeps the base's instead"))
+    notes += removed if len(removed) <= GROUP else [
+        f"{len(removed)} removed packages the base has stay importable in every trial (layered venvs): their removal "
+        f"cannot be tested as such ({_some([c.split(':')[0].removeprefix('- ') for c in removed])})"]
+    notes += [said for *_, said in copied] if len(copied) <= GROUP else [_copies(copied)]
     same = [p for p in req.good_env.pins if p.version and base.version_of(p.name) not in (None, p.version)
             and req.bad_env.get(p.name) == p and canonicalize_name(p.name) not in {*held, *map(canonicalize_name, req.hold)}]
     if same:
@@ -195,6 +200,24 @@ def costs(changes: Sequence[Change], req: EnvRequest, base: base_env.Base, layer
                      f"installed in every venv: " + ", ".join(f"{p.name} {p.version}" for p in same[:8])
                      + (" ..." if len(same) > 8 else ""))
     return tuple(notes)
+
+
+GROUP = 2  # notes of one kind beyond which they are said as one
+
+
+def _some(items: Sequence[str], n: int = 6) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def _copies(copied: Sequence[tuple[Change, str, int, str]]) -> str:
+    """The changes of packages the base provides at another version, as one note: what a trial
+    installs over the base, and how to keep the base's."""
+    mb = sum(size for _, _, size, _ in copied)
+    largest = sorted(copied, key=lambda x: -x[2])[0][0].name
+    return (f"the base provides {len(copied)} of the changed packages at other versions "
+            f"({_some([f'{c.name} {have}' for c, have, _, _ in copied])}): trials install their own"
+            + (f" (~{mb} MB in each venv that differs in all of them)" if mb else "")
+            + f"; --hold NAME keeps the base's (e.g. --hold {largest})")
 
 
 def _installed_mb(base: base_env.Base, name: str) -> int:
