@@ -128,9 +128,14 @@ def test_an_index_that_cannot_be_read_is_exit_1_and_creates_nothing(tmp_path, cl
             "run": ["run", "--versions", "dsb-toy=1.0.0,1.1.0", "--", "python", "toy_repro.py"]}[command]
     before = sorted(p.name for p in tmp_path.iterdir())
     monkeypatch.setenv("DSBISECT_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("DSBISECT_NET_BACKOFF", "0.01")  # the backoff of a real run, shorter
     res = cli(args[0], "--index-url", url, *args[1:], cwd=tmp_path)
     assert res.exit_code == 1, res.stderr
-    assert "cannot read dsb-toy from the index" in _one_line(res)
+    *retries, error = res.stderr.strip().splitlines()
+    assert error.startswith("error: cannot read dsb-toy from the index") and "Traceback" not in res.stderr
+    # a transient failure (a 503, a name that does not resolve) is tried again, each retry said; a refusal is not
+    assert [r.split("; ")[-1] for r in retries] == ([] if where == "refused" else [
+        f"trying again in {s:g} s (retry {k} of 3)" for k, s in ((1, 0.01), (2, 0.02), (3, 0.04))])
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 

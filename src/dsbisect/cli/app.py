@@ -22,10 +22,11 @@ from typer.core import TyperCommand, TyperGroup
 
 from dsbisect import __version__
 from dsbisect.cli import helptext
-from dsbisect.cli.output import out, say_error
+from dsbisect.cli.output import out, say, say_error
 from dsbisect.core.disk import is_full, message as disk_message
 from dsbisect.core.errors import DsbisectError, Stopped, signal_of
 from dsbisect.core.redact import remember, secret_values
+from dsbisect.core.tell import listening
 from dsbisect.run.session import share_with
 
 # Click's own error classes, whether typer vendors click or not.
@@ -95,7 +96,7 @@ class OneLineErrors(CompactHelp, TyperGroup):
             say_error(f"argument {bad + 1} ({str(argv[bad])!r}) holds a NUL byte, which no program can be given")
             sys.exit(2)
         try:
-            with stop_on_signals():
+            with stop_on_signals(), listening(say):  # a wait or a retry deep in a job: a line on stderr
                 code = super().main(*args, standalone_mode=False, **kwargs)
         except CLICK_ERROR as e:
             if type(e).__name__ == "NoArgsIsHelpError":  # bare `dsbisect`: the help, as asked

@@ -18,6 +18,7 @@ from dsbisect.core import proc
 from dsbisect.core.errors import EnvBuildError
 from dsbisect.core.model import IndexOptions
 from dsbisect.core.outside import clip
+from dsbisect.envs import network
 
 
 def uv_bin() -> str:
@@ -38,12 +39,17 @@ class Uv:
     index: IndexOptions = IndexOptions()
 
     def run(self, args: Sequence[str]) -> str:
-        """uv ``args``; what it printed (it reports what it would do on stderr)."""
+        """uv ``args``; what it printed (it reports what it would do on stderr).  A failure of the
+        network (DNS, a reset, a server's 5xx) is tried again, said, before it is an EnvBuildError."""
         env = uv_env(proc.clean_env({"UV_NO_PROGRESS": "1", "UV_CACHE_DIR": str(self.cache), "DS_BUILD_OPS": "0"}))
-        done = proc.run([uv_bin(), *args], env=env)
-        if not done.ok:
-            raise EnvBuildError(reason(done.stderr or done.stdout or done.error))
-        return done.output
+
+        def once() -> str:
+            done = proc.run([uv_bin(), *args], env=env)
+            if not done.ok:
+                raise EnvBuildError(reason(done.stderr or done.stdout or done.error))
+            return done.output
+
+        return network.retried(once, f"uv {' '.join(args[:2])}", network.uv_cause, (EnvBuildError,))
 
     def venv(self, path: Path, python: str) -> None:
         self.run(["venv", "--quiet", "--relocatable", "--python", python, str(path)])

@@ -25,6 +25,7 @@ from packaging.version import InvalidVersion, Version
 from dsbisect.core.errors import ExternalFailure, InputError, RangeError
 from dsbisect.core.files import DATA_LIMIT, read_small
 from dsbisect.core.model import Case, IndexOptions
+from dsbisect.envs import network
 
 PYPI = "https://pypi.org/simple/"
 
@@ -165,7 +166,7 @@ def _missing_from_wheelhouse(package: str, lo: Version, hi: Version, have: set[V
     """Releases between lo and hi the default index has and the wheelhouse lacks; [] when the
     index cannot be reached (an offline machine: the look is best effort, never a failure)."""
     try:
-        online = _index_cached(default_index(IndexOptions()), canonicalize_name(package), 5.0)
+        online = _index_cached(default_index(IndexOptions()), canonicalize_name(package), 5.0, patient=False)
     except (InputError, ExternalFailure):
         return []
     return [str(r.version) for r in sorted(online, key=lambda r: r.version)
@@ -246,16 +247,18 @@ def _bad_url_errors() -> tuple[type[Exception], ...]:
 
 
 @lru_cache(maxsize=64)
-def _index_cached(url: str, name: str, timeout: float = 60.0) -> tuple[Release, ...]:
+def _index_cached(url: str, name: str, timeout: float = 60.0, patient: bool = True) -> tuple[Release, ...]:
+    """The releases an index lists for ``name``; ``patient``: a transient network error is tried
+    again (envs.network) before it is an ExternalFailure (a best-effort look is not patient)."""
     import requests
-    from pypi_simple import NoSuchProjectError, PyPISimple, UnsupportedContentTypeError
+    from pypi_simple import NoSuchProjectError, UnsupportedContentTypeError
 
     try:
         if url.startswith("file:"):
             page = _local_page(url, name)
         else:
-            with PyPISimple(endpoint=url) as client:
-                page = client.get_project_page(name, timeout=timeout)
+            page = network.retried(lambda: _project_page(url, name, timeout), f"reading {name} from the index {url}",
+                                   network.http_cause, (requests.RequestException,), None if patient else ())
     except NoSuchProjectError:
         return ()
     except _bad_url_errors() as e:  # the URL given cannot name an index: bad input
@@ -280,6 +283,13 @@ def _index_cached(url: str, name: str, timeout: float = 60.0) -> tuple[Release, 
         if isinstance(when, datetime) and (v not in uploaded or when < uploaded[v]):
             uploaded[v] = when
     return tuple(Release(v, all(ys), url, uploaded.get(v)) for v, ys in by_version.items())
+
+
+def _project_page(url: str, name: str, timeout: float):
+    from pypi_simple import PyPISimple
+
+    with PyPISimple(endpoint=url) as client:
+        return client.get_project_page(name, timeout=timeout)
 
 
 def _local_page(url: str, name: str):
