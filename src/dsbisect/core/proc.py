@@ -81,6 +81,11 @@ def cancellable(stop: threading.Event) -> Iterator[None]:
         _local.stop = before
 
 
+def stop_event() -> threading.Event | None:
+    """This thread's cancel event (``cancellable``), None outside one: a wait looks at it too."""
+    return getattr(_local, "stop", None)
+
+
 def run(argv: Sequence[str | Path], *, env: Mapping[str, str] | None = None, cwd: Path | None = None,
         timeout: float | None = None, stdout=None, keep: Keep = KEEP) -> Completed:
     """Run ``argv`` to its end with stdin closed; each output stream read as it comes, at most

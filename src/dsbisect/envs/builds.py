@@ -21,11 +21,10 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from filelock import FileLock
 from packaging.utils import canonicalize_name
 
 from dsbisect.envs import base as base_env
-from dsbisect.core import proc
+from dsbisect.core import proc, waits
 from dsbisect.envs.cache import MARKER, CachePaths
 from dsbisect.core.compat import SHIMS
 from dsbisect.core.errors import EnvBuildError
@@ -60,7 +59,7 @@ class Builds:
         key = digest({"python": self.python, "site": list(torch_site), "context": sorted(context),
                       "pins": list(self.options.build_pins), "index": self.uv.index.uv_args()})
         path = self.paths.builders / key
-        with FileLock(str(self.paths.lock(f"builder-{key}"))):
+        with waits.held(self.paths.lock(f"builder-{key}"), f"the wheel builder venv {key[:12]}"):
             if (path / MARKER).is_file():
                 return path
             tmp = path.with_name(key + ".tmp")
@@ -100,7 +99,7 @@ class Builds:
         key = {"python": os.path.realpath(self.python), "torch": torch} if torch else {"site": list(torch_site)}
         out = self.paths.wheels / digest(key)
         out.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.paths.lock(f"wheel-{out.name}-{name}-{version}"))):
+        with waits.held(self.paths.lock(f"wheel-{out.name}-{name}-{version}"), f"the wheel of {name}=={version}"):
             if not any(file_is(w.name, name, version) for w in out.glob("*.whl")):
                 builder = self.builder(torch_site, context, hold)
                 self.log(f"building a wheel of {name}=={version} (its setup.py imports torch)")
@@ -116,7 +115,7 @@ class Builds:
             if ready:
                 return ready[0]
         out = self.paths.commit_wheels / src.ident
-        with FileLock(str(self.paths.lock(f"commit-{src.ident}"))):
+        with waits.held(self.paths.lock(f"commit-{src.ident}"), f"the build of {src.package} at {src.short}"):
             found = sorted(out.glob("*.whl")) if out.is_dir() else []
             if found:
                 return found[0]

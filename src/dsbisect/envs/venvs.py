@@ -31,7 +31,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from dsbisect.envs import base as base_env
-from dsbisect.core import disk
+from dsbisect.core import disk, waits
 from dsbisect.envs.builds import Builds
 from dsbisect.envs.cache import MARKER, CachePaths, disk_usage
 from dsbisect.core.errors import EnvBuildError
@@ -156,12 +156,12 @@ class EnvManager:
         spec = self.spec_for(point)
         final = self.paths.envs / spec.key
         try:
-            with FileLock(str(self.paths.lock(spec.key))):
+            with waits.held(self.paths.lock(spec.key), f"the venv of {point.label} (env {spec.key[:16]})"):
                 reused = self._reuse(final, spec)
                 if reused is None:
                     return self._build(point, spec, final)
             if spec.mode == BaseMode.LAYERED.value and base_env.missing_bytecode(self.base):
-                with FileLock(str(self.paths.lock("bytecode"))):  # a base reinstalled without it
+                with waits.held(self.paths.lock("bytecode"), "the bytecode cache of the base environment"):
                     base_env.cache_bytecode(self.base, self.log)
             return reused
         except OSError as e:  # a full cache disk: the point cannot be tested here (a SKIP), said in one line

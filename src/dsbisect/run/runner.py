@@ -168,7 +168,8 @@ class Runner:
         def one(point: Point) -> list[RunRecord]:
             slot = free.get()
             try:
-                return self.runs(case, point, want, enough, slot)
+                with proc.cancellable(self.cancel):  # a wait for a lock ends once the runs are stopped
+                    return self.runs(case, point, want, enough, slot)
             finally:
                 free.put(slot)
 
@@ -182,12 +183,16 @@ class Runner:
 
     def _sequential(self, case: Case, points: list[Point], want: int, enough) -> list[list[RunRecord]]:
         """One point after another, the next point's venv built while the current one runs."""
-        out = []
+        out, stop = [], threading.Event()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsbisect-env") as bg:
-            for i, point in enumerate(points):
-                if i + 1 < len(points):
-                    bg.submit(self._prepare, case, points[i + 1], "the next point")
-                out.append(self.runs(case, point, want, enough))
+            try:
+                for i, point in enumerate(points):
+                    if i + 1 < len(points):
+                        bg.submit(self._prepare_cancellable, stop, case, points[i + 1], "the next point")
+                    out.append(self.runs(case, point, want, enough))
+            except BaseException:  # Ctrl-C: the next point's build (or its wait for a lock) stops too
+                stop.set()
+                raise
         return out
 
     def prepare_ahead(self, case: Case, points: list[Point]) -> None:
@@ -212,9 +217,13 @@ class Runner:
             self._ahead, self._ahead_jobs = None, []
 
     def _prepare_ahead(self, case: Case, point: Point) -> None:
+        self._prepare_cancellable(self._ahead_stop, case, point)
+
+    def _prepare_cancellable(self, stop: threading.Event, case: Case, point: Point,
+                             why: str = "the search may test it next") -> None:
         try:
-            with proc.cancellable(self._ahead_stop):
-                self._prepare(case, point)
+            with proc.cancellable(stop):  # its builds and its waits for locks stop once ``stop`` is set
+                self._prepare(case, point, why)
         except proc.Cancelled:
             return  # not needed any more; a later run of this point builds it again
 

@@ -12,7 +12,7 @@ The lease: a row also carries a heartbeat, refreshed every ``HEARTBEAT_S`` while
 live.  A machine cannot see another machine's processes, so a row of another host is judged
 by its heartbeat alone: older than ``LEASE_S``, the claim is abandoned.
 
-Standard library only; no SQL here (``store`` keeps all of it).
+The standard library and core's waits only; no SQL here (``store`` keeps all of it).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsbisect.core import waits
 from dsbisect.core.errors import StoreError
 
 LOCK = "dsbisect.lock"
@@ -117,7 +118,9 @@ class StoreLock:
         self._fd = os.open(store / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
         how = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         deadline = time.monotonic() + (0 if exclusive else wait_s)
+        wait = waits.Waiting(f"the store {store} (a repair holds it)", lambda: waits.holders(store / LOCK))
         while (got := _flock(self._fd, how)) is False:
+            wait.still()  # said after a moment; a cancelled thread stops waiting
             if time.monotonic() >= deadline:
                 who = ", ".join(map(str, holders(store))) or "another process"
                 self.release()
