@@ -177,3 +177,35 @@ def test_a_dsbisect_waiting_for_another_ones_venv_says_so_and_stops_on_ctrl_c(tm
                     p.kill()
         server.shutdown()
         server.server_close()
+
+
+WAIT_FOR = """\
+import fcntl, os, sys
+claim = os.path.join(sys.argv[2], "ops-building", f"shm_comm.{os.getpid()}")
+os.makedirs(os.path.dirname(claim), exist_ok=True)
+open(claim, "w").close()
+f = open(sys.argv[1], "a")
+fcntl.flock(f, fcntl.LOCK_EX)  # as the hook's shared op build waits for a peer's
+"""
+
+
+def test_a_rank_waiting_for_another_runs_op_build_is_said_with_who(tmp_path, holder):
+    """A rank of this run (its claim in the run folder) blocked on the shared build lock of an op
+    that a process of another run holds: the phase watch says whose build it waits for."""
+    from dsbisect.run.phases import PhaseWatch, waiting_elsewhere
+
+    lock, other = holder
+    run_dir = tmp_path / "run"
+    rank = subprocess.Popen([sys.executable, "-c", WAIT_FOR, str(lock), str(run_dir)])
+    try:
+        found = wait_until(lambda: waiting_elsewhere(run_dir), 30, "the rank to block on the lock")
+        assert found == {"shm_comm": [other.pid]}
+        told: list[str] = []
+        with PhaseWatch(tmp_path / "extensions", told.append, run_dir):
+            wait_until(lambda: any(t.startswith("waiting for") for t in told), 30, "the watch to say it")
+        said = next(t for t in told if t.startswith("waiting for"))
+        assert said.startswith(f"waiting for DeepSpeed's shm_comm op, which another run is compiling: held by pid "
+                               f"{other.pid} (python")
+    finally:
+        rank.kill()
+        rank.wait()

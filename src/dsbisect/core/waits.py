@@ -67,17 +67,31 @@ class Waiting:
 
 
 def described(pids: list[int]) -> str:
-    """Who holds it, in words: ``held by pid 4242 (dsbisect bisect deepspeed 0.18.6 0.18.7)``."""
+    """Who holds it, in words: ``held by pid 4242 (dsbisect bisect deepspeed 0.18.6 0.18.7)``;
+    a process that another dsbisect started (a rank of its run) with that dsbisect named too."""
     if not pids:
         return "held by another process"
     words = []
     for pid in pids[:2]:
         if pid == os.getpid():
             words.append(f"held by this dsbisect (pid {pid}, another of its threads)")
-        else:
-            line = command_of(pid)
-            words.append(f"held by pid {pid}" + (f" ({line})" if line else ""))
+            continue
+        line, owner = command_of(pid), _dsbisect_above(pid)
+        words.append(f"held by pid {pid}" + (f" ({line})" if line else "")
+                     + (f", started by pid {owner} ({command_of(owner)})" if owner else ""))
     return ", ".join(words)
+
+
+def _dsbisect_above(pid: int) -> int | None:
+    """The dsbisect process ``pid`` runs below (a rank of its run), None when there is none."""
+    try:
+        for parent in psutil.Process(pid).parents():
+            argv = parent.cmdline()
+            if any(Path(a).name == "dsbisect" for a in argv[:2]) or argv[1:3] == ["-m", "dsbisect"]:
+                return parent.pid
+    except psutil.Error:
+        return None
+    return None
 
 
 def command_of(pid: int, limit: int = 120) -> str:
@@ -93,6 +107,21 @@ def command_of(pid: int, limit: int = 120) -> str:
         argv = [Path(argv[0]).name, *argv[1:]]
     text = " ".join(redact(shlex.join(argv)).split())  # one line, whatever the arguments hold
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def blocked_on(pid: int) -> list[int]:
+    """The pids holding the file lock that ``pid`` waits for ([] when it waits for none)."""
+    table = _locks()
+    waited = {f[6] for f in table if f[1] == "->" and len(f) > 6 and f[5] == str(pid)}
+    return list(dict.fromkeys(int(f[4]) for f in table if f[1] != "->" and len(f) > 5 and f[5] in waited
+                              and f[4].isdigit()))
+
+
+def _locks() -> list[list[str]]:
+    try:
+        return [line.split() for line in Path("/proc/locks").read_text().splitlines()]
+    except OSError:
+        return []
 
 
 def holders(path: Path) -> list[int]:

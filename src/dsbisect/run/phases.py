@@ -5,7 +5,8 @@ two cores) before the job prints anything.  torch's ``cpp_extension`` builds an 
 ``$TORCH_EXTENSIONS_DIR/<op>/`` and holds a ``lock`` file there while one rank compiles (the
 others wait on it); the built library (``<op>.so``) stays for the next run.  ``PhaseWatch``
 looks at that folder once a second during a run and says when a build starts
-("compiling DeepSpeed's shm_comm op (first run of this venv)") and when it is over.
+("compiling DeepSpeed's shm_comm op (first run of this venv)") and when it is over, and when a
+rank waits for a shared build that another run (another dsbisect sharing the cache) holds: whose.
 ``next_phase`` is the rule, with no I/O.
 """
 
@@ -15,6 +16,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from dsbisect.core import waits
 
 # DeepSpeed's just-in-time op names (op_builder's NAME values; "deepspeed_" prefixed ones too)
 _DEEPSPEED_OPS = ("shm_comm", "cpu_adam", "cpu_adagrad", "cpu_lion", "fused_adam", "fused_lamb", "fused_lion",
@@ -87,6 +90,32 @@ def look_claims(run_dir: Path) -> Builds:
     return Builds(tuple(names), ())
 
 
+def claim_pids(run_dir: Path) -> dict[str, tuple[int, ...]]:
+    """The processes of this run that wait for or make each shared op build (``look_claims``'s files)."""
+    out: dict[str, list[int]] = {}
+    try:
+        for p in (run_dir / CLAIMS).iterdir():
+            name, _, pid = p.name.rpartition(".")
+            if name and pid.isdigit():
+                out.setdefault(name, []).append(int(pid))
+    except OSError:
+        return {}
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def waiting_elsewhere(run_dir: Path) -> dict[str, list[int]]:
+    """The shared op builds this run's ranks wait for that a process of another run holds (its
+    pids, by op): another bisection sharing the cache compiles it."""
+    claims = claim_pids(run_dir)
+    ours = {pid for pids in claims.values() for pid in pids}
+    out = {}
+    for name, pids in claims.items():
+        others = [h for pid in pids for h in waits.blocked_on(pid) if h not in ours]
+        if others:
+            out[name] = list(dict.fromkeys(others))
+    return out
+
+
 def _merged(a: Builds, b: Builds) -> Builds:
     return Builds(tuple(sorted({*a.building, *b.building})), tuple(sorted({*a.built, *b.built})))
 
@@ -115,7 +144,7 @@ class PhaseWatch:
         return seen if self.run_dir is None else _merged(seen, look_claims(self.run_dir))
 
     def _loop(self) -> None:
-        shown, last = "", self.before
+        shown, last, told = "", self.before, set()
         while not self.stopped.wait(self.EVERY_S):
             seen = self._look()
             text = next_phase(shown, seen, last, self.before)
@@ -123,3 +152,7 @@ class PhaseWatch:
             if text and not self.stopped.is_set():
                 shown = text
                 self.say(text)
+            for name, pids in (waiting_elsewhere(self.run_dir) if self.run_dir is not None else {}).items():
+                if name not in told and not self.stopped.is_set():  # once an op: the build's own line follows
+                    told.add(name)
+                    self.say(f"waiting for {op_name(name)}, which another run is compiling: {waits.described(pids)}")
