@@ -83,6 +83,8 @@ class Bisection:
         self.regression: Regression | None = None
         self._different: dict[str, str] = {}  # label -> why it was not counted
         self._rounds: list[float] = []  # wall seconds of each round that ran something (eta.time_left)
+        self._launched: list[float] = []  # of each such round, its longest run's own seconds (launch to verdict)
+        self._after_ends = 0  # rounds before this one were the ends' (venvs built, bytecode cached: once)
         self._t0 = time.time()
 
     # ------------------------------------------------------------------ run
@@ -304,7 +306,7 @@ class Bisection:
         left = sum(1 for i in range(lo + 1, hi) if i not in known)
         what = "commits" if stage is Stage.COMMIT else "candidates"
         steps = steps_for(left, self.req.width)
-        eta_ = eta.about(eta.time_left(self._rounds, steps))
+        eta_ = eta.about(eta.time_left(eta.pace(self._rounds[self._after_ends:], self._launched), steps))
         self.runner.progress("note", f"{left} {what} left (about {steps} step{'s' if steps > 1 else ''}"
                                      f"{f', {eta_} at the pace so far' if eta_ else ''}); testing "
                                      f"{', '.join(self._label(points[i]) for i in indices)}")
@@ -314,9 +316,11 @@ class Bisection:
         only reused recorded runs took no time a new one would take: left out)."""
         t0 = time.monotonic()
         found = self.runner.run_many(self.req.case, chosen, want=self.req.repeat, enough=self._enough)
-        if any(r.started >= self._t0 and r.manual is None for runs in found for r in runs):
+        new = [r for runs in found for r in runs if r.started >= self._t0 and r.manual is None]
+        if new:
             n = eta.rounds_of(len(chosen), self.req.width)
             self._rounds += [(time.monotonic() - t0) / n] * n
+            self._launched += [max(r.seconds or 0.0 for r in new)] * n
         return found
 
     def _label(self, p: Point) -> str:
@@ -326,6 +330,7 @@ class Bisection:
         """Both ends must behave as declared; otherwise (verdict, message)."""
         self.runner.progress("note", self._range_note(labels, stage))
         ends = self._timed([points[0], points[-1]])
+        self._after_ends = len(self._rounds)
         fix = self.req.find_fix
         self._learn(labels[0] if fix else labels[-1], ends[0] if fix else ends[1])
         old, new = (self._step(p, runs, stage) for p, runs in zip((points[0], points[-1]), ends))

@@ -43,6 +43,14 @@ def time_left(rounds: Sequence[float], left: int) -> float | None:
     return median * left
 
 
+def pace(later: Sequence[float], launched: Sequence[float]) -> list[float]:
+    """The rounds a search's time left is figured from: the wall times of the rounds after its
+    ends, once there are some; until then, the ends' own run times (launch to verdict).  The ends'
+    round also built both venvs and cached the base's bytecode, once: figured from its wall time,
+    the first estimate ran high by all of that, times every step left."""
+    return list(later) or list(launched)
+
+
 def about(s: float | None) -> str:
     """``about 40 s``, ``about 7 min``, ``about 1 h 20 min`` ("" for None): a rough figure, said as one."""
     if s is None or not math.isfinite(s):
