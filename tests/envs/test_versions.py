@@ -71,3 +71,14 @@ def test_file_names_and_exact_pins():
     assert exact_version(Requirement("deepspeed==0.12.4")) == "0.12.4"
     assert exact_version(Requirement("deepspeed==0.12.*")) is None
     assert exact_version(Requirement("deepspeed>=0.12")) is None
+
+
+@pytest.mark.parametrize("asked, said", [
+    ("deepseed", " (did you mean deepspeed?)"),  # a package dsbisect is for
+    ("dsb-verr", " (did you mean dsb-ver?)"),  # one of the wheelhouse
+    ("ghost", ""),  # close to nothing: no guess
+])
+def test_a_misspelled_package_is_named_with_what_it_likely_meant(house, asked, said):
+    with pytest.raises(InputError) as e:
+        candidates(asked, "1.0.0", "1.1.0", house)
+    assert str(e.value).endswith(f"no releases found on the wheelhouse {house.find_links[0]}{said}")

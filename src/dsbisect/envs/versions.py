@@ -90,8 +90,31 @@ def listed(package: str, index: IndexOptions, pre: bool = False) -> list[Version
     """Every release a bisection could use (not yanked; final unless ``pre``), oldest first."""
     rels = [r.version for r in releases(package, index) if not r.yanked and (pre or not r.version.is_prerelease)]
     if not rels:
-        raise InputError(f"{package}: no releases found on {_where(index)}")
+        raise InputError(f"{package}: no releases found on {_where(index)}{did_you_mean(package, index)}")
     return rels
+
+
+# Packages dsbisect is for, and those their jobs move most: a misspelling of one is named.
+KNOWN = ("deepspeed", "transformers", "accelerate", "torch", "peft", "trl", "datasets", "tokenizers",
+         "safetensors", "huggingface-hub", "bitsandbytes", "flash-attn", "triton", "numpy", "pydantic", "megatron-core",
+         "apex", "xformers", "vllm", "torchvision", "lightning", "pytorch-lightning", "diffusers", "optimum", "evaluate")
+
+
+def did_you_mean(package: str, index: IndexOptions) -> str:
+    """`` (did you mean deepspeed?)`` for a name no index knows that is close to one dsbisect
+    knows of: the common ones, those installed here, those in the wheelhouses; "" for none."""
+    import difflib
+    from importlib import metadata
+
+    name = canonicalize_name(package)
+    known = set(KNOWN) | {canonicalize_name(d.metadata["Name"] or "") for d in metadata.distributions()}
+    for d in index.find_links:
+        try:
+            known |= {found[0] for f in Path(d).iterdir() if (found := dist_file(f.name))}
+        except OSError:
+            continue
+    close = difflib.get_close_matches(name, sorted(known - {name, ""}), n=1, cutoff=0.8)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 LATEST = "latest"  # BAD: the newest release the index or wheelhouse offers
@@ -108,7 +131,7 @@ def candidates(package: str, good: str, bad: str, index: IndexOptions, pre: bool
     """
     rels = releases(package, index)
     if not rels:
-        raise InputError(f"{package}: no releases found on {_where(index)}")
+        raise InputError(f"{package}: no releases found on {_where(index)}{did_you_mean(package, index)}")
     usable = [r for r in rels if (include_yanked or not r.yanked) and (pre or not r.version.is_prerelease)]
     b = _latest(package, usable, index) if bad == LATEST else parse(bad)
     g = usable[0].version if good == AUTO and usable else parse(good)
@@ -191,7 +214,8 @@ def check_points(cases: list[Case], index: IndexOptions) -> None:
         known = {r.version for r in releases(name, index)}
         for v in sorted(versions):
             if Version(v) not in known:
-                raise InputError(f"{name}=={v} is not on {_where(index)}; check the matrix's axes")
+                hint = did_you_mean(name, index) if not known else ""
+                raise InputError(f"{name}=={v} is not on {_where(index)}{hint}; check the matrix's axes")
 
 
 def _where(index: IndexOptions) -> str:
