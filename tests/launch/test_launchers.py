@@ -60,7 +60,8 @@ def _cases(folder: Path) -> dict[str, tuple[Case, tuple[int, ...] | None, bool, 
                        None, False, None),
         "cmd-acc": (cmd("accelerate", "launch", "--num_processes", "2", "train.py", "--lr", "1"), None, False, None),
         "cmd-exe": (cmd("./run.sh", "a", "b"), None, False, None),
-        "cmd-script": (cmd("python", "train.py", "--y"), None, False, None),
+        # a plain python line asked for as 2 ranks (--nproc 2; without it: one process, no launcher)
+        "cmd-script": (matrix.command_case(["python", "train.py", "--y"], folder, nproc=2), None, False, None),
         # new: srun
         "srun-script": (replace(s, launcher=Launcher.SRUN, args=("--steps", "3")), None, False, None),
         "srun-args": (replace(s, launcher=Launcher.SRUN, launcher_args=("-n3", "--kill-on-bad-exit=0")), None, False, None),

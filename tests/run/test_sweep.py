@@ -5,6 +5,7 @@ anything is created."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 import pytest
 
 from conftest import write_matrix
@@ -95,3 +96,25 @@ def test_the_grid_title_runs_the_same_points_again(tmp_path, monkeypatch):
     narrowed = SweepRequest(args=["sub/matrix.yaml"], case=["toy"], versions=["dsb-toy=1.1.0"])
     assert title(narrowed, Swept((), tuple(cases), source)) == \
         "dsbisect run sub/matrix.yaml --case toy --versions dsb-toy=1.1.0"
+
+
+def test_a_plain_python_line_runs_as_given_unless_nproc_asks_for_ranks(tmp_path, monkeypatch):
+    """`-- python x.py` is one process and no launcher, as `git bisect run` runs a command (it
+    ran as 2 ranks under the deepspeed launcher, about 40x slower); --nproc N asks for N ranks;
+    --script keeps a case's 2 ranks. Said before anything runs."""
+    from dsbisect.bisect.jobs import CaseChoice
+    from dsbisect.run.matrix import how_it_runs
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.py").write_text("pass\n")
+    (plain,), _, _ = cases_of(SweepRequest(args=["python", "x.py"], versions=["dsb-toy=1.0.0"]))
+    assert plain.nproc == 1 and how_it_runs(plain) == (
+        "python x.py runs as given: one process, no launcher (as git bisect run would run it); --nproc N runs N "
+        "ranks of it under the deepspeed launcher")
+    (ranks,), _, _ = cases_of(SweepRequest(args=["python", "x.py"], versions=["dsb-toy=1.0.0"], nproc=2))
+    assert ranks.nproc == 2 and how_it_runs(ranks).startswith("python x.py runs as 2 ranks (--nproc 2) under the "
+                                                              "deepspeed launcher")
+    case, _ = CaseChoice().resolve(["python", "x.py"])
+    assert case.nproc == 1
+    script, _ = CaseChoice(script=Path("x.py")).resolve(None)
+    assert script.nproc == 2 and how_it_runs(script) == ""

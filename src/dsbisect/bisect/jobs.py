@@ -34,7 +34,7 @@ class CaseChoice:
     script: Path | None = None
     matrix: Path = Path("matrix.yaml")
     pin: Sequence[str] | None = None
-    nproc: int = 2
+    nproc: int | None = None  # None: not given (--script: 2 ranks; -- python x.py: one process, as given)
     accelerator: Accelerator = Accelerator.AUTO
 
     def resolve(self, command: Sequence[str] | None) -> tuple[Case, EnvOptions]:
@@ -46,7 +46,7 @@ class CaseChoice:
             return matrix.command_case(list(command), Path.cwd(), nproc=self.nproc,
                                        accelerator=self.accelerator), EnvOptions()
         if self.script:
-            return matrix.script_case(self.script, self.nproc, self.accelerator), EnvOptions()
+            return matrix.script_case(self.script, self.nproc or 2, self.accelerator), EnvOptions()
         if self.case is None and not self.matrix.exists():  # nothing named what to run: say what to give
             raise InputError(f"give --case NAME, --script FILE or -- COMMAND: what to run (no {self.matrix} here "
                              "to take its one case from)")
@@ -218,6 +218,8 @@ def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Se
     if request.manual:
         executor = manual_executor(settings, frontend, ui)
     runner = open_session(settings, env_options, index, ui, executor=executor)
+    if matrix.how_it_runs(req.case):  # a plain `python x.py`: one process as given, or --nproc ranks
+        frontend.say(matrix.how_it_runs(req.case))
     req = dataclasses.replace(req, width=len(runner.slots(req.case)))
     with ui.running():
         return Bisection(runner, index, req).run(planned), index

@@ -28,7 +28,7 @@ class CaseOpts(CaseChoice):
     script: Annotated[Optional[Path], typer.Option("--script", help="Run this script instead of a case.")] = None
     matrix: Annotated[Path, typer.Option("--matrix", help="Matrix file that defines --case.")] = Path("matrix.yaml")
     pin: Annotated[Optional[list[str]], typer.Option("--pin", help="Hold another package, e.g. transformers==4.39.2 (repeatable).")] = None
-    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks of --script or -- python x.py (a launcher line, e.g. deepspeed --num_gpus 2, says its own).")] = 2
+    nproc: Annotated[Optional[int], typer.Option("--nproc", min=1, max=1024, help="Ranks of --script (default 2) or of -- python x.py (default: one process, run as given, as git bisect run would; N > 1: N ranks under a launcher). A launcher line, e.g. deepspeed --num_gpus 2, says its own.")] = None
     accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks of --script or -- COMMAND run: cpu, cuda, or auto (cuda when this machine has the GPUs); a --case says its own.")] = Accelerator.AUTO
 
 

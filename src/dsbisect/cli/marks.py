@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -27,7 +27,7 @@ class MarkedCaseOpts(CaseChoice):
     script: Annotated[Path | None, typer.Option("--script", metavar="FILE", help="The case of this script (as bisect --script).")] = None
     matrix: Annotated[Path, typer.Option("--matrix", metavar="FILE", help="Matrix file that defines --case.")] = Path("matrix.yaml")
     pin: Annotated[list[str] | None, typer.Option("--pin", metavar="REQ", help="A requirement the bisection held, e.g. transformers==4.39.2 (repeatable).")] = None
-    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks of --script or -- python x.py (as bisect).")] = 2
+    nproc: Annotated[Optional[int], typer.Option("--nproc", min=1, max=1024, help="Ranks of --script or -- python x.py (as bisect).")] = None
     accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks of --script or -- COMMAND ran (as bisect).")] = Accelerator.AUTO
 
 

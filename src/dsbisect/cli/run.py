@@ -24,7 +24,7 @@ class SweepOpts(SweepRequest):
     case: CasesOpt = None
     versions: Annotated[Optional[list[str]], typer.Option("--versions", metavar="PKG=V1,V2", help="With -- COMMAND: the versions of a package to run it at (repeatable: every combination); with MATRIX: instead of its cases' own.")] = None
     pin: Annotated[Optional[list[str]], typer.Option("--pin", metavar="REQ", help="A requirement held in every point, e.g. deepspeed==0.12.4 (repeatable; with MATRIX: besides its cases' pins).")] = None
-    nproc: Annotated[int, typer.Option("--nproc", min=1, max=1024, help="Ranks of -- python x.py (a launcher line, e.g. torchrun --nproc-per-node 2, says its own).")] = 2
+    nproc: Annotated[Optional[int], typer.Option("--nproc", min=1, max=1024, help="Ranks of -- python x.py (default: one process, run as given; N > 1: N ranks under a launcher). A launcher line, e.g. torchrun --nproc-per-node 2, says its own.")] = None
     accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks of -- COMMAND run: cpu, cuda, or auto (cuda when this machine has the GPUs).")] = Accelerator.AUTO
     rerun: Annotated[bool, typer.Option("--rerun", help="Run points again even if the store has them.")] = False
     repeat: RepeatOpt = 1

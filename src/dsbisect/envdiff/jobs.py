@@ -13,6 +13,7 @@ from dsbisect.bisect.jobs import BisectRequest, Checked, Invocation, bisect_rele
 from dsbisect.core.errors import InputError
 from dsbisect.core.model import Answer, IndexOptions
 from dsbisect.records.results import Result
+from dsbisect.run import matrix
 from dsbisect.run.settings import Frontend, Settings, open_session
 
 if typing.TYPE_CHECKING:  # the engine is imported when a bisection of environments runs
@@ -87,6 +88,8 @@ def bisect_envs(request: BisectRequest, invocation: Invocation, settings: Settin
     if request.manual:
         executor = manual_executor(settings, frontend, ui)
     runner = open_session(settings, env_options, index, ui, executor=executor)
+    if matrix.how_it_runs(req.case):  # a plain `python x.py`: one process as given, or --nproc ranks
+        frontend.say(matrix.how_it_runs(req.case))
     req = dataclasses.replace(req, width=len(runner.slots(req.case)))
     for note in planned.notes:
         frontend.say(f"note: {note}")

@@ -8,6 +8,7 @@ command line's settings are checked by the same functions (pins, multi-node opti
 from __future__ import annotations
 
 import itertools
+import shlex
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Literal
@@ -21,6 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from dsbisect.core import files
 from dsbisect.core.command import CommandKind, options_of, read_hostfile
 from dsbisect.core.errors import InputError, MatrixError
+from dsbisect.core.redact import mask_args, redact
 from dsbisect.launch.launchers import nodes_problem
 from dsbisect.core.model import (
     DEFAULT_BUILD_PINS,
@@ -432,8 +434,9 @@ def command_case(argv: list[str] | tuple[str, ...], cwd: Path, name: str | None 
                  accelerator: Accelerator = Accelerator.AUTO, where: str = "command") -> Case:
     """A case for the user's own command line (``-- COMMAND`` or a matrix ``command:``).
 
-    ``python x.py args`` (or ``x.py args``) becomes a script case, run under the case's launcher
-    with ``nproc`` ranks; a launcher line (deepspeed, torchrun, accelerate launch) or any other
+    ``python x.py args`` (or ``x.py args``) becomes a script case: run as given, one process and no
+    launcher, as ``git bisect run`` would run it, unless ``nproc`` (> 1) asks for that many ranks
+    under the case's launcher (``how_it_runs`` says which, before anything runs); a launcher line (deepspeed, torchrun, accelerate launch) or any other
     executable is kept as it is, to run from ``cwd``.  The files the line names are recorded
     with their digests: a changed config is a different case.
     """
@@ -447,7 +450,7 @@ def command_case(argv: list[str] | tuple[str, ...], cwd: Path, name: str | None 
     if cmd.kind is CommandKind.SCRIPT:
         script = cmd.script.resolve()
         return Case(name=name or script.stem, script=script, script_digest=file_digest(script),
-                    args=tuple(cmd.script_args), nproc=nproc or 2, accelerator=accelerator, cwd=cwd.resolve(),
+                    args=tuple(cmd.script_args), nproc=nproc or 1, accelerator=accelerator, cwd=cwd.resolve(),
                     inputs=inputs, line=tuple(argv))
     target = cmd.script or cwd / cmd.target
     script = target.resolve() if _is_file(target) else Path(cmd.target)
@@ -457,7 +460,20 @@ def command_case(argv: list[str] | tuple[str, ...], cwd: Path, name: str | None 
                 inputs=inputs)
 
 
-def command_points(argv: list[str], cwd: Path, versions: list[str], pins: list[str], nproc: int,
+def how_it_runs(case: Case) -> str:
+    """How a ``-- python x.py`` line runs, said in the first lines of output ("" for any other
+    case): one process as given (the default), or --nproc ranks under a launcher."""
+    if not case.line or case.command is not None:
+        return ""
+    line = redact(shlex.join(mask_args(case.line)))  # a --hub_token's value is no one's business
+    if case.nproc == 1:
+        return (f"{line} runs as given: one process, no launcher (as git bisect run would run it); "
+                f"--nproc N runs N ranks of it under the {case.launcher.value} launcher")
+    return (f"{line} runs as {case.nproc} ranks (--nproc {case.nproc}) under the {case.launcher.value} launcher; "
+            "without --nproc it runs once, as given")
+
+
+def command_points(argv: list[str], cwd: Path, versions: list[str], pins: list[str], nproc: int | None,
                    accelerator: Accelerator) -> Case:
     """``dsbisect run --versions PKG=V1,V2 --pin REQ -- COMMAND``: the command's case, with a point
     per combination of the versions (one point of the pins alone without --versions)."""

@@ -32,7 +32,7 @@ class SweepRequest:
     case: Sequence[str] | None = None
     versions: Sequence[str] | None = None
     pin: Sequence[str] | None = None
-    nproc: int = 2
+    nproc: int | None = None  # None: not given (-- python x.py runs as one process, as given)
     accelerator: Accelerator = Accelerator.AUTO
     rerun: bool = False
     repeat: int = 1
@@ -90,6 +90,8 @@ def sweep(request: SweepRequest, settings: Settings, frontend: Frontend) -> Swep
     check_points(cases, index)
     ui = frontend.display(sum(len(c.points) for c in cases) * request.repeat)
     runner = open_session(settings, env_options, index, ui, rerun=request.rerun, executor=executor)
+    for said in filter(None, map(matrix.how_it_runs, cases)):  # a plain `python x.py`: one process as given
+        frontend.say(said)
     if executor is None:  # points skipped at once for want of GPUs are no part of the time left
         ui.expect_unrunnable(sum(len(c.points) for c in cases if not runner.enough_gpus(c)) * request.repeat)
     records: list[RunRecord] = []
@@ -116,7 +118,7 @@ def title(request: SweepRequest, swept: Swept, limits: Limits = Limits()) -> str
     if swept.matrix is not None:
         return redact("dsbisect run " + shlex.join([_from_here(swept.matrix), *words]))
     words += ["--accelerator", request.accelerator.value] if request.accelerator is not Accelerator.AUTO else []
-    words += ["--nproc", str(request.nproc)] if swept.cases[0].command is None else []
+    words += ["--nproc", str(request.nproc)] if swept.cases[0].command is None and request.nproc else []
     return redact("dsbisect run " + shlex.join([*words, "--", *(request.args or [])]))
 
 
