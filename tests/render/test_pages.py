@@ -58,7 +58,11 @@ def test_one_run_for_the_terminal_and_as_a_page(store):
     console = Console(width=200, record=True, file=io.StringIO())
     console.print(pages.run_text(store, 1, 5))
     assert console.export_text().startswith("run 1  ")
-    assert "dsbisect run 1" in pages.run_html(store, 1, 5)
+    page = pages.run_html(store, 1, 5)
+    assert "dsbisect run 1" in page
+    head = page[page.index("<header>"):page.index("</header>")]  # what a maintainer reads first
+    assert "<dt>environment</dt><dd>python 3.12" in head and "H200" in head
+    assert "<h2>The run</h2>" in page or 'id="hangs"' in page  # never "Other runs" alone on its page
     for missing in (0, 99, 2**63):
         with pytest.raises(InputError, match=f"no run {missing} in {store}"):
             pages.run_text(store, missing, 5)

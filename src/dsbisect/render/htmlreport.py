@@ -48,11 +48,12 @@ class Page:
     # per bisection, in the order of ``ladders``: what a maintainer reads first, as (what, text):
     # ("the regression", ...), ("command", ...), ("environment", ...), ("reproduce with", ...)
     about: tuple[tuple[tuple[str, str], ...], ...] = ()
+    head: tuple[tuple[str, str], ...] = ()  # the page's own first facts (a page of one run: its command, environment)
 
 
 def render(page: Page) -> str:
     body = [f"<header><h1>{esc(page.title)}</h1><p class=\"meta\">dsbisect {esc(__version__)}"
-            + (f" · {esc(page.note)}" if page.note else "") + "</p></header>"]
+            + (f" · {esc(page.note)}" if page.note else "") + "</p>" + _facts(page.head) + "</header>"]
     if page.ladders:
         about = list(page.about) + [()] * (len(page.ladders) - len(page.about))
         body.append("<section id=\"bisections\"><h2>Bisections</h2>" + _LEGEND
@@ -94,10 +95,7 @@ def _bisection(heading: str, ladders: Sequence[Ladder], summary: str, about: Seq
     out = [f"<article class=\"bisection\"><h3>{esc(heading)}</h3>"]
     if summary:
         out.append(f"<p class=\"verdict\">{esc(summary)}</p>")
-    if about:
-        out.append("<dl class=\"about\">" + "".join(
-            f"<dt>{esc(what)}</dt><dd>" + (f"<pre><code>{esc(text, 4000)}</code></pre>" if what in CODE else esc(text, 2000))
-            + "</dd>" for what, text in about) + "</dl>")
+    out.append(_facts(about))
     for lad in ladders:
         out.append(f"<figure class=\"ladder-figure\" data-stage=\"{esc(lad.stage)}\"><figcaption>{esc(lad.title)}"
                    f"</figcaption><div class=\"scroll\">{svg(lad)}</div>")
@@ -113,6 +111,15 @@ def _bisection(heading: str, ladders: Sequence[Ladder], summary: str, about: Seq
         out.append(_order_table(lad) + "</figure>")
     out.append("</article>")
     return "".join(out)
+
+
+def _facts(about: Sequence[tuple[str, str]]) -> str:
+    """What a maintainer reads first, as a list of (what, text); a command line as code."""
+    if not about:
+        return ""
+    return "<dl class=\"about\">" + "".join(
+        f"<dt>{esc(what)}</dt><dd>" + (f"<pre><code>{esc(text, 4000)}</code></pre>" if what in CODE else esc(text, 2000))
+        + "</dd>" for what, text in about) + "</dl>"
 
 
 def _order_table(lad: Ladder) -> str:

@@ -336,15 +336,16 @@ def store_page(store, records, bisection_key: str | None = None, title: str = "d
 
 
 def about_bisection(b, runs: Sequence) -> tuple[tuple[str, str], ...]:
-    """What a maintainer reads first of a bisection: the regression (as the bad end defined it),
-    the command its runs ran, their environment and host, and the line that reproduces it."""
+    """What a maintainer reads first of a bisection (``b``; None: of ``runs`` alone): the
+    regression (as the bad end defined it), the command its runs ran, their environment and
+    host, and the line that reproduces it."""
     import shlex
 
     from dsbisect.envs.facts import describe_env
     from dsbisect.render.report import host_lines, index_lines
 
-    r = _recorded(b)
-    out = [("the regression", a.regression.describe().removeprefix("the regression: ")) for a in r.answers[:1]
+    r = _recorded(b) if b is not None else None
+    out = [("the regression", a.regression.describe().removeprefix("the regression: ")) for a in (r.answers[:1] if r else ())
            if a.regression is not None and a.regression.describe()]
     command = next((shlex.join(map(str, x.facts.command)) for x in runs if x.facts.command), "")
     out += [("command", command)] if command else []
@@ -352,14 +353,17 @@ def about_bisection(b, runs: Sequence) -> tuple[tuple[str, str], ...]:
     env = [describe_env(facts)] if facts else []
     env += [ln for ln in index_lines(list(runs)) + host_lines(list(runs)) if not ln.startswith("host: not recorded")]
     out += [("environment", "; ".join(env))] if env else []
-    argv = b.params.get("argv") if isinstance(b.params, Mapping) else None
+    argv = b.params.get("argv") if b is not None and isinstance(b.params, Mapping) else None
     if isinstance(argv, list) and argv:
         out.append(("reproduce with", shlex.join(["dsbisect", "bisect", *map(str, argv)])))
     return tuple(out)
 
 
 def one_run_page(record, store_dir: Path | None, tail_lines: int = 40) -> Page:
-    return Page(title=f"dsbisect run {record.id}", ladders=(), runs=(run_page(record, store_dir, tail_lines),))
+    """``show --format html``: the run, under its command and environment."""
+    head = tuple(f for f in about_bisection(None, [displayable(record)]) if f[0] in ("command", "environment"))
+    return Page(title=f"dsbisect run {record.id}", ladders=(), runs=(run_page(record, store_dir, tail_lines),),
+                head=head)
 
 
 def rank_tables(record, store_dir: Path | None = None) -> list:

@@ -688,6 +688,10 @@ class PointGate:
         with self.cond:
             self.waiting += alone
             while self.exclusive or (alone and self.active) or (not alone and self.waiting):
+                stop = proc.stop_event()  # the runs are being stopped (Ctrl-C): no run starts after
+                if stop is not None and stop.is_set():
+                    self.waiting -= alone
+                    raise proc.Cancelled("waiting to run: the runs were stopped")
                 self.cond.wait(0.5)
             self.waiting -= alone
             self.exclusive = alone
