@@ -89,16 +89,19 @@ def test_marked_points_are_the_bisections_points(tmp_path):
     bisection of the case reuses it (the slow test below does so for real)."""
     from dsbisect.bisect.marks import points_for, release_point
 
+    from dsbisect.run.runner import Runner
+
     case = replace(make_case(tmp_path, "c"), pins=("pydantic<2", "transformers==4.39.2"))
     req = Request("deepspeed", "0.12.2", "0.12.4", case, pins=("accelerate==0.28.0", "pydantic<2"))
-    bis = Bisection(None, IndexOptions(), req)
+    bis = Bisection(Runner(store=Store(tmp_path / "s"), envs=None), IndexOptions(), req)
+    assert bis.points.pins == ("pydantic<2", "transformers==4.39.2", "accelerate==0.28.0")
     for v in ("0.12.2", "0.12.3", "0.12.4"):
-        assert release_point(case, "deepspeed", v, req.pins) == bis._release_point(v)
+        assert release_point(case, "deepspeed", v, req.pins) == bis.points.release(v)
     (p,) = points_for(case, [("deepspeed", "0.12.3")], req.pins)
-    assert p == bis._release_point("0.12.3")
+    assert p == bis.points.release("0.12.3")
     # deepspeed==0.12.3 transformers==4.39.2 as one point is the same point as a pin of transformers.
     (both,) = points_for(case, [("deepspeed", "0.12.3"), ("transformers", "4.39.2")], ("accelerate==0.28.0",))
-    assert both.key == bis._release_point("0.12.3").key
+    assert both.key == bis.points.release("0.12.3").key
     # Several versions of one package: one point each; of two packages: every combination.
     assert len(points_for(case, [("deepspeed", "0.12.2"), ("deepspeed", "0.12.3")], ())) == 2
     assert len(points_for(case, [("deepspeed", "1"), ("deepspeed", "2"), ("accelerate", "3")], ())) == 2
@@ -108,7 +111,8 @@ def test_marked_points_are_the_bisections_points(tmp_path):
     commit = Commit("a" * 40, "Fix it", "v0.12.3-4-gaaaaaaa")
     src = GitSource("deepspeed", "", commit.hash)
     (marked,) = points_for(case, [("deepspeed", "0.12.4")], req.pins, src)
-    assert marked.key == bis._commit_point(Path("/clone"), commit, "0.12.4").key
+    clone = GitSource("deepspeed", "/clone", commit.hash, commit.describe, commit.subject)
+    assert marked.key == bis.points.commit(clone, "0.12.4").key
 
 
 def test_a_commit_is_marked_by_its_hash(tmp_path, cli):

@@ -1,5 +1,5 @@
-"""Release and commit bisection over points run by ``run``; manual marks, a bisection's log and
-its replay.
+"""Release and commit bisection over points run by ``run`` (``probe`` tests the points of any
+search, ``points`` makes a release bisection's); manual marks, a bisection's log and its replay.
 
 Imports: core ... run.
 """

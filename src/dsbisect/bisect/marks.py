@@ -3,7 +3,7 @@
 A *mark* is a real run record (a row and a run folder with ``run.json``) whose outcome the
 user gave: PASS for good, FAIL for bad, SKIP for skip, with ``Evidence.of_mark(Manual(MARK,
 TEXT))``.  It is keyed by the case and the point exactly as a bisection keys its own
-runs (``release_point`` is ``Bisection._release_point``), so a later bisection of that case
+runs (its points are ``points.ReleasePoints``'), so a later bisection of that case
 reuses it like any recorded run, and takes its verdict as the user said (``RunRecord.verdict``).
 
 ``log_text`` writes a bisection's decisions as ``dsbisect mark`` lines, one per run it used
@@ -28,6 +28,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from dsbisect.bisect.points import ReleasePoints, held
 from dsbisect.core.errors import DsbisectError, EnvBuildError, InputError
 from dsbisect.core.model import Accelerator, Case, GitSource, Outcome, Point, RegressOn, Stage
 from dsbisect.launch import launchers
@@ -84,14 +85,9 @@ def parse_items(items: list[str]) -> list[tuple[str, str]]:
 
 
 def release_point(case: Case, package: str, version: str, pins: tuple[str, ...]) -> Point:
-    """The point a bisection of ``package`` tests at ``version`` (``Bisection._release_point``):
+    """The point a bisection of ``package`` tests at ``version`` (``ReleasePoints.release``):
     the case's pins and the ``--pin``s, less the moving package."""
-    return Point(versions=((package, version),), pins=_held(case, pins, {canonicalize_name(package)}))
-
-
-def _held(case: Case, pins: tuple[str, ...], moved: set[str]) -> tuple[str, ...]:
-    kept = [p for p in case.pins + tuple(pins) if canonicalize_name(Requirement(p).name) not in moved]
-    return tuple(dict.fromkeys(kept))
+    return ReleasePoints.of(case, package, pins).release(version)
 
 
 def points_for(case: Case, items: list[tuple[str, str]], pins: tuple[str, ...],
@@ -114,11 +110,11 @@ def points_for(case: Case, items: list[tuple[str, str]], pins: tuple[str, ...],
             raise InputError("--commit marks one commit: give one PACKAGE==VERSION (the release it leads to)")
         name, version = items[0]
         src = GitSource(name, source.repo, source.commit, source.describe, source.subject)
-        return [Point(versions=((name, version),), pins=_held(case, pins, {canonicalize_name(name)}), source=src)]
+        return [ReleasePoints.of(case, name, pins).commit(src, version)]
     if len(by_pkg) == 1:
         return [release_point(case, name, version, pins) for name, version in items]
     moved = set(by_pkg)
-    return [Point(versions=tuple(combo), pins=_held(case, pins, moved))
+    return [Point(versions=tuple(combo), pins=held(case, pins, moved))
             for combo in itertools.product(*by_pkg.values())]
 
 
