@@ -68,17 +68,18 @@ def test_a_skip_mark_is_outcome_skip_and_is_kept(tmp_path, cli):
     assert run["outcome"] == "skip" and run["evidence"]["manual"] == "skip"
 
     # The runner reuses it (recorded skips are otherwise tried again): nothing is run.
+    from dsbisect.run.executor import Delegated
     from dsbisect.run.runner import Runner
 
-    class NoRuns:
-        def slots(self, case):
-            return []
+    class NoRuns(Delegated):
+        def __init__(self, site):
+            self.site = site
 
         def run_once(self, *a):
             raise AssertionError("a marked skip was run again")
 
     case = make_case(tmp_path, "rep", "pass\n")
-    runner = Runner(store=Store(tmp_path / ".dsbisect"), envs=None, executor=NoRuns())
+    runner = Runner(store=Store(tmp_path / ".dsbisect"), envs=None, place=NoRuns)
     point = Point(versions=(("dsb-toy", "1.2.0"),))
     (found,) = runner.runs(case, point, want=2)
     assert found.outcome is Outcome.SKIP and found.manual.mark == "skip"
@@ -341,7 +342,10 @@ class _Envs:
 
 
 def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
+    from functools import partial
+
     from dsbisect.bisect.marks import ManualExecutor, manual_target
+    from dsbisect.run.executor import RunSpec
     from dsbisect.run.runner import Runner
 
     answers = iter(["dunno", "B", "good"])
@@ -354,8 +358,9 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
 
     case = replace(make_case(tmp_path, "c", nproc=2), accelerator=Accelerator.CPU, env=(("OMP_NUM_THREADS", "1"),),
                    collective_timeout=3.0)
-    ex = ManualExecutor(ask=ask, say=said.append)
-    runner = Runner(store=Store(tmp_path / "s"), envs=_Envs(tmp_path / "envs"), executor=ex)
+    runner = Runner(store=Store(tmp_path / "s"), envs=_Envs(tmp_path / "envs"),
+                    place=partial(ManualExecutor, ask=ask, say=said.append))
+    ex = runner.executor
     p = Point(versions=(("dsb-toy", "1.3.0"),))
     run = runner.run_once(case, p)
     assert run.outcome is Outcome.FAIL and run.manual.mark == "bad" and run.env_key == "envkey"
@@ -379,7 +384,7 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(KeyboardInterrupt):
-        ex.run_once(runner, case, p, 1, cancel)
+        ex.run_once(RunSpec(case, p), cancel)
 
 
 def test_manual_executor_prints_the_users_own_command_as_the_runner_runs_it(tmp_path):

@@ -38,6 +38,8 @@ from dsbisect.core.redact import redact
 from dsbisect.records.run import BisectionRecord, Evidence, Manual, RunRecord, SkipCause
 from dsbisect.records.results import Recorded, Result, Step
 from dsbisect.core.rundir import RunDir
+from dsbisect.run.executor import Delegated, RunSpec, Site
+from dsbisect.run.local import accelerator
 from dsbisect.store.store import Store
 
 
@@ -474,36 +476,34 @@ def instructions(case: Case, point: Point, venv: Path, accel: Accelerator, targe
 
 
 @dataclass
-class ManualExecutor:
+class ManualExecutor(Delegated):
     """``bisect --manual``: each point's venv is built here, then the user runs the case and
     answers good, bad or skip; the answer is recorded as a mark (the bisection is unchanged)."""
 
+    site: Site
     ask: Callable[[str], str]  # a prompt -> the user's answer
     say: Callable[[str], None]  # a line for the user
 
-    def slots(self, case: Case) -> list:
-        from dsbisect.run.runner import Slot
-
-        return [Slot()]  # one person, one point at a time
-
-    def run_once(self, runner, case: Case, point: Point, attempt: int, cancel: threading.Event) -> RunRecord:
+    def run_once(self, spec: RunSpec, cancel: threading.Event) -> RunRecord:
+        """The point's venv built, how to run the case in it said, and the user's answer recorded."""
         if cancel.is_set():
             raise KeyboardInterrupt
-        runner.progress("env", f"{case.name} · {point.label}: preparing venv")
+        site, case, point, attempt = self.site, spec.case, spec.point, spec.attempt
+        site.progress("env", f"{case.name} · {point.label}: preparing venv")
         try:
-            env = runner.envs.ensure(point)
+            env = site.envs.ensure(point)
         except EnvBuildError as e:  # untestable, as a run here would be
-            run_id = runner.store.start_run(case.name, case.key, point, None, attempt)
-            done = runner.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=f"venv could not be built: {e}",
-                                           evidence=Evidence(skip_cause=SkipCause.VENV))
-            runner.progress("done", f"{case.name} · {point.label}: skip (venv could not be built)")
+            run_id = site.store.start_run(case.name, case.key, point, None, attempt)
+            done = site.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=f"venv could not be built: {e}",
+                                         evidence=Evidence(skip_cause=SkipCause.VENV))
+            site.progress("done", f"{case.name} · {point.label}: skip (venv could not be built)")
             return done
         self.say("")
-        target = manual_target(runner.store.dir, case, point, env.python)
-        for text in instructions(case, point, env.path, runner.accelerator(case), target):
+        target = manual_target(site.store.dir, case, point, env.python)
+        for text in instructions(case, point, env.path, accelerator(site, case), target):
             self.say(text)
         while (answer := parse_answer(self.ask(f"{point.label}: good, bad or skip [g/b/s]"))) is None:
             self.say("  answer good, bad or skip (g, b, s)")
-        done = record(runner.store, case, point, answer, "answered at the bisect --manual prompt", env.key, attempt)
-        runner.progress("done", f"{case.name} · {point.label}: marked {answer.value} by hand (run {done.id})")
+        done = record(site.store, case, point, answer, "answered at the bisect --manual prompt", env.key, attempt)
+        site.progress("done", f"{case.name} · {point.label}: marked {answer.value} by hand (run {done.id})")
         return done

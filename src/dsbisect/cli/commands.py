@@ -356,15 +356,21 @@ class ExecArgs(_Picked):
     slurm_arg: Optional[list[str]] = None
 
     def executor_for(self):
-        """None (run here), or the Slurm executor with the command line's job settings."""
+        """How runs are made (a ``run.executor.Place``): here, or as Slurm jobs with the command
+        line's job settings."""
         if self.executor is ExecutorKind.local:
             if self.partition or self.slurm_time or self.gpus_per_job is not None or self.slurm_arg:
                 raise InputError("--partition, --slurm-time, --gpus-per-job and --slurm-arg need --executor slurm")
-            return None
+            from dsbisect.run.local import LocalExecutor
+
+            return LocalExecutor
+        from functools import partial
+
         from dsbisect.run.slurm import SlurmExecutor, SlurmOptions
 
-        return SlurmExecutor(SlurmOptions(partition=self.partition, time=self.slurm_time, gpus=self.gpus_per_job,
-                                          args=tuple(self.slurm_arg or ()), jobs=self.jobs or 8))
+        return partial(SlurmExecutor, options=SlurmOptions(
+            partition=self.partition, time=self.slurm_time, gpus=self.gpus_per_job,
+            args=tuple(self.slurm_arg or ()), jobs=self.jobs or 8))
 
 
 @dataclass(frozen=True)
@@ -507,10 +513,10 @@ def run(
         check_points(cases, idx)
         ui = ProgressUI(shown.quiet, total=sum(len(c.points) for c in cases) * repeat)
         runner = open_runner(store, envs.cache_dir, env_options, idx, ui, rerun=rerun, jobs=where.jobs,
-                             executor=executor)
+                             place=executor)
         records = []
-        if executor is None:  # points skipped at once for want of GPUs are no part of the time left
-            ui.expect_unrunnable(sum(len(c.points) for c in cases if not runner.enough_gpus(c)) * repeat)
+        # points skipped at once for want of GPUs are no part of the time left
+        ui.expect_unrunnable(sum(len(c.points) for c in cases if runner.unrunnable(c)) * repeat)
         with ui.running():
             for c in cases:
                 _note_slots(runner, c, ui)
@@ -537,11 +543,13 @@ def _run_reproduce(title: str) -> str:
 
 
 def _note_slots(runner, case: Case, ui: ProgressUI) -> None:
+    from dsbisect.run.local import LocalExecutor
+
     slots = runner.slots(case)
-    if runner.executor is not None:
+    if not isinstance(runner.executor, LocalExecutor):
         ui("note", f"{case.name}: up to {len(slots)} Slurm job(s) at once")
         return
-    _, said = runner.memory_plan(case)
+    _, said = runner.executor.memory_plan(case)
     if len(slots) > 1 or said:
         where = ", ".join(",".join(map(str, s.devices)) for s in slots if s.devices) or "CPU"
         many = f"{len(slots)} points at once" if len(slots) > 1 else "1 point at a time"
@@ -872,7 +880,7 @@ def _bisect_releases(req, env_defaults: EnvOptions, executor, manual: bool, stor
         say(f"latest release of {req.package}: {req.bad}")
     ui = ProgressUI(shared.shown.quiet)
     runner = open_runner(store, shared.envs.cache_dir, env_options, idx, ui, jobs=shared.where.jobs,
-                         executor=_manual_executor(shared.where, ui) if manual else executor)
+                         place=_manual_executor(shared.where, ui) if manual else executor)
     req = dataclasses.replace(req, width=len(runner.slots(req.case)))
     with ui.running():
         result = Bisection(runner, idx, req).run(planned)
@@ -931,7 +939,7 @@ def _bisect_envs(ctx: typer.Context, good_env: Path | None, bad_env: Path | None
         planned = plan_envs(req, idx, env_options, cache_root(envs.cache_dir))  # nothing created before this
         ui = ProgressUI(shown.quiet)
         runner = open_runner(store, envs.cache_dir, env_options, idx, ui, jobs=where.jobs,
-                             executor=_manual_executor(where, ui) if manual else executor)
+                             place=_manual_executor(where, ui) if manual else executor)
         req = dataclasses.replace(req, width=len(runner.slots(the_case)))
         for note in planned.notes:
             say(f"note: {note}")
@@ -1208,6 +1216,8 @@ def _replayed_plan(line, file: Path):
 
 def _manual_executor(where: ExecArgs, ui: ProgressUI):
     """`bisect --manual`: each point's venv built here, the user runs it and answers."""
+    from functools import partial
+
     from dsbisect.bisect.marks import ManualExecutor
 
     if where.executor is not ExecutorKind.local:
@@ -1217,7 +1227,7 @@ def _manual_executor(where: ExecArgs, ui: ProgressUI):
         with ui.paused():
             return typer.prompt(text, err=True)
 
-    return ManualExecutor(ask=ask, say=lambda text: err.print(safe_text(text)))
+    return partial(ManualExecutor, ask=ask, say=lambda text: err.print(safe_text(text)))
 
 
 

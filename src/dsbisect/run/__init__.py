@@ -1,5 +1,6 @@
-"""One point of one case: the matrix, the runner (venv, import check, launch, verdict, record),
-reuse of recorded runs, memory and slots, and the executors (local, Slurm, multi-node).
+"""One point of one case: the matrix, the runner (reuse of recorded runs, slots, look-ahead),
+and the executors that make a run: ``executor`` (the interface), ``local`` (venv, import check,
+launch, verdict, record; its multi-node ranks through ``multinode``), ``slurm``.
 
 Imports: core ... envs.
 """
