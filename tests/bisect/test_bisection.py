@@ -22,20 +22,21 @@ from dsbisect.core.errors import InputError
 from dsbisect.bisect.marks import Mark, record, release_point
 from dsbisect.core.model import Answer, IndexOptions, Outcome, RegressOn, Stage, Verdict
 from dsbisect.records.results import Request, Result
+from dsbisect.run.executor import Delegated
 from dsbisect.run.runner import Runner
 from dsbisect.store.store import Store
 
 VERSIONS = [f"1.{i}.0" for i in range(8)]
 
 
-class NoRuns:
+class NoRuns(Delegated):
     """The executor of a bisection that must answer from the store alone."""
 
-    def slots(self, case):
-        return [None]
+    def __init__(self, site):
+        self.site = site
 
-    def run_once(self, runner, case, point, attempt, cancel):
-        raise AssertionError(f"{point.label} was run: it should have come from the store")
+    def run_once(self, spec, cancel):
+        raise AssertionError(f"{spec.point.label} was run: it should have come from the store")
 
 
 @pytest.fixture
@@ -54,7 +55,7 @@ def _engine(tmp_path: Path, index: IndexOptions, marks: dict[str, list[str]], **
         for attempt, mark in enumerate(said, 1):
             record(store, case, release_point(case, "dsb-toy", version, ()), Mark(mark), attempt=attempt)
     req = Request("dsb-toy", request.pop("good", VERSIONS[0]), request.pop("bad", VERSIONS[-1]), case, **request)
-    return Bisection(Runner(store=store, envs=None, executor=NoRuns()), index, req), store
+    return Bisection(Runner(store=store, envs=None, place=NoRuns), index, req), store
 
 
 def _marks(first_bad: str, versions=VERSIONS, fix: bool = False, **odd: str) -> dict[str, list[str]]:

@@ -10,6 +10,7 @@ environments); ``check`` does the checks that come before the report file is che
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from dsbisect.core.errors import InputError
 from dsbisect.core.model import Accelerator, Case, EnvOptions, IndexOptions, RegressOn
 from dsbisect.records.results import Request, Result
 from dsbisect.run import matrix
-from dsbisect.run.runner import Executor
+from dsbisect.run.executor import Place
 from dsbisect.run.settings import Display, ExecutorKind, Frontend, Settings, Sources, open_session
 
 
@@ -156,7 +157,7 @@ class BisectRequest:
             raise InputError("give either PACKAGE GOOD BAD or --good-env and --bad-env, not both")
 
 
-def manual_executor(settings: Settings, frontend: Frontend, ui: Display) -> Executor:
+def manual_executor(settings: Settings, frontend: Frontend, ui: Display) -> Place:
     """``bisect --manual``: each point's venv built here; the user runs it and answers."""
     from dsbisect.bisect.marks import ManualExecutor
 
@@ -167,7 +168,7 @@ def manual_executor(settings: Settings, frontend: Frontend, ui: Display) -> Exec
         with ui.paused():
             return frontend.ask(text)
 
-    return ManualExecutor(ask=ask, say=frontend.say)
+    return functools.partial(ManualExecutor, ask=ask, say=frontend.say)
 
 
 R = TypeVar("R")
@@ -180,7 +181,7 @@ class Checked(Generic[R]):
 
     request: R
     env_defaults: EnvOptions
-    executor: Executor | None
+    executor: Place
 
 
 def release_request(request: BisectRequest, invocation: Invocation, settings: Settings) -> Checked[Request]:

@@ -3,7 +3,7 @@
 A *mark* is a real run record (a row and a run folder with ``run.json``) whose outcome the
 user gave: PASS for good, FAIL for bad, SKIP for skip, with ``Evidence.of_mark(Manual(MARK,
 TEXT))``.  It is keyed by the case and the point exactly as a bisection keys its own
-runs (``release_point`` is ``Bisection._release_point``), so a later bisection of that case
+runs (its points are ``points.ReleasePoints``'), so a later bisection of that case
 reuses it like any recorded run, and takes its verdict as the user said (``RunRecord.verdict``).
 
 ``log_text`` writes a bisection's decisions as ``dsbisect mark`` lines, one per run it used
@@ -28,6 +28,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from dsbisect.bisect.points import ReleasePoints, held
 from dsbisect.core.errors import DsbisectError, EnvBuildError, InputError
 from dsbisect.core.model import Accelerator, Case, GitSource, Outcome, Point, RegressOn, Stage
 from dsbisect.launch import launchers
@@ -37,6 +38,8 @@ from dsbisect.core.redact import redact
 from dsbisect.records.run import BisectionRecord, Evidence, Manual, RunRecord, SkipCause
 from dsbisect.records.results import Recorded, Result, Step
 from dsbisect.core.rundir import RunDir
+from dsbisect.run.executor import Delegated, RunSpec, Site
+from dsbisect.run.local import accelerator
 from dsbisect.store.store import Store
 
 
@@ -84,14 +87,9 @@ def parse_items(items: list[str]) -> list[tuple[str, str]]:
 
 
 def release_point(case: Case, package: str, version: str, pins: tuple[str, ...]) -> Point:
-    """The point a bisection of ``package`` tests at ``version`` (``Bisection._release_point``):
+    """The point a bisection of ``package`` tests at ``version`` (``ReleasePoints.release``):
     the case's pins and the ``--pin``s, less the moving package."""
-    return Point(versions=((package, version),), pins=_held(case, pins, {canonicalize_name(package)}))
-
-
-def _held(case: Case, pins: tuple[str, ...], moved: set[str]) -> tuple[str, ...]:
-    kept = [p for p in case.pins + tuple(pins) if canonicalize_name(Requirement(p).name) not in moved]
-    return tuple(dict.fromkeys(kept))
+    return ReleasePoints.of(case, package, pins).release(version)
 
 
 def points_for(case: Case, items: list[tuple[str, str]], pins: tuple[str, ...],
@@ -114,11 +112,11 @@ def points_for(case: Case, items: list[tuple[str, str]], pins: tuple[str, ...],
             raise InputError("--commit marks one commit: give one PACKAGE==VERSION (the release it leads to)")
         name, version = items[0]
         src = GitSource(name, source.repo, source.commit, source.describe, source.subject)
-        return [Point(versions=((name, version),), pins=_held(case, pins, {canonicalize_name(name)}), source=src)]
+        return [ReleasePoints.of(case, name, pins).commit(src, version)]
     if len(by_pkg) == 1:
         return [release_point(case, name, version, pins) for name, version in items]
     moved = set(by_pkg)
-    return [Point(versions=tuple(combo), pins=_held(case, pins, moved))
+    return [Point(versions=tuple(combo), pins=held(case, pins, moved))
             for combo in itertools.product(*by_pkg.values())]
 
 
@@ -478,36 +476,34 @@ def instructions(case: Case, point: Point, venv: Path, accel: Accelerator, targe
 
 
 @dataclass
-class ManualExecutor:
+class ManualExecutor(Delegated):
     """``bisect --manual``: each point's venv is built here, then the user runs the case and
     answers good, bad or skip; the answer is recorded as a mark (the bisection is unchanged)."""
 
+    site: Site
     ask: Callable[[str], str]  # a prompt -> the user's answer
     say: Callable[[str], None]  # a line for the user
 
-    def slots(self, case: Case) -> list:
-        from dsbisect.run.runner import Slot
-
-        return [Slot()]  # one person, one point at a time
-
-    def run_once(self, runner, case: Case, point: Point, attempt: int, cancel: threading.Event) -> RunRecord:
+    def run_once(self, spec: RunSpec, cancel: threading.Event) -> RunRecord:
+        """The point's venv built, how to run the case in it said, and the user's answer recorded."""
         if cancel.is_set():
             raise KeyboardInterrupt
-        runner.progress("env", f"{case.name} · {point.label}: preparing venv")
+        site, case, point, attempt = self.site, spec.case, spec.point, spec.attempt
+        site.progress("env", f"{case.name} · {point.label}: preparing venv")
         try:
-            env = runner.envs.ensure(point)
+            env = site.envs.ensure(point)
         except EnvBuildError as e:  # untestable, as a run here would be
-            run_id = runner.store.start_run(case.name, case.key, point, None, attempt)
-            done = runner.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=f"venv could not be built: {e}",
-                                           evidence=Evidence(skip_cause=SkipCause.VENV))
-            runner.progress("done", f"{case.name} · {point.label}: skip (venv could not be built)")
+            run_id = site.store.start_run(case.name, case.key, point, None, attempt)
+            done = site.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=f"venv could not be built: {e}",
+                                         evidence=Evidence(skip_cause=SkipCause.VENV))
+            site.progress("done", f"{case.name} · {point.label}: skip (venv could not be built)")
             return done
         self.say("")
-        target = manual_target(runner.store.dir, case, point, env.python)
-        for text in instructions(case, point, env.path, runner.accelerator(case), target):
+        target = manual_target(site.store.dir, case, point, env.python)
+        for text in instructions(case, point, env.path, accelerator(site, case), target):
             self.say(text)
         while (answer := parse_answer(self.ask(f"{point.label}: good, bad or skip [g/b/s]"))) is None:
             self.say("  answer good, bad or skip (g, b, s)")
-        done = record(runner.store, case, point, answer, "answered at the bisect --manual prompt", env.key, attempt)
-        runner.progress("done", f"{case.name} · {point.label}: marked {answer.value} by hand (run {done.id})")
+        done = record(site.store, case, point, answer, "answered at the bisect --manual prompt", env.key, attempt)
+        site.progress("done", f"{case.name} · {point.label}: marked {answer.value} by hand (run {done.id})")
         return done
