@@ -21,6 +21,7 @@ subprocess, deepspeed runner, launch.py, rank: torch imported four times) to ~3-
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import queue
 import shlex
@@ -53,7 +54,7 @@ from dsbisect.verdict.outcome import Classified, classify
 from dsbisect.run.phases import PhaseWatch
 from dsbisect.core.proc import clean_env, writes_bytecode
 from dsbisect.core.redact import redact, remember, scrub_folder, secret_values
-from dsbisect.run.reuse import Reuse, digests, named_paths
+from dsbisect.run.reuse import Reuse, Start, stale
 from dsbisect.core.rundir import RunDir
 from dsbisect.records.run import Evidence, ImportCheck, RunFacts, RunRecord, SkipCause
 from dsbisect.store.store import Store
@@ -221,8 +222,11 @@ class Runner:
     def _prepare(self, case: Case, point: Point, why: str = "the search may test it next") -> None:
         if self.executor is not None or not self.enough_gpus(case):
             return  # the run is not here, or cannot run here
-        if self.reusable(self.effective(case), point)[0]:
-            return  # recorded: it will not run again
+        # Recorded: most likely reused. Whether it is, is decided once, when the point's turn
+        # comes (a run set aside then builds its venv itself).
+        if not self.rerun and any(r.outcome is not Outcome.SKIP or r.manual is not None
+                                  for r in self.store.done_runs(self.effective(case).key, point.key)):
+            return
         _AHEAD.label, _AHEAD.why = f"{case.name} · {point.label}", f"{why}; built while another point runs"
         try:
             env = self.envs.ensure(point)
@@ -258,28 +262,31 @@ class Runner:
     def reusable(self, case: Case, point: Point) -> tuple[list[RunRecord], str]:
         """The recorded runs that may stand for runs of ``point`` now (``inputs`` has the rule):
         PASS, FAIL and HANG whose inputs are what would run now, and every run marked by hand
-        (a skip included: the user said so); with why the latest one set aside was ("" if none)."""
+        (a skip included: the user said so); with why the latest one set aside was ("" if none).
+        What would run now is made once (``Reuse.present``) and each record compared with it."""
         if self.rerun:
             return [], ""
-        fresh, why = [], ""
         done = self.store.done_runs(case.key, point.key)
+        judged = [r for r in done if r.manual is None and r.outcome is not Outcome.SKIP]
+        other = None if done else self.store.latest_of_other_case(case.name, case.key, point.key)
+        if not judged and other is None:
+            return [r for r in done if r.manual is not None], ""  # nothing to compare
+        now = self.reuse.present(case, point, [*judged, *([other] if other else [])], self._where(case))  # once
+        fresh, why = [], ""
         for r in done:
             if r.manual is not None:
                 fresh.append(r)
             elif r.outcome is not Outcome.SKIP:
-                stale = self.reuse.stale(case, point, r, self._where(case))
-                if stale:
-                    why = stale
+                why_not = stale(r, now)
+                if why_not:
+                    why = why_not
                 else:
                     fresh.append(r)
-        if not done:
-            other = self.store.latest_of_other_case(case.name, case.key, point.key)
-            if other is not None:  # the case's script, args or settings changed since
-                why = self.reuse.stale(case, point, other, self._where(case)) or \
-                    f"recorded run {other.id} is for other case settings"
+        if other is not None:  # the case's script, args or settings changed since
+            why = stale(other, now) or f"recorded run {other.id} is for other case settings"
         return fresh, why
 
-    @property
+    @functools.cached_property
     def reuse(self) -> Reuse:
         return Reuse(self.store, self.envs)
 
@@ -356,9 +363,9 @@ class Runner:
                 time.sleep(1.0)
             if theirs.status is not RunStatus.DONE or theirs.outcome is Outcome.SKIP:
                 continue
-            stale = self.reuse.stale(case, point, theirs, self._where(case))  # other files, variables, python?
-            if stale:
-                self.progress("note", f"{case.name} · {point.label}: {stale}; running it again")
+            why_not = stale(theirs, self.reuse.present(case, point, [theirs], self._where(case)))  # other inputs?
+            if why_not:
+                self.progress("note", f"{case.name} · {point.label}: {why_not}; running it again")
             else:
                 self.progress("reused", f"{case.name} · {point.label}: {theirs.outcome.value} "
                                         f"(run {theirs.id}, by another dsbisect)")
@@ -513,7 +520,7 @@ class Runner:
             hooks = multinode.RemoteRanks.of(case, job.env.python, run, capture)
         remote_left: list[str] = []
         given = record_inputs(case, run)
-        named = digests(named_paths(case))  # as the run starts: what changes under it is its output
+        named = self.reuse.started(case)  # as the run starts: what changes under it is its output
         how = f"{line.ranks.describe()}, no launcher" if line.direct else line.ranks.describe()
         added = f"; {line.ranks.said()}" if line.ranks.said() else ""
         self.progress("run", f"{case.name} · {job.point.label}: running (run {job.record.id}, {how}, "
@@ -609,7 +616,7 @@ class _Ran:
     t0: float  # monotonic time of the launch
     ooms: tuple[memory.OomCount, ...]  # the OOM-kill counters before it
     given: dict  # the inputs it was given (record_inputs)
-    named: dict  # digests of the paths the case names, as it started
+    named: Start  # digests of the paths the case names as it started, and when it started
     remote_left: tuple[str, ...]  # processes on other nodes that could not be stopped
     escaped: reaper.Reaped  # processes that had left the tree, found by their tag
     shm: tuple[str, ...]  # shared-memory files of the run removed
