@@ -1,5 +1,6 @@
 """What a run and a bisection leave behind, typed, with their JSON form: ``RunRecord``, the inputs
-that decide reuse, a bisection's request and result, the revert proof.
+that decide reuse (and the start-up hook's record of what a run used, read back), a bisection's
+request and result, the revert proof.
 
 Imports: core, search, verdict.
 """

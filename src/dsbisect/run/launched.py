@@ -29,6 +29,7 @@ from dsbisect.records.run import Evidence, RunFacts, RunRecord, SkipCause
 from dsbisect.run import memory
 from dsbisect.run.executor import Slot
 from dsbisect.run.memory import GateToken
+from dsbisect.run.reuse import Start
 from dsbisect.verdict.identity import package_frames
 from dsbisect.verdict.outcome import Classified, classify
 
@@ -71,7 +72,7 @@ class Ran:
     t0: float  # monotonic time of the launch
     ooms: tuple[memory.OomCount, ...]  # the OOM-kill counters before it
     given: RunFacts  # the inputs it was given (local.record_inputs)
-    named: tuple[tuple[str, str], ...]  # digests of the paths the case names, as it started
+    named: Start  # digests of the paths the case names as it started, and when it started
     remote_left: tuple[str, ...]  # processes on other nodes that could not be stopped
     escaped: reaper.Reaped  # processes that had left the tree, found by their tag
     shm: tuple[str, ...]  # shared-memory files of the run removed

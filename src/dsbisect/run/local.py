@@ -18,6 +18,7 @@ with the venv's python as rank 0 of 1, without the launcher's processes (``launc
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shlex
 import threading
@@ -44,7 +45,7 @@ from dsbisect.run.executor import Progress, RunSpec, Site, Slot
 from dsbisect.run.launched import Job, Line, Ran, judge, record_inputs
 from dsbisect.run.memory import GateToken, PointGate
 from dsbisect.run.phases import PhaseWatch
-from dsbisect.run.reuse import Reuse, digests, named_paths
+from dsbisect.run.reuse import Reuse, stale
 from dsbisect.store.store import Store
 from dsbisect.verdict.outcome import Classified
 
@@ -87,7 +88,7 @@ class LocalExecutor:
     def gpus(self) -> tuple[str, ...]:
         return self.site.gpus
 
-    @property
+    @functools.cached_property
     def reuse(self) -> Reuse:
         return Reuse(self.store, self.envs)
 
@@ -207,9 +208,9 @@ class LocalExecutor:
                 time.sleep(1.0)
             if theirs.status is not RunStatus.DONE or theirs.outcome is Outcome.SKIP:
                 continue
-            stale = self.reuse.stale(case, point, theirs, self._where(case))  # other files, variables, python?
-            if stale:
-                self.progress("note", f"{case.name} · {point.label}: {stale}; running it again")
+            why_not = stale(theirs, self.reuse.present(case, point, [theirs], self._where(case)))  # other inputs?
+            if why_not:
+                self.progress("note", f"{case.name} · {point.label}: {why_not}; running it again")
             else:
                 self.progress("reused", f"{case.name} · {point.label}: {theirs.outcome.value} "
                                         f"(run {theirs.id}, by another dsbisect)")
@@ -364,7 +365,7 @@ class LocalExecutor:
             hooks = multinode.RemoteRanks.of(case, job.env.python, run, capture)
         remote_left: list[str] = []
         given = record_inputs(case, run)
-        named = digests(named_paths(case))  # as the run starts: what changes under it is its output
+        named = self.reuse.started(case)  # as the run starts: what changes under it is its output
         how = f"{line.ranks.describe()}, no launcher" if line.direct else line.ranks.describe()
         added = f"; {line.ranks.said()}" if line.ranks.said() else ""
         self.progress("run", f"{case.name} · {job.point.label}: running (run {job.record.id}, {how}, "

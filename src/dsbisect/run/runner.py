@@ -13,6 +13,7 @@ builds the venvs of the points a search may test next while others run, where th
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -29,7 +30,7 @@ from dsbisect.envs.venvs import Env, EnvManager
 from dsbisect.records.run import RunRecord
 from dsbisect.run.executor import Executor, Place, Progress, RunSpec, Site, Slot, quiet
 from dsbisect.run.local import LocalExecutor, accelerator
-from dsbisect.run.reuse import Reuse
+from dsbisect.run.reuse import Reuse, stale
 from dsbisect.store.store import Store
 
 _AHEAD = threading.local()  # .label, .why: the point whose venv this thread builds ahead of its run
@@ -151,8 +152,11 @@ class Runner:
     def _prepare(self, case: Case, point: Point, why: str = "the search may test it next") -> None:
         if not self.executor.builds_here(case):
             return  # the run is not here, or cannot run here
-        if self.reusable(self.executor.case_for(case), point)[0]:
-            return  # recorded: it will not run again
+        # Recorded: most likely reused. Whether it is, is decided once, when the point's turn
+        # comes (a run set aside then builds its venv itself).
+        if not self.rerun and any(r.outcome is not Outcome.SKIP or r.manual is not None
+                                  for r in self.store.done_runs(self.executor.case_for(case).key, point.key)):
+            return
         _AHEAD.label, _AHEAD.why = f"{case.name} · {point.label}", f"{why}; built while another point runs"
         try:
             env = self.envs.ensure(point)
@@ -188,28 +192,31 @@ class Runner:
     def reusable(self, case: Case, point: Point) -> tuple[list[RunRecord], str]:
         """The recorded runs that may stand for runs of ``point`` now (``inputs`` has the rule):
         PASS, FAIL and HANG whose inputs are what would run now, and every run marked by hand
-        (a skip included: the user said so); with why the latest one set aside was ("" if none)."""
+        (a skip included: the user said so); with why the latest one set aside was ("" if none).
+        What would run now is made once (``Reuse.present``) and each record compared with it."""
         if self.rerun:
             return [], ""
-        fresh, why = [], ""
         done = self.store.done_runs(case.key, point.key)
+        judged = [r for r in done if r.manual is None and r.outcome is not Outcome.SKIP]
+        other = None if done else self.store.latest_of_other_case(case.name, case.key, point.key)
+        if not judged and other is None:
+            return [r for r in done if r.manual is not None], ""  # nothing to compare
+        now = self.reuse.present(case, point, [*judged, *([other] if other else [])], self._where(case))  # once
+        fresh, why = [], ""
         for r in done:
             if r.manual is not None:
                 fresh.append(r)
             elif r.outcome is not Outcome.SKIP:
-                stale = self.reuse.stale(case, point, r, self._where(case))
-                if stale:
-                    why = stale
+                why_not = stale(r, now)
+                if why_not:
+                    why = why_not
                 else:
                     fresh.append(r)
-        if not done:
-            other = self.store.latest_of_other_case(case.name, case.key, point.key)
-            if other is not None:  # the case's script, args or settings changed since
-                why = self.reuse.stale(case, point, other, self._where(case)) or \
-                    f"recorded run {other.id} is for other case settings"
+        if other is not None:  # the case's script, args or settings changed since
+            why = stale(other, now) or f"recorded run {other.id} is for other case settings"
         return fresh, why
 
-    @property
+    @functools.cached_property
     def reuse(self) -> Reuse:
         return Reuse(self.store, self.envs)
 
