@@ -206,7 +206,7 @@ def _shape(spec, indent: int = 0) -> list[str]:
     lines = ["{"]
     for key, value in spec.items():
         sub = _shape(value, indent + 1)
-        name = "*: (any key)" if key == "*" else (f'"{key[:-1]}"?' if key.endswith("?") else f'"{key}"')
+        name = "(any key)" if key == "*" else (f'"{key[:-1]}"?' if key.endswith("?") else f'"{key}"')
         lines.append(f"{pad}  {name}: {sub[0]}")
         lines += sub[1:]
     lines.append(pad + "}")
