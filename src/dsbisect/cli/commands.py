@@ -35,6 +35,8 @@ from dsbisect import __version__
 from dsbisect.run import matrix as matrix_mod
 from dsbisect.render import report as rep
 from dsbisect.core.disk import is_full, message as disk_message
+from dsbisect.cli import writeguard
+from dsbisect.core import outputs
 from dsbisect.core.errors import DsbisectError, ExternalFailure, InputError, Stopped, signal_of
 from dsbisect.core.files import read_small_text
 from dsbisect.core.outside import safe, safe_text
@@ -402,22 +404,12 @@ def _say_notes(index: IndexOptions) -> None:
 
 
 def check_output(path: Path, flag: str = "--output") -> None:
-    """A file we may write: its folder exists and is writable, and it is not itself a folder."""
-    folder = path.parent
-    if path.is_dir():
-        raise InputError(f"{flag} {path}: is a folder; name a file")
-    if not folder.is_dir():
-        raise InputError(f"{flag} {path}: no folder {folder}")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise InputError(f"{flag} {path}: not writable")
+    """A file we may write: in a writable folder, and never the store's, an input or another output."""
+    writeguard.check_output(path, flag)
 
 
 def write_output(text: str, path: Path, flag: str = "--output") -> None:
-    try:
-        path.write_text(text)
-    except OSError as e:  # checked before the work, so something changed since: say so, keep stdout's copy
-        raise DsbisectError(f"{flag} {path}: could not be written ({e.strerror or e}); the report is on "
-                            "stdout and the runs are in the store") from None
+    outputs.write_text(path, text, flag)
 
 
 def emit(text: str, output: Path | None) -> None:
@@ -1248,8 +1240,8 @@ def diff_envs(
     from dsbisect.render import envreport
 
     with user_errors():
-        if shown.output and not shown.output.parent.is_dir():
-            raise InputError(f"-o {shown.output}: there is no folder {shown.output.parent}")
+        if shown.output:
+            check_output(shown.output, "-o")
         if shown.fmt is Format.html:
             raise InputError("--format html is for dsbisect report and dsbisect show")
         d = envreport.compare(good, bad, python)
@@ -1260,7 +1252,7 @@ def diff_envs(
         else:
             out.print(envreport.table(d))
             if shown.output:
-                shown.output.write_text(envreport.markdown(d))
+                write_output(envreport.markdown(d), shown.output, "-o")
 
 
 @app.command("snapshot-base", cls=HelpCommand)
@@ -1331,9 +1323,7 @@ def prefetch(
             cases = matrix_mod.narrowed(cases, versions, [])
         if index.offline:
             raise InputError("prefetch downloads what --offline runs need: it cannot run --offline itself")
-        there = next((p for p in (dest, *dest.absolute().parents) if p.exists()), None)
-        if there is not None and not there.is_dir():
-            raise InputError(f"--dest {dest}: {there} is a file, not a folder")
+        writeguard.check_output(dest, "--dest", folder=True)
         idx = index.options()
         extras = matrix_mod.check_pins(extra or [], flag="--extra")
         if (git_repo or commits) and not (git_repo and commits and ".." in commits):
