@@ -689,7 +689,7 @@ app.add_typer(store_app, name="store")
 @store_app.command("repair", cls=HelpCommand)
 def store_repair(store: StoreOpt = Path(".dsbisect")) -> None:
     """Rebuild a lost or damaged dsbisect.sqlite3 from the records in the run folders."""
-    from dsbisect.store.store import repair
+    from dsbisect.store.repair import repair
 
     with user_errors():
         rebuilt, moved = repair(store)

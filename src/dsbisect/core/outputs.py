@@ -112,7 +112,7 @@ def check_target(path: Path, flag: str = "--output", guarded: Guarded = Guarded(
     if path.is_dir():
         raise InputError(f"{flag} {path}: is a folder; name a file")
     if not parent.is_dir():
-        raise InputError(f"{flag} {path}: no folder {parent}")
+        raise InputError(f"{flag} {path}: there is no folder {parent}")
     if not os.access(parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise InputError(f"{flag} {path}: not writable")
 

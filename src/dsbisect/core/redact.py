@@ -7,10 +7,16 @@ rules, applied together by ``redact``:
   the ranks' environment) and of a secret-looking option of a command line (``--hub_token v``,
   ``--api-key=v``) is masked wherever it appears, whatever surrounds it;
 - by shape: ``NAME=value``, ``NAME = 'value'``, ``NAME: value``, ``"NAME": "value"``,
-  ``'NAME': 'value'``, ``--name value``, ``Authorization: Bearer v`` and URL credentials
-  (``https://user:pass@host``), where NAME is secret-looking;
-- by format: Hugging Face, GitHub, OpenAI, Slack and GitLab tokens, AWS access key ids,
-  JWTs and ``Bearer`` tokens, anywhere.
+  ``'NAME': 'value'``, ``--name value``, ``Authorization: Bearer v``, URL credentials
+  (``https://user:pass@host``) and a URL's signing parameters (``?sig=``,
+  ``X-Amz-Signature=``), a netrc's ``password``/``account`` (``machine h login u password
+  p``, on one line or several), where NAME is secret-looking;
+- by format: Hugging Face, GitHub, OpenAI, Slack, GitLab, PyPI, npm, Stripe and Google API
+  tokens, AWS access key ids, JWTs and ``Bearer`` tokens, and the body of a PEM private key
+  (RSA, EC, OpenSSH, PGP, ...: also its halves when a text is read in blocks), anywhere.
+
+``mask_text`` applies the shape and format rules alone: a pure function of the text, which
+keys (a point's, a case's) are made from, so a rotated credential keeps the key.
 
 A name is secret-looking when its last word (split at ``_``, ``-``, ``.`` and camelCase) is
 one of ``SECRET_WORDS``: ``HF_TOKEN``, ``WANDB_API_KEY``, ``MY_DB_PASS``, ``hubToken`` are;
@@ -95,8 +101,8 @@ def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> frozenset
 
 def mask_args(argv: Sequence[str]) -> list[str]:
     """``argv`` with the values of its secret-looking options and ``NAME=value`` words masked,
-    and known token formats: a pure function of the words (a case's key is the same in every
-    process, whatever it was told or remembers)."""
+    and every word through ``mask_text``: a pure function of the words (a case's key is the same
+    in every process, whatever it was told or remembers)."""
     out = [str(a) for a in argv]
     for i, a in enumerate(out):
         name, eq, value = a.lstrip("-").partition("=")
@@ -106,7 +112,7 @@ def mask_args(argv: Sequence[str]) -> list[str]:
                 and not out[i + 1].startswith("-"):
             out[i + 1] = HIDDEN
         else:
-            out[i] = _FORMATS.sub(HIDDEN, out[i]) if any(x in a for x in _FORMAT_ANCHORS) else out[i]
+            out[i] = mask_text(out[i])
     return out
 
 
@@ -143,6 +149,11 @@ def _value_pattern(values: frozenset[str]) -> re.Pattern | None:
 
 _FORMATS = re.compile("|".join((
     r"\bhf_[A-Za-z0-9]{20,}",
+    r"\bapi_org_[A-Za-z0-9]{20,}",
+    r"\bpypi-Ag[A-Za-z0-9_-]{40,}",
+    r"\bnpm_[A-Za-z0-9]{30,}",
+    r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",
+    r"\bAIza[0-9A-Za-z_-]{35}",
     r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}",
     r"\bgithub_pat_[A-Za-z0-9_]{20,}",
     r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}",
@@ -151,7 +162,8 @@ _FORMATS = re.compile("|".join((
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
     r"\bglpat-[A-Za-z0-9_-]{20,}",
 )))
-_FORMAT_ANCHORS = ("hf_", "gh", "github_pat_", "sk-", "AKIA", "ASIA", "eyJ", "xox", "glpat-")
+_FORMAT_ANCHORS = ("hf_", "gh", "github_pat_", "sk-", "AKIA", "ASIA", "eyJ", "xox", "glpat-", "api_org_", "pypi-",
+                   "npm_", "_live_", "_test_", "AIza")
 _BEARER = re.compile(r"(?i)(?P<word>\bbearer\s+)[A-Za-z0-9._~+/=-]{6,}")
 _AUTH_HEADER = re.compile(r"(?i)(?P<head>\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?)"
                           r"(?:[A-Za-z]+[ \t]+)?[^\s\"',;]+")
@@ -186,9 +198,21 @@ def redact(text: str, values: Iterable[str] = ()) -> str:
     pattern = _value_pattern(known() | frozenset(v for v in values if _worth(v)) if values else known())
     if pattern is not None:
         text = pattern.sub(HIDDEN, text)
+    return mask_text(text)
+
+
+def mask_text(text: str) -> str:
+    """``text`` with the secrets its shapes and formats show masked (no value this process
+    knows of: a pure function of ``text``)."""
+    if not text:
+        return text
     # each rule only where its anchor is (most text has none: a report calls this per cell)
     if "@" in text:
         text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{HIDDEN}@", text)
+    if "://" in text and "=" in text:
+        text = _URL_PARAM.sub(lambda m: m["head"] + HIDDEN, text)
+    if "PRIVATE KEY" in text:
+        text = _private_keys(text)
     if any(a in text for a in _FORMAT_ANCHORS):
         text = _FORMATS.sub(HIDDEN, text)
     lower = text.lower()
@@ -199,9 +223,27 @@ def redact(text: str, values: Iterable[str] = ()) -> str:
     return _shapes(text, lower)
 
 
+# A URL's signing parameters (presigned S3/GCS/Azure URLs): no secret-looking name, a secret value.
+_URL_PARAM = re.compile(r"(?P<head>[?&](?i:sig|signature|x-amz-signature|x-amz-credential|x-goog-signature"
+                        r"|x-goog-credential|x-ms-signature|code)=)[^&#\s'\"]+")
+_KEY_KIND = r"[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?"
+# A PEM private key: BEGIN, its body (up to its END, else its base64 and header lines), END.
+_PEM = re.compile(r"(?P<begin>-----BEGIN (?P<kind>" + _KEY_KIND + r")-----)"
+                  r"(?:(?s:.{0,65536}?)(?P<end>-----END (?P=kind)-----)"
+                  r"|(?:[ \t]*\r?\n[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n]*)?[ \t]*(?=\r?\n|$))*)")
+# The second half of one cut in two (a text read in blocks): base64 lines, then END.
+_PEM_TAIL = re.compile(r"(?m)^(?:[ \t]*[A-Za-z0-9+/=]{16,}[ \t]*\r?\n)+(?P<end>[ \t]*-----END " + _KEY_KIND + r"-----)")
+
+
+def _private_keys(text: str) -> str:
+    text = _PEM.sub(lambda m: f"{m['begin']}\n{HIDDEN}\n{m['end'] or ''}", text)
+    return _PEM_TAIL.sub(lambda m: f"{HIDDEN}\n{m['end']}", text)
+
+
 # a secret word and the letters that may follow it and still end a secret-looking name
 _TAIL_WORDS = {"token": ("",), "secret": ("",), "pass": ("", "wd", "word", "phrase"), "key": ("",),
-               "credential": ("", "s"), "auth": ("", "orization", "token"), "cookie": ("",)}
+               "credential": ("", "s"), "auth": ("", "orization", "token"), "cookie": ("",),
+               "account": ("",)}  # a netrc's account
 _LETTERS = re.compile(r"[a-z]*")
 
 
@@ -226,9 +268,35 @@ def _shapes(text: str, lower: str) -> str:
         line = text[start:end]
         if "=" in line or ":" in line:
             line = _ASSIGNMENT.sub(_mask_shape, line)
+        if "pass" in line.lower() or "account" in line.lower():
+            line = _netrc(line)
         pieces += [text[last:start], _OPTION.sub(_mask_shape, line) if "-" in line else line]
         last = end
     return "".join(pieces) + text[last:]
+
+
+_NETRC_KEYS = frozenset({"machine", "login", "password", "passwd", "account", "port", "protocol"})
+_NETRC_SECRET = frozenset({"password", "passwd", "account"})
+
+
+def _netrc(line: str) -> str:
+    """A line of a netrc (``machine h login u password p``, or ``password p`` alone: an entry
+    written on several lines) with its password and account masked; any other line as it is."""
+    words = list(re.finditer(r"\S+", line))
+    masked, i = [], 0
+    while i < len(words):
+        w = words[i][0]
+        if w == "default":
+            i += 1
+            continue
+        if w not in _NETRC_KEYS or i + 1 == len(words):
+            return line
+        if w in _NETRC_SECRET and HIDDEN not in words[i + 1][0]:
+            masked.append(words[i + 1].span())
+        i += 2
+    for a, b in reversed(masked):
+        line = line[:a] + HIDDEN + line[b:]
+    return line
 
 
 _OWN_KEYS = frozenset({"key", "env_key", "case_key", "point_key"})  # dsbisect's own digests, no secrets
