@@ -227,10 +227,11 @@ def mask_text(text: str) -> str:
 _URL_PARAM = re.compile(r"(?P<head>[?&](?i:sig|signature|x-amz-signature|x-amz-credential|x-goog-signature"
                         r"|x-goog-credential|x-ms-signature|code)=)[^&#\s'\"]+")
 _KEY_KIND = r"[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?"
+_PEM_HEADERS = r"(?:Proc-Type|DEK-Info|Version|Comment|Hash|Charset|MessageID)"  # RFC 1421 and OpenPGP armor
 # A PEM private key: BEGIN, its body (up to its END, else its base64 and header lines), END.
 _PEM = re.compile(r"(?P<begin>-----BEGIN (?P<kind>" + _KEY_KIND + r")-----)"
                   r"(?:(?s:.{0,65536}?)(?P<end>-----END (?P=kind)-----)"
-                  r"|(?:[ \t]*\r?\n[ \t]*(?:[A-Za-z0-9+/=]+|[A-Za-z-]+: [^\n]*)?[ \t]*(?=\r?\n|$))*)")
+                  r"|(?:[ \t]*\r?\n[ \t]*(?:[A-Za-z0-9+/=]+|" + _PEM_HEADERS + r": [^\n]*)?[ \t]*(?=\r?\n|$))*)")
 # The second half of one cut in two (a text read in blocks): base64 lines, then END.
 _PEM_TAIL = re.compile(r"(?m)^(?:[ \t]*[A-Za-z0-9+/=]{16,}[ \t]*\r?\n)+(?P<end>[ \t]*-----END " + _KEY_KIND + r"-----)")
 
