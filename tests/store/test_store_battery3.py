@@ -388,3 +388,44 @@ def test_a_running_bisection_of_an_older_dsbisect_is_interrupted_once_no_one_hol
     b = _status(cli, st)
     assert b["status"] == "interrupted" and "no dsbisect holds the store" in " ".join(b["answer"])
     assert socket.gethostname()  # (judged on this host)
+
+
+def _peak(*args: str, cwd: Path) -> tuple[int, int, str]:
+    """(peak RSS in KB, exit code, stderr) of ``dsbisect ARGS`` in a fresh process."""
+    code = ("import resource, subprocess, sys\n"
+            "p = subprocess.run(sys.argv[1:], capture_output=True, text=True)\n"
+            "sys.stderr.write(p.stderr)\n"
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode)\n")
+    out = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "dsbisect", *args], cwd=cwd,
+                         capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=SRC))
+    kb, rc = map(int, out.stdout.split())
+    return kb, rc, out.stderr
+
+
+@pytest.mark.slow
+def test_a_150_mb_field_costs_no_memory_and_no_run(tmp_path):
+    """A 150 MB field in one run.json: repair peaked at 490 MB, report --format json (of the index
+    an older repair filled) at 786 MB.  Now each stays under 100 MB and the run is kept."""
+    st = tmp_path / "st"
+    ids = _runs(st)
+    record = st / "runs" / f"{ids[1]:06d}" / "run.json"
+    data = json.loads(record.read_text())
+    head, tail = json.dumps(data | {"reason": "@@"}).split('"@@"')
+    with open(record, "w") as f:
+        f.write(head + '"')
+        for _ in range(150):
+            f.write("x" * (1 << 20))
+        f.write('"' + tail)
+    kb, rc, said = _peak("store", "repair", "--store", "st", cwd=tmp_path)
+    print(f"repair with a 150 MB field in run.json: peak RSS {kb / 1024:.0f} MB")
+    assert rc == 0 and kb < 100 * 1024 and "too large to read" in said and "Traceback" not in said, said
+    assert [r.id for r in Store(st, readonly=True).runs()] == ids  # written from its row: kept
+    db = sqlite3.connect(st / DB)  # as an older dsbisect's repair left it: the value in the index
+    db.execute("UPDATE runs SET reason=? WHERE id=?", ("y" * (150 << 20), ids[1]))
+    db.commit()
+    db.close()
+    for args in (["report", "--format", "json"], ["report", "--format", "markdown"], ["show", str(ids[1])],
+                 ["report", "--format", "html"]):
+        kb, rc, said = _peak(*args, "--store", "st", cwd=tmp_path)
+        print(f"{' '.join(args)} with a 150 MB value in a row: peak RSS {kb / 1024:.0f} MB")
+        assert kb < 100 * 1024 and "Traceback" not in said and "too large to read" in said, said

@@ -1302,6 +1302,7 @@ def prefetch(
     from dsbisect.offline.prefetch import (
         Prefetcher,
         Target,
+        commit_ends,
         env_fetch,
         env_holding,
         load_snapshot,
@@ -1329,6 +1330,7 @@ def prefetch(
         if (git_repo or commits) and not (git_repo and commits and ".." in commits):
             raise InputError("--git-repo and --commits OLD..NEW go together")
         repo = gitrepo.check_repo(git_repo) if git_repo else None
+        ends = commit_ends(repo, commits) if repo else None  # checked, then created
         target = Target(python_version, tuple(platform_tag or ()), load_snapshot(base_snapshot) if base_snapshot else None)
         points = points_to_fetch(cases, idx, with_candidates) if cases_too else []
         indented = lambda s: say(f"  {s}")  # noqa: E731
@@ -1340,8 +1342,7 @@ def prefetch(
         try:
             _prefetch_fill(pf, points, envs, fetch, tool, extras)
             if repo:
-                old, new = commits.split("..", 1)
-                pf.commits(repo, package, old, new)
+                pf.commits(repo, package, *ends)
         finally:
             pf.close()
         say(f"{len(pf.added)} file(s) added; {pf.dest} holds {pf.size() / 1e6:.1f} MB")

@@ -61,7 +61,10 @@ def tag_for(repo: Path, package: str, version: str) -> str:
 
 
 def resolve(repo: Path, ref: str) -> str:
-    """The hash of ``ref``; an InputError when the clone has no such commit (a ref one gave)."""
+    """The hash of ``ref``; an InputError when the clone has no such commit (a ref one gave),
+    or when it looks like an option (git would read ``--output=x`` as one)."""
+    if not ref or ref.startswith("-") or any(c in ref for c in "\0\n"):
+        raise InputError(f"{ref!r} is not a commit name (a tag, branch or hash)")
     done = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", keep=proc.DATA)
     if done.returncode == 1 and not done.stdout.strip():  # --verify --quiet: 1 is "no such commit"
         raise InputError(f"{repo} has no commit {ref!r}")

@@ -53,6 +53,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dsbisect.core.files import read_small
+
 # Variables that never decide whether a recorded run is reused: they change from one shell,
 # terminal, login, job or dsbisect invocation to the next without changing what the repro does.
 VOLATILE_NAMES = frozenset({
@@ -243,7 +245,7 @@ def imported_files(folder: Path) -> tuple[tuple[str, str], ...]:
     seen: dict[str, str] = {}
     for listing in sorted(folder.glob("pid*.json")) if folder.is_dir() else []:
         try:
-            entries = json.loads(listing.read_text()).get("files", [])
+            entries = json.loads(read_small(listing)).get("files", [])
         except (OSError, ValueError, AttributeError):
             continue
         for entry in entries if isinstance(entries, list) else []:

@@ -41,6 +41,7 @@ class Found:
     exists: bool
     problem: str = ""
     rows: tuple[tuple[int, tuple], ...] = ()
+    unreadable: tuple[int, ...] = ()  # rows whose values cannot be read (bad, or too large)
 
     @property
     def sound(self) -> bool:
@@ -61,13 +62,15 @@ def examine(db: Path) -> Found:
         if check != ["ok"]:
             return Found(True, f"SQLite's integrity check: {check[0]}" + (f" (+{len(check) - 1} more)" if len(check) > 1 else ""))
         conn.row_factory = sqlite3.Row
-        rows, _ = bounded_rows(conn, "SELECT * FROM runs ORDER BY id")
+        rows, big = bounded_rows(conn, "SELECT * FROM runs ORDER BY id")
         conn.execute("SELECT count(*) FROM bisections").fetchone()
     except (sqlite3.Error, StoreError) as e:
         return Found(True, str(e))
     finally:
         conn.close()
-    return Found(True, "", tuple(_summary(rows)))
+    readable = _summary(rows)
+    bad = {r["id"] for r in rows} - {i for i, _ in readable}
+    return Found(True, "", tuple(readable), tuple(sorted(bad | set(big))))
 
 
 def _summary(rows) -> list[tuple[int, tuple]]:
@@ -96,7 +99,7 @@ def repair(directory: Path) -> tuple[Store, Path | None]:
         found = examine(db)
         salvage = salvage_rows(folder) if found.exists else []
         if found.sound:
-            store, moved = _in_place(folder, lock, found), None
+            store, moved = _in_place(folder, lock, found, bool(salvage)), None
         else:
             store, moved = _rebuilt(folder, lock, found)
     except BaseException:
@@ -106,7 +109,7 @@ def repair(directory: Path) -> tuple[Store, Path | None]:
     return store, moved
 
 
-def _in_place(folder: Path, lock: StoreLock, found: Found) -> Store:
+def _in_place(folder: Path, lock: StoreLock, found: Found, salvaged: bool) -> Store:
     """A sound index, kept: its runs re-indexed from the folders in one transaction."""
     store = Store(folder, lock=lock)
     try:
@@ -116,13 +119,14 @@ def _in_place(folder: Path, lock: StoreLock, found: Found) -> Store:
         store.close()
         raise
     before = dict(found.rows)
-    added = [i for i in after if i not in before]
+    added = [i for i in after if i not in before and i not in found.unreadable]
     removed = [i for i in before if i not in after]
-    changed = [i for i in after if i in before and after[i] != before[i]]
+    changed = [i for i in after if (i in before and after[i] != before[i]) or i in found.unreadable]
     db = folder / DB
     store.notes.append(f"{db}: sound (SQLite's integrity check passed): kept in place, nothing moved")
     if not (added or removed or changed):
-        store.notes.append(f"its {len(after)} run(s) agree with the {n} run record(s) in runs/: nothing to repair")
+        store.notes.append(f"its {len(after)} run(s) agree with the {n} run record(s) in runs/"
+                           + (" (once those above were written)" if salvaged else ": nothing to repair"))
     else:
         parts = [f"{len(x)} {what} ({_ids(x)})" for x, what in ((added, "added"), (changed, "corrected"),
                                                                  (removed, "removed")) if x]
