@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+import dsbisect
+
 from conftest import offline, wait_until, write_matrix
 
 pytestmark = pytest.mark.slow
-SRC = str(Path(__file__).parents[2] / "src")
+SRC = str(Path(dsbisect.__file__).parents[1])  # where the dsbisect under test is (src, or a wheel's install)
 
 
 def _done_runs(store: Path) -> list[tuple[int, str]]:

@@ -18,13 +18,15 @@ from pathlib import Path
 
 import pytest
 
+import dsbisect
+
 from dsbisect.core.errors import InputError
 from dsbisect.core.model import Outcome, Point
 from dsbisect.store import bounds, claims
 from dsbisect.store.repair import repair
 from dsbisect.store.store import DB, SCHEMA, Store
 
-SRC = str(Path(__file__).parents[2] / "src")
+SRC = str(Path(dsbisect.__file__).parents[1])  # where the dsbisect under test is (src, or a wheel's install)
 P = [Point(versions=(("dsb-toy", f"1.{i}.0"),)) for i in range(8)]
 
 
