@@ -42,7 +42,20 @@ def _refused(res, *words: str) -> None:
 
 
 def test_the_store_files_are_the_ones_the_guard_knows():
-    assert set(outputs.STORE_FILES) == {DB, claims.LOCK}
+    from dsbisect.envs.cache import MARKER
+
+    assert set(outputs.STORE_FILES) == {DB, claims.LOCK} and outputs.VENV_MARKER == MARKER
+
+
+def test_nothing_is_written_into_a_point_venv(tmp_path, cli):
+    venv = tmp_path / "cache" / "envs" / "abc123"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "dsbisect-env.json").write_text("{}")
+    (venv / "bin" / "python").write_text("#!/bin/sh\n")
+    _store(tmp_path / "st", 1)
+    res = cli("report", "--store", "st", "-o", str(venv / "bin" / "python"), cwd=tmp_path)
+    _refused(res, "point venv")
+    assert (venv / "bin" / "python").read_text() == "#!/bin/sh\n"
 
 
 @pytest.mark.parametrize("args", [

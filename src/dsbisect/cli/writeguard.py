@@ -1,10 +1,11 @@
 """The files the running command may write, checked against what it reads and keeps.
 
 One door for every command that writes a file it was asked to (``-o``, ``--html``,
-``--dest``): the command's own parameters say what is at stake (its ``--store`` and
-``--cache-dir``; every file it names, and the scripts and files of a matrix it names; the
-venvs it compares), ``core.outputs`` decides.  Read from the click context of the command
-being run, so that a command calls ``check_output(path, flag)`` and nothing else.
+``--dest``): the command's own parameters say what is at stake (its ``--store``; every file
+it names, and the scripts and files of a matrix it names; the venvs it compares),
+``core.outputs`` decides.  Read from the click context of the command
+being run, so that a command calls ``check_output(path, flag)`` and nothing else.  The cache's
+point venvs are found by their marker (``core.outputs``), wherever the cache is.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from dsbisect.core import outputs
 from dsbisect.core.errors import DsbisectError
 
 OUTPUTS = {"output": "--output", "html_file": "--html", "dest": "--dest"}
-KEPT = {"store": "--store", "cache_dir": "--cache-dir"}  # dsbisect's own folders: nothing is written into them
-READ_IN_PART = ("git_repo", "find_links")  # a clone, a wheelhouse: a report may be written there
+KEPT = {"store": "--store"}  # dsbisect's own folder: nothing is written into it (its venvs: by their marker)
+READ_IN_PART = ("git_repo", "find_links", "cache_dir")  # a clone, a wheelhouse, a cache: a report may go there
 
 
 def _values(value: object) -> Iterator[object]:

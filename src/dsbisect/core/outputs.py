@@ -5,7 +5,7 @@ Every file a command writes on request (``-o``/``--output``, ``--html``, a folde
 ``write_text`` when the work is done:
 
 - never into a store (``--store``, or any folder that holds a store's own files: its index,
-  its lock), nor into a folder of dsbisect's own that the command names (``--cache-dir``);
+  its lock), nor into a point venv of the cache (its marker);
 - never over an input of the command (a matrix, an environment file, a script, a replayed
   log) nor into an input folder (a venv compared), whatever name reaches it: the path itself,
   a symbolic link to it, or another hard link of the same file;
@@ -26,8 +26,10 @@ from pathlib import Path
 
 from dsbisect.core.errors import DsbisectError, InputError
 
-# A folder holding one of these is a store (``store.DB``, ``claims.LOCK``: a test holds them equal).
+# A folder holding one of these is a store (``store.DB``, ``claims.LOCK``), one holding the other a
+# point venv of dsbisect's cache (``envs.cache.MARKER``): a test holds them equal.
 STORE_FILES = ("dsbisect.sqlite3", "dsbisect.lock")
+VENV_MARKER = "dsbisect-env.json"
 
 
 @dataclass(frozen=True)
@@ -58,11 +60,14 @@ def is_store(folder: Path) -> bool:
         return False
 
 
-def _store_above(target: Path) -> Path | None:
-    """The store that ``target`` (a resolved path) is, or lies in; None when it is in none."""
+def _kept_above(target: Path) -> str | None:
+    """The store or point venv that ``target`` (a resolved path) is, or lies in, said; None
+    when it is in none."""
     for folder in (target, *target.parents):
         if folder.is_dir() and is_store(folder):
-            return folder
+            return f"the dsbisect store {folder}"
+        if (folder / VENV_MARKER).is_file():
+            return f"the point venv {folder} of dsbisect's cache"
     return None
 
 
@@ -80,9 +85,9 @@ def _clash(path: Path, flag: str, guarded: Guarded) -> str | None:
         real = _real(kept)
         if target == real or target.is_relative_to(real):
             return f"it is inside {kept} ({kept_flag}), which dsbisect keeps"
-    found = _store_above(target)
+    found = _kept_above(target)
     if found is not None:
-        return f"it is inside the dsbisect store {found}"
+        return f"it is inside {found}"
     for given in guarded.inputs:
         if target == _real(given) or _same_file(path, given):
             return f"it is {given}, an input of this command"
