@@ -28,7 +28,7 @@ from dsbisect.core.rundir import RunDir
 from dsbisect.records.run import Evidence
 from dsbisect.store import bounds, version
 from dsbisect.store.claims import StoreLock
-from dsbisect.store.store import (DB, RECORD_FORMAT, SCHEMA, Store, bounded_rows, check_access, read_only_fs,
+from dsbisect.store.store import (DB, RECORD_FORMAT, SCHEMA, Store, check_access, read_only_fs,
                                   record_problem, relative_folder, relative_run_dir, row_values, store_dir,
                                   write_record)
 
@@ -62,24 +62,35 @@ def examine(db: Path) -> Found:
         if check != ["ok"]:
             return Found(True, f"SQLite's integrity check: {check[0]}" + (f" (+{len(check) - 1} more)" if len(check) > 1 else ""))
         conn.row_factory = sqlite3.Row
-        rows, big = bounded_rows(conn, "SELECT * FROM runs ORDER BY id")
+        readable, bad = summary(conn)
         conn.execute("SELECT count(*) FROM bisections").fetchone()
     except (sqlite3.Error, StoreError) as e:
         return Found(True, str(e))
     finally:
         conn.close()
-    readable = _summary(rows)
-    bad = {r["id"] for r in rows} - {i for i, _ in readable}
-    return Found(True, "", tuple(readable), tuple(sorted(bad | set(big))))
+    return Found(True, "", tuple(readable.items()), tuple(bad))
 
 
-def _summary(rows) -> list[tuple[int, tuple]]:
-    out = []
-    for row in rows:
-        values, problem = row_values(row)
-        if not problem:
-            out.append((values["id"], (values["status"], values["outcome"], values["point_key"])))
-    return out
+def rows_one_by_one(conn: sqlite3.Connection):
+    """(id, row or None) of every run of the index, read one at a time (None: a value over the
+    size limit): memory is one row's, whatever the index holds."""
+    for (run_id,) in conn.execute("SELECT id FROM runs ORDER BY id").fetchall():
+        try:
+            yield run_id, conn.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchone()
+        except sqlite3.DataError:
+            yield run_id, None
+
+
+def summary(conn: sqlite3.Connection) -> tuple[dict[int, tuple], list[int]]:
+    """Each readable run's (status, outcome, point key) by id, and the ids of those not readable."""
+    out, bad = {}, []
+    for run_id, row in rows_one_by_one(conn):
+        values, problem = row_values(row) if row is not None else ({}, "too large")
+        if problem:
+            bad.append(run_id)
+        else:
+            out[run_id] = (values["status"], values["outcome"], values["point_key"])
+    return out, bad
 
 
 def repair(directory: Path) -> tuple[Store, Path | None]:
@@ -114,7 +125,7 @@ def _in_place(folder: Path, lock: StoreLock, found: Found, salvaged: bool) -> St
     store = Store(folder, lock=lock)
     try:
         n = store.reindex()
-        after = dict(_summary(store.run_rows()))
+        after, _ = summary(store.db)
     except BaseException:
         store.close()
         raise
@@ -189,26 +200,24 @@ def salvage_rows(folder: Path) -> list[str]:
     older dsbisect, or the record was overwritten), an unfinished run's as interrupted.  An
     unreadable record is set aside beside it first.  A finished run whose folder is gone gets
     its folder back with the record; a row that never finished and has no folder is dropped,
-    and said.  Returns notes."""
+    and said.  Rows are read one at a time.  Returns notes."""
+    notes: list[str] = []
+    kept, dropped = [], []
     try:
         old = sqlite3.connect(f"{(folder / DB).as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as e:
+        return [f"{folder / DB}: its rows could not be read ({e}); only the run folders were used"]
+    try:
         old.row_factory = sqlite3.Row
         bounds.limit(old)
-        rows, big = bounded_rows(old, "SELECT * FROM runs ORDER BY id")
+        for run_id, row in rows_one_by_one(old):
+            done = _salvaged_row(folder, run_id, row, notes)
+            if done is not None:
+                (kept if done else dropped).append(str(run_id))
+    except sqlite3.Error as e:
+        notes.append(f"{folder / DB}: its rows could not all be read ({e}); the run folders were used")
+    finally:
         old.close()
-    except (sqlite3.Error, StoreError) as e:
-        return [f"{folder / DB}: its rows could not be read ({e}); only the run folders were used"]
-    notes = [f"entry {i} of the old index is too large to read; left out (its run folder's record is used)"
-             for i in big]
-    kept, dropped = [], []
-    for row in rows:
-        values, problem = row_values(row)
-        if problem:
-            notes.append(f"run {row['id']}: its row in the old index is not readable ({problem}); left out")
-            continue
-        done = _salvaged(folder, values, notes)
-        if done is not None:
-            (kept if done else dropped).append(str(values["id"]))
     if kept:
         notes.append(f"{len(kept)} run(s) of the old index had no readable {RunDir.RECORD} in their folder: "
                      f"written from the index (runs {', '.join(kept)})")
@@ -216,6 +225,19 @@ def salvage_rows(folder: Path) -> list[str]:
         notes.append(f"{len(dropped)} unfinished run(s) of the old index left no folder and no result: "
                      f"dropped (runs {', '.join(dropped)})")
     return notes
+
+
+def _salvaged_row(folder: Path, run_id: int, row, notes: list[str]) -> bool | None:
+    """One row of the old index salvaged (``_salvaged``), or said why not."""
+    if row is None:
+        notes.append(f"entry {run_id} of the old index is too large to read; left out (its run folder's record "
+                     "is used)")
+        return None
+    values, problem = row_values(row)
+    if problem:
+        notes.append(f"run {run_id}: its row in the old index is not readable ({problem}); left out")
+        return None
+    return _salvaged(folder, values, notes)
 
 
 def _salvaged(folder: Path, values: dict, notes: list[str]) -> bool | None:

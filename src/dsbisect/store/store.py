@@ -694,13 +694,24 @@ class Store:
         the runs the index holds, in one transaction); the number of runs.  A record that cannot
         be read as one is moved to ``quarantine/`` and named; one of a newer dsbisect is left
         where it is, and named."""
-        found = [(data, path.parent) for path in self.records() if (data := self._readable(path)) is not None]
-        with self._tx() as db:
-            if replace:  # but the rows no record can stand for: kept as they are, and named
-                keep = self._unreadable_rows(db, {self._rel(f) for _, f in found})
-                db.execute(f"DELETE FROM runs WHERE id NOT IN ({', '.join('?' * len(keep))})", keep)
-            for data, folder in found:
-                self._index(db, data, folder)
+        count = 0
+        with self._tx() as db:  # one record at a time: memory is one record's, whatever the store's size
+            unreadable = self._unreadable_rows(db) if replace else {}
+            if replace:  # but the rows a record may not stand for: kept until one does
+                db.execute(f"DELETE FROM runs WHERE id NOT IN ({', '.join('?' * len(unreadable))})",
+                           tuple(unreadable.values()))
+            for path in self.records():
+                data = self._readable(path)
+                if data is None:
+                    continue
+                stale = unreadable.pop(self._rel(path.parent), None)
+                if stale is not None:
+                    db.execute("DELETE FROM runs WHERE id=?", (stale,))
+                self._index(db, data, path.parent)
+                count += 1
+        for folder, run_id in unreadable.items():
+            self.notes.append(f"run {run_id}: its entry in the index is not readable and no run folder holds its "
+                              f"record ({folder}): kept in the index as it is")
         for path in sorted((self.dir / "bisections").glob("*.json")):
             try:
                 self._put_bisection(BisectionRecord.from_json(bounds.read_json(path)))
@@ -708,7 +719,7 @@ class Store:
                 self.notes.append(f"{self._rel(path)}: not readable ({e.strerror or e}); left out")
             except (ValueError, KeyError, TypeError, AttributeError):
                 self.notes.append(f"{self._rel(path)}: not readable; left out")
-        return len(found)
+        return count
 
     def reindex(self) -> int:
         """The runs of the index rebuilt from the run folders, in place and in one transaction
@@ -718,24 +729,19 @@ class Store:
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return found
 
-    def run_rows(self) -> list[sqlite3.Row]:
-        """Every row of the runs table as it is (read within the size limit)."""
-        return self._all("SELECT * FROM runs ORDER BY id")
-
-    def _unreadable_rows(self, db: sqlite3.Connection, folders: set[str]) -> list[int]:
-        """The ids of the rows that cannot be read (bad values, or too large) and whose folder
-        holds no record to index instead."""
-        rows, big = bounded_rows(db, "SELECT * FROM runs")
-        bad = [(r["id"], problem) for r in rows if (problem := row_values(r)[1])]
-        bad += [(i, "too large to read") for i in big]
-        keep = []
-        for run_id, problem in bad:
-            (folder,) = db.execute("SELECT folder FROM runs WHERE id=?", (run_id,)).fetchone()
-            if folder not in folders:
-                keep.append(run_id)
-                self.notes.append(f"run {run_id}: its entry in the index is not readable ({problem}) and no run "
-                                  "folder holds its record: kept in the index as it is")
-        return keep
+    def _unreadable_rows(self, db: sqlite3.Connection) -> dict[str, int]:
+        """The rows that cannot be read (bad values, or too large): their folder -> their id."""
+        out = {}
+        for (run_id,) in db.execute("SELECT id FROM runs").fetchall():
+            try:
+                rows = db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchall()
+                problem = row_values(rows[0])[1]
+            except sqlite3.DataError:
+                problem = "too large"
+            if problem:
+                (folder,) = db.execute("SELECT folder FROM runs WHERE id=?", (run_id,)).fetchone()
+                out[str(folder)] = run_id
+        return out
 
     def _readable(self, path: Path) -> dict | None:
         """The record at ``path``, checked (its pins' credentials masked in place when an older
