@@ -228,17 +228,63 @@ _URL_PARAM = re.compile(r"(?P<head>[?&](?i:sig|signature|x-amz-signature|x-amz-c
                         r"|x-goog-credential|x-ms-signature|code)=)[^&#\s'\"]+")
 _KEY_KIND = r"[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?"
 _PEM_HEADERS = r"(?:Proc-Type|DEK-Info|Version|Comment|Hash|Charset|MessageID)"  # RFC 1421 and OpenPGP armor
-# A PEM private key: BEGIN, its body (up to its END, else its base64 and header lines), END.
-_PEM = re.compile(r"(?P<begin>-----BEGIN (?P<kind>" + _KEY_KIND + r")-----)"
-                  r"(?:(?s:.{0,65536}?)(?P<end>-----END (?P=kind)-----)"
-                  r"|(?:[ \t]*\r?\n[ \t]*(?:[A-Za-z0-9+/=]+|" + _PEM_HEADERS + r": [^\n]*)?[ \t]*(?=\r?\n|$))*)")
-# The second half of one cut in two (a text read in blocks): base64 lines, then END.
-_PEM_TAIL = re.compile(r"(?m)^(?:[ \t]*[A-Za-z0-9+/=]{16,}[ \t]*\r?\n)+(?P<end>[ \t]*-----END " + _KEY_KIND + r"-----)")
+_PEM_MARK = re.compile(r"-----(?P<what>BEGIN|END) (?P<kind>" + _KEY_KIND + r")-----")
+_PEM_BODY = re.compile(r"[ \t]*(?:[A-Za-z0-9+/=]+|" + _PEM_HEADERS + r": [^\n]*)?[ \t]*\r?")
+_B64_LINE = re.compile(r"[ \t]*[A-Za-z0-9+/=]{16,}[ \t]*\r?")
+_PEM_PAIR = 65536  # a BEGIN and the END of its kind at most this far apart are one key
 
 
 def _private_keys(text: str) -> str:
-    text = _PEM.sub(lambda m: f"{m['begin']}\n{HIDDEN}\n{m['end'] or ''}", text)
-    return _PEM_TAIL.sub(lambda m: f"{HIDDEN}\n{m['end']}", text)
+    """Every PEM private key's body masked: between a BEGIN and the END of its kind; after a BEGIN
+    with no END (its body and header lines); before an END with no BEGIN (the base64 lines: the
+    second half of a key a text read in blocks cut in two).  One pass over the markers, each
+    line looked at once at most, whatever the text holds."""
+    marks, out, at = list(_PEM_MARK.finditer(text)), [], 0
+    for i, m in enumerate(marks):
+        if m.start() < at:
+            continue
+        nxt = marks[i + 1] if i + 1 < len(marks) else None
+        if m["what"] == "BEGIN" and nxt is not None and nxt["what"] == "END" and nxt["kind"] == m["kind"] \
+                and nxt.start() - m.end() <= _PEM_PAIR:
+            out += [text[at:m.end()], f"\n{HIDDEN}\n"]
+            at = nxt.start()
+        elif m["what"] == "BEGIN":
+            stop = _lines_while(text, m.end(), nxt.start() if nxt else len(text), _PEM_BODY)
+            out += [text[at:m.end()], f"\n{HIDDEN}"] if stop > m.end() else []
+            at = stop if stop > m.end() else at
+        elif (nl := text.rfind("\n", at, m.start())) != -1:
+            start = _lines_back_while(text, nl + 1, at, _B64_LINE)
+            if start <= nl:
+                out += [text[at:start], f"{HIDDEN}\n"]
+                at = nl + 1
+    return "".join(out) + text[at:] if out else text
+
+
+def _lines_while(text: str, pos: int, limit: int, line: re.Pattern) -> int:
+    """The end of the last of the whole lines after ``pos`` (up to ``limit``) that ``line``
+    matches, one after another; ``pos`` when the first does not."""
+    end = pos
+    while True:
+        start = text.find("\n", end, limit)
+        if start == -1:
+            return end
+        stop = text.find("\n", start + 1, limit)
+        stop = limit if stop == -1 else stop
+        if stop <= start + 1 and stop == limit or not line.fullmatch(text, start + 1, stop):
+            return end
+        end = stop
+
+
+def _lines_back_while(text: str, start: int, floor: int, line: re.Pattern) -> int:
+    """The start of the first of the whole lines before the line starting at ``start`` (down to
+    ``floor``) that ``line`` matches, one after another; ``start`` when the one before does not."""
+    while start > floor:
+        prev = text.rfind("\n", floor, start - 1) + 1
+        prev = max(prev, floor)
+        if not line.fullmatch(text, prev, start - 1):
+            break
+        start = prev
+    return start
 
 
 # a secret word and the letters that may follow it and still end a secret-looking name
