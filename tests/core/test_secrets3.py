@@ -30,6 +30,8 @@ B64 = "MIIEowIBAAKCAQEAx1y2z3Q9mVb" + "A" * 40  # a body line no format rule kno
     f"default login anonymous password {V}",
     f"machine h login u account {V} password x{V}",
     f"machine h port 443 login u passwd {V}",
+    f"RuntimeError: login failed: machine h login u password {V}exc",
+    f"'machine api.example.com login bob password {V}' (from ~/.netrc)",
     f"  password {V}",
     f"[pypi]\nusername = __token__\npassword = {V}\n",
     f"[default]\naws_access_key_id = AKIAIOSFODNN7EXAMPLE\naws_secret_access_key = {V}\n",

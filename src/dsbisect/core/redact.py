@@ -326,9 +326,16 @@ _NETRC_KEYS = frozenset({"machine", "login", "password", "passwd", "account", "p
 _NETRC_SECRET = frozenset({"password", "passwd", "account"})
 
 
+# A netrc entry inside any text (an error that quotes one): ``machine h`` or ``default``, then
+# keyword-value pairs.
+_NETRC_ENTRY = re.compile(r"(?:\bmachine[ \t]+\S+|\bdefault\b)(?:[ \t]+(?:login|password|passwd|account|port|protocol)"
+                          r"[ \t]+\S+)+")
+
+
 def _netrc(line: str) -> str:
-    """A line of a netrc (``machine h login u password p``, or ``password p`` alone: an entry
-    written on several lines) with its password and account masked; any other line as it is."""
+    """A line with the passwords and accounts of a netrc masked: a line of a netrc file (``machine
+    h login u password p``, or ``password p`` alone: an entry written on several lines), or an
+    entry quoted inside other text; any other line as it is."""
     words = list(re.finditer(r"\S+", line))
     masked, i = [], 0
     while i < len(words):
@@ -337,7 +344,8 @@ def _netrc(line: str) -> str:
             i += 1
             continue
         if w not in _NETRC_KEYS or i + 1 == len(words):
-            return line
+            return _NETRC_ENTRY.sub(lambda m: _netrc(m[0]), line) if "machine" in line or "default" in line \
+                else line
         if w in _NETRC_SECRET and HIDDEN not in words[i + 1][0]:
             masked.append(words[i + 1].span())
         i += 2
