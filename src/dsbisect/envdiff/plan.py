@@ -24,6 +24,7 @@ from dsbisect.envs import gitrepo
 from dsbisect.envs.cache import CachePaths
 from dsbisect.envdiff.environments import Change, Environment, Kind, apply, diff
 from dsbisect.core.errors import EnvBuildError, InputError
+from dsbisect.core.files import read_small_text
 from dsbisect.core.model import BaseMode, Case, EnvOptions, IndexOptions, RegressOn, digest
 from dsbisect.records.results import Request
 from dsbisect.envs.uv import Uv
@@ -202,7 +203,7 @@ def _installed_mb(base: base_env.Base, name: str) -> int:
     for n, _, info in base.dists:
         if canonicalize_name(n) == canonicalize_name(name):
             try:
-                rows = (Path(info) / "RECORD").read_text().splitlines()
+                rows = read_small_text(Path(info) / "RECORD", errors="replace").splitlines()
             except OSError:
                 return 0
             total = sum(int(r.rsplit(",", 1)[1]) for r in rows if r.rsplit(",", 1)[-1].isdigit())

@@ -335,6 +335,7 @@ class BisectionRecord:
     result: dict
     created: float
     updated: float
+    interrupted: str = ""  # read back only (not stored): why a "running" one is not, and since when
 
     KEYS: ClassVar[tuple[str, ...]] = ("id", "key", "package", "good", "bad", "params", "status", "result",
                                        "created", "updated")

@@ -60,9 +60,19 @@ def _answered(b: BisectionRecord) -> Answered:
     ids = tuple(dict.fromkeys(i for s in (*r.steps, *releases) for i in s.tally.run_ids))
     argv = params.get("argv")
     command = shlex.join(["dsbisect", "bisect", *map(str, argv)]) if isinstance(argv, list) and argv else ""
+    if b.interrupted and r.verdict is None:
+        lines += [f"interrupted: {b.interrupted}", _resume(command, params.get("cwd"))]
     return Answered(key=b.key, question=f"{b.package} {b.good} → {b.bad}", case=str(params.get("case") or ""),
                     status=b.status, verdict=r.verdict.value if r.verdict else "",
                     answer=tuple(safe(ln) for ln in lines), run_ids=ids, command=safe(command))
+
+
+def _resume(command: str, cwd: object) -> str:
+    """How to go on with an interrupted bisection."""
+    where = f" in {cwd}" if isinstance(cwd, str) else ""
+    how = f"run its command (ran as) again{where}" if command else "run the same dsbisect bisect again"
+    hidden = "; *** stands for a credential the store does not keep: give it again" if "***" in command else ""
+    return f"to resume, {how}: the runs it finished are reused{hidden}"
 
 
 def terminal_lines(found: Sequence[Answered]) -> list[tuple[str, int]]:

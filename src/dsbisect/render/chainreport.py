@@ -120,7 +120,7 @@ def notes(r: EnvResult) -> list[str]:
         lines.append(r.note)
     lines += [f"not bisected: {s}" for s in r.skipped]
     lines += [f"confounder: {x.describe()}" for x in r.confounders]
-    lines += [f"tied by dependency metadata (tried together): "
+    lines += ["tied by dependency metadata (tried together): "
               + ", ".join(r.changes[i].name for i in u) for u in r.units]
     return [safe(x) for x in lines]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from dsbisect.forensics import crash
 from dsbisect.forensics import flightrec
 from dsbisect.forensics import stuck as forensics
-from dsbisect.core.files import DATA_LIMIT, existing_dir, read_small
+from dsbisect.core.files import DATA_LIMIT, PROOF_LIMIT, existing_dir, read_small
 from dsbisect.render.grid import displayable
 from dsbisect.render.htmlreport import Page, RunPage
 from dsbisect.render.ladder import Ladder, Rung, Tested
@@ -63,7 +63,7 @@ def folder_looks(folder: Path) -> tuple[tuple[Look, ...], bool, str]:
     """(looks, early, proof sentence): the proof's two looks, else the flight-recorder dumps,
     else the last look a round of the early verdict took (it proved nothing)."""
     run = RunDir(folder)
-    proof = _json(run.deadlock_proof)
+    proof = _json(run.deadlock_proof, PROOF_LIMIT)
     if isinstance(proof, dict) and isinstance(proof.get("requests"), list):
         looks = tuple(_answers_look(run, n, f"look {i + 1}: request {n}" + _at(proof, n))
                       for i, n in enumerate(proof["requests"][:2]) if isinstance(n, int))
@@ -169,9 +169,9 @@ def _stack(frames: Sequence[forensics.Frame]) -> tuple[str, ...]:
     return tuple(lines[:STACK_LINES]) + ((f"… {len(lines) - STACK_LINES} more frames",) if len(lines) > STACK_LINES else ())
 
 
-def _json(path: Path) -> object:
+def _json(path: Path, limit: int = DATA_LIMIT) -> object:
     try:
-        return json.loads(read_small(path, DATA_LIMIT))
+        return json.loads(read_small(path, limit))
     except (OSError, ValueError):
         return None
 

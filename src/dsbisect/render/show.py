@@ -17,7 +17,7 @@ from rich.text import Text
 
 from dsbisect.forensics.crash import Crash, read_crash
 from dsbisect.envs.facts import describe_env, size
-from dsbisect.core.files import existing_dir
+from dsbisect.core.files import PROOF_LIMIT, existing_dir, read_small
 from dsbisect.render.grid import displayable, line
 from dsbisect.render.htmlsource import rank_tables
 from dsbisect.core.model import Outcome
@@ -133,7 +133,7 @@ def _deadlock_proof(run_dir: Path, piped: bool) -> list:
     """The early deadlock verdict's proof and the two snapshots it stands on (``fr/proof.json``)."""
     path = RunDir(run_dir).deadlock_proof
     try:
-        proof = json.loads(path.read_text())
+        proof = json.loads(read_small(path, PROOF_LIMIT))
     except (OSError, ValueError):
         return []
     if not isinstance(proof, dict):
