@@ -315,7 +315,8 @@ def _answer(r: Recorded) -> str:
 
 
 def _release_answer(r: Result) -> str:
-    words = ("last broken", "first fixed") if r.request.find_fix else ("last good", "first bad")
+    mode = r.request.mode
+    words = (mode.last_old, mode.first_new)
     parts = []
     if r.last_good:
         parts.append(f"{words[0]} {r.last_good}")

@@ -107,14 +107,12 @@ class TrialSubject:
 
     def ends_message(self, step: Step, end: Side, label: str) -> tuple[Answer, str]:
         req = self.env.req
-        fix = req.find_fix
-        name = {(Side.OLD, False): "good", (Side.OLD, True): "broken", (Side.NEW, False): "bad",
-                (Side.NEW, True): "fixed"}[end, fix]
+        name = req.mode.end(end)
         given = req.good_env.source if end is Side.OLD else req.bad_env.source
         shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}[step.outcome.value]
         if end is Side.NEW:
             return Answer.NOT_REPRODUCED, (f"{given} (the {name} environment, as given) {shown}: "
-                                           f"the {'fix' if fix else 'regression'} does not reproduce here")
+                                           f"the {req.mode.change} does not reproduce here")
         return Answer.GOOD_END_BAD, (f"{given} (the {name} environment, as given) {shown} too: "
                                      "nothing between the two environments to bisect")
 
@@ -319,7 +317,7 @@ class EnvBisection:
         low, high = (new, old) if backwards else (old, new)
         rq = Request(package=c.name, good=low, bad=high, case=self.req.case,
                      pins=self._context(c, partners), regress_on=self.req.regress_on,
-                     find_fix=self.req.find_fix != backwards, repeat=self.req.repeat, signature=self.req.signature,
+                     mode=self.req.mode.flipped if backwards else self.req.mode, repeat=self.req.repeat, signature=self.req.signature,
                      pre=_parse(low).is_prerelease or _parse(high).is_prerelease, git_repo=self._repo_for(c),
                      verify_commit_ends=self.req.verify_commit_ends, width=self.req.width, confirm=self.req.confirm,
                      any_failure=self.req.any_failure, prove=self.req.prove)
@@ -389,7 +387,7 @@ class EnvBisection:
     def save(self, status: str, result: dict) -> None:
         req = self.req
         params = {"case": req.case.name, "hold": list(req.hold), "regress_on": req.regress_on.value,
-                  "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature, "envbisect": True}
+                  "find_fix": req.mode.find_fix, "repeat": req.repeat, "signature": req.signature, "envbisect": True}
         if req.argv:
             params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
         if status == "running" and "steps" in result:  # a level-1 step just ended: keep the changes beside it

@@ -82,7 +82,7 @@ class Request:
     case: Case
     pins: tuple[str, ...] = ()
     regress_on: RegressOn = RegressOn.AUTO  # AUTO: what the bad end shows (Bisection.rule, once it ran)
-    find_fix: bool = False
+    mode: Mode = Mode.REGRESSION
     repeat: int = 1
     signature: str | None = None
     pre: bool = False
@@ -97,14 +97,10 @@ class Request:
     confidence: float | None = None  # --confidence P: the probabilistic search (bayes), one run per probe
 
     @property
-    def mode(self) -> Mode:
-        return Mode.FIND_FIX if self.find_fix else Mode.REGRESSION
-
-    @property
     def key(self) -> str:
         return digest({
             "package": canonicalize_name(self.package), "good": self.good, "bad": self.bad, "case": self.case.key,
-            "pins": sorted(self.pins), "regress_on": self.regress_on.value, "find_fix": self.find_fix,
+            "pins": sorted(self.pins), "regress_on": self.regress_on.value, "find_fix": self.mode.find_fix,
             "repeat": self.repeat, "signature": self.signature, "pre": self.pre,
             **({"include_yanked": True} if self.include_yanked else {}),
             **({"any_failure": True} if self.any_failure else {}),
@@ -121,7 +117,7 @@ class Request:
         """A result's request as recorded: the case by its name only (a result keeps no more of it)."""
         case = Case(name=_str(d, "case"), script=Path(), script_digest="")
         return cls(_str(d, "package"), _str(d, "good"), _str(d, "bad"), case, pins=_strs(d.get("pins")),
-                   regress_on=regress_on, find_fix=d.get("mode") == Mode.FIND_FIX.value,
+                   regress_on=regress_on, mode=read_enum(Mode, d.get("mode"), Mode.REGRESSION),
                    signature=_opt(d, "signature_filter"))
 
 
@@ -229,10 +225,10 @@ class Regression:
                 "failure": self.identity.as_json() if self.identity else None}
 
     @classmethod
-    def from_json(cls, d: Mapping, find_fix: bool = False) -> Regression:
+    def from_json(cls, d: Mapping, mode: Mode = Mode.REGRESSION) -> Regression:
         failure = _dict(d, "failure")
         return cls(read_enum(RegressOn, d.get("kind"), RegressOn.ANY), Identity.from_json(failure) if failure else None,
-                   _str(d, "learned_from"), "broken end" if find_fix else "bad end",
+                   _str(d, "learned_from"), mode.defining_end,
                    read_enum(RegressOn, d.get("asked"), RegressOn.AUTO))
 
 
@@ -342,18 +338,18 @@ class Result:
     @classmethod
     def from_json(cls, d: Mapping) -> Result:
         """A recorded result (``bisect --format json``, a bisection's ``result`` column), of any version."""
-        find_fix = d.get("mode") == Mode.FIND_FIX.value
-        regression = Regression.from_json(d["regression"], find_fix) if _dict(d, "regression") else None
+        mode = read_enum(Mode, d.get("mode"), Mode.REGRESSION)
+        regression = Regression.from_json(d["regression"], mode) if _dict(d, "regression") else None
         asked = regression.asked if regression else read_enum(RegressOn, d.get("regress_on"), RegressOn.AUTO)
         commit, confirm, proof = (_dict(d, k) for k in ("commit", "confirm", "proof"))
-        asked_p, found = confidence_from_json(d.get("confidence"), find_fix)
+        asked_p, found = confidence_from_json(d.get("confidence"), mode)
         return cls(replace(Request.from_json(d, asked), confidence=asked_p), _strs(d.get("candidates")),
                    tuple(Step.from_json(s) for s in _maps(d.get("steps"))),
                    read_enum(Answer, d.get("verdict"), Answer.UNTESTABLE), _opt(d, "last_good"), _opt(d, "first_bad"),
                    _strs(d.get("maybe")), _str(d, "message"), CommitResult.from_json(commit) if commit else None,
                    _str(d, "commit_message"), Confirmation.from_json(confirm) if confirm else None,
                    _str(d, "good_end"), _strs(d.get("caveats")),
-                   Proof.from_json(proof, find_fix) if proof else None, regression, _strs(d.get("different")),
+                   Proof.from_json(proof, mode) if proof else None, regression, _strs(d.get("different")),
                    found)
 
 

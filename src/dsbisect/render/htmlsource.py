@@ -22,7 +22,7 @@ from dsbisect.core.files import DATA_LIMIT, existing_dir, read_small
 from dsbisect.render.grid import displayable
 from dsbisect.render.htmlreport import Page, RunPage
 from dsbisect.render.ladder import Ladder, Rung, Tested
-from dsbisect.core.model import Outcome, Stage, Verdict
+from dsbisect.core.model import Outcome, Side, Stage, Verdict
 from dsbisect.render.rankview import Coll, Look, RankLook, State
 from dsbisect.records.results import Recorded, Result, Step
 from dsbisect.core.rundir import RunDir
@@ -233,7 +233,7 @@ def commit_ladder(title: str, r: Result, steps: Sequence[Step]) -> Ladder:
     c = r.commit
     last_good, first_bad = (c.last_good, c.first_bad or "") if c else ("", "")
     tested = [(i + 1, s) for i, s in enumerate(steps)]
-    old_verdict = Verdict.BAD if r.request.find_fix else Verdict.GOOD
+    old_verdict = r.request.mode.verdict(Side.OLD)
     old = [(i, s) for i, s in tested if s.verdict is old_verdict]
     new = [(i, s) for i, s in tested if s.verdict not in (old_verdict, Verdict.SKIP)]
     skip = [(i, s) for i, s in tested if s.verdict is Verdict.SKIP]
@@ -350,7 +350,7 @@ def _summary(b) -> str:
     parts = [f"verdict: {_verdict(r) or b.status}"]
     if not r.environment:
         res = r.answers[0]
-        word = ("last broken", "first fixed") if res.request.find_fix else ("last good", "first bad")
+        word = (res.request.mode.last_old, res.request.mode.first_new)
         if res.last_good:
             parts.append(f"{word[0]} {res.last_good}")
         if res.first_bad:

@@ -452,8 +452,7 @@ class BisectView:
 def bisect_summary(result: Result) -> list[str]:
     """The final block, as plain lines (terminal and Markdown share it)."""
     req = result.request
-    bad_word = "first fixed" if req.find_fix else "first bad"
-    good_word = "last broken" if req.find_fix else "last good"
+    bad_word, good_word = req.mode.first_new, req.mode.last_old
     lines = [f"verdict: {result.verdict.value}"]
     if result.message:
         lines.append(result.message)

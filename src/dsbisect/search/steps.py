@@ -15,15 +15,12 @@ split the remaining range into ``width + 1`` parts, as a k-ary search.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from dsbisect.core.model import Side  # the search's sides; the mode names them (model.Mode)
 
-class Side(enum.Enum):
-    OLD = "old"
-    NEW = "new"
-    SKIP = "skip"
+
 
 
 @dataclass(frozen=True)
