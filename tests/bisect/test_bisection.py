@@ -25,6 +25,7 @@ from dsbisect.records.results import Request, Result
 from dsbisect.run.executor import Delegated
 from dsbisect.run.runner import Runner
 from dsbisect.store.store import Store
+from dsbisect.records.bisections import BisectionStatus
 
 VERSIONS = [f"1.{i}.0" for i in range(8)]
 
@@ -80,7 +81,7 @@ def test_the_first_bad_release_after_the_ends_in_log2_probes(tmp_path, index, fi
     assert result.candidates == tuple(VERSIONS) and result.exit_code == 0
     # what the store keeps is the result's JSON, and it reads back as the same result
     saved = store.bisection(bis.req.key)
-    assert saved.status == "done" and saved.result == result.to_json()
+    assert saved.status is BisectionStatus.DONE and saved.result == result.to_json()
     assert Result.from_json(saved.result).to_json() == result.to_json()
 
 

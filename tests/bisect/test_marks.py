@@ -16,6 +16,7 @@ from dsbisect.core.errors import InputError
 from dsbisect.core.model import Accelerator, GitSource, IndexOptions, Outcome, Point, Verdict
 from dsbisect.records.results import Request
 from dsbisect.store.store import Store
+from dsbisect.records.bisections import AskedFor, BisectionStatus
 
 
 def _runs(store: Path) -> list[dict]:
@@ -218,9 +219,9 @@ def _toy_bisection(store: Store, case, argv: list[str]) -> None:
                                    ("1.2.0", "bad", d))]
     steps.append({"stage": "confirm", "version": "1.2.0", "commit": None, "verdict": "bad", "run_ids": [d]})
     store.save_bisection("0123456789abcdef", "dsb-toy", "1.0.0", "1.3.0",
-                         {"case": case.name, "pins": [], "regress_on": "hang", "find_fix": False, "repeat": 1,
-                          "signature": None, "argv": argv, "cwd": "/somewhere"},
-                         "done", {"verdict": "ambiguous", "last_good": "1.0.0", "first_bad": "1.2.0", "steps": steps})
+                         AskedFor.from_json({"case": case.name, "pins": [], "regress_on": "hang", "find_fix": False,
+                                             "repeat": 1, "signature": None, "argv": argv, "cwd": "/somewhere"}),
+                         BisectionStatus.DONE, {"verdict": "ambiguous", "last_good": "1.0.0", "first_bad": "1.2.0", "steps": steps})
 
 
 def test_log_writes_one_mark_line_per_run_that_parses_back(tmp_path, cli):

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from dsbisect.verdict.identity import Rule, learn
 from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict
-from dsbisect.records.run import BisectionRecord, Evidence, Manual, RunFacts, RunRecord, SkipCause
+from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
+from dsbisect.records.run import Evidence, Manual, RunFacts, RunRecord, SkipCause
 from dsbisect.store.store import Store
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -85,7 +86,8 @@ def test_skip_causes_are_recorded_and_older_records_read_by_their_words():
 
 
 def test_a_bisection_record_reads_back_as_written():
-    b = BisectionRecord(3, "k", "deepspeed", "0.12.2", "0.12.4", {"case": "c"}, "done", {"verdict": "found"}, 1.0, 2.0)
+    b = BisectionRecord(3, "k", "deepspeed", "0.12.2", "0.12.4", AskedFor.from_json({"case": "c"}), BisectionStatus.DONE,
+                        {"verdict": "found"}, 1.0, 2.0)
     assert BisectionRecord.from_json(b.to_json() | {"newer": 1}) == b
     with pytest.raises((KeyError, TypeError, ValueError)):
         BisectionRecord.from_json({"key": "k", "params": [], "result": {}})
@@ -138,8 +140,9 @@ def _record(outcome: Outcome | None, reason: str = "", signature: str = "", evid
 
 def test_the_store_lists_its_bisections_oldest_first(tmp_path):
     store = Store(tmp_path)
-    store.save_bisection("bbbb", "dsb-toy", "1.0.0", "1.3.0", {"case": "c"}, "running", {})
-    store.save_bisection("aaaa", "dsb-toy", "1.0.0", "1.2.0", {"case": "c"}, "done", {"verdict": "found"})
+    asked = AskedFor.from_json({"case": "c"})
+    store.save_bisection("bbbb", "dsb-toy", "1.0.0", "1.3.0", asked, BisectionStatus.RUNNING, {})
+    store.save_bisection("aaaa", "dsb-toy", "1.0.0", "1.2.0", asked, BisectionStatus.DONE, {"verdict": "found"})
     assert [b.key for b in store.bisections()] == ["bbbb", "aaaa"]
     on_disk = json.loads((tmp_path / "bisections" / "aaaa.json").read_text())
     assert store.bisection("aaaa") == store.bisections()[1]

@@ -17,6 +17,7 @@ from dsbisect.core.model import Answer, GitSource, IndexOptions, Outcome, Point,
 from dsbisect.core.redact import redact_tree
 from dsbisect.envs import gitrepo
 from dsbisect.envs.versions import AUTO, candidates, gaps
+from dsbisect.records.bisections import AskedFor, BisectionStatus
 from dsbisect.records.proof import Proof, ProofVerdict, judge
 from dsbisect.records.results import Agreement, CommitResult, Confirmation, Request, Result, Step
 from dsbisect.run.runner import Runner
@@ -65,23 +66,16 @@ class ReleaseSubject:
         return answer, self.request.mode.misbehaved(end, label, SHOWN[step.outcome])
 
     def stepped(self, steps: tuple[Step, ...], rule: Rule) -> None:
-        self.save("running", {"steps": [s.to_json() for s in steps]}, rule)
+        self.save(BisectionStatus.RUNNING, {"steps": [s.to_json() for s in steps]}, rule)
 
-    def save(self, status: str, result: dict, rule: Rule) -> None:
-        """The bisection's row in the store: its parameters (``rule``: what counts as bad, once
-        learned), ``status`` and ``result``."""
+    def save(self, status: BisectionStatus, result: dict, rule: Rule) -> None:
+        """The bisection's row in the store: what it was asked (``rule``: what counts as bad, once
+        learned, for `dsbisect log`; the command and where it ran), ``status`` and ``result``."""
         req = self.request
-        params = {"case": req.case.name, "pins": list(req.pins), "regress_on": rule.regress_on.value,
-                  "find_fix": req.mode.find_fix, "repeat": req.repeat, "signature": req.signature}
-        if req.confidence is not None:
-            params["confidence"] = req.confidence
-        if rule.learned is not None:  # for `dsbisect log`: what the search counted as bad
-            params["regression"] = rule.learned.as_json()
-        if req.argv:  # for `dsbisect log`: the command, and where it ran (its relative paths are from there)
-            params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
+        asked = AskedFor.of_release(req, rule, str(Path.cwd()))
         # argv, a reason or a subject may hold credentials (an index URL's, a --hub_token): stored
         # masked (the group reads the store); a rerun takes them from its own command line
-        self.store.save_bisection(req.key, req.package, req.good, req.bad, redact_tree(params), status,
+        self.store.save_bisection(req.key, req.package, req.good, req.bad, asked.masked(), status,
                                   redact_tree(result))
 
 
@@ -121,7 +115,7 @@ class Bisection:
                                     Answer.NOT_REPRODUCED, good_end)
             versions = versions[start:]
         points = [self.points.release(v) for v in versions]
-        self._save("running", {"candidates": versions})
+        self._save(BisectionStatus.RUNNING, {"candidates": versions})
         if req.confidence is not None:  # flaky: the probabilistic search tests the ends itself
             found, conf, problem = self._flaky(versions, points, Stage.RELEASE)
         else:
@@ -141,7 +135,7 @@ class Bisection:
         if repo and req.prove and result.verdict is Answer.FOUND and result.commit and result.commit.first_bad:
             result = self._prove(result, repo)
         result = self._with_notes(result)
-        self._save("done", result.to_json())
+        self._save(BisectionStatus.DONE, result.to_json())
         return result
 
     def _walk_back(self, versions: list[str]) -> tuple[int | None, str]:
@@ -205,7 +199,7 @@ class Bisection:
 
     def _finish(self, versions: list[str], verdict: Answer, message: str) -> Result:
         result = self._with_notes(Result(self.req, tuple(versions), tuple(self.steps), verdict, message=message))
-        self._save("done", result.to_json())
+        self._save(BisectionStatus.DONE, result.to_json())
         return result
 
     def _release_result(self, versions: list[str], found: Search) -> Result:
@@ -220,7 +214,7 @@ class Bisection:
     def _with_notes(self, result: Result) -> Result:
         return replace(result, regression=self.probe.regression, different=tuple(self.probe.different.values()))
 
-    def _save(self, status: str, result: dict) -> None:
+    def _save(self, status: BisectionStatus, result: dict) -> None:
         self.subject.save(status, result, self.probe.rule)
 
     # ---------------------------------------------------------------- commits

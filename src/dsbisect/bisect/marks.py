@@ -35,7 +35,8 @@ from dsbisect.launch import launchers
 from dsbisect.verdict.identity import Identity
 from dsbisect.launch.launchers import Target
 from dsbisect.core.redact import redact
-from dsbisect.records.run import BisectionRecord, Evidence, Manual, RunRecord, SkipCause
+from dsbisect.records.bisections import BisectionRecord
+from dsbisect.records.run import Evidence, Manual, RunRecord, SkipCause
 from dsbisect.records.results import Recorded, Result, Step
 from dsbisect.core.rundir import RunDir
 from dsbisect.run.executor import Delegated, RunSpec, Site
@@ -152,11 +153,9 @@ def bisected_ranges(store: Store, case: str, package: str) -> list[tuple[str, ..
     """The candidate releases of each bisection of ``package`` for ``case`` in the store."""
     out = []
     for b in store.bisections():
-        if canonicalize_name(b.package) != canonicalize_name(package) or b.params.get("case") != case:
+        if canonicalize_name(b.package) != canonicalize_name(package) or b.params.case != case:
             continue
-        got = b.result.get("candidates")
-        if isinstance(got, list) and all(isinstance(v, str) for v in got):
-            out.append(tuple(got))
+        out += [r.candidates for r in b.recorded.answers[:1] if not b.recorded.environment]
     return out
 
 
@@ -267,25 +266,22 @@ def find_bisection(store: Store, key: str | None) -> BisectionRecord:
 def log_text(store: Store, b: BisectionRecord) -> str:
     """The bisection's decisions as ``dsbisect mark`` lines that ``replay`` takes back."""
     p = b.params
-    argv = p.get("argv")
-    regress_on = RegressOn(p.get("regress_on", "hang"))
-    signature = p.get("signature")
-    learned = Identity.from_json(p["regression"]) if isinstance(p.get("regression"), dict) else None
+    argv = list(p.argv)
     if argv:
-        options = case_args(list(argv))
+        options = case_args(argv)
         command = "dsbisect bisect " + shlex.join(argv)
     else:  # recorded before dsbisect kept the command line: only what the parameters say
-        options = [f"--case={p['case']}"] + [f"--pin={x}" for x in p.get("pins", [])]
+        options = [f"--case={p.case}"] + [f"--pin={x}" for x in p.pins]
         command = "dsbisect bisect " + shlex.join([b.package, b.good, b.bad, *options])
-    r = Recorded.from_json(b.result)
-    state = b.status + (f": {r.verdict.value}" if r.verdict else "")
+    r = b.recorded
+    state = b.status.value + (f": {r.verdict.value}" if r.verdict else "")
     lines = [f"# dsbisect log of bisection {b.key}: {b.package} {b.good} → {b.bad} ({state})",
              f"# {redact(command)}"]
     if not argv:
         lines.append("# (recorded before dsbisect kept the command line: add the case options it had, "
                      "e.g. --matrix, --collective-timeout, to every line)")
-    if p.get("cwd"):
-        lines.append(f"# ran in {p['cwd']}: replay from there (the case's files are found as the command found them)")
+    if p.cwd:
+        lines.append(f"# ran in {p.cwd}: replay from there (the case's files are found as the command found them)")
     answer = _answer(r)
     if answer:
         lines.append(f"# answer: {answer}")
@@ -301,8 +297,8 @@ def log_text(store: Store, b: BisectionRecord) -> str:
                 lines.append(f"# run {run_id}: the revert proof ({_one_line(redact(step.subject), 120)}, "
                              f"{step.outcome.value}); the bisection runs it again")
                 continue
-            lines.append(_line(store.run(run_id), run_id, step, b.package, options, regress_on, signature, learned,
-                               every_pin=r.environment))
+            lines.append(_line(store.run(run_id), run_id, step, b.package, options, p.regress_on, p.signature,
+                               p.regression, every_pin=r.environment))
     return "\n".join(lines) + "\n"
 
 

@@ -48,6 +48,7 @@ from dsbisect.search.changes import EnvSearch, find_culprits
 from dsbisect.core.errors import DsbisectError, InputError
 from dsbisect.core.model import Answer, BaseMode, GitSource, IndexOptions, Point, Stage
 from dsbisect.run.runner import Runner
+from dsbisect.records.bisections import BisectionStatus
 from dsbisect.records.results import Confounder, Request, Result, Step, TrialRun
 from dsbisect.search.steps import Side
 from dsbisect.verdict.identity import Rule
@@ -117,7 +118,7 @@ class TrialSubject:
                                      "nothing between the two environments to bisect")
 
     def stepped(self, steps: tuple[Step, ...], rule: Rule) -> None:
-        self.env.save("running", {"steps": [s.to_json() for s in steps]})
+        self.env.save(BisectionStatus.RUNNING, {"steps": [s.to_json() for s in steps]})
 
 
 @dataclass(frozen=True)
@@ -162,7 +163,7 @@ class EnvBisection:
 
     def _run(self) -> EnvResult:
         probe = self.probe
-        self.save("running", {"changes": [change_json(c) for c in self.changes]})
+        self.save(BisectionStatus.RUNNING, {"changes": [change_json(c) for c in self.changes]})
         ends = [self._point(frozenset()), self._point(frozenset(range(len(self.changes))))]
         problem = probe.check_ends([self.subject.label(p) for p in ends], ends, Stage.ENV)
         self.ends = tuple(self._trial(s, st)
@@ -217,7 +218,7 @@ class EnvBisection:
 
     def _finish(self, result: EnvResult) -> EnvResult:
         result = dataclasses.replace(result, steps=tuple(self.probe.steps))
-        self.save("done", result.to_json())
+        self.save(BisectionStatus.DONE, result.to_json())
         return result
 
     # ------------------------------------------------------------ trials
@@ -384,16 +385,12 @@ class EnvBisection:
 
     # ------------------------------------------------------------------ store
 
-    def save(self, status: str, result: dict) -> None:
+    def save(self, status: BisectionStatus, result: dict) -> None:
         req = self.req
-        params = {"case": req.case.name, "hold": list(req.hold), "regress_on": req.regress_on.value,
-                  "find_fix": req.mode.find_fix, "repeat": req.repeat, "signature": req.signature, "envbisect": True}
-        if req.argv:
-            params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
-        if status == "running" and "steps" in result:  # a level-1 step just ended: keep the changes beside it
+        if status is BisectionStatus.RUNNING and "steps" in result:  # a level-1 step just ended: keep the changes beside it
             result = {"changes": [change_json(c) for c in self.changes]} | result
-        self.runner.store.save_bisection(req.key, ENV_PACKAGE, req.good_env.source, req.bad_env.source, params,
-                                         status, result)
+        self.runner.store.save_bisection(req.key, ENV_PACKAGE, req.good_env.source, req.bad_env.source,
+                                         req.asked(str(Path.cwd())), status, result)
 
 
 def _cut(text: str, n: int) -> str:

@@ -25,6 +25,7 @@ from dsbisect.envs.cache import CachePaths
 from dsbisect.envdiff.environments import Change, Environment, Kind, apply, diff
 from dsbisect.core.errors import EnvBuildError, InputError
 from dsbisect.core.model import BaseMode, Case, EnvOptions, IndexOptions, Mode, RegressOn, digest
+from dsbisect.records.bisections import AskedFor
 from dsbisect.records.results import Request
 from dsbisect.envs.uv import Uv
 
@@ -61,6 +62,11 @@ class EnvRequest:
             "git": str(self.git_repo) if self.git_repo else None,
             **({"any_failure": True} if self.any_failure else {}),
         })
+
+    def asked(self, cwd: str) -> AskedFor:
+        """What the store keeps of the request (``params``); ``cwd``: where it runs."""
+        return AskedFor(self.case.name, self.regress_on, self.mode, self.repeat, self.signature, hold=self.hold,
+                        argv=self.argv, cwd=cwd if self.argv else None)
 
     def trial_request(self) -> Request:
         """The request level 1 runs its trials under (verdicts, repeats, signature as ``bisect``'s)."""

@@ -1,5 +1,5 @@
-"""What a run and a bisection leave behind: ``RunRecord`` (with its ``Evidence`` and ``RunFacts``),
-``Manual``, ``SkipCause``, ``BisectionRecord``; and the one verdict rule (``RunRecord.verdict``).
+"""What a run leaves behind: ``RunRecord`` (with its ``Evidence`` and ``RunFacts``), ``Manual``,
+``SkipCause``; and the one verdict rule (``RunRecord.verdict``).  A bisection's: ``bisections``.
 
 The store keeps these as JSON (``run.json``, the SQLite columns).  ``to_json`` gives back
 exactly the JSON ``from_json`` read: the same keys in the same order, each value of the same
@@ -316,37 +316,3 @@ def _legacy_cause(reason: str) -> SkipCause | None:
     """The cause of a SKIP recorded before runs recorded one (dsbisect 0.1.1 and older), from the
     runner's words of then: the one place a skip reason is read, and only for those records."""
     return next((cause for pattern, cause in _LEGACY_CAUSES if pattern.match(reason or "")), None)
-
-
-# ------------------------------------------------------------------ bisections
-
-
-@dataclass(frozen=True)
-class BisectionRecord:
-    """One bisection of the store (``bisections/<key>.json`` and its row)."""
-
-    id: int
-    key: str
-    package: str
-    good: str
-    bad: str
-    params: dict
-    status: str
-    result: dict
-    created: float
-    updated: float
-
-    KEYS: ClassVar[tuple[str, ...]] = ("id", "key", "package", "good", "bad", "params", "status", "result",
-                                       "created", "updated")
-
-    def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in self.KEYS}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BisectionRecord:
-        """A KeyError, TypeError or ValueError when ``data`` is not one (unknown keys are ignored)."""
-        if not isinstance(data.get("params"), dict) or not isinstance(data.get("result"), dict):
-            raise TypeError("params and result are objects")
-        return cls(int(data.get("id") or 0), str(data["key"]), str(data["package"]), str(data["good"]),
-                   str(data["bad"]), data["params"], str(data["status"]), data["result"],
-                   float(data.get("created") or data["updated"]), float(data["updated"]))

@@ -201,7 +201,7 @@ def ladders(record) -> tuple[Ladder, ...]:
 
 
 def _recorded(record) -> Recorded:
-    return Recorded.from_json(record.result if isinstance(record.result, Mapping) else {})
+    return record.recorded  # records.BisectionRecord reads its result typed
 
 
 def _verdict(r: Recorded | Result) -> str:
@@ -313,8 +313,8 @@ def store_page(store, records, bisection_key: str | None = None, title: str = "d
     if bisection_key is not None:
         found = [b for b in found if b.key == bisection_key]
     if cases:
-        found = [b for b in found if isinstance(b.params, dict) and b.params.get("case") in cases]
-    sections = tuple((f"{b.package} {b.good} → {b.bad} ({b.status})", ladders(b), _summary(b)) for b in found)
+        found = [b for b in found if b.params.case in cases]
+    sections = tuple((f"{b.package} {b.good} → {b.bad} ({b.status.value})", ladders(b), _summary(b)) for b in found)
     once = list({r.id: r for r in records}.values())  # a run shown under two case names of one key: one section
     runs = tuple(run_page(r, store.dir) for r in once)
     return Page(title=title, ladders=sections, runs=runs)
@@ -347,7 +347,7 @@ def _run_ids(b) -> list[int]:
 
 def _summary(b) -> str:
     r = _recorded(b)
-    parts = [f"verdict: {_verdict(r) or b.status}"]
+    parts = [f"verdict: {_verdict(r) or b.status.value}"]
     if not r.environment:
         res = r.answers[0]
         word = (res.request.mode.last_old, res.request.mode.first_new)

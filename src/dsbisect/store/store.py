@@ -48,7 +48,8 @@ from dsbisect.store.claims import Liveness, StoreLock
 from dsbisect.core.errors import DiskFull, DsbisectError, InputError, StoreError
 from dsbisect.core.model import Outcome, Point, RunStatus, digest
 from dsbisect.core.redact import redact, redact_tree
-from dsbisect.records.run import BisectionRecord, Evidence, ImportCheck, RunFacts, RunRecord
+from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
+from dsbisect.records.run import Evidence, ImportCheck, RunFacts, RunRecord
 from dsbisect.core.rundir import RunDir
 
 DB = "dsbisect.sqlite3"
@@ -611,8 +612,8 @@ class Store:
                     self.notes.append(note)
         return out
 
-    def save_bisection(self, key: str, package: str, good: str, bad: str, params: dict,
-                       status: str, result: dict) -> int:
+    def save_bisection(self, key: str, package: str, good: str, bad: str, params: AskedFor,
+                       status: BisectionStatus, result: dict) -> int:
         now = time.time()
         folder = self.dir / "bisections"
         old = self.bisection(key)
@@ -633,7 +634,8 @@ class Store:
                 "INSERT INTO bisections (key, package, good, bad, params, status, result, created, updated)"
                 " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET status=excluded.status,"
                 " result=excluded.result, params=excluded.params, updated=excluded.updated",
-                (key, package, good, bad, json.dumps(params), status, json.dumps(result), record.created, now))
+                (key, package, good, bad, json.dumps(params.to_json()), status.value, json.dumps(result), record.created,
+                 now))
             (rid,) = db.execute("SELECT id FROM bisections WHERE key=?", (key,)).fetchone()
         return int(rid)
 
