@@ -19,7 +19,7 @@ from conftest import make_case
 
 from dsbisect.bisect.bisection import Bisection, plan
 from dsbisect.core.errors import InputError
-from dsbisect.bisect.marks import Mark, record, release_point
+from dsbisect.bisect.marks import record, release_point
 from dsbisect.core.model import Answer, IndexOptions, Mode, Outcome, RegressOn, Stage, Verdict
 from dsbisect.records.results import Request, Result
 from dsbisect.run.executor import Delegated
@@ -54,7 +54,7 @@ def _engine(tmp_path: Path, index: IndexOptions, marks: dict[str, list[str]], **
     store = Store(tmp_path / ".dsbisect")
     for version, said in marks.items():
         for attempt, mark in enumerate(said, 1):
-            record(store, case, release_point(case, "dsb-toy", version, ()), Mark(mark), attempt=attempt)
+            record(store, case, release_point(case, "dsb-toy", version, ()), Verdict(mark), attempt=attempt)
     req = Request("dsb-toy", request.pop("good", VERSIONS[0]), request.pop("bad", VERSIONS[-1]), case, **request)
     return Bisection(Runner(store=store, envs=None, place=NoRuns), index, req), store
 

@@ -83,7 +83,7 @@ def test_a_skip_mark_is_outcome_skip_and_is_kept(tmp_path, cli):
     runner = Runner(store=Store(tmp_path / ".dsbisect"), envs=None, place=NoRuns)
     point = Point(versions=(("dsb-toy", "1.2.0"),))
     (found,) = runner.runs(case, point, want=2)
-    assert found.outcome is Outcome.SKIP and found.manual.mark == "skip"
+    assert found.outcome is Outcome.SKIP and found.manual.mark is Verdict.SKIP
 
 
 def test_marked_points_are_the_bisections_points(tmp_path):
@@ -364,7 +364,7 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
     ex = runner.executor
     p = Point(versions=(("dsb-toy", "1.3.0"),))
     run = runner.run_once(case, p)
-    assert run.outcome is Outcome.FAIL and run.manual.mark == "bad" and run.env_key == "envkey"
+    assert run.outcome is Outcome.FAIL and run.manual.mark is Verdict.BAD and run.env_key == "envkey"
     assert asked == ["dsb-toy 1.3.0: good, bad or skip [g/b/s]"] * 2
     assert "  answer good, bad or skip (g, b, s)" in said
     venv = tmp_path / "envs" / p.key

@@ -67,10 +67,10 @@ def test_or_is_dict_or():
 
 
 def test_a_mark_is_manual_evidence_and_its_cause_is_manual():
-    e = Evidence.of_mark(Manual("skip", "no node free"), {"replayed": "x.log:3"})
+    e = Evidence.of_mark(Manual(Verdict.SKIP, "no node free"), {"replayed": "x.log:3"})
     assert e.to_json() == {"manual": "skip", "note": "no node free", "replayed": "x.log:3"}
     r = _record(Outcome.SKIP, evidence=e)
-    assert r.manual == Manual("skip", "no node free") and r.skip_cause is SkipCause.MANUAL
+    assert r.manual == Manual(Verdict.SKIP, "no node free") and r.skip_cause is SkipCause.MANUAL
     assert _record(Outcome.SKIP, evidence=Evidence.from_json({"manual": "perhaps"})).manual is None
 
 
@@ -107,7 +107,7 @@ def test_the_verdict_of_a_run(outcome, regress_on, want):
 
 def test_a_mark_by_hand_is_as_the_user_said_whatever_its_outcome_or_the_rule():
     for mark in ("good", "bad", "skip"):
-        r = _record(Outcome.HANG, evidence=Evidence.of_mark(Manual(mark)))
+        r = _record(Outcome.HANG, evidence=Evidence.of_mark(Manual(Verdict(mark))))
         for rule_on in (RegressOn.HANG, RegressOn.FAIL, RegressOn.ANY):
             assert r.verdict(rule_on, "some signature") is Verdict(mark)
     assert _record(None).verdict(RegressOn.ANY) is Verdict.SKIP  # no outcome: untestable

@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 
 from dsbisect.bisect.points import ReleasePoints, held
 from dsbisect.core.errors import DsbisectError, EnvBuildError, InputError
-from dsbisect.core.model import Accelerator, Case, GitSource, Outcome, Point, RegressOn, Stage
+from dsbisect.core.model import Accelerator, Case, GitSource, Outcome, Point, RegressOn, Stage, Verdict
 from dsbisect.launch import launchers
 from dsbisect.verdict.identity import Identity
 from dsbisect.launch.launchers import Target
@@ -44,15 +44,7 @@ from dsbisect.run.local import accelerator
 from dsbisect.store.store import Store
 
 
-class Mark(str, enum.Enum):
-    """What the user says a point did."""
-
-    good = "good"
-    bad = "bad"
-    skip = "skip"
-
-
-OUTCOME = {Mark.good: Outcome.PASS, Mark.bad: Outcome.FAIL, Mark.skip: Outcome.SKIP}
+OUTCOME = {Verdict.GOOD: Outcome.PASS, Verdict.BAD: Outcome.FAIL, Verdict.SKIP: Outcome.SKIP}  # a mark's run
 _ITEM = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
 _HASH = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
@@ -177,18 +169,18 @@ def commit_source(package: str, commit: str, repo: Path | None) -> GitSource:
 # -------------------------------------------------------------------- marks
 
 
-def reason(mark: Mark, note: str) -> str:
+def reason(mark: Verdict, note: str) -> str:
     return f"marked {mark.value} by hand" + (f": {note}" if note else "")
 
 
-def record(store: Store, case: Case, point: Point, mark: Mark, note: str = "", env_key: str | None = None,
+def record(store: Store, case: Case, point: Point, mark: Verdict, note: str = "", env_key: str | None = None,
            attempt: int | None = None, extra: dict | None = None) -> RunRecord:
     """A run of ``point`` whose outcome the user gave, in the store like any other run."""
-    mark = Mark(mark)
+    mark = Verdict(mark)
     if attempt is None:
         attempt = len(store.done_runs(case.key, point.key)) + 1
     run_id = store.start_run(case.name, case.key, point, env_key, attempt)
-    evidence = Evidence.of_mark(Manual(mark.value, note), extra)
+    evidence = Evidence.of_mark(Manual(mark, note), extra)
     return store.finish_run(run_id, OUTCOME[mark], None, 0.0, reason=reason(mark, note), evidence=evidence)
 
 
@@ -341,7 +333,7 @@ def _line(r: RunRecord | None, run_id: int, step: Step, package: str, options: l
             items += [f"--pin={p}" for p in held]
         commit = point.source.commit if point.source else None
         if r.manual is not None:
-            about = f"marked {r.manual.mark} by hand"
+            about = f"marked {r.manual.mark.value} by hand"
         else:
             about = f"{r.outcome.value} {r.seconds or 0.0:.1f} s"
             if r.signature or r.reason:
@@ -425,7 +417,7 @@ class Planned:
 
     case: Case
     points: tuple[Point, ...]
-    mark: Mark
+    mark: Verdict
     note: str
 
 
@@ -441,7 +433,7 @@ def already(store: Store, plans: list[tuple[int, Planned]]) -> set[tuple[int, in
             counts[k] = counts.get(k, 0) + 1
             if k not in have:
                 have[k] = sum(1 for r in store.done_runs(plan.case.key, point.key)
-                              if r.manual is not None and r.manual.mark == plan.mark.value)
+                              if r.manual is not None and r.manual.mark is plan.mark)
             if counts[k] <= have[k]:
                 out.add((line, i))
     return out
@@ -450,9 +442,9 @@ def already(store: Store, plans: list[tuple[int, Planned]]) -> set[tuple[int, in
 # ----------------------------------------------------------- bisect --manual
 
 
-def parse_answer(text: str) -> Mark | None:
+def parse_answer(text: str) -> Verdict | None:
     word = (text or "").strip().lower()
-    for m in Mark:
+    for m in Verdict:
         if word in (m.value, m.value[0]):
             return m
     return None

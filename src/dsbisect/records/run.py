@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from dsbisect.verdict.identity import HangSignature, Identity, Rule, judge, learn
 from dsbisect.records.inputs import Inputs
-from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict
+from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict, read_enum
 
 _NUM = (int, float)
 
@@ -126,12 +126,8 @@ class SkipCause(str, enum.Enum):
 class Manual:
     """A result the user gave (``dsbisect mark``, ``bisect --manual``), not a run of dsbisect."""
 
-    mark: str  # good, bad or skip
+    mark: Verdict  # what the user said the point did: good, bad or skip
     note: str | None = None
-
-    @property
-    def verdict(self) -> Verdict | None:
-        return Verdict(self.mark) if self.mark in ("good", "bad", "skip") else None
 
 
 @dataclass(frozen=True)
@@ -165,8 +161,9 @@ class Evidence(_Keyed):
 
     @property
     def marked(self) -> Manual | None:
-        """The mark by hand, when the run is one."""
-        return Manual(self.manual, self.note) if self.manual else None
+        """The mark by hand, when the run is one (a mark that is no verdict marks nothing)."""
+        mark = read_enum(Verdict, self.manual, None)
+        return Manual(mark, self.note) if mark is not None else None
 
     @property
     def oom_others(self) -> int:
@@ -176,7 +173,7 @@ class Evidence(_Keyed):
 
     @classmethod
     def of_mark(cls, manual: Manual, extra: Mapping[str, Any] | None = None) -> Evidence:
-        return cls(manual=manual.mark, note=manual.note, extra=dict(extra or {}))
+        return cls(manual=manual.mark.value, note=manual.note, extra=dict(extra or {}))
 
     def noted(self, *more: str) -> Evidence:
         return replace(self, notes=(*(self.notes or ()), *more))
@@ -273,8 +270,7 @@ class RunRecord:
     @property
     def manual(self) -> Manual | None:
         """The mark by hand when this run is one (dsbisect mark, bisect --manual)."""
-        m = self.evidence.marked
-        return m if m is not None and m.verdict is not None else None
+        return self.evidence.marked
 
     @property
     def skip_cause(self) -> SkipCause | None:
@@ -301,7 +297,7 @@ class RunRecord:
         ``regress_on`` (a ``Rule``, or the RegressOn it is made of with ``signature``/``learned``)."""
         rule = regress_on if isinstance(regress_on, Rule) else Rule(regress_on, signature, learned)
         if self.manual is not None:
-            return self.manual.verdict
+            return self.manual.mark
         if self.outcome is None:
             return Verdict.SKIP
         text = " ".join(x for x in (self.signature, self.reason) if x)

@@ -88,7 +88,7 @@ def _rows(r: RunRecord) -> list[tuple[str, str]]:
     ran = [("command", shlex.join(str(a) for a in r.facts.command))] if r.facts.command else []
     rows = ran + [("file", f) for f in _files(r)] + rows  # the line the user gave, and the files it names
     if r.manual:  # dsbisect mark, bisect --manual: a result given, not a run of dsbisect
-        rows.insert(0, ("marked", f"{r.manual.mark} by hand" + (f": {r.manual.note}" if r.manual.note else "")))
+        rows.insert(0, ("marked", f"{r.manual.mark.value} by hand" + (f": {r.manual.note}" if r.manual.note else "")))
     return rows
 
 
