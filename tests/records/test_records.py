@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from dsbisect.verdict.identity import Rule, learn
 from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict
 from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
-from dsbisect.records.run import Evidence, Manual, RunFacts, RunRecord, SkipCause
+from dsbisect.records.run import Evidence, Host, InputFile, Manual, RunFacts, RunRecord, SkipCause
 from dsbisect.store.store import Store
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -213,3 +213,28 @@ def test_real_runs_records_read_and_write_back_exactly(tmp_path, cli, cache_dir)
         table = cli("report", "--store", str(store))
         assert "1 point of gpu needs 1 CUDA GPUs; this machine has 0" in table.stdout
         assert "try --case toy" in table.stdout
+
+
+# ------------------------------------------------------------------ the host and the files, typed
+
+HOST = {"name": "gpu-7", "dsbisect": "0.1.1", "host_python": "3.12.3", "platform": "Linux-6.8", "cpus": 32,
+        "gpus": ["NVIDIA H200", "NVIDIA H200"], "cpu_model": "AMD EPYC", "ram_bytes": 270000000000,
+        "shm_bytes": 135000000000, "driver": "570.86.15", "topology": "\tGPU0\tGPU1"}
+FILES = [{"path": "/w/train.py", "sha256": "0da189e7" * 2, "bytes": 812, "copy": "inputs/00-train.py"},
+         {"path": "/w/gone.json", "sha256": "missing", "bytes": None, "copy": None}]  # as launched.record_inputs writes
+
+
+def test_a_runs_host_and_files_read_typed_and_write_back_key_for_key():
+    data = {"python": "3.12.3", "host": HOST, "command": ["python", "train.py"], "inputs": FILES}
+    f = RunFacts.from_json(data)
+    assert f.to_json() == data and list(f.to_json()["inputs"][1]) == ["path", "sha256", "bytes", "copy"]
+    assert (f.host.name, f.host.cpus, f.host.gpus, f.host_name) == ("gpu-7", 32, ("NVIDIA H200",) * 2, "gpu-7")
+    assert f.inputs == (InputFile(path="/w/train.py", sha256="0da189e7" * 2, bytes=812, copy="inputs/00-train.py"),
+                        InputFile.from_json(FILES[1]))
+    assert (f.inputs[1].bytes, f.inputs[1].copy) == (None, None)
+    made = RunFacts.of(command=["python", "train.py"], inputs=FILES, host=Host.from_json(HOST))  # as a run makes them
+    assert made.to_json() == {"command": ["python", "train.py"], "inputs": FILES, "host": HOST}
+    # an odd value is kept aside and written back: nothing recorded is lost
+    odd = RunFacts.from_json({"host": {"name": "n", "cpus": "many"}, "inputs": [{"path": "a"}, 5]})
+    assert odd.host.cpus is None and odd.inputs is None and odd.to_json() == {"host": {"name": "n", "cpus": "many"},
+                                                                              "inputs": [{"path": "a"}, 5]}

@@ -38,6 +38,8 @@ def _frozen(value: Any) -> Any:
 def _thawed(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_thawed(v) for v in value]
+    if isinstance(value, _Keyed):
+        return value.to_json()
     return value.value if isinstance(value, enum.Enum) else value
 
 
@@ -52,6 +54,8 @@ class _Keyed:
 
     @classmethod
     def from_json(cls, data: object):
+        if isinstance(data, cls):  # a value already read (``of`` takes either)
+            return data
         data = data if isinstance(data, Mapping) else {}
         known, extra = {}, {}
         for key, value in data.items():
@@ -65,8 +69,10 @@ class _Keyed:
 
     @classmethod
     def of(cls, **values: Any):
-        """Values made by this dsbisect, written in the order given (as a dict of them was)."""
-        return cls(**{k: _frozen(v) for k, v in values.items() if k not in ("extra", "order")},
+        """Values made by this dsbisect, written in the order given (as a dict of them was); a
+        value of a typed field may be given as its JSON."""
+        return cls(**{k: cls._read(k, _frozen(v)) if v is not None else None for k, v in values.items()
+                      if k not in ("extra", "order")},
                    extra=values.get("extra", {}), order=tuple(k for k in values if k != "order"))
 
     def keys(self) -> tuple[str, ...]:
@@ -187,6 +193,44 @@ class Evidence(_Keyed):
 
 
 @dataclass(frozen=True)
+class Host(_Keyed):
+    """The machine a run ran on (``facts.host`` of run.json): what ``envs.facts.host`` found."""
+
+    SHAPES: ClassVar[dict[str, tuple[type, ...]]] = {
+        "name": (str,), "dsbisect": (str,), "host_python": (str,), "platform": (str,), "cpus": (int,),
+        "gpus": (list,), "cpu_model": (str,), "ram_bytes": _NUM, "shm_bytes": _NUM, "driver": (str,),
+        "topology": (str,)}
+    name: str | None = None
+    dsbisect: str | None = None  # its version
+    host_python: str | None = None
+    platform: str | None = None
+    cpus: int | None = None
+    gpus: tuple[str, ...] | None = None  # as CUDA_VISIBLE_DEVICES showed them
+    cpu_model: str | None = None
+    ram_bytes: int | None = None
+    shm_bytes: int | None = None
+    driver: str | None = None  # the NVIDIA driver
+    topology: str | None = None  # nvidia-smi topo -m
+
+    @classmethod
+    def _read(cls, key: str, value: Any) -> Any:
+        if key == "gpus" and not all(isinstance(g, str) for g in value):
+            raise ValueError(key)
+        return value
+
+
+@dataclass(frozen=True)
+class InputFile(_Keyed):
+    """A file the command line named (``facts.inputs`` of run.json): its digest, size and copy."""
+
+    SHAPES: ClassVar[dict[str, tuple[type, ...]]] = {"path": (str,), "sha256": (str,), "bytes": (int,), "copy": (str,)}
+    path: str | None = None
+    sha256: str | None = None
+    bytes: int | None = None  # None: not a file when the run started
+    copy: str | None = None  # the copy kept in the run folder (relative to it); None: too big to keep
+
+
+@dataclass(frozen=True)
 class RunFacts(_Keyed):
     """What a run ran with (``facts`` of run.json): the point venv's versions, CUDA and NCCL, the
     host, the command and its files, the inputs' fingerprint, the index, a Slurm job."""
@@ -201,19 +245,28 @@ class RunFacts(_Keyed):
     nccl: str | None = None
     nvcc: str | None = None
     gpus: tuple[str, ...] | None = None
-    host: Mapping[str, Any] | None = None
+    host: Host | None = None
     command: tuple[str, ...] | None = None
-    inputs: tuple[Mapping[str, Any], ...] | None = None
+    inputs: tuple[InputFile, ...] | None = None
     index: str | None = None
     shadowed: tuple[tuple[str, ...], ...] | None = None
     accelerator: str | None = None
     fingerprint: Mapping[str, Any] | None = None
     slurm: Mapping[str, Any] | None = None
 
+    @classmethod
+    def _read(cls, key: str, value: Any) -> Any:
+        if key == "host":
+            return Host.from_json(value)
+        if key == "inputs":  # a list of files, each an object (another value: the list is kept aside)
+            if not all(isinstance(i, (Mapping, InputFile)) for i in value):
+                raise ValueError(key)
+            return tuple(InputFile.from_json(i) for i in value)
+        return value
+
     @property
     def host_name(self) -> str | None:
-        name = (self.host or {}).get("name")
-        return name if isinstance(name, str) else None
+        return self.host.name if self.host is not None else None
 
     @property
     def ran(self) -> Inputs | None:

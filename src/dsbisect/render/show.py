@@ -96,10 +96,9 @@ def _files(r: RunRecord) -> list[str]:
     """The files the command named, as recorded: path, size, digest and the kept copy."""
     out = []
     for item in r.facts.inputs or ():
-        n = item.get("bytes") if isinstance(item.get("bytes"), int) else None
-        copy = f", a copy in {item['copy']}" if item.get("copy") else ""
-        out.append(f"{item.get('path')} ({size(n) if n else '? bytes'}, sha256 {str(item.get('sha256') or '?')[:16]}"
-                   f"{copy})")
+        n = item.bytes
+        copy = f", a copy in {item.copy}" if item.copy else ""
+        out.append(f"{item.path} ({size(n) if n else '? bytes'}, sha256 {(item.sha256 or '?')[:16]}{copy})")
     return out
 
 
