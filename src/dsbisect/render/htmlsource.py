@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dsbisect.forensics import crash
 from dsbisect.forensics import flightrec
+from dsbisect.forensics.proofrecord import ProofRecord
 from dsbisect.forensics import stuck as forensics
 from dsbisect.core.files import DATA_LIMIT, existing_dir, read_small
 from dsbisect.render.grid import displayable
@@ -63,11 +64,11 @@ def folder_looks(folder: Path) -> tuple[tuple[Look, ...], bool, str]:
     """(looks, early, proof sentence): the proof's two looks, else the flight-recorder dumps,
     else the last look a round of the early verdict took (it proved nothing)."""
     run = RunDir(folder)
-    proof = _json(run.deadlock_proof)
-    if isinstance(proof, dict) and isinstance(proof.get("requests"), list):
+    proof = ProofRecord.from_json(_json(run.deadlock_proof))
+    if proof is not None:
         looks = tuple(_answers_look(run, n, f"look {i + 1}: request {n}" + _at(proof, n))
-                      for i, n in enumerate(proof["requests"][:2]) if isinstance(n, int))
-        return tuple(lk for lk in looks if lk.ranks), True, str(proof.get("text", ""))
+                      for i, n in enumerate(proof.requests[:2]))
+        return tuple(lk for lk in looks if lk.ranks), True, proof.text
     dumps = _dump_look(folder)
     if dumps is not None:
         return (dumps,), False, ""
@@ -78,11 +79,9 @@ def folder_looks(folder: Path) -> tuple[tuple[Look, ...], bool, str]:
     return (), False, ""
 
 
-def _at(proof: Mapping, n: int) -> str:
-    for snap in _list(proof.get("snapshots")):
-        if isinstance(snap, dict) and snap.get("request") == n and isinstance(snap.get("at"), (int, float)):
-            return f" at {snap['at']:.1f} s"
-    return ""
+def _at(proof: ProofRecord, n: int) -> str:
+    snap = proof.looked_at(n)
+    return f" at {snap.at:.1f} s" if snap is not None and snap.at is not None else ""
 
 
 def _dump_look(folder: Path) -> Look | None:

@@ -16,6 +16,7 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from dsbisect.forensics.crash import Crash, read_crash
+from dsbisect.forensics.proofrecord import ProofRecord
 from dsbisect.envs.facts import describe_env, size
 from dsbisect.core.files import existing_dir
 from dsbisect.render.grid import displayable, line
@@ -132,19 +133,15 @@ def _deadlock_proof(run_dir: Path, piped: bool) -> list:
     """The early deadlock verdict's proof and the two snapshots it stands on (``fr/proof.json``)."""
     path = RunDir(run_dir).deadlock_proof
     try:
-        proof = json.loads(path.read_text())
+        proof = ProofRecord.from_json(json.loads(path.read_text()))
     except (OSError, ValueError):
         return []
-    if not isinstance(proof, dict):
+    if proof is None:
         return []
-    lines = [str(proof.get("text", "")), ""]
-    for snap in proof.get("snapshots") or []:
-        if not isinstance(snap, dict):
-            continue
-        lines.append(f"request {snap.get('request')} at {snap.get('at')} s:")
-        ranks = snap.get("ranks") if isinstance(snap.get("ranks"), dict) else {}
-        for rank, state in sorted(ranks.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0):
-            lines.append(f"  rank {rank}: {state}")
+    lines = [proof.text, ""]
+    for snap in proof.snapshots:
+        lines.append(f"request {snap.request} at {snap.at} s:")
+        lines += [f"  rank {rank}: {state}" for rank, state in snap.by_rank()]
     lines.append(f"(answers in {path.parent.relative_to(run_dir)}/rank<R>.<request>.json)")
     return [_heading("deadlock proof", piped, "bold red"), *(line(ln, piped) for ln in lines)]
 
