@@ -13,7 +13,8 @@ from conftest import _cuda_gpus, write_matrix
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsbisect.verdict.identity import Rule, learn
+from dsbisect.verdict.identity import Rule
+from recorded import learned, record as _record
 from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict
 from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
 from dsbisect.records.run import Evidence, Host, InputFile, Manual, RunFacts, RunRecord, SkipCause
@@ -117,22 +118,15 @@ def test_a_signature_and_a_learned_failure_decide_what_is_bad():
     hang = _record(Outcome.HANG, signature="rank 0 in all_reduce, rank 1 in barrier")
     assert hang.verdict(RegressOn.HANG, "ALLREDUCE") is Verdict.BAD  # torch's name and OpType's are one
     assert hang.verdict(RegressOn.HANG, "ALLGATHER") is Verdict.SKIP
-    learned = learn(Outcome.FAIL, "ValueError: dsb_toy: the loss went NaN", "", ())
+    end = learned(Outcome.FAIL, "ValueError: dsb_toy: the loss went NaN", "", ())
     other = _record(Outcome.FAIL, reason="AttributeError: module 'torch' has no attribute 'x'")
-    assert other.verdict(RegressOn.FAIL, None, learned) is Verdict.SKIP  # fails otherwise: stepped around
+    assert other.verdict(RegressOn.FAIL, None, end) is Verdict.SKIP  # fails otherwise: stepped around
     assert other.verdict(Rule(RegressOn.FAIL, None, None)) is Verdict.BAD  # --any-failure
     same = _record(Outcome.FAIL, reason="ValueError: dsb_toy: the loss went NaN")
-    assert same.verdict(RegressOn.FAIL, None, learned) is Verdict.BAD
+    assert same.verdict(RegressOn.FAIL, None, end) is Verdict.BAD
     # the frames the run recorded are part of its failure
     framed = _record(Outcome.FAIL, reason="ValueError: x", evidence=Evidence.of(error_frames=["dsb_toy/a.py:f"]))
     assert framed.identity().frames == ("dsb_toy/a.py:f",)
-
-
-def _record(outcome: Outcome | None, reason: str = "", signature: str = "", evidence: Evidence | None = None,
-            facts: RunFacts | None = None) -> RunRecord:
-    p = Point(versions=(("dsb-toy", "1.0.0"),))
-    return RunRecord(1, "c", "k", p, p.key, None, 1, RunStatus.DONE, outcome, None, 1.0, 0.0, reason, None,
-                     signature, evidence or Evidence(), facts or RunFacts(), "host")
 
 
 # ------------------------------------------------------------------ the store

@@ -412,7 +412,7 @@ def test_the_bad_points_reason_is_said_once_when_the_regression_line_holds_it(tm
     "at the bad point": one is enough; a reason the regression line does not hold is still said."""
     from dataclasses import replace
 
-    from dsbisect.verdict.identity import learn
+    from recorded import learned
     from dsbisect.records.results import Regression
 
     st = Store(tmp_path)
@@ -421,7 +421,7 @@ def test_the_bad_points_reason_is_said_once_when_the_regression_line_holds_it(tm
     reason = "ValueError: dsb_toy: the loss went NaN"
     result = _result(req, _record(st, "seed", "0.12.3", Outcome.PASS), _record(st, "seed", "0.12.4", Outcome.FAIL,
                                                                                 reason=reason))
-    told = replace(result, regression=Regression(RegressOn.FAIL, learn(Outcome.FAIL, reason), "0.12.4", "bad end",
+    told = replace(result, regression=Regression(RegressOn.FAIL, learned(Outcome.FAIL, reason), "0.12.4", "bad end",
                                                  RegressOn.AUTO))
     lines = rep.bisect_summary(told)
     assert sum(reason in ln for ln in lines) == 1 and not any(ln.startswith("at the bad point") for ln in lines)

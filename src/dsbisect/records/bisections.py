@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 from dsbisect.core.model import Mode, RegressOn, read_enum, read_int
 from dsbisect.core.redact import redact_tree
+from dsbisect.records import migrate
 from dsbisect.records.results import Recorded, Request
 from dsbisect.verdict.identity import Identity, Rule
 
@@ -84,8 +85,9 @@ class AskedFor:
 
     @classmethod
     def from_json(cls, data: Mapping) -> AskedFor:
-        """``params`` as any dsbisect wrote them (a key an older one did not write takes its default)."""
-        d = data
+        """``params`` as any dsbisect wrote them (``migrate.asked`` lifts an older shape; a key an
+        older one did not write takes its default)."""
+        d = migrate.asked(data)
         confidence = d.get("confidence")
         regression = d.get("regression")
         asked = cls(

@@ -38,6 +38,7 @@ from dsbisect.core.model import (
     read_ints,
     worst,
 )
+from dsbisect.records import migrate
 from dsbisect.records.proof import Proof
 from dsbisect.core.redact import redact_tree
 from dsbisect.search.steps import Side
@@ -227,7 +228,8 @@ class Regression:
     @classmethod
     def from_json(cls, d: Mapping, mode: Mode = Mode.REGRESSION) -> Regression:
         failure = _dict(d, "failure")
-        return cls(read_enum(RegressOn, d.get("kind"), RegressOn.ANY), Identity.from_json(failure) if failure else None,
+        return cls(read_enum(RegressOn, d.get("kind"), RegressOn.ANY),
+                   Identity.from_json(migrate.identity(failure)) if failure else None,
                    _str(d, "learned_from"), mode.defining_end,
                    read_enum(RegressOn, d.get("asked"), RegressOn.AUTO))
 
@@ -338,6 +340,7 @@ class Result:
     @classmethod
     def from_json(cls, d: Mapping) -> Result:
         """A recorded result (``bisect --format json``, a bisection's ``result`` column), of any version."""
+        d = migrate.result(d)
         mode = read_enum(Mode, d.get("mode"), Mode.REGRESSION)
         regression = Regression.from_json(d["regression"], mode) if _dict(d, "regression") else None
         asked = regression.asked if regression else read_enum(RegressOn, d.get("regress_on"), RegressOn.AUTO)
@@ -417,9 +420,10 @@ class Recorded:
 
     @classmethod
     def from_json(cls, d: Mapping) -> Recorded:
+        d = migrate.result(d)
         verdict = read_enum(Answer, d.get("verdict"), None) if d.get("verdict") else None
         steps = tuple(Step.from_json(s) for s in _maps(d.get("steps")))
-        if d.get("kind") == "environment" or _dict(d, "env_diff") is not None:
+        if d.get("kind") == "environment":
             diff = _dict(d, "env_diff") or {}
             answers = tuple(Result.from_json(x) for x in _maps(d.get("releases")))
             trials = tuple(TrialRun.from_json(t) for t in (*_maps(diff.get("ends")), *_maps(diff.get("trials"))))

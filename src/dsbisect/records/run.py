@@ -11,12 +11,11 @@ and stores of older and newer dsbisects read both ways.  Pure: no I/O.
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from dsbisect.verdict.identity import HangSignature, Identity, Rule, judge, learn
+from dsbisect.verdict.identity import Failure, HangSignature, Identity, Rule, judge, learn
 from dsbisect.records.inputs import Inputs
 from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict, read_enum
 
@@ -319,29 +318,24 @@ class RunRecord:
     finished: float | None = None
     heartbeat: float | None = None
     abandoned: str = ""  # why a row left running reads as interrupted (its writer died, its lease expired)
+    # What the record says, typed (``records.migrate.lifted``, through which the store reads every run):
+    skip_cause: SkipCause | None = None  # why a SKIP is one (None: it is none, or no cause is known)
+    hang: HangSignature | None = None  # a HANG's signature
+    failure: Failure | None = None  # a FAIL's failure
 
     @property
     def manual(self) -> Manual | None:
         """The mark by hand when this run is one (dsbisect mark, bisect --manual)."""
         return self.evidence.marked
 
-    @property
-    def skip_cause(self) -> SkipCause | None:
-        """Why the run is a SKIP (None: it is none, or no cause is known)."""
-        if self.outcome is not Outcome.SKIP:
-            return None
-        if self.manual is not None:
-            return SkipCause.MANUAL
-        return self.evidence.skip_cause or _legacy_cause(self.reason)
-
     def identity(self) -> Identity | None:
-        """The failure of the run (its reason, hang signature and, where the run recorded them,
-        the innermost frames of its traceback in the package under test)."""
+        """The failure of the run (a FAIL's and, where the run recorded them, the innermost frames
+        of its traceback in the package under test; a HANG's signature)."""
         if self.outcome is None:
             return None
-        hang = HangSignature.from_json(self.evidence.hang) if self.evidence.hang is not None else None
         frames = tuple(str(f) for f in self.evidence.listed("error_frames"))
-        return learn(self.outcome, self.reason, self.signature, frames, hang)
+        return learn(self.outcome, failure=self.failure, hang=self.hang, frames=frames,
+                     shown=self.signature or self.reason)
 
     def verdict(self, regress_on: RegressOn | Rule, signature: str | None = None,
                 learned: Identity | None = None) -> Verdict:
@@ -355,13 +349,3 @@ class RunRecord:
             return Verdict.SKIP
         text = " ".join(x for x in (self.signature, self.reason) if x)
         return judge(self.outcome, text, rule, self.identity())
-
-
-_LEGACY_CAUSES = ((re.compile(r"needs \d+ CUDA GPUs; this machine has "), SkipCause.GPUS),
-                  (re.compile(r"venv could not be built: "), SkipCause.VENV))
-
-
-def _legacy_cause(reason: str) -> SkipCause | None:
-    """The cause of a SKIP recorded before runs recorded one (dsbisect 0.1.1 and older), from the
-    runner's words of then: the one place a skip reason is read, and only for those records."""
-    return next((cause for pattern, cause in _LEGACY_CAUSES if pattern.match(reason or "")), None)

@@ -48,6 +48,7 @@ from dsbisect.store.claims import Liveness, StoreLock
 from dsbisect.core.errors import DiskFull, DsbisectError, InputError, StoreError
 from dsbisect.core.model import Outcome, Point, RunStatus, digest
 from dsbisect.core.redact import redact, redact_tree
+from dsbisect.records import migrate
 from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
 from dsbisect.records.run import Evidence, ImportCheck, RunFacts, RunRecord
 from dsbisect.core.rundir import RunDir
@@ -567,7 +568,7 @@ class Store:
             elif state is Liveness.DEAD:
                 abandoned = f"the dsbisect that ran it (pid {v['pid']}) died"
             status = RunStatus.INTERRUPTED if abandoned else status
-        return RunRecord(
+        return migrate.lifted(RunRecord(
             id=v["id"], case_name=v["case_name"], case_key=v["case_key"], point=Point.from_json(v["point"]),
             point_key=v["point_key"], env_key=v["env_key"], attempt=v["attempt"], status=status,
             outcome=Outcome(v["outcome"]) if v["outcome"] else None, exit_code=v["exit_code"],
@@ -576,7 +577,7 @@ class Store:
             evidence=Evidence.from_json(v["evidence"]), facts=RunFacts.from_json(v["facts"]), host=v["host"],
             pid=v["pid"], finished=v["finished"],
             heartbeat=v.get("heartbeat"), abandoned=abandoned,
-        )
+        ))
 
     # ----------------------------------------------------------- import checks
 
