@@ -20,7 +20,8 @@ from conftest import make_case
 from dsbisect.bisect.bisection import Bisection, plan
 from dsbisect.core.errors import InputError
 from dsbisect.bisect.marks import record, release_point
-from dsbisect.core.model import Answer, IndexOptions, Mode, Outcome, RegressOn, Stage, Verdict
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import Answer, IndexOptions, Outcome, RegressOn, Stage, Verdict
 from dsbisect.records.results import Request, Result
 from dsbisect.run.executor import Delegated
 from dsbisect.run.runner import Runner

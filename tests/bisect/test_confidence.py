@@ -15,7 +15,8 @@ from test_revert_proof import _bisect as _proof_bisect, history, scratch_tmp  # 
 
 from dsbisect.search.confidence import Confidence, ends_problem, proof_runs
 from dsbisect.search.bayes import Status
-from dsbisect.core.model import Answer, Mode, Outcome, Stage
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import Answer, Outcome, Stage
 
 RANGE = {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "ok", "1.3.0": "flakyfail", "1.4.0": "flakyfail",
          "1.5.0": "flakyfail"}

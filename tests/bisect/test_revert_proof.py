@@ -24,7 +24,8 @@ import pytest
 import toypkg
 from conftest import git, make_case, write_matrix
 from dsbisect.envs import gitrepo
-from dsbisect.core.model import GitSource, Mode, Outcome, Point, digest
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import GitSource, Outcome, Point, digest
 from dsbisect.records.proof import Proof, ProofVerdict, judge
 from dsbisect.search.steps import Side
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from conftest import make_case
-from dsbisect.core.model import Mode, Outcome, RegressOn
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import Outcome, RegressOn
 from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
 from dsbisect.records.results import Request
 from dsbisect.verdict.identity import Identity, Rule

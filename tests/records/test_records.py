@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from dsbisect.verdict.identity import Rule
 from recorded import learned, record as _record
-from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict
+from dsbisect.core.model import Outcome, RegressOn, Verdict
 from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
-from dsbisect.records.run import Evidence, Host, InputFile, Manual, RunFacts, RunRecord, SkipCause
+from dsbisect.records.run import Evidence, Host, InputFile, Manual, RunFacts, SkipCause
 from dsbisect.store.store import Store
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),

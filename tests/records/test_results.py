@@ -20,7 +20,8 @@ from conftest import make_case
 
 from dsbisect.records.run import Evidence
 from dsbisect.render import grid
-from dsbisect.core.model import WORST_FIRST, Answer, Mode, Outcome, Point, RegressOn, Stage, Verdict, worst
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import WORST_FIRST, Answer, Outcome, Point, RegressOn, Stage, Verdict, worst
 from dsbisect.records.proof import Proof, ProofVerdict
 from dsbisect.records import migrate
 from dsbisect.records.results import Recorded, Request, Result, Step

@@ -21,7 +21,8 @@ from dsbisect.core import eta
 from dsbisect.run import phases
 from dsbisect.bisect.bisection import range_note, steps_for
 from dsbisect.core.errors import InputError
-from dsbisect.core.model import Mode, Stage
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import Stage
 from dsbisect.render.progress import ProgressUI, heartbeat_seconds
 from dsbisect.run.runner import env_line
 

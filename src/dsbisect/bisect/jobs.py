@@ -19,7 +19,8 @@ from typing import Generic, TypeVar
 from packaging.version import Version
 
 from dsbisect.core.errors import InputError
-from dsbisect.core.model import Accelerator, Case, EnvOptions, IndexOptions, Mode, RegressOn
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import Accelerator, Case, EnvOptions, IndexOptions, RegressOn
 from dsbisect.records.results import Request, Result
 from dsbisect.run import matrix
 from dsbisect.run.executor import Place

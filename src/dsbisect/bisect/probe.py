@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from dsbisect.core import eta
-from dsbisect.core.model import Answer, Mode, Point, RegressOn, Stage, Verdict
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import Answer, Point, RegressOn, Stage, Verdict
 from dsbisect.records.results import Regression, Request, Step
 from dsbisect.records.run import RunRecord
 from dsbisect.run.runner import Runner

@@ -24,7 +24,8 @@ from dsbisect.envs import gitrepo
 from dsbisect.envs.cache import CachePaths
 from dsbisect.envdiff.environments import Change, Environment, Kind, apply, diff
 from dsbisect.core.errors import EnvBuildError, InputError
-from dsbisect.core.model import BaseMode, Case, EnvOptions, IndexOptions, Mode, RegressOn, digest
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import BaseMode, Case, EnvOptions, IndexOptions, RegressOn, digest
 from dsbisect.records.bisections import AskedFor
 from dsbisect.records.results import Request
 from dsbisect.envs.uv import Uv

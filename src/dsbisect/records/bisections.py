@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, ClassVar
 
-from dsbisect.core.model import Mode, RegressOn, read_enum, read_int
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import RegressOn, read_enum, read_int
 from dsbisect.core.redact import redact_tree
 from dsbisect.records import migrate
 from dsbisect.records.results import Recorded, Request

@@ -15,7 +15,8 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dsbisect.core.model import Mode, Outcome, read_enum, read_int, read_ints
+from dsbisect.core.mode import Mode
+from dsbisect.core.model import Outcome, read_enum, read_int, read_ints
 from dsbisect.search.steps import Side
 
 

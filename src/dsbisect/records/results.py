@@ -24,10 +24,10 @@ from packaging.utils import canonicalize_name
 
 from dsbisect.search.confidence import Confidence, confidence_from_json, confidence_json
 from dsbisect.verdict.identity import Identity
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import (
     Answer,
     Case,
-    Mode,
     Outcome,
     RegressOn,
     Stage,

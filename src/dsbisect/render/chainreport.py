@@ -13,7 +13,8 @@ from rich.text import Text
 from dsbisect.render import report as rep
 from dsbisect.envdiff.engine import EnvResult
 from dsbisect.render.grid import md as _md
-from dsbisect.core.model import Answer, Side, Stage
+from dsbisect.core.mode import Side
+from dsbisect.core.model import Answer, Stage
 from dsbisect.core.outside import safe, safe_text
 from dsbisect.records.results import Result, TrialRun
 

@@ -23,7 +23,8 @@ from dsbisect.core.files import DATA_LIMIT, existing_dir, read_small
 from dsbisect.render.grid import displayable
 from dsbisect.render.htmlreport import Page, RunPage
 from dsbisect.render.ladder import Ladder, Rung, Tested
-from dsbisect.core.model import Outcome, Side, Stage, Verdict
+from dsbisect.core.mode import Side
+from dsbisect.core.model import Outcome, Stage, Verdict
 from dsbisect.render.rankview import Coll, Look, RankLook, State
 from dsbisect.records.results import Recorded, Result, Step
 from dsbisect.core.rundir import RunDir

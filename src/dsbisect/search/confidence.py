@@ -12,7 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dsbisect.search.bayes import Estimate, Status
-from dsbisect.core.model import Answer, Mode, Outcome, Side, Stage
+from dsbisect.core.mode import Mode, Side
+from dsbisect.core.model import Answer, Outcome, Stage
 
 
 @dataclass(frozen=True)

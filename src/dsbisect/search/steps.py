@@ -18,9 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from dsbisect.core.model import Side  # the search's sides; the mode names them (model.Mode)
-
-
+from dsbisect.core.mode import Side  # the search's sides; the mode names them (mode.Mode)
 
 
 @dataclass(frozen=True)
