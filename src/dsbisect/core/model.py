@@ -140,13 +140,6 @@ class Stage(enum.Enum):
     ENV = "env"  # a trial of an environment bisection: the good environment with some changes applied
 
 
-class Mode(enum.Enum):
-    """What a bisection looks for."""
-
-    REGRESSION = "regression"  # the first bad release after a good one
-    FIND_FIX = "find-fix"  # the first good release after a bad one
-
-
 class Answer(enum.Enum):
     """A bisection's verdict; it also decides the exit code."""
 

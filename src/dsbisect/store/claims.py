@@ -36,7 +36,7 @@ from pathlib import Path
 
 from dsbisect.core.errors import StoreError
 from dsbisect.core.files import read_small
-from dsbisect.records.run import BisectionRecord
+from dsbisect.records.bisections import BisectionRecord, BisectionStatus
 
 LOCK = "dsbisect.lock"
 WRITERS = "writers"
@@ -216,9 +216,9 @@ def judged(b: BisectionRecord, store: Path, here: str, now: float, pid_alive) ->
     since when (``interrupted``).  ``pid_alive(pid, started)``: is that process of this host
     the one that started then.  One recorded without a writer (an older dsbisect) is alive
     while any dsbisect holds the store."""
-    if b.status != "running":
+    if b.status is not BisectionStatus.RUNNING:
         return b
-    w = b.params.get(WRITER) if isinstance(b.params, dict) else None
+    w = b.params.extra.get(WRITER)
     if not isinstance(w, dict):
         live = bool(holders(store))
         return b if live else _stopped(b, "no dsbisect holds the store", b.updated)
@@ -235,4 +235,4 @@ def judged(b: BisectionRecord, store: Path, here: str, now: float, pid_alive) ->
 
 def _stopped(b: BisectionRecord, why: str, since: float) -> BisectionRecord:
     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
-    return dataclasses.replace(b, status="interrupted", interrupted=f"{why}; last seen {when}")
+    return dataclasses.replace(b, status=BisectionStatus.INTERRUPTED, interrupted=f"{why}; last seen {when}")

@@ -50,7 +50,9 @@ from dsbisect.store.claims import Liveness, StoreLock
 from dsbisect.core.errors import DiskFull, DsbisectError, InputError, StoreError
 from dsbisect.core.model import Outcome, Point, RunStatus, digest
 from dsbisect.core.redact import mask_text, redact, redact_tree
-from dsbisect.records.run import BisectionRecord, Evidence, ImportCheck, RunFacts, RunRecord
+from dsbisect.records import migrate
+from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
+from dsbisect.records.run import Evidence, ImportCheck, RunFacts, RunRecord
 from dsbisect.core.rundir import RunDir
 
 DB = "dsbisect.sqlite3"
@@ -596,7 +598,7 @@ class Store:
             elif state is Liveness.DEAD:
                 abandoned = f"the dsbisect that ran it (pid {v['pid']}) died"
             status = RunStatus.INTERRUPTED if abandoned else status
-        return RunRecord(
+        return migrate.lifted(RunRecord(
             id=v["id"], case_name=v["case_name"], case_key=v["case_key"], point=Point.from_json(v["point"]),
             point_key=v["point_key"], env_key=v["env_key"], attempt=v["attempt"], status=status,
             outcome=Outcome(v["outcome"]) if v["outcome"] else None, exit_code=v["exit_code"],
@@ -605,7 +607,7 @@ class Store:
             evidence=Evidence.from_json(v["evidence"]), facts=RunFacts.from_json(v["facts"]), host=v["host"],
             pid=v["pid"], finished=v["finished"],
             heartbeat=v.get("heartbeat"), abandoned=abandoned,
-        )
+        ))
 
     # ----------------------------------------------------------- import checks
 
@@ -645,16 +647,17 @@ class Store:
                     self.notes.append(note)
         return out
 
-    def save_bisection(self, key: str, package: str, good: str, bad: str, params: dict,
-                       status: str, result: dict) -> int:
+    def save_bisection(self, key: str, package: str, good: str, bad: str, params: AskedFor,
+                       status: BisectionStatus, result: dict) -> int:
         """Record a bisection's state (its file, then its row): secrets masked, sizes capped; a
         running one names this process as its writer, so that it reads back as interrupted
         once this process is gone."""
         now = time.time()
-        params = {k: v for k, v in bounds.capped(redact_tree(params)).items() if k != claims.WRITER}
-        if status == "running" and self.hold is not None:
-            params[claims.WRITER] = claims.stamp(self.hold, now)
+        asked = {k: v for k, v in bounds.capped(redact_tree(params.to_json())).items() if k != claims.WRITER}
+        if status is BisectionStatus.RUNNING and self.hold is not None:
+            asked[claims.WRITER] = claims.stamp(self.hold, now)
             self._start_heartbeat()
+        params = AskedFor.from_json(asked)  # the writer is kept as one of its other keys
         result = bounds.capped(redact_tree(result))
         old = self.bisection(key)
         record = BisectionRecord(old.id if old else 0, key, package, good, bad, params, status, result,
@@ -682,8 +685,8 @@ class Store:
                 "INSERT INTO bisections (key, package, good, bad, params, status, result, created, updated)"
                 " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET status=excluded.status,"
                 " result=excluded.result, params=excluded.params, updated=excluded.updated",
-                (b.key, b.package, b.good, b.bad, json.dumps(b.params), b.status, json.dumps(b.result), b.created,
-                 b.updated))
+                (b.key, b.package, b.good, b.bad, json.dumps(b.params.to_json()), b.status.value, json.dumps(b.result),
+                 b.created, b.updated))
             (rid,) = db.execute("SELECT id FROM bisections WHERE key=?", (b.key,)).fetchone()
         return int(rid)
 
