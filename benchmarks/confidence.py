@@ -8,7 +8,7 @@ how often each search names the true first bad point, and its mean number of run
 
 - ``--confidence 0.95``: ``bayes.search`` (right only when it also says it is sure);
 - ``--repeat K``: today's search (``search.search``), each point run until a run fails or K ran,
-  the ends first, as ``Bisection._check_ends`` and ``_test_many`` do (a bad end that passes K
+  the ends first, as ``Probe.check_ends`` and ``Probe.test_many`` do (a bad end that passes K
   runs stops it: not reproduced, counted wrong).
 
 Figures are printed, never asserted (tests/search/test_bayes.py asserts the rows it needs).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -121,6 +122,94 @@ def test_no_private_name_is_used_across_modules():
                 continue
             offenders.append(f"{path.relative_to(SRC)}:{node.lineno} uses .{node.attr}")
     assert not offenders, "\n".join(offenders)
+
+
+def _imported_names(tree) -> dict[str, str]:
+    """The names a module imports from other dsbisect modules -> that module (``dsbisect.run.runner``)."""
+    return {a.asname or a.name: node.module for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dsbisect.") for a in node.names}
+
+
+def _privates_of(module: str, cls: str) -> set[str]:
+    """The private names (``_x``, not dunders) class ``cls`` of ``module`` defines: methods and attributes."""
+    path = SRC.joinpath(*module.split(".")[1:]).with_suffix(".py")
+    found = [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.ClassDef) and n.name == cls] \
+        if path.exists() else []
+    names = {sub.name for n in found for sub in ast.walk(n) if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    names |= {sub.attr for n in found for sub in ast.walk(n) if isinstance(sub, ast.Attribute)
+              and isinstance(sub.ctx, ast.Store)}
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _typed(annotation, imported: dict[str, str]) -> bool:
+    return annotation is not None and any(isinstance(n, ast.Name) and n.id in imported for n in ast.walk(annotation))
+
+
+def _typed_fields(cls: ast.ClassDef, imported: dict[str, str]) -> set[str]:
+    """The attributes of ``cls`` whose type is another module's class: its annotated fields, and
+    what ``__init__`` assigns from an annotated parameter (``self.runner = runner``)."""
+    fields = {s.target.id for s in cls.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+              and _typed(s.annotation, imported)}
+    for init in (s for s in cls.body if isinstance(s, ast.FunctionDef) and s.name == "__init__"):
+        params = {a.arg for a in init.args.args if _typed(a.annotation, imported)}
+        for node in (n for n in ast.walk(init) if isinstance(n, ast.Assign)):
+            for target in node.targets:
+                targets = target.elts if isinstance(target, ast.Tuple) else [target]
+                values = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                fields |= {t.attr for t, v in zip(targets, values) if isinstance(t, ast.Attribute)
+                           and isinstance(v, ast.Name) and v.id in params}
+    return fields
+
+
+def _private(node: ast.AST) -> bool:
+    return isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+
+
+def _reach_ins(path: Path) -> list[str]:
+    """What the name test cannot see: a subclass of another module's class that overrides or
+    uses its privates (``self._x``, ``super()._x``), and ``param._x`` or ``self.attr._x`` where
+    the parameter or attribute is typed with another module's class."""
+    tree = ast.parse(path.read_text())
+    imported, where, out = _imported_names(tree), path.relative_to(SRC), []
+    for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+        for base in (b.id for b in cls.bases if isinstance(b, ast.Name) and b.id in imported):
+            theirs = _privates_of(imported[base], base)
+            out += [f"{where}:{n.lineno} overrides {base}.{n.name}" for n in ast.walk(cls)
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in theirs]
+            out += [f"{where}:{n.lineno} uses {base}.{n.attr}" for n in ast.walk(cls) if _private(n) and n.attr in theirs]
+        fields = _typed_fields(cls, imported)
+        out += [f"{where}:{n.lineno} uses self.{n.value.attr}.{n.attr}" for n in ast.walk(cls) if _private(n)
+                and isinstance(n.value, ast.Attribute) and n.value.attr in fields
+                and isinstance(n.value.value, ast.Name) and n.value.value.id == "self"]
+    for fn in (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))):
+        params = {a.arg for a in (*fn.args.args, *fn.args.kwonlyargs) if _typed(a.annotation, imported)}
+        out += [f"{where}:{n.lineno} uses {n.value.id}.{n.attr}" for n in ast.walk(fn) if _private(n)
+                and isinstance(n.value, ast.Name) and n.value.id in params]
+    return out
+
+
+def test_no_private_is_reached_through_a_subclass_or_a_typed_object():
+    """A class of another module is composed through its public names: neither subclassed to
+    override or call its privates (``class _Trials(Bisection)`` overriding ``_label``), nor
+    reached into through a typed parameter or attribute (``store._tx``, ``self.runner._ports``)."""
+    offenders = [line for path in _modules() for line in _reach_ins(path)]
+    assert not offenders, "\n".join(offenders)
+
+
+def test_the_reach_in_check_sees_what_it_is_for(tmp_path, monkeypatch):
+    """The check above on a module written for it: each kind of reach-in is found."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "base.py").write_text("class Base:\n    def _hook(self):\n        self._x = 1\n")
+    (tmp_path / "bisect").mkdir()
+    (tmp_path / "bisect" / "sub.py").write_text(
+        "from dsbisect.run.base import Base\n"
+        "class Sub(Base):\n    def _hook(self):\n        return super()._hook()\n"
+        "class Holder:\n    base: Base\n    def f(self):\n        return self.base._x\n"
+        "def g(b: Base):\n    return b._x\n")
+    monkeypatch.setattr(sys.modules[__name__], "SRC", tmp_path)
+    found = _reach_ins(tmp_path / "bisect" / "sub.py")
+    assert found == ["bisect/sub.py:3 overrides Base._hook", "bisect/sub.py:4 uses Base._hook",
+                     "bisect/sub.py:8 uses self.base._x", "bisect/sub.py:10 uses b._x"], found
 
 
 def test_the_readme_shows_the_packages_in_their_order():

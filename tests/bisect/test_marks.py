@@ -16,6 +16,7 @@ from dsbisect.core.errors import InputError
 from dsbisect.core.model import Accelerator, GitSource, IndexOptions, Outcome, Point, Verdict
 from dsbisect.records.results import Request
 from dsbisect.store.store import Store
+from dsbisect.records.bisections import AskedFor, BisectionStatus
 
 
 def _runs(store: Path) -> list[dict]:
@@ -68,20 +69,21 @@ def test_a_skip_mark_is_outcome_skip_and_is_kept(tmp_path, cli):
     assert run["outcome"] == "skip" and run["evidence"]["manual"] == "skip"
 
     # The runner reuses it (recorded skips are otherwise tried again): nothing is run.
+    from dsbisect.run.executor import Delegated
     from dsbisect.run.runner import Runner
 
-    class NoRuns:
-        def slots(self, case):
-            return []
+    class NoRuns(Delegated):
+        def __init__(self, site):
+            self.site = site
 
         def run_once(self, *a):
             raise AssertionError("a marked skip was run again")
 
     case = make_case(tmp_path, "rep", "pass\n")
-    runner = Runner(store=Store(tmp_path / ".dsbisect"), envs=None, executor=NoRuns())
+    runner = Runner(store=Store(tmp_path / ".dsbisect"), envs=None, place=NoRuns)
     point = Point(versions=(("dsb-toy", "1.2.0"),))
     (found,) = runner.runs(case, point, want=2)
-    assert found.outcome is Outcome.SKIP and found.manual.mark == "skip"
+    assert found.outcome is Outcome.SKIP and found.manual.mark is Verdict.SKIP
 
 
 def test_marked_points_are_the_bisections_points(tmp_path):
@@ -89,16 +91,19 @@ def test_marked_points_are_the_bisections_points(tmp_path):
     bisection of the case reuses it (the slow test below does so for real)."""
     from dsbisect.bisect.marks import points_for, release_point
 
+    from dsbisect.run.runner import Runner
+
     case = replace(make_case(tmp_path, "c"), pins=("pydantic<2", "transformers==4.39.2"))
     req = Request("deepspeed", "0.12.2", "0.12.4", case, pins=("accelerate==0.28.0", "pydantic<2"))
-    bis = Bisection(None, IndexOptions(), req)
+    bis = Bisection(Runner(store=Store(tmp_path / "s"), envs=None), IndexOptions(), req)
+    assert bis.points.pins == ("pydantic<2", "transformers==4.39.2", "accelerate==0.28.0")
     for v in ("0.12.2", "0.12.3", "0.12.4"):
-        assert release_point(case, "deepspeed", v, req.pins) == bis._release_point(v)
+        assert release_point(case, "deepspeed", v, req.pins) == bis.points.release(v)
     (p,) = points_for(case, [("deepspeed", "0.12.3")], req.pins)
-    assert p == bis._release_point("0.12.3")
+    assert p == bis.points.release("0.12.3")
     # deepspeed==0.12.3 transformers==4.39.2 as one point is the same point as a pin of transformers.
     (both,) = points_for(case, [("deepspeed", "0.12.3"), ("transformers", "4.39.2")], ("accelerate==0.28.0",))
-    assert both.key == bis._release_point("0.12.3").key
+    assert both.key == bis.points.release("0.12.3").key
     # Several versions of one package: one point each; of two packages: every combination.
     assert len(points_for(case, [("deepspeed", "0.12.2"), ("deepspeed", "0.12.3")], ())) == 2
     assert len(points_for(case, [("deepspeed", "1"), ("deepspeed", "2"), ("accelerate", "3")], ())) == 2
@@ -108,7 +113,8 @@ def test_marked_points_are_the_bisections_points(tmp_path):
     commit = Commit("a" * 40, "Fix it", "v0.12.3-4-gaaaaaaa")
     src = GitSource("deepspeed", "", commit.hash)
     (marked,) = points_for(case, [("deepspeed", "0.12.4")], req.pins, src)
-    assert marked.key == bis._commit_point(Path("/clone"), commit, "0.12.4").key
+    clone = GitSource("deepspeed", "/clone", commit.hash, commit.describe, commit.subject)
+    assert marked.key == bis.points.commit(clone, "0.12.4").key
 
 
 def test_a_commit_is_marked_by_its_hash(tmp_path, cli):
@@ -213,9 +219,9 @@ def _toy_bisection(store: Store, case, argv: list[str]) -> None:
                                    ("1.2.0", "bad", d))]
     steps.append({"stage": "confirm", "version": "1.2.0", "commit": None, "verdict": "bad", "run_ids": [d]})
     store.save_bisection("0123456789abcdef", "dsb-toy", "1.0.0", "1.3.0",
-                         {"case": case.name, "pins": [], "regress_on": "hang", "find_fix": False, "repeat": 1,
-                          "signature": None, "argv": argv, "cwd": "/somewhere"},
-                         "done", {"verdict": "ambiguous", "last_good": "1.0.0", "first_bad": "1.2.0", "steps": steps})
+                         AskedFor.from_json({"case": case.name, "pins": [], "regress_on": "hang", "find_fix": False,
+                                             "repeat": 1, "signature": None, "argv": argv, "cwd": "/somewhere"}),
+                         BisectionStatus.DONE, {"verdict": "ambiguous", "last_good": "1.0.0", "first_bad": "1.2.0", "steps": steps})
 
 
 def test_log_writes_one_mark_line_per_run_that_parses_back(tmp_path, cli):
@@ -337,7 +343,10 @@ class _Envs:
 
 
 def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
+    from functools import partial
+
     from dsbisect.bisect.marks import ManualExecutor, manual_target
+    from dsbisect.run.executor import RunSpec
     from dsbisect.run.runner import Runner
 
     answers = iter(["dunno", "B", "good"])
@@ -350,11 +359,12 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
 
     case = replace(make_case(tmp_path, "c", nproc=2), accelerator=Accelerator.CPU, env=(("OMP_NUM_THREADS", "1"),),
                    collective_timeout=3.0)
-    ex = ManualExecutor(ask=ask, say=said.append)
-    runner = Runner(store=Store(tmp_path / "s"), envs=_Envs(tmp_path / "envs"), executor=ex)
+    runner = Runner(store=Store(tmp_path / "s"), envs=_Envs(tmp_path / "envs"),
+                    place=partial(ManualExecutor, ask=ask, say=said.append))
+    ex = runner.executor
     p = Point(versions=(("dsb-toy", "1.3.0"),))
     run = runner.run_once(case, p)
-    assert run.outcome is Outcome.FAIL and run.manual.mark == "bad" and run.env_key == "envkey"
+    assert run.outcome is Outcome.FAIL and run.manual.mark is Verdict.BAD and run.env_key == "envkey"
     assert asked == ["dsb-toy 1.3.0: good, bad or skip [g/b/s]"] * 2
     assert "  answer good, bad or skip (g, b, s)" in said
     venv = tmp_path / "envs" / p.key
@@ -375,7 +385,7 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
     cancel = threading.Event()
     cancel.set()
     with pytest.raises(KeyboardInterrupt):
-        ex.run_once(runner, case, p, 1, cancel)
+        ex.run_once(RunSpec(case, p), cancel)
 
 
 def test_manual_executor_prints_the_users_own_command_as_the_runner_runs_it(tmp_path):

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import resource
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,16 +13,21 @@ from hypothesis import strategies as st
 from dsbisect.envs.base import torch_cuda
 from dsbisect.records.inputs import (
     MISSING,
+    UNKNOWN,
+    Dist,
     Inputs,
     Interpreter,
+    Present,
     differences,
     env_digests,
-    file_sha,
-    imported_files,
+    incomplete,
     same_inputs,
+    stale_reasons,
+    compared,
     volatile,
     why_line,
 )
+from dsbisect.records.traces import file_sha, imported_files
 
 PY = Interpreter("/opt/py/bin/python", "3.11.7", "2.13.0+cpu", "")
 BASE = Inputs((("/r/helper.py", "aa"), ("/r/x.py", "bb")), (("MY_FIX", "11"), ("PATH", "22")), PY)
@@ -90,7 +97,7 @@ def test_environment_values_are_keyed_digests_never_the_values():
 def test_equal_environments_and_only_they_give_no_reason(a, b):
     key = b"k" * 32
     then, now = _with(env=env_digests(a, key)), _with(env=env_digests(b, key))
-    same = {k: v for k, v in a.items() if not volatile(k)} == {k: v for k, v in b.items() if not volatile(k)}
+    same = {k: v for k, v in a.items() if compared(k)} == {k: v for k, v in b.items() if compared(k)}
     assert (differences(then, now) == ()) is same
 
 
@@ -183,3 +190,74 @@ def test_the_options_dsbisect_adds_that_change_what_runs(tmp_path):
     for line in ("accelerate launch --multi_gpu --num_processes 2 train.py", "deepspeed --num_gpus 2 train.py",
                  "torchrun --nproc-per-node 2 train.py"):
         assert added_options(matrix.command_case(shlex.split(line), tmp_path), cuda=False) == "", line
+
+
+# ------------------------------------------------------------------ issue 36: what the run used
+
+def _used(**changes) -> Inputs:
+    """BASE with the parts the start-up hook adds: a data file read, a distribution, a program, a folder."""
+    fields = {"files": tuple(sorted(BASE.files + (("/d/train.bin", "ee"),))), "dists": (Dist("numpy", "1.26.4", "/b/site"),),
+              "programs": (("gcc", "g1"),), "listings": (("/d/shards", "l1"),)} | changes
+    return _with(**fields)
+
+
+def _present(**answers) -> Present:
+    """What a run would use now, answering what ``_used()`` asks: all as recorded unless given."""
+    rec = _used()
+    fields = {"files": dict(rec.files), "programs": dict(rec.programs),
+              "dists": {(d.name, d.folder): d.version for d in rec.dists}, "listings": dict(rec.listings)}
+    return Present(BASE, **(fields | answers))
+
+
+@pytest.mark.parametrize("now, reasons", [
+    (_present(), ()),
+    (_present(files={**dict(_used().files), "/d/train.bin": "ff"}), ("train.bin changed",)),
+    (_present(dists={("numpy", "/b/site"): "2.0.0"}), ("numpy changed (1.26.4 -> 2.0.0)",)),
+    (_present(dists={("numpy", "/b/site"): MISSING}), ("numpy is gone",)),
+    (_present(dists={("numpy", "/b/site"): UNKNOWN}), ()),  # its venv is not built: not known, not compared
+    (_present(programs={"gcc": "g2"}), ("gcc changed",)),
+    (_present(programs={"gcc": MISSING}), ("gcc not found now",)),
+    (_present(listings={"/d/shards": "l2"}), ("shards/ has other files",)),
+    (_present(listings={"/d/shards": MISSING}), ("shards/ is gone",)),
+    (_present(files={}), tuple(f"{Path(p).name} is gone" for p, _ in sorted(_used().files))),  # not answered
+])
+def test_a_record_is_compared_with_the_present_in_its_own_terms(now, reasons):
+    assert stale_reasons(_used(), now) == reasons
+
+
+def test_a_program_not_found_then_and_found_now_is_a_change():
+    assert stale_reasons(_used(programs=(("nvcc", MISSING),)), _present(programs={"nvcc": "n1"})) == ("nvcc found now",)
+
+
+def test_the_new_parts_travel_in_the_records_files_as_pairs_of_text():
+    """The --format json contract pins ``files`` as lists of strings: the new parts are entries
+    with a prefix no path has, and read back the same."""
+    rec = _used(capped=("read",))
+    data = rec.to_json()
+    assert set(data) == {"format", "files", "env", "interpreter", "accelerator", "added"} and data["format"] == 2
+    assert all(isinstance(e, list) and all(isinstance(x, str) for x in e) for e in data["files"])
+    assert ["dist:numpy:/b/site", "1.26.4"] in data["files"] and ["program:gcc", "g1"] in data["files"]
+    assert Inputs.from_json(data) == rec
+    assert incomplete(rec) and not incomplete(_used())
+
+
+def test_a_record_of_the_first_format_is_read_and_said_incomplete():
+    old = {"files": [["/r/x.py", "bb"]], "env": [["PATH", "22"], ["MY_FIX", "11"]],
+           "interpreter": PY.to_json(), "accelerator": "cpu"}  # no "format": before it had one
+    rec = Inputs.from_json(old)
+    assert rec is not None and rec.format == 1 and rec.files == (("/r/x.py", "bb"),)
+    assert "older dsbisect" in incomplete(rec)
+    # Compared with a record of today (the grid's variants), PATH is no difference: today's rule.
+    assert differences(rec, replace(rec, env=(("MY_FIX", "11"),), format=2)) == ()
+
+
+@pytest.mark.parametrize("name", ["PATH", "VIRTUAL_ENV_PROMPT", "CONDA_PROMPT_MODIFIER", "LANG", "LC_ALL", "LC_CTYPE",
+                                  "TMPDIR", "MOTD_SHOWN", "PS1", "LMOD_FAMILY_COMPILER", "LOADEDMODULES", "MAKEFLAGS"])
+def test_the_path_and_what_a_shell_session_sets_are_not_compared_as_text(name):
+    assert not compared(name)
+    assert env_digests({name: "a", "MY_FIX": "1"}, b"k" * 32)[0][0] == "MY_FIX"
+
+
+@pytest.mark.parametrize("name", ["LD_LIBRARY_PATH", "PYTHONPATH", "CUDA_HOME", "MY_DATA_DIR", "NCCL_DEBUG", "CC"])
+def test_variables_that_name_what_runs_are_compared(name):
+    assert compared(name)

@@ -36,19 +36,20 @@ def test_gpu_slices_are_disjoint(tmp_path):
     from dsbisect.core.model import Accelerator
     from dsbisect.core.rundir import RunDir
     from dsbisect.launch.launchers import Target, plan
-    from dsbisect.run.runner import Runner, Slot
+    from dsbisect.run.executor import Slot
+    from dsbisect.run.runner import Runner
     from dsbisect.store.store import Store
 
     case = make_case(tmp_path, nproc=2, accelerator=Accelerator.CUDA)
-    runner = Runner(store=Store(tmp_path / "st"), envs=EnvManager(tmp_path / "cache"), gpus=["H200"] * 8,
-                    gpu_ids=list(range(8)))
-    assert runner.slots(case) == [Slot((0, 1)), Slot((2, 3)), Slot((4, 5)), Slot((6, 7))]
-    runner.jobs = 3
-    assert runner.slots(case) == [Slot((0, 1)), Slot((2, 3)), Slot((4, 5))]
-    runner.jobs, runner.gpus, runner.gpu_ids = None, ["H200"] * 3, [4, 6, 7]  # CUDA_VISIBLE_DEVICES=4,6,7
-    assert runner.slots(case) == [Slot()]  # one slice of two: the launcher's own --num_gpus
-    runner.gpus, runner.gpu_ids = ["H200"] * 4, [4, 5, 6, 7]
-    assert runner.slots(case) == [Slot((4, 5)), Slot((6, 7))]
+    store, envs = Store(tmp_path / "st"), EnvManager(tmp_path / "cache")
+
+    def slots(gpus: int, ids: list[int], jobs: int | None = None) -> list[Slot]:
+        return Runner(store=store, envs=envs, gpus=["H200"] * gpus, gpu_ids=ids, jobs=jobs).slots(case)
+
+    assert slots(8, list(range(8))) == [Slot((0, 1)), Slot((2, 3)), Slot((4, 5)), Slot((6, 7))]
+    assert slots(8, list(range(8)), jobs=3) == [Slot((0, 1)), Slot((2, 3)), Slot((4, 5))]
+    assert slots(3, [4, 6, 7]) == [Slot()]  # CUDA_VISIBLE_DEVICES=4,6,7: one slice of two, the launcher's own --num_gpus
+    assert slots(4, [4, 5, 6, 7]) == [Slot((4, 5)), Slot((6, 7))]
     argv = list(plan(case, Target(tmp_path / "python", RunDir(tmp_path / "run"), 29500, (6, 7))).argv)
     assert "--include" in argv and argv[argv.index("--include") + 1] == "localhost:6,7"
     assert "--num_gpus" not in argv

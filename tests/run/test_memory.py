@@ -24,7 +24,7 @@ import toypkg
 from conftest import offline, write_matrix
 from dsbisect.run import memory
 from dsbisect.run.memory import OomCount, OomKill, Room
-from dsbisect.records.run import Evidence, RunFacts
+from dsbisect.records.run import Evidence
 from dsbisect.core.model import Outcome
 from dsbisect.verdict.outcome import Classified
 
@@ -153,7 +153,7 @@ def test_without_cgroups_memavailable_is_the_room(tmp_path):
 
 
 def test_a_run_alone_waits_for_the_others_and_none_starts_beside_it():
-    from dsbisect.run.runner import PointGate
+    from dsbisect.run.memory import PointGate
 
     gate, log, lock = PointGate(), [], threading.Lock()
 
@@ -185,7 +185,8 @@ def test_the_cases_recorded_peak_bounds_how_many_points_run_at_once(tmp_path):
     from conftest import make_case
     from dsbisect.envs.venvs import EnvManager
     from dsbisect.core.model import Point
-    from dsbisect.run.runner import Runner, Slot
+    from dsbisect.run.executor import Slot
+    from dsbisect.run.runner import Runner
     from dsbisect.store.store import Store
 
     case = make_case(tmp_path, nproc=1)
@@ -193,15 +194,15 @@ def test_the_cases_recorded_peak_bounds_how_many_points_run_at_once(tmp_path):
     runner = Runner(store=store, envs=EnvManager(tmp_path / "cache"), jobs=4)
     guess = memory.points_at_once(4, memory.room(), memory.expected(1, []))
     assert len(runner.slots(case)) == guess
-    n, said = runner.memory_plan(case)
+    n, said = runner.executor.memory_plan(case)
     assert n == guess and said.startswith("memory: ") and said.endswith("GB per point, a guess")
     run = store.start_run(case.name, case.key, Point((("dsb-toy", "1.0.0"),)), None, 1)
     store.finish_run(run, Outcome.PASS, 0, 1.0, evidence=Evidence.of(peak_rss=1 << 50))  # a point of a petabyte
     assert store.peak_rss(case.name) == [1 << 50]
     assert runner.slots(case) == [Slot()]
-    assert runner.memory_plan(case)[1].endswith(f"~{(1 << 50) * memory.MARGIN / memory.GB:.1f} GB per point")
-    runner.jobs = 1
-    assert runner.memory_plan(case) == (1, "")  # one at a time anyway: nothing to say
+    assert runner.executor.memory_plan(case)[1].endswith(f"~{(1 << 50) * memory.MARGIN / memory.GB:.1f} GB per point")
+    one = Runner(store=store, envs=runner.envs, jobs=1)
+    assert one.executor.memory_plan(case) == (1, "")  # one at a time anyway: nothing to say
 
 
 # ------------------------------------------------------------------ real cgroup

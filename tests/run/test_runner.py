@@ -4,6 +4,7 @@ real toy runs: real venvs, a real launcher or a real single rank, a real SQLite 
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,10 @@ from dsbisect.envs.venvs import EnvManager
 from dsbisect.forensics.stuck import analyze
 from dsbisect.core.model import IndexOptions, Outcome, Point
 from dsbisect.core.rundir import RunDir
-from dsbisect.run.runner import Runner, _Job, GateToken, Slot
+from dsbisect.run.executor import RunSpec, Site, Slot
+from dsbisect.run.launched import Job
+from dsbisect.run.local import LocalExecutor
+from dsbisect.run.memory import GateToken
 from dsbisect.store.store import Store
 
 pytestmark = pytest.mark.slow  # real venvs and ranks
@@ -24,25 +28,26 @@ def test_one_rank_goes_through_every_step_and_gives_its_port_back(tmp_path, whee
     run; the import check is the run's own; the record has the verdict and the facts."""
     envs = EnvManager(cache_dir, index=IndexOptions(offline=True, find_links=(str(wheelhouse),)))
     store = Store(tmp_path / "store")
-    runner = Runner(store=store, envs=envs)
+    local = LocalExecutor(Site(store, envs))
     case = make_case(tmp_path, "one", "import dsb_toy\nprint('rank ran', dsb_toy.__name__)\n", nproc=1,
                      timeout=120, env=(("OMP_NUM_THREADS", "1"),))
     point = Point((("dsb-toy", "1.0.0"),))
-    record = runner._claim(case, point, 1)
-    job = _Job(record, case, point, envs.ensure(point), runner.accelerator(case), Slot(), GateToken())
-    line = runner._launch_line(job, checks=True)
-    assert line.direct and runner._ports == {line.port}
+    cancel = threading.Event()
+    record = local._claim(case, point, 1, cancel)
+    job = Job(record, case, point, envs.ensure(point), local.accelerator(case), Slot(), GateToken(), cancel)
+    line = local._launch_line(job, checks=True)
+    assert line.direct and local._ports == {line.port}
     assert str(job.env.python) in line.spec.argv and line.spec.env["RANK"] == "0"
     assert line.spec.env["MASTER_PORT"] == str(line.port) and line.spec.env["DSBISECT_CHECK_IMPORTS"]
-    ran = runner._supervise(job, line)
-    assert runner._ports == set()  # given back
+    ran = local._supervise(job, line)
+    assert local._ports == set()  # given back
     assert ran.result.exit_code == 0 and not ran.result.timed_out and ran.result.proof is None
     assert ran.result.pids and not live_pids(ran.result.pids)
     assert "rank ran dsb_toy" in RunDir(Path(record.run_dir)).rank_log(0).read_text()
-    done = runner.run_here(case, point, attempt=2)  # the whole pipeline: a run of its own, a port of its own
+    done = local.run_once(RunSpec(case, point, attempt=2), cancel)  # the whole pipeline: a run, a port of its own
     assert done.id != record.id and done.outcome is Outcome.PASS and done.signature == ""
     assert done.facts.accelerator == "cpu" and done.facts.version("dsb-toy") == "1.0.0"
-    assert store.run(done.id).outcome is Outcome.PASS and runner._ports == set()
+    assert store.run(done.id).outcome is Outcome.PASS and local._ports == set()
 
 
 def test_an_early_deadlock_is_stored_with_the_proofs_waits_and_the_stacks_code(toy_deadlock):

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import psutil
@@ -22,7 +23,8 @@ from conftest import cli_json, make_case, offline, write_matrix
 from dsbisect.run import matrix as matrix_mod
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.core.model import Accelerator, Case, SlurmSettings
-from dsbisect.run.runner import Runner, Slot
+from dsbisect.run.executor import Site, Slot
+from dsbisect.run.runner import Runner
 from dsbisect.run.slurm import JobState, SlurmExecutor, SlurmOptions, _lost_reason
 from dsbisect.store.store import Store
 
@@ -225,19 +227,20 @@ def _case(tmp_path: Path, hostfile: Path | None = None, num_nodes: int | None = 
 def test_sbatch_asks_for_what_the_case_needs(tmp_path):
     gpu = _case(tmp_path, nproc=4, accelerator=Accelerator.CUDA, timeout=1800,
                 slurm=SlurmSettings(partition="a100", args=("--account=x",)))
-    ex = SlurmExecutor()
+    site = Site(Store(tmp_path / "st"), EnvManager(tmp_path / "cache"))
+    ex = SlurmExecutor(site)
     argv = ex.sbatch_argv(tmp_path, gpu, ex.gpus(gpu))
     assert argv[:2] == ["sbatch", "--parsable"] and argv[-1] == str(tmp_path / "job.sh")
     for want in ("--time=60", "--gres=gpu:4", "--partition=a100", "--cpus-per-task=4", "--nodes=1"):
         assert want in argv
     assert argv[-2] == "--account=x"
     # The command line wins over the matrix, and its own sbatch arguments come last.
-    ex = SlurmExecutor(SlurmOptions(partition="debug", time=5, gpus=0, args=("--qos=low",)))
+    ex = SlurmExecutor(site, SlurmOptions(partition="debug", time=5, gpus=0, args=("--qos=low",)))
     argv = ex.sbatch_argv(tmp_path, gpu, ex.gpus(gpu))
     assert "--partition=debug" in argv and "--time=5" in argv and not [a for a in argv if a.startswith("--gres")]
     assert argv[-3:-1] == ["--account=x", "--qos=low"]
     for accel in (Accelerator.CPU, Accelerator.AUTO):
-        assert SlurmExecutor().gpus(_case(tmp_path, accelerator=accel)) == 0
+        assert SlurmExecutor(site).gpus(_case(tmp_path, accelerator=accel)) == 0
     hosts = tmp_path / "hosts"
     hosts.write_text("a slots=1\n")
     assert "--nodes=2" in ex.sbatch_argv(tmp_path, _case(tmp_path, hostfile=hosts, num_nodes=2), 0)
@@ -245,7 +248,7 @@ def test_sbatch_asks_for_what_the_case_needs(tmp_path):
 
 def test_slurm_jobs_at_once_come_from_jobs_not_from_this_machine(tmp_path):
     runner = Runner(store=Store(tmp_path / "st"), envs=EnvManager(tmp_path / "cache"), gpus=[],
-                    executor=SlurmExecutor(SlurmOptions(jobs=3)))
+                    place=partial(SlurmExecutor, options=SlurmOptions(jobs=3)))
     assert runner.slots(_case(tmp_path, nproc=8, accelerator=Accelerator.CUDA)) == [Slot()] * 3
     hosts = tmp_path / "hosts"
     hosts.write_text("a slots=1\nb slots=1\n")

@@ -70,11 +70,16 @@ def test_settings_shape_a_case_with_their_limits(tmp_path, monkeypatch):
 
 
 def test_placement_here_or_on_slurm():
-    assert Placement().executor_for() is None
+    from dsbisect.run.local import LocalExecutor
+    from dsbisect.run.slurm import SlurmExecutor
+
+    assert Placement().executor_for() is LocalExecutor
     with pytest.raises(InputError, match="need --executor slurm"):
         Placement(partition="gpu").executor_for()
     slurm = Placement(executor=ExecutorKind.slurm, partition="gpu", slurm_arg=["--account=a"]).executor_for()
-    assert (slurm.options.partition, slurm.options.args, slurm.options.jobs) == ("gpu", ("--account=a",), 8)
+    assert slurm.func is SlurmExecutor
+    options = slurm.keywords["options"]
+    assert (options.partition, options.args, options.jobs) == ("gpu", ("--account=a",), 8)
 
 
 def test_the_grid_title_runs_the_same_points_again(tmp_path, monkeypatch):

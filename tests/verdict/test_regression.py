@@ -4,7 +4,6 @@ bad end, a probe that fails differently is stepped around, and one deadlock has 
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -62,7 +61,7 @@ def test_an_unrelated_failure_inside_the_range_does_not_move_the_answer(tmp_path
     assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "1.0.0", "1.1.0")
     assert out["different"] == [] and out["regression"]["identity"] is None
 
-    # dsbisect log replays the same rule (RunRecord.verdict is Bisection._verdict's rule)
+    # dsbisect log replays the same rule (RunRecord.verdict is Probe.verdict's rule)
     log = cli("log", "--store", str(folder / ".dsbisect"), cwd=folder)
     assert log.exit_code == 0, log.output
     marks = {ln.split("dsb-other==")[1].split()[0]: ln.split()[2] for ln in log.stdout.splitlines()

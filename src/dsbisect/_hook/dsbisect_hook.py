@@ -41,13 +41,11 @@ variables are set, and it never raises.
   ``os.environ`` too; set where the base's torch came without bytecode) Python may cache the
   bytecode of what the check imports, also under PYTHONDONTWRITEBYTECODE; the rest of the
   process writes none unless the user's environment lets it.
-- ``DSBISECT_RUN_DIR`` (any process of a run; off with ``DSBISECT_TRACK_IMPORTS=0``): the local
-  modules this interpreter imported (a module whose file is outside the interpreter's prefixes,
-  outside every ``site-packages``/``dist-packages``, the run folder and the extension caches:
-  the repro's own ``helper.py``, a sibling package, an editable install) as
-  ``<run dir>/imports/pid<P>.json``: ``{"files": [[path, size, mtime_ns], ...]}``, written
-  through a ``.tmp`` and a rename by a daemon thread within 0.5 s of a new import (a rank that
-  hangs and is killed has written it) and at exit; at most 2000 files.  dsbisect digests them
+- ``DSBISECT_RUN_DIR`` (any process of a run; off with ``DSBISECT_TRACK_IMPORTS=0``): what
+  this interpreter used from outside its venv -- the local modules it imported, the files it
+  read and wrote, the folders it listed, the programs and files it gave its children, the
+  top-level modules it took from site folders -- as ``<run dir>/imports/pid<P>.json``
+  (``dsbisect_trace.py``, installed beside this file, has the format).  dsbisect digests them
   when the run ends: a recorded run is reused only while they are unchanged.
 - ``DSBISECT_RUN_DIR`` (in a rank; off with ``DSBISECT_FR_PROBE=0``): a daemon thread that
   answers dsbisect's flight-recorder requests for the early deadlock verdict.  Every 0.2 s
@@ -568,97 +566,14 @@ def _check_imports(run_dir, wanted, bytecode=False):
         os._exit(125)
 
 
-_IMPORTS_MAX = 2000
-
-
-def _start_import_log(run_dir):
-    import atexit
-    import threading
-
-    folder = os.path.join(run_dir, "imports")
-    # One scan at a time: at exit, the last one must not return early on a count the thread
-    # took before it was killed half-way through writing.
-    state = {"n": -1, "seen": set(), "files": {}, "written": 0, "lock": threading.Lock()}
-    skip = _foreign_roots(run_dir)
-    atexit.register(_log_imports, folder, state, skip)
-    os.register_at_fork(after_in_child=lambda: state.update(lock=threading.Lock()))  # the thread is not forked
-    t = threading.Thread(target=_import_log_loop, args=(folder, state, skip), name="dsbisect-imports",
-                         daemon=True)
-    t.start()
-
-
-def _foreign_roots(run_dir):
-    """Folders whose modules are not the repro's: the interpreter's, the run's, the build caches'."""
-    roots = {sys.prefix, sys.exec_prefix, getattr(sys, "base_prefix", sys.prefix),
-             getattr(sys, "base_exec_prefix", sys.exec_prefix), run_dir,
-             os.path.join(os.path.expanduser("~"), ".cache")}
-    for name in ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "PYTHONPYCACHEPREFIX"):
-        if os.environ.get(name):
-            roots.add(os.environ[name])
-    return tuple(os.path.join(os.path.realpath(r), "") for r in roots if r)
-
-
-def _import_log_loop(folder, state, skip):
-    import time
-
-    while True:
-        try:
-            time.sleep(0.5)
-            _log_imports(folder, state, skip)
-        except Exception:  # noqa: BLE001, S110 - the log must never disturb the process
-            pass
-
-
-def _log_imports(folder, state, skip):
-    """Write this process's local modules when new ones were imported (each module looked at once)."""
-    lock = state["lock"]
-    if not lock.acquire(timeout=5):  # never hold a process up at its exit
-        return
+def _start_trace(run_dir):
+    """What this interpreter uses from outside its venv (``dsbisect_trace.py``, beside this file;
+    a copy of this hook without it, as some tests make, records nothing)."""
     try:
-        n = len(sys.modules)
-        if n != state["n"]:
-            _scan_imports(folder, state, skip)
-            state["n"] = n
-    finally:
-        lock.release()
-
-
-def _scan_imports(folder, state, skip):
-    files, seen = state["files"], state["seen"]
-    # The script by its argv too: __main__ loses its __file__ when the script ends with an error.
-    script = sys.argv[0] if sys.argv and str(sys.argv[0]).endswith(".py") else None
-    found = [(None, script)] + [(name, getattr(m, "__file__", None)) for name, m in list(sys.modules.items())
-                                if name not in seen]
-    for name, path in found:
-        if name is not None and (name != "__main__" or path):
-            seen.add(name)
-        if isinstance(path, str) and len(files) < _IMPORTS_MAX:
-            _note_local(files, path, skip)
-    if len(files) == state["written"]:
+        import dsbisect_trace
+    except ModuleNotFoundError:
         return
-    state["written"] = len(files)
-    import json
-
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"pid{os.getpid()}.json")
-    with open(path + ".tmp", "w") as f:
-        json.dump({"files": sorted(files.values())}, f)
-    os.replace(path + ".tmp", path)
-
-
-def _note_local(files, path, skip):
-    """Add ``path`` as [real path, size, mtime_ns] when it is the repro's own file."""
-    if path.startswith(skip):  # the common case (the venv's, the base's), without a realpath
-        return
-    real = os.path.realpath(path)
-    parts = real.split(os.sep)
-    if real in files or real.startswith(skip) or "site-packages" in parts or "dist-packages" in parts:
-        return
-    try:
-        st = os.stat(real)
-    except OSError:
-        return
-    files[real] = [real, st.st_size, st.st_mtime_ns]
+    dsbisect_trace.start(run_dir)
 
 
 def _decode_env():
@@ -686,7 +601,7 @@ def _main():
     if mortal and sys.platform.startswith("linux") and os.environ.get("DSBISECT_PDEATHSIG", "1") == "1":
         _die_with_parent()
     if run_dir and os.path.isdir(run_dir) and os.environ.get("DSBISECT_TRACK_IMPORTS", "1") != "0":
-        _start_import_log(run_dir)
+        _start_trace(run_dir)
     rank = os.environ.get("RANK")
     if run_dir and rank is not None and os.path.isdir(run_dir):
         if os.environ.get("DSBISECT_RANK_LOG") == "1":

@@ -10,6 +10,7 @@ environments); ``check`` does the checks that come before the report file is che
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +19,11 @@ from typing import Generic, TypeVar
 from packaging.version import Version
 
 from dsbisect.core.errors import InputError
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import Accelerator, Case, EnvOptions, IndexOptions, RegressOn
 from dsbisect.records.results import Request, Result
 from dsbisect.run import matrix
-from dsbisect.run.runner import Executor
+from dsbisect.run.executor import Place
 from dsbisect.run.settings import Display, ExecutorKind, Frontend, Settings, Sources, open_session
 
 
@@ -60,7 +62,7 @@ class SearchChoice:
 
     regress_on: RegressOn = RegressOn.AUTO
     any_failure: bool = False
-    find_fix: bool = False
+    find_fix: bool = False  # the --find-fix flag as given; the search reads ``mode``
     repeat: int = 1
     confirm: int = 1
     signature: str | None = None
@@ -68,6 +70,11 @@ class SearchChoice:
     git_repo: Path | None = None
     verify_commit_ends: bool = True
     prove: bool = True
+
+    @property
+    def mode(self) -> Mode:
+        """What the search looks for: the one place the flag becomes a mode."""
+        return Mode.of(self.find_fix)
 
     def check_signature(self) -> None:
         if self.signature is not None and not self.signature.strip():
@@ -156,7 +163,7 @@ class BisectRequest:
             raise InputError("give either PACKAGE GOOD BAD or --good-env and --bad-env, not both")
 
 
-def manual_executor(settings: Settings, frontend: Frontend, ui: Display) -> Executor:
+def manual_executor(settings: Settings, frontend: Frontend, ui: Display) -> Place:
     """``bisect --manual``: each point's venv built here; the user runs it and answers."""
     from dsbisect.bisect.marks import ManualExecutor
 
@@ -167,7 +174,7 @@ def manual_executor(settings: Settings, frontend: Frontend, ui: Display) -> Exec
         with ui.paused():
             return frontend.ask(text)
 
-    return ManualExecutor(ask=ask, say=frontend.say)
+    return functools.partial(ManualExecutor, ask=ask, say=frontend.say)
 
 
 R = TypeVar("R")
@@ -180,7 +187,7 @@ class Checked(Generic[R]):
 
     request: R
     env_defaults: EnvOptions
-    executor: Executor | None
+    executor: Place
 
 
 def release_request(request: BisectRequest, invocation: Invocation, settings: Settings) -> Checked[Request]:
@@ -194,7 +201,7 @@ def release_request(request: BisectRequest, invocation: Invocation, settings: Se
     s.check_signature()
     req = Request(package=request.package, good=request.good, bad=request.bad, case=case,
                   pins=matrix.check_pins(list(request.what.pin or []), request.package), regress_on=s.regress_on,
-                  find_fix=s.find_fix, repeat=s.repeat, signature=s.signature, pre=request.pre, git_repo=s.git_repo,
+                  mode=s.mode, repeat=s.repeat, signature=s.signature, pre=request.pre, git_repo=s.git_repo,
                   verify_commit_ends=s.verify_commit_ends, confirm=s.confirm, include_yanked=request.include_yanked,
                   prove=s.prove, argv=invocation.argv, any_failure=s.any_failure, confidence=s.confidence)
     return Checked(req, env_defaults, executor)

@@ -3,7 +3,7 @@
 A *mark* is a real run record (a row and a run folder with ``run.json``) whose outcome the
 user gave: PASS for good, FAIL for bad, SKIP for skip, with ``Evidence.of_mark(Manual(MARK,
 TEXT))``.  It is keyed by the case and the point exactly as a bisection keys its own
-runs (``release_point`` is ``Bisection._release_point``), so a later bisection of that case
+runs (its points are ``points.ReleasePoints``'), so a later bisection of that case
 reuses it like any recorded run, and takes its verdict as the user said (``RunRecord.verdict``).
 
 ``log_text`` writes a bisection's decisions as ``dsbisect mark`` lines, one per run it used
@@ -28,27 +28,23 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from dsbisect.bisect.points import ReleasePoints, held
 from dsbisect.core.errors import DsbisectError, EnvBuildError, InputError
-from dsbisect.core.model import Accelerator, Case, GitSource, Outcome, Point, RegressOn, Stage
+from dsbisect.core.model import Accelerator, Case, GitSource, Outcome, Point, RegressOn, Stage, Verdict
 from dsbisect.launch import launchers
 from dsbisect.verdict.identity import Identity
 from dsbisect.launch.launchers import Target
 from dsbisect.core.redact import redact
-from dsbisect.records.run import BisectionRecord, Evidence, Manual, RunRecord, SkipCause
+from dsbisect.records.bisections import BisectionRecord
+from dsbisect.records.run import Evidence, Manual, RunRecord, SkipCause
 from dsbisect.records.results import Recorded, Result, Step
 from dsbisect.core.rundir import RunDir
+from dsbisect.run.executor import Delegated, RunSpec, Site
+from dsbisect.run.local import accelerator
 from dsbisect.store.store import Store
 
 
-class Mark(str, enum.Enum):
-    """What the user says a point did."""
-
-    good = "good"
-    bad = "bad"
-    skip = "skip"
-
-
-OUTCOME = {Mark.good: Outcome.PASS, Mark.bad: Outcome.FAIL, Mark.skip: Outcome.SKIP}
+OUTCOME = {Verdict.GOOD: Outcome.PASS, Verdict.BAD: Outcome.FAIL, Verdict.SKIP: Outcome.SKIP}  # a mark's run
 _ITEM = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
 _HASH = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
@@ -84,14 +80,9 @@ def parse_items(items: list[str]) -> list[tuple[str, str]]:
 
 
 def release_point(case: Case, package: str, version: str, pins: tuple[str, ...]) -> Point:
-    """The point a bisection of ``package`` tests at ``version`` (``Bisection._release_point``):
+    """The point a bisection of ``package`` tests at ``version`` (``ReleasePoints.release``):
     the case's pins and the ``--pin``s, less the moving package."""
-    return Point(versions=((package, version),), pins=_held(case, pins, {canonicalize_name(package)}))
-
-
-def _held(case: Case, pins: tuple[str, ...], moved: set[str]) -> tuple[str, ...]:
-    kept = [p for p in case.pins + tuple(pins) if canonicalize_name(Requirement(p).name) not in moved]
-    return tuple(dict.fromkeys(kept))
+    return ReleasePoints.of(case, package, pins).release(version)
 
 
 def points_for(case: Case, items: list[tuple[str, str]], pins: tuple[str, ...],
@@ -114,11 +105,11 @@ def points_for(case: Case, items: list[tuple[str, str]], pins: tuple[str, ...],
             raise InputError("--commit marks one commit: give one PACKAGE==VERSION (the release it leads to)")
         name, version = items[0]
         src = GitSource(name, source.repo, source.commit, source.describe, source.subject)
-        return [Point(versions=((name, version),), pins=_held(case, pins, {canonicalize_name(name)}), source=src)]
+        return [ReleasePoints.of(case, name, pins).commit(src, version)]
     if len(by_pkg) == 1:
         return [release_point(case, name, version, pins) for name, version in items]
     moved = set(by_pkg)
-    return [Point(versions=tuple(combo), pins=_held(case, pins, moved))
+    return [Point(versions=tuple(combo), pins=held(case, pins, moved))
             for combo in itertools.product(*by_pkg.values())]
 
 
@@ -154,11 +145,9 @@ def bisected_ranges(store: Store, case: str, package: str) -> list[tuple[str, ..
     """The candidate releases of each bisection of ``package`` for ``case`` in the store."""
     out = []
     for b in store.bisections():
-        if canonicalize_name(b.package) != canonicalize_name(package) or b.params.get("case") != case:
+        if canonicalize_name(b.package) != canonicalize_name(package) or b.params.case != case:
             continue
-        got = b.result.get("candidates")
-        if isinstance(got, list) and all(isinstance(v, str) for v in got):
-            out.append(tuple(got))
+        out += [r.candidates for r in b.recorded.answers[:1] if not b.recorded.environment]
     return out
 
 
@@ -180,18 +169,18 @@ def commit_source(package: str, commit: str, repo: Path | None) -> GitSource:
 # -------------------------------------------------------------------- marks
 
 
-def reason(mark: Mark, note: str) -> str:
+def reason(mark: Verdict, note: str) -> str:
     return f"marked {mark.value} by hand" + (f": {note}" if note else "")
 
 
-def record(store: Store, case: Case, point: Point, mark: Mark, note: str = "", env_key: str | None = None,
+def record(store: Store, case: Case, point: Point, mark: Verdict, note: str = "", env_key: str | None = None,
            attempt: int | None = None, extra: dict | None = None) -> RunRecord:
     """A run of ``point`` whose outcome the user gave, in the store like any other run."""
-    mark = Mark(mark)
+    mark = Verdict(mark)
     if attempt is None:
         attempt = len(store.done_runs(case.key, point.key)) + 1
     run_id = store.start_run(case.name, case.key, point, env_key, attempt)
-    evidence = Evidence.of_mark(Manual(mark.value, note), extra)
+    evidence = Evidence.of_mark(Manual(mark, note), extra)
     return store.finish_run(run_id, OUTCOME[mark], None, 0.0, reason=reason(mark, note), evidence=evidence)
 
 
@@ -269,25 +258,22 @@ def find_bisection(store: Store, key: str | None) -> BisectionRecord:
 def log_text(store: Store, b: BisectionRecord) -> str:
     """The bisection's decisions as ``dsbisect mark`` lines that ``replay`` takes back."""
     p = b.params
-    argv = p.get("argv")
-    regress_on = RegressOn(p.get("regress_on", "hang"))
-    signature = p.get("signature")
-    learned = Identity.from_json(p["regression"]) if isinstance(p.get("regression"), dict) else None
+    argv = list(p.argv)
     if argv:
-        options = case_args(list(argv))
+        options = case_args(argv)
         command = "dsbisect bisect " + shlex.join(argv)
     else:  # recorded before dsbisect kept the command line: only what the parameters say
-        options = [f"--case={p['case']}"] + [f"--pin={x}" for x in p.get("pins", [])]
+        options = [f"--case={p.case}"] + [f"--pin={x}" for x in p.pins]
         command = "dsbisect bisect " + shlex.join([b.package, b.good, b.bad, *options])
-    r = Recorded.from_json(b.result)
-    state = b.status + (f": {r.verdict.value}" if r.verdict else "")
+    r = b.recorded
+    state = b.status.value + (f": {r.verdict.value}" if r.verdict else "")
     lines = [f"# dsbisect log of bisection {b.key}: {b.package} {b.good} → {b.bad} ({state})",
              f"# {redact(command)}"]
     if not argv:
         lines.append("# (recorded before dsbisect kept the command line: add the case options it had, "
                      "e.g. --matrix, --collective-timeout, to every line)")
-    if p.get("cwd"):
-        lines.append(f"# ran in {p['cwd']}: replay from there (the case's files are found as the command found them)")
+    if p.cwd:
+        lines.append(f"# ran in {p.cwd}: replay from there (the case's files are found as the command found them)")
     answer = _answer(r)
     if answer:
         lines.append(f"# answer: {answer}")
@@ -303,8 +289,8 @@ def log_text(store: Store, b: BisectionRecord) -> str:
                 lines.append(f"# run {run_id}: the revert proof ({_one_line(redact(step.subject), 120)}, "
                              f"{step.outcome.value}); the bisection runs it again")
                 continue
-            lines.append(_line(store.run(run_id), run_id, step, b.package, options, regress_on, signature, learned,
-                               every_pin=r.environment))
+            lines.append(_line(store.run(run_id), run_id, step, b.package, options, p.regress_on, p.signature,
+                               p.regression, every_pin=r.environment))
     return "\n".join(lines) + "\n"
 
 
@@ -317,7 +303,8 @@ def _answer(r: Recorded) -> str:
 
 
 def _release_answer(r: Result) -> str:
-    words = ("last broken", "first fixed") if r.request.find_fix else ("last good", "first bad")
+    mode = r.request.mode
+    words = (mode.last_old, mode.first_new)
     parts = []
     if r.last_good:
         parts.append(f"{words[0]} {r.last_good}")
@@ -346,7 +333,7 @@ def _line(r: RunRecord | None, run_id: int, step: Step, package: str, options: l
             items += [f"--pin={p}" for p in held]
         commit = point.source.commit if point.source else None
         if r.manual is not None:
-            about = f"marked {r.manual.mark} by hand"
+            about = f"marked {r.manual.mark.value} by hand"
         else:
             about = f"{r.outcome.value} {r.seconds or 0.0:.1f} s"
             if r.signature or r.reason:
@@ -430,7 +417,7 @@ class Planned:
 
     case: Case
     points: tuple[Point, ...]
-    mark: Mark
+    mark: Verdict
     note: str
 
 
@@ -446,7 +433,7 @@ def already(store: Store, plans: list[tuple[int, Planned]]) -> set[tuple[int, in
             counts[k] = counts.get(k, 0) + 1
             if k not in have:
                 have[k] = sum(1 for r in store.done_runs(plan.case.key, point.key)
-                              if r.manual is not None and r.manual.mark == plan.mark.value)
+                              if r.manual is not None and r.manual.mark is plan.mark)
             if counts[k] <= have[k]:
                 out.add((line, i))
     return out
@@ -455,9 +442,9 @@ def already(store: Store, plans: list[tuple[int, Planned]]) -> set[tuple[int, in
 # ----------------------------------------------------------- bisect --manual
 
 
-def parse_answer(text: str) -> Mark | None:
+def parse_answer(text: str) -> Verdict | None:
     word = (text or "").strip().lower()
-    for m in Mark:
+    for m in Verdict:
         if word in (m.value, m.value[0]):
             return m
     return None
@@ -478,36 +465,34 @@ def instructions(case: Case, point: Point, venv: Path, accel: Accelerator, targe
 
 
 @dataclass
-class ManualExecutor:
+class ManualExecutor(Delegated):
     """``bisect --manual``: each point's venv is built here, then the user runs the case and
     answers good, bad or skip; the answer is recorded as a mark (the bisection is unchanged)."""
 
+    site: Site
     ask: Callable[[str], str]  # a prompt -> the user's answer
     say: Callable[[str], None]  # a line for the user
 
-    def slots(self, case: Case) -> list:
-        from dsbisect.run.runner import Slot
-
-        return [Slot()]  # one person, one point at a time
-
-    def run_once(self, runner, case: Case, point: Point, attempt: int, cancel: threading.Event) -> RunRecord:
+    def run_once(self, spec: RunSpec, cancel: threading.Event) -> RunRecord:
+        """The point's venv built, how to run the case in it said, and the user's answer recorded."""
         if cancel.is_set():
             raise KeyboardInterrupt
-        runner.progress("env", f"{case.name} · {point.label}: preparing venv")
+        site, case, point, attempt = self.site, spec.case, spec.point, spec.attempt
+        site.progress("env", f"{case.name} · {point.label}: preparing venv")
         try:
-            env = runner.envs.ensure(point)
+            env = site.envs.ensure(point)
         except EnvBuildError as e:  # untestable, as a run here would be
-            run_id = runner.store.start_run(case.name, case.key, point, None, attempt)
-            done = runner.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=f"venv could not be built: {e}",
-                                           evidence=Evidence(skip_cause=SkipCause.VENV))
-            runner.progress("done", f"{case.name} · {point.label}: skip (venv could not be built)")
+            run_id = site.store.start_run(case.name, case.key, point, None, attempt)
+            done = site.store.finish_run(run_id, Outcome.SKIP, None, 0.0, reason=f"venv could not be built: {e}",
+                                         evidence=Evidence(skip_cause=SkipCause.VENV))
+            site.progress("done", f"{case.name} · {point.label}: skip (venv could not be built)")
             return done
         self.say("")
-        target = manual_target(runner.store.dir, case, point, env.python)
-        for text in instructions(case, point, env.path, runner.accelerator(case), target):
+        target = manual_target(site.store.dir, case, point, env.python)
+        for text in instructions(case, point, env.path, accelerator(site, case), target):
             self.say(text)
         while (answer := parse_answer(self.ask(f"{point.label}: good, bad or skip [g/b/s]"))) is None:
             self.say("  answer good, bad or skip (g, b, s)")
-        done = record(runner.store, case, point, answer, "answered at the bisect --manual prompt", env.key, attempt)
-        runner.progress("done", f"{case.name} · {point.label}: marked {answer.value} by hand (run {done.id})")
+        done = record(site.store, case, point, answer, "answered at the bisect --manual prompt", env.key, attempt)
+        site.progress("done", f"{case.name} · {point.label}: marked {answer.value} by hand (run {done.id})")
         return done

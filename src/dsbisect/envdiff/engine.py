@@ -2,11 +2,12 @@
 
 Level 1 (``envsearch.find_culprits``, pure) finds a 1-minimal set of the changes between the
 good and the bad environment that makes the case behave as the bad one; each trial is the good
-environment with a subset of the changes applied, every pin exact (``envfile.apply``), run
-through the ``Runner`` like any point (so it lands in the store and a resumed invocation
-reuses it).  Level 2 is the existing release ``Bisection`` of each culprit between its two
-versions, the other packages held where the culprit reproduces (an interaction's partner at its
-bad version, the rest at good); level 3 its commit step, with ``--git-repo``.
+environment with a subset of the changes applied, every pin exact (``envfile.apply``), tested
+by a ``probe.Probe`` as a release bisection's points are (so it lands in the store and a resumed
+invocation reuses it), the ``TrialSubject`` naming the trials.  Level 2 is the release
+``Bisection`` of each culprit between its two versions, its points ``CulpritPoints``: the other
+packages held where the culprit reproduces (an interaction's partner at its bad version, the
+rest at good); level 3 its commit step, with ``--git-repo``.
 
 A subset uv cannot satisfy (``a 2.0`` requires ``c >= 2.0`` and only ``a`` is applied) is
 untestable: its run is recorded as a skip with uv's reason and the search works around it, as
@@ -19,9 +20,9 @@ because another culprit requires it is named as that one's requirement, not as a
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -30,6 +31,8 @@ from packaging.version import InvalidVersion, Version
 
 from dsbisect.envs import gitrepo
 from dsbisect.bisect.bisection import Bisection, Plan, plan
+from dsbisect.bisect.points import ReleasePoints
+from dsbisect.bisect.probe import Probe
 from dsbisect.envdiff.environments import Change, Kind
 from dsbisect.envdiff.summary import chain
 from dsbisect.envdiff.plan import (
@@ -44,11 +47,13 @@ from dsbisect.envdiff.plan import (
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.search.changes import EnvSearch, find_culprits
 from dsbisect.core.errors import DsbisectError, InputError
-from dsbisect.core.model import Answer, BaseMode, IndexOptions, Point, Stage
+from dsbisect.core.model import Answer, BaseMode, GitSource, IndexOptions, Point, Stage
 from dsbisect.core.outside import clip
 from dsbisect.run.runner import Runner
+from dsbisect.records.bisections import BisectionStatus
 from dsbisect.records.results import Confounder, Request, Result, Step, TrialRun
 from dsbisect.search.steps import Side
+from dsbisect.verdict.identity import Rule
 
 __all__ = ["EnvBisection", "EnvPlan", "EnvRequest", "EnvResult", "env_json", "plan_envs"]
 
@@ -91,72 +96,67 @@ class EnvResult:
 # ---------------------------------------------------------------------- the engine
 
 
-class _Trials(Bisection):
-    """The level-1 trials as points of a ``Bisection`` (its verdicts, repeats, steps and store
-    records), saved under the environment bisection's key."""
+@dataclass
+class TrialSubject:
+    """The level-1 trials as a ``probe.Subject``: each trial called by the changes it applies,
+    an end that does not behave worded as the environment given, progress saved under the
+    environment bisection's key."""
 
-    def __init__(self, runner: Runner, index: IndexOptions, env: EnvBisection):
-        super().__init__(runner, index, env.req.trial_request())
-        self.env = env
-        self.labels: dict[str, str] = {}
+    env: EnvBisection
+    labels: dict[str, str] = field(default_factory=dict)  # point key -> the trial's name
 
-    def _label(self, p: Point) -> str:
-        return self.labels.get(p.key, p.label)
+    def label(self, point: Point) -> str:
+        return self.labels.get(point.key, point.label)
 
-    def _save(self, status: str, result: dict) -> None:
-        self.env.save(status, result)
-
-    def _ends_message(self, step: Step, name: str, label: str, fix: bool) -> tuple[Answer, str]:
-        env = self.req.good if name in ("good", "broken") else self.req.bad
+    def ends_message(self, step: Step, end: Side, label: str) -> tuple[Answer, str]:
+        req = self.env.req
+        name = req.mode.end(end)
+        given = req.good_env.source if end is Side.OLD else req.bad_env.source
         shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}[step.outcome.value]
-        if name in ("bad", "fixed"):
-            return Answer.NOT_REPRODUCED, (f"{env} (the {name} environment, as given) {shown}: "
-                                           f"the {'fix' if fix else 'regression'} does not reproduce here")
-        return Answer.GOOD_END_BAD, (f"{env} (the {name} environment, as given) {shown} too: "
+        if end is Side.NEW:
+            return Answer.NOT_REPRODUCED, (f"{given} (the {name} environment, as given) {shown}: "
+                                           f"the {req.mode.change} does not reproduce here")
+        return Answer.GOOD_END_BAD, (f"{given} (the {name} environment, as given) {shown} too: "
                                      "nothing between the two environments to bisect")
 
-    def _range_note(self, labels: list[str], stage: Stage) -> str:
-        """Level 1's start: the two environments as given, then trials of the changes (no releases)."""
-        n = len(self.env.changes)
-        return (f"level 1: both environments first, as given: {self.req.good} (good) and {self.req.bad} (bad); then "
-                f"the good one with some of the {n} change{'s' if n != 1 else ''} applied")
-
-    def _swapped_message(self, old: Step, new: Step, labels: tuple[str, str], fix: bool) -> tuple[Answer, str]:
-        good, bad = self.req.good, self.req.bad
+    def swapped_message(self, old: Step, new: Step, labels: tuple[str, str]) -> tuple[Answer, str]:
+        """Each environment did what the other was declared to: the hint gives them the right way
+        round, or names the other mode."""
+        req = self.env.req
+        good, bad, other = req.good_env.source, req.bad_env.source, req.mode.flipped
         shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}
-        hint = f"give --good-env {bad} --bad-env {good}" + ("" if fix else ", or add --find-fix to find what fixed it")
-        return Answer.GOOD_END_BAD, (f"{good} (the {'broken' if fix else 'good'} environment, as given) "
-                                     f"{shown[old.outcome.value]} and {bad} (the {'fixed' if fix else 'bad'} "
-                                     f"environment) {shown[new.outcome.value]}: the two look swapped; {hint}")
+        return Answer.GOOD_END_BAD, (f"{good} (the {req.mode.old} environment, as given) {shown[old.outcome.value]} "
+                                     f"and {bad} (the {req.mode.new} environment) {shown[new.outcome.value]}: the two "
+                                     f"look swapped; give --good-env {bad} --bad-env {good}, or {other.asked_by} to "
+                                     f"find what {other.verb} it")
 
-    def check(self, points: list[Point]):
-        return self._check_ends([self._label(points[0]), self._label(points[-1])], points, Stage.ENV)
+    def range_note(self, labels: list[str], stage: Stage, width: int) -> str:
+        """Level 1's start: the two environments as given, then trials of the changes (no releases)."""
+        req, n = self.env.req, len(self.env.changes)
+        return (f"level 1: both environments first, as given: {req.good_env.source} ({req.mode.old}) and "
+                f"{req.bad_env.source} ({req.mode.new}); then the {req.mode.old} one with some of the {n} "
+                f"change{'s' if n != 1 else ''} applied")
 
-    def test(self, points: list[Point]) -> list:
-        """Each point's step (run at once, one per free slot, when there are several)."""
-        found = self.runner.run_many(self.req.case, points, want=self.req.repeat, enough=self._enough)
-        return [self._step(p, runs, Stage.ENV) for p, runs in zip(points, found)]
-
-    def side(self, step: Step) -> Side:
-        return self._side(step.verdict)
+    def stepped(self, steps: tuple[Step, ...], rule: Rule) -> None:
+        self.env.save(BisectionStatus.RUNNING, {"steps": [s.to_json() for s in steps]})
 
 
-class _Releases(Bisection):
-    """A culprit's release bisection with per-release pins: where a release cannot be installed
-    with the others held, the pins uv's error names are moved (and recorded)."""
+@dataclass(frozen=True)
+class CulpritPoints:
+    """A culprit's release points: the release engine's (``ReleasePoints``, the environment
+    held), with the pins of a release that cannot be installed with the others held moved as
+    uv's error names (``per_version``, recorded as confounders)."""
 
-    def __init__(self, runner: Runner, index: IndexOptions, request: Request, pins: dict[str, tuple[str, ...]]):
-        super().__init__(runner, index, request)
-        self.per_version = pins
+    releases: ReleasePoints
+    per_version: Mapping[str, tuple[str, ...]]
 
-    def _pins(self) -> tuple[str, ...]:
-        return self.req.pins  # the environment's pins (the culprit's own left out), not the case's
+    def release(self, version: str) -> Point:
+        return self._pinned(self.releases.release(version), version)
 
-    def _release_point(self, version: str) -> Point:
-        return Point(versions=((self.req.package, version),), pins=self.per_version.get(version, self._pins()))
+    def commit(self, source: GitSource, version: str) -> Point:
+        return self._pinned(self.releases.commit(source, version), version)
 
-    def _commit_point(self, repo: Path, c: gitrepo.Commit, version: str) -> Point:
-        point = super()._commit_point(repo, c, version)
+    def _pinned(self, point: Point, version: str) -> Point:
         return dataclasses.replace(point, pins=self.per_version.get(version, point.pins))
 
 
@@ -167,7 +167,8 @@ class EnvBisection:
         self.trials: list[TrialRun] = []
         self.ends: tuple[TrialRun, ...] = ()
         self.resolver: Resolver | None = None
-        self._steps: list = []
+        self.subject = TrialSubject(self)
+        self.probe = Probe(runner, request.trial_request(), self.subject)  # the trials' verdicts, steps, ends
         self.ties: dict[int, str] = {}  # change -> uv's reason it cannot be applied alone
 
     # ------------------------------------------------------------------ run
@@ -181,19 +182,18 @@ class EnvBisection:
                 self.runner.stop_ahead()
 
     def _run(self) -> EnvResult:
-        trials = _Trials(self.runner, self.index, self)
-        self._steps = trials.steps  # the list it appends to
-        self.save("running", {"changes": [change_json(c) for c in self.changes]})
-        ends = [self._point(frozenset(), trials), self._point(frozenset(range(len(self.changes))), trials)]
-        problem = trials.check(ends)
-        self.ends = tuple(self._trial(s, st, trials)
-                          for s, st in zip((set(), set(range(len(self.changes)))), trials.steps[-2:]))
+        probe = self.probe
+        self.save(BisectionStatus.RUNNING, {"changes": [change_json(c) for c in self.changes]})
+        ends = [self._point(frozenset()), self._point(frozenset(range(len(self.changes))))]
+        problem = probe.check_ends([self.subject.label(p) for p in ends], ends, Stage.ENV)
+        self.ends = tuple(self._trial(s, st)
+                          for s, st in zip((set(), set(range(len(self.changes)))), probe.steps[-2:]))
         if problem:
             return self._finish(EnvResult(self.req, self.changes, problem[0], problem[1], ends=self.ends,
                                           notes=self.plan.notes))
         units = self._units()
-        found = find_culprits(len(self.changes), lambda subsets: self._test(subsets, trials),
-                              width=max(1, self.req.width), units=units, ahead=lambda nxt: self._ahead(nxt, trials))
+        found = find_culprits(len(self.changes), self._test, width=max(1, self.req.width), units=units,
+                              ahead=self._ahead)
         result = self._level1(found, units)
         if result.culprits:
             result = self._level2(result)
@@ -237,31 +237,31 @@ class EnvBisection:
         return found.note + " (" + "; ".join(f"{i}: {self.changes[i].describe()}" for i in found.unverified) + ")"
 
     def _finish(self, result: EnvResult) -> EnvResult:
-        result = dataclasses.replace(result, steps=tuple(self._steps))
-        self.save("done", result.to_json())
+        result = dataclasses.replace(result, steps=tuple(self.probe.steps))
+        self.save(BisectionStatus.DONE, result.to_json())
         return result
 
     # ------------------------------------------------------------ trials
 
-    def _test(self, subsets: Sequence[frozenset[int]], trials: _Trials) -> list[Side]:
+    def _test(self, subsets: Sequence[frozenset[int]]) -> list[Side]:
         """Each subset as a point, all run at once (a subset uv cannot satisfy is a skip the
         Runner records with uv's reason: the search steps around it)."""
-        points = [self._point(s, trials) for s in subsets]
+        points = [self._point(s) for s in subsets]
         shown = "; ".join(self._describe(s) for s in subsets)
         self.runner.progress("note", f"level 1: {len(subsets)} trial(s) of {len(self.changes)} changes: {shown}")
-        steps = trials.test(points)
+        steps = self.probe.test_all(points, Stage.ENV)
         for subset, step in zip(subsets, steps):
-            self.trials.append(self._trial(subset, step, trials))
-        return [trials.side(st) for st in steps]
+            self.trials.append(self._trial(subset, step))
+        return [self.probe.side(st.verdict) for st in steps]
 
-    def _ahead(self, subsets: Sequence[frozenset[int]], trials: _Trials) -> None:
+    def _ahead(self, subsets: Sequence[frozenset[int]]) -> None:
         """Build the venvs of the next round's likely trials while this round runs (as a release
         bisection looks ahead); a few per free slot, the rest would rarely be asked."""
         chosen = list(subsets)[:2 * max(1, self.req.width)]
-        self.runner.prepare_ahead(self.req.case, [self._point(frozenset(s), trials) for s in chosen])
+        self.runner.prepare_ahead(self.req.case, [self._point(frozenset(s)) for s in chosen])
 
-    def _trial(self, applied: frozenset[int], step: Step, trials: _Trials) -> TrialRun:
-        return TrialRun(frozenset(applied), trials.side(step), step.label, step.tally.run_ids, step.outcome,
+    def _trial(self, applied: frozenset[int], step: Step) -> TrialRun:
+        return TrialRun(frozenset(applied), self.probe.side(step.verdict), step.label, step.tally.run_ids, step.outcome,
                         step.detail)
 
     def _closure(self, subset: frozenset[int]) -> tuple[frozenset[int], str]:
@@ -293,11 +293,11 @@ class EnvBisection:
         return requirements(self.req.good_env, [self.changes[i] for i in sorted(applied)], self.plan.hold,
                              self.plan.held_names)
 
-    def _point(self, applied: frozenset[int], trials: _Trials) -> Point:
+    def _point(self, applied: frozenset[int]) -> Point:
         moved = tuple((c.name, c.bad.version) for c in (self.changes[i] for i in sorted(applied))
                       if c.bad is not None and c.bad.version and c.bad.plain)
         point = Point(versions=moved, pins=self._reqs(applied), name=self._describe(applied))
-        trials.labels[point.key] = point.name
+        self.subject.labels[point.key] = point.name
         return point
 
     def _describe(self, applied: frozenset[int]) -> str:
@@ -338,14 +338,15 @@ class EnvBisection:
         low, high = (new, old) if backwards else (old, new)
         rq = Request(package=c.name, good=low, bad=high, case=self.req.case,
                      pins=self._context(c, partners), regress_on=self.req.regress_on,
-                     find_fix=self.req.find_fix != backwards, repeat=self.req.repeat, signature=self.req.signature,
+                     mode=self.req.mode.flipped if backwards else self.req.mode, repeat=self.req.repeat, signature=self.req.signature,
                      pre=_parse(low).is_prerelease or _parse(high).is_prerelease, git_repo=self._repo_for(c),
                      verify_commit_ends=self.req.verify_commit_ends, width=self.req.width, confirm=self.req.confirm,
                      any_failure=self.req.any_failure, prove=self.req.prove)
         planned = plan(rq, self.index)
         self.runner.progress("note", f"level 2: {c.describe()}: {len(planned.versions)} releases")
         pins, confounders = self._release_pins(c, planned, rq.pins)
-        result = _Releases(self.runner, self.index, rq, pins).run(planned)
+        points = CulpritPoints(ReleasePoints(rq.package, rq.pins), pins)  # the environment's pins, not the case's
+        result = Bisection(self.runner, self.index, rq, points).run(planned)
         ends = {result.last_good, result.first_bad}
         said = [f"possible confounder: {x.describe()}" for x in confounders if x.version in ends]
         message = "; ".join(m for m in (result.message, *said) if m)
@@ -404,16 +405,12 @@ class EnvBisection:
 
     # ------------------------------------------------------------------ store
 
-    def save(self, status: str, result: dict) -> None:
+    def save(self, status: BisectionStatus, result: dict) -> None:
         req = self.req
-        params = {"case": req.case.name, "hold": list(req.hold), "regress_on": req.regress_on.value,
-                  "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature, "envbisect": True}
-        if req.argv:
-            params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
-        if status == "running" and "steps" in result:  # a level-1 step just ended: keep the changes beside it
+        if status is BisectionStatus.RUNNING and "steps" in result:  # a level-1 step just ended: keep the changes beside it
             result = {"changes": [change_json(c) for c in self.changes]} | result
-        self.runner.store.save_bisection(req.key, ENV_PACKAGE, req.good_env.source, req.bad_env.source, params,
-                                         status, result)
+        self.runner.store.save_bisection(req.key, ENV_PACKAGE, req.good_env.source, req.bad_env.source,
+                                         req.asked(str(Path.cwd())), status, result)
 
 
 def _cut(text: str, n: int) -> str:

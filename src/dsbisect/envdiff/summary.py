@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import typing
 
+from dsbisect.core.mode import Side
 from dsbisect.core.model import Answer, Stage
 from dsbisect.core.outside import safe
 from dsbisect.records.results import Result
@@ -35,7 +36,7 @@ def chain(r: EnvResult) -> str:
         parts[0] += " — not exact"
     seen = {i for t in (*r.ends, *r.trials) for i in t.run_ids}  # level 2 reuses these: not counted again
     for res in r.releases:
-        parts += _release_parts(res, len(r.releases) > 1, seen, res.request.find_fix != r.request.find_fix)
+        parts += _release_parts(res, len(r.releases) > 1, seen, res.request.mode is not r.request.mode)
     return safe("; ".join(parts))
 
 
@@ -44,10 +45,10 @@ def _release_parts(res: Result, named: bool, seen: set[int], downgrade: bool) ->
     the first good one above it."""
     req = res.request
     who = f"{req.package}: " if named else ""
-    word = "first fixed" if req.find_fix else "first bad"
+    word = req.mode.first_new
     runs = _runs(res, Stage.RELEASE, seen)
     if res.first_bad and res.verdict is Answer.FOUND and downgrade:  # bisected upwards, from the older release
-        low, high = ("last bad", "first good") if req.find_fix else ("last good", "first bad")
+        low, high = (f"last {req.mode.verdict(Side.OLD).value}", f"first {req.mode.verdict(Side.NEW).value}")
         parts = [f"{who}(a downgrade) {low} release {res.last_good}, {high} release {res.first_bad} "
                  f"({_count(runs)})"]
     elif res.first_bad and res.verdict is Answer.FOUND:

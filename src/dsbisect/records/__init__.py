@@ -1,5 +1,8 @@
-"""What a run and a bisection leave behind, typed, with their JSON form: ``RunRecord``, the inputs
-that decide reuse, a bisection's request and result, the revert proof.
+"""What a run and a bisection leave behind, typed, with their JSON form: ``RunRecord`` (with its
+host and files), the inputs that decide reuse (and the start-up hook's record of what a run
+used, read back), a bisection's request, result and record (``AskedFor``, ``BisectionRecord``),
+the revert proof; and the one door for older shapes (``migrate``: every record is read through
+it, so no reader branches on a past shape).
 
 Imports: core, search, verdict.
 """

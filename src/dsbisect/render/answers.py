@@ -9,13 +9,13 @@ outside text: redacted and inert (``outside.safe``; JSON through ``redact.redact
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dsbisect.core.model import Answer
 from dsbisect.render.grid import md
 from dsbisect.core.outside import safe
-from dsbisect.records.run import BisectionRecord
+from dsbisect.records.bisections import BisectionRecord
 from dsbisect.core.redact import redact_tree
 from dsbisect.render.report import bisect_summary  # the one wording of a release bisection's answer
 from dsbisect.records.results import Recorded
@@ -70,23 +70,17 @@ def answered(records: Sequence[BisectionRecord], cases: Sequence[str] = ()) -> l
 def level2(records: Sequence[BisectionRecord]) -> set[str]:
     """The keys of the release bisections that an environment bisection among ``records`` ran
     (its level 2): the same package, ends and case, and runs all among the environment one's."""
-    def recorded(b: BisectionRecord) -> Recorded:
-        return Recorded.from_json(b.result if isinstance(b.result, Mapping) else {})
-
-    def case(b: BisectionRecord) -> str:
-        return str(b.params.get("case") or "") if isinstance(b.params, Mapping) else ""
-
-    envs = [(b, recorded(b)) for b in records]
+    envs = [(b, b.recorded) for b in records]
     envs = [(b, r) for b, r in envs if r.environment]
     out = set()
     for b in records:
-        r = recorded(b)
+        r = b.recorded
         if r.environment or not r.steps:
             continue
         ids = {i for s in r.steps for i in s.tally.run_ids}
         for env, er in envs:
             theirs = {i for s in (*er.steps, *(s for a in er.answers for s in a.steps)) for i in s.tally.run_ids}
-            if case(env) == case(b) and ids <= theirs and any(
+            if env.params.case == b.params.case and ids <= theirs and any(
                     (a.request.package, a.request.good, a.request.bad) == (b.package, b.good, b.bad) for a in er.answers):
                 out.add(b.key)
     return out
@@ -106,24 +100,32 @@ def _found(r: Recorded) -> tuple[Found, ...]:
 
 
 def _answered(b: BisectionRecord) -> Answered:
-    params = b.params if isinstance(b.params, Mapping) else {}
-    r = Recorded.from_json(b.result if isinstance(b.result, Mapping) else {})
+    r = b.recorded
     if r.environment:
-        lines = [f"verdict: {r.verdict.value if r.verdict else b.status}"]
+        lines = [f"verdict: {r.verdict.value if r.verdict else b.status.value}"]
         lines += [r.message] if r.message else [f"culprit: {c}" for c in r.culprits]  # the chain, when recorded
         lines += [ln for rel in r.answers for ln in bisect_summary(rel)[1:]]
     elif r.verdict is not None:
         lines = bisect_summary(r.answers[0])
     else:
-        lines = [f"not finished ({b.status}): {len(r.steps)} step(s) recorded"]
+        lines = [f"not finished ({b.status.value}): {len(r.steps)} step(s) recorded"]
     releases = [s for rel in r.answers for s in rel.steps] if r.environment else []
     ids = tuple(dict.fromkeys(i for s in (*r.steps, *releases) for i in s.tally.run_ids))
-    argv = params.get("argv")
-    command = shlex.join(["dsbisect", "bisect", *map(str, argv)]) if isinstance(argv, list) and argv else ""
-    return Answered(key=b.key, question=f"{b.package} {b.good} → {b.bad}", case=str(params.get("case") or ""),
-                    status=b.status, verdict=r.verdict.value if r.verdict else "",
+    command = shlex.join(["dsbisect", "bisect", *b.params.argv]) if b.params.argv else ""
+    if b.interrupted and r.verdict is None:
+        lines += [f"interrupted: {b.interrupted}", _resume(command, b.params.cwd)]
+    return Answered(key=b.key, question=f"{b.package} {b.good} → {b.bad}", case=b.params.case,
+                    status=b.status.value, verdict=r.verdict.value if r.verdict else "",
                     answer=tuple(safe(ln) for ln in lines), run_ids=ids, command=safe(command),
                     found=_found(r) if r.verdict is not None else ())
+
+
+def _resume(command: str, cwd: object) -> str:
+    """How to go on with an interrupted bisection."""
+    where = f" in {cwd}" if isinstance(cwd, str) else ""
+    how = f"run its command (ran as) again{where}" if command else "run the same dsbisect bisect again"
+    hidden = "; *** stands for a credential the store does not keep: give it again" if "***" in command else ""
+    return f"to resume, {how}: the runs it finished are reused{hidden}"
 
 
 def terminal_lines(found: Sequence[Answered]) -> list[tuple[str, int]]:

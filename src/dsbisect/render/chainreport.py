@@ -13,7 +13,7 @@ from rich.text import Text
 from dsbisect.render import report as rep
 from dsbisect.envdiff.engine import EnvResult
 from dsbisect.render.grid import md as _md
-from dsbisect.core.model import Answer, Stage
+from dsbisect.core.model import Answer
 from dsbisect.core.outside import clip, safe, safe_text
 from dsbisect.core.paths import unlocal
 from dsbisect.render.pointaxes import SHOWN
@@ -62,7 +62,7 @@ def notes(r: EnvResult) -> list[str]:
         lines.append(r.note)
     lines += [f"not bisected: {s}" for s in r.skipped]
     lines += [f"confounder: {x.describe()}" for x in r.confounders]
-    lines += [f"tied by dependency metadata (tried together): "
+    lines += ["tied by dependency metadata (tried together): "
               + ", ".join(r.changes[i].name for i in u) for u in r.units]
     return [safe(x) for x in lines]
 

@@ -13,15 +13,21 @@ An out-of-memory kill shows, without privileges (no dmesg), as a rise of an ``oo
 during the run: the cgroup's ``memory.events`` (v2, counts this cgroup and those below it),
 ``memory.oom_control`` (v1), or ``/proc/vmstat`` (the whole machine).
 
+A run the killer ended while other points ran runs again alone: the ``PointGate`` counts the
+points running here and lets an ``alone`` entry in only when none runs.
+
 The readers do file I/O only; ``points_at_once``, ``expected``, ``rise`` and the texts are pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsbisect.core import proc
 from dsbisect.core.model import Outcome
 from dsbisect.verdict.outcome import Classified, is_reaction, sigkilled
 
@@ -231,3 +237,53 @@ def _read(path: Path) -> str:
         return path.read_text()
     except (OSError, UnicodeDecodeError):
         return ""
+
+
+# ------------------------------------------------------------------ the gate
+
+
+@dataclass
+class GateToken:
+    """One run in the memory gate: whether it runs alone, and the most other points that ran
+    beside it at any moment."""
+
+    alone: bool = False
+    others: int = 0
+
+
+class PointGate:
+    """Counts the points running here, so that a run the out-of-memory killer ended while others
+    ran can run again with no other point: an ``alone`` entry waits until none runs, and no
+    other starts until it ends."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.active: list[GateToken] = []
+        self.exclusive = False
+        self.waiting = 0  # alone entries waiting: no other starts meanwhile
+
+    @contextlib.contextmanager
+    def enter(self, alone: bool) -> Iterator[GateToken]:
+        token = GateToken(alone=alone)
+        with self.cond:
+            self.waiting += alone
+            while self.exclusive or (alone and self.active) or (not alone and self.waiting):
+                stop = proc.stop_event()  # the runs are being stopped (Ctrl-C): no run starts after
+                if stop is not None and stop.is_set():
+                    self.waiting -= alone
+                    raise proc.Cancelled("waiting to run: the runs were stopped")
+                self.cond.wait(0.5)
+            self.waiting -= alone
+            self.exclusive = alone
+            for t in self.active:
+                t.others = max(t.others, len(self.active))
+            token.others = len(self.active)
+            self.active.append(token)
+        try:
+            yield token
+        finally:
+            with self.cond:
+                self.active.remove(token)
+                if alone:
+                    self.exclusive = False
+                self.cond.notify_all()

@@ -22,7 +22,9 @@ from dsbisect.launch import reaper
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.core.errors import InputError
 from dsbisect.core.model import EnvOptions, IndexOptions, RunStatus
-from dsbisect.run.runner import Executor, Runner, env_line
+from dsbisect.run.executor import Place
+from dsbisect.run.local import LocalExecutor
+from dsbisect.run.runner import Runner, env_line
 from dsbisect.store.store import Store, check_store_path
 
 Progress = Callable[[str, str], None]
@@ -93,10 +95,12 @@ def index_options(offline: bool, find_links: list[Path] | None, index_url: str |
 
 def make_runner(store: Store, cache_dir: Path | None, env_options: EnvOptions, index: IndexOptions,
                 progress: Progress, *, rerun: bool = False, jobs: int | None = None,
-                executor: Executor | None = None) -> Runner:
+                place: Place = LocalExecutor) -> Runner:
+    """The runner over ``store`` and the venvs under the cache, this machine's GPUs seen, its
+    runs made by the executor ``place`` makes (here, unless told otherwise)."""
     envs = EnvManager(cache_root(cache_dir), env_options, index, log=lambda s: progress(*env_line(s)))
     return Runner(store=store, envs=envs, gpus=facts.gpus(), gpu_ids=facts.gpu_indices(), progress=progress,
-                  rerun=rerun, jobs=jobs, executor=executor)
+                  rerun=rerun, jobs=jobs, place=place)
 
 
 def open_runner(store_dir: Path, cache_dir: Path | None, env_options: EnvOptions, index: IndexOptions,

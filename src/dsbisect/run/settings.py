@@ -11,6 +11,7 @@ before anything is created.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import enum
 import math
 from collections.abc import Callable, Sequence
@@ -19,10 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from dsbisect.core.errors import InputError
+from dsbisect.core import outputs
+from dsbisect.core.errors import DsbisectError, InputError
 from dsbisect.core.model import BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend
 from dsbisect.run import matrix
-from dsbisect.run.runner import Executor, Runner
+from dsbisect.run.executor import Place
+from dsbisect.run.runner import Runner
 from dsbisect.run.session import cache_root, index_options, open_runner
 
 
@@ -119,16 +122,19 @@ class Placement:
     gpus_per_job: int | None = None
     slurm_arg: Sequence[str] | None = None
 
-    def executor_for(self) -> Executor | None:
-        """None (run here), or the Slurm executor with these job settings."""
+    def executor_for(self) -> Place:
+        """How runs are made (a ``Place``): here, or as Slurm jobs with these job settings."""
         if self.executor is ExecutorKind.local:
             if self.partition or self.slurm_time or self.gpus_per_job is not None or self.slurm_arg:
                 raise InputError("--partition, --slurm-time, --gpus-per-job and --slurm-arg need --executor slurm")
-            return None
+            from dsbisect.run.local import LocalExecutor
+
+            return LocalExecutor
         from dsbisect.run.slurm import SlurmExecutor, SlurmOptions
 
-        return SlurmExecutor(SlurmOptions(partition=self.partition, time=self.slurm_time, gpus=self.gpus_per_job,
-                                          args=tuple(self.slurm_arg or ()), jobs=self.jobs or 8))
+        return functools.partial(SlurmExecutor, options=SlurmOptions(
+            partition=self.partition, time=self.slurm_time, gpus=self.gpus_per_job,
+            args=tuple(self.slurm_arg or ()), jobs=self.jobs or 8))
 
 
 @dataclass(frozen=True)
@@ -171,9 +177,24 @@ class Frontend:
 
 
 def open_session(settings: Settings, env_options: EnvOptions, index: IndexOptions, display: Display, *,
-                 rerun: bool = False, executor: Executor | None = None) -> Runner:
+                 rerun: bool = False, executor: Place | None = None) -> Runner:
     """The runner of every command that runs points: the store of ``settings``, venvs under its
-    cache, ``executor`` (None: here).  What an earlier dsbisect of this store left running when it
+    cache, runs made by the executor ``executor`` makes (None: here).  What an earlier dsbisect of this store left running when it
     died is stopped first."""
     return open_runner(settings.store, settings.venvs.cache_dir, env_options, index, display, rerun=rerun,
-                       jobs=settings.placement.jobs, executor=executor)
+                       jobs=settings.placement.jobs, **({"place": executor} if executor else {}))
+
+
+def matrix_files(path: Path) -> tuple[Path, ...]:
+    """The scripts and named files of a matrix's cases (nothing when it does not load: the
+    command says why itself)."""
+    try:
+        m = matrix.load(path)
+    except (DsbisectError, OSError, ValueError):
+        return ()
+    found: list[object] = []
+    for case in m.cases:
+        found += [case.script, *(p for p, _ in case.inputs), *case.args]
+        if case.nodes.hostfile is not None:
+            found.append(case.nodes.hostfile)
+    return outputs.existing_files(found)

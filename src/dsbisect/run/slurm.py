@@ -4,8 +4,8 @@ For every run the submitting dsbisect writes a job folder on shared storage,
 ``<store>/slurm/<case>-<point>-XXXX/``, holding ``job.json`` (the case, the point, the venv
 and index options) and ``job.sh``, which runs ``python -m dsbisect run-one job.json`` with
 the interpreter dsbisect itself runs on (so it, the store and ``--cache-dir`` must be at the
-same paths on the compute nodes).  On the node, ``run-one`` does exactly what the local
-executor does (``Runner.run_here``: venv, import check, launch, classify) into a store of
+same paths on the compute nodes).  On the node, ``run-one`` makes the run through the local
+executor (``local.LocalExecutor``: venv, import check, launch, classify) into a store of
 its own in the job folder, since SQLite's WAL cannot be shared between hosts, and writes
 ``result.json`` last.  The submitting side follows the job with ``scontrol show job``
 (``sacct`` once slurmctld has forgotten it), copies the finished run into the main store,
@@ -35,8 +35,9 @@ from dsbisect.core.errors import ExternalFailure, Interrupted, Stopped, signal_o
 from dsbisect.core.model import Accelerator, Case, EnvOptions, IndexOptions, Outcome, Point, RunStatus
 from dsbisect.core.redact import scrub_folder
 from dsbisect.core.rundir import RunDir
-from dsbisect.run.runner import Progress, Runner, Slot
+from dsbisect.run.executor import Delegated, Progress, RunSpec, Site, Slot
 from dsbisect.records.run import Evidence, RunFacts, RunRecord, SkipCause
+from dsbisect.run.reuse import Reuse
 from dsbisect.store.store import Store
 
 ACTIVE = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_HOLD",
@@ -71,29 +72,32 @@ class JobState:
 
 
 @dataclass
-class SlurmExecutor:
+class SlurmExecutor(Delegated):
+    """One Slurm job per run (``--executor slurm``), its record copied into ``site``'s store."""
+
+    site: Site
     options: SlurmOptions = field(default_factory=SlurmOptions)
 
     def slots(self, case: Case) -> list[Slot]:
         return [Slot()] * max(1, self.options.jobs)
 
-    def run_once(self, runner: Runner, case: Case, point: Point, attempt: int,
-                 cancel: threading.Event) -> RunRecord:
+    def run_once(self, spec: RunSpec, cancel: threading.Event) -> RunRecord:
         """Submit one run of ``point`` as a Slurm job, wait for it, and return its record."""
+        site, case, point, attempt = self.site, spec.case, spec.point, spec.attempt
         label = f"{case.name} · {point.label}"
-        folder = _job_folder(runner.store.dir / "slurm", case, point)
+        folder = _job_folder(site.store.dir / "slurm", case, point)
         gpus = self.gpus(case)
-        _write_spec(folder, runner, case, point, attempt, gpus)
+        _write_spec(folder, site, case, point, attempt, gpus)
         job_id = self._submit(folder, case, gpus)
-        runner.progress("run", f"{label}: slurm job {job_id} submitted ({folder.name})")
+        site.progress("run", f"{label}: slurm job {job_id} submitted ({folder.name})")
         try:
-            state = self._wait(runner, folder, job_id, label, cancel)
+            state = self._wait(folder, job_id, label, cancel)
         except KeyboardInterrupt as e:  # Ctrl-C (130), SIGTERM (143) or SIGHUP (129), as on every path
             _scancel(job_id)
             raise Interrupted(f"interrupted; slurm job {job_id} was cancelled", signal_of(e)) from None
-        record = _import(runner, case, point, attempt, folder, job_id, state)
+        record = _import(site, case, point, attempt, folder, job_id, state)
         scrub_folder(folder, skip=(RunDir.RECORD,))  # job.json carried the index's credentials and the command's tokens
-        runner.progress("done", f"{label}: {record.outcome.value} (slurm job {job_id}"
+        site.progress("done", f"{label}: {record.outcome.value} (slurm job {job_id}"
                                 f"{' on ' + state.node if state.node else ''}){_why(record)}")
         return record
 
@@ -132,7 +136,7 @@ class SlurmExecutor:
 
     # -- waiting
 
-    def _wait(self, runner: Runner, folder: Path, job_id: str, label: str, cancel: threading.Event) -> JobState:
+    def _wait(self, folder: Path, job_id: str, label: str, cancel: threading.Event) -> JobState:
         """Until the result file appears or Slurm says the job ended; the last state seen."""
         state, next_ask, interval = JobState("PENDING"), 0.0, 0.5
         while not (folder / RESULT).exists():
@@ -143,7 +147,7 @@ class SlurmExecutor:
                 seen = job_state(job_id)
                 if seen.state != "UNREACHABLE" and (seen.state, seen.reason) != (state.state, state.reason):
                     why = f" ({seen.reason})" if seen.reason not in ("", "None") else ""
-                    runner.progress("run", f"{label}: slurm job {job_id} {seen.state.lower()}{why}")
+                    self.site.progress("run", f"{label}: slurm job {job_id} {seen.state.lower()}{why}")
                     state = seen
                 if seen.ended:
                     _await_file(folder / RESULT, 10.0 if seen.state == "COMPLETED" else 2.0)  # shared-FS lag
@@ -199,8 +203,8 @@ def _job_folder(root: Path, case: Case, point: Point) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{safe}-{point.key[:8]}-", dir=root))
 
 
-def _write_spec(folder: Path, runner: Runner, case: Case, point: Point, attempt: int, gpus: int) -> None:
-    envs = runner.envs
+def _write_spec(folder: Path, site: Site, case: Case, point: Point, attempt: int, gpus: int) -> None:
+    envs = site.envs
     spec = {
         "case": case.to_json(),
         "point": point.to_json(with_repo=True),  # the node builds a commit from the clone
@@ -233,7 +237,7 @@ class _JobStore(Store):
 
 
 def run_job(spec_path: Path, progress: Progress) -> RunRecord:
-    """``dsbisect run-one``: the job's one run, done here as the local executor does it."""
+    """``dsbisect run-one``: the job's one run, made here by the local executor."""
     spec_path = Path(spec_path).resolve()
     spec = json.loads(spec_path.read_text())
     folder = spec_path.parent
@@ -245,8 +249,8 @@ def run_job(spec_path: Path, progress: Progress) -> RunRecord:
     runner = make_runner(_JobStore(folder / "store"), Path(spec["cache_dir"]),
                          EnvOptions.from_json(spec["env_options"]), IndexOptions.from_json(spec["index"]),
                          progress, rerun=True)
-    case = runner.effective(Case.from_json(spec["case"]))
-    record = runner.run_here(case, Point.from_json(spec["point"]), spec["attempt"])
+    case = runner.executor.case_for(Case.from_json(spec["case"]))
+    record = runner.run_once(case, Point.from_json(spec["point"]), spec["attempt"])
     tmp = folder / f"{RESULT}.tmp"
     tmp.write_text(json.dumps({"run_id": record.id, "host": socket.gethostname()}))
     tmp.rename(folder / RESULT)
@@ -260,19 +264,19 @@ def _interrupt(signum, frame) -> None:
 # ---------------------------------------------------------------- back on the submitter
 
 
-def _import(runner: Runner, case: Case, point: Point, attempt: int, folder: Path, job_id: str,
+def _import(site: Site, case: Case, point: Point, attempt: int, folder: Path, job_id: str,
             state: JobState) -> RunRecord:
     """The job's run copied into the main store, or a SKIP saying what Slurm did to the job."""
     job_runs = _job_runs(folder)
     done = job_runs[-1] if job_runs and job_runs[-1].status is RunStatus.DONE and (folder / RESULT).exists() else None
     slurm = {"job": job_id, "state": state.state, "node": state.node, "folder": str(folder)}
-    store = runner.store
+    store = site.store
     if done is not None:
         slurm["started"] = round(done.started, 3)  # on the node (the main store's row starts now)
         run_id = store.start_run(case.name, case.key, point, done.env_key, attempt)
         store.finish_run(run_id, done.outcome, done.exit_code, done.seconds or 0.0, reason=done.reason,
                          signature=done.signature, evidence=done.evidence,
-                         facts=replace(runner.reuse.adopt(case, done.facts), slurm=slurm),
+                         facts=replace(Reuse(store, site.envs).adopt(case, done.facts), slurm=slurm),
                          env_key=done.env_key, run_dir=Path(done.run_dir) if done.run_dir else folder)
         return store.run(run_id)
     started = job_runs[-1] if job_runs else None

@@ -19,6 +19,7 @@ from dsbisect.core.model import Accelerator, Case, EnvOptions
 from dsbisect.core.redact import redact
 from dsbisect.records.run import RunRecord
 from dsbisect.run import matrix
+from dsbisect.run.local import LocalExecutor
 from dsbisect.run.runner import Runner
 from dsbisect.run.settings import Display, Frontend, Limits, Settings, open_session
 
@@ -92,8 +93,8 @@ def sweep(request: SweepRequest, settings: Settings, frontend: Frontend) -> Swep
     runner = open_session(settings, env_options, index, ui, rerun=request.rerun, executor=executor)
     for said in filter(None, map(matrix.how_it_runs, cases)):  # a plain `python x.py`: one process as given
         frontend.say(said)
-    if executor is None:  # points skipped at once for want of GPUs are no part of the time left
-        ui.expect_unrunnable(sum(len(c.points) for c in cases if not runner.enough_gpus(c)) * request.repeat)
+    # points skipped at once for want of GPUs are no part of the time left
+    ui.expect_unrunnable(sum(len(c.points) for c in cases if runner.unrunnable(c)) * request.repeat)
     records: list[RunRecord] = []
     with ui.running():
         for c in cases:
@@ -133,10 +134,10 @@ def _from_here(path: Path) -> str:
 def note_slots(runner: Runner, case: Case, ui: Display) -> None:
     """Say how many points of ``case`` run at once, where, and whether that oversubscribes the CPU."""
     slots = runner.slots(case)
-    if runner.executor is not None:
+    if not isinstance(runner.executor, LocalExecutor):
         ui("note", f"{case.name}: up to {len(slots)} Slurm job(s) at once")
         return
-    _, said = runner.memory_plan(case)
+    _, said = runner.executor.memory_plan(case)
     if len(slots) > 1 or said:
         where = ", ".join(",".join(map(str, s.devices)) for s in slots if s.devices) or "CPU"
         many = f"{len(slots)} points at once" if len(slots) > 1 else "1 point at a time"
