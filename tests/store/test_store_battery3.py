@@ -277,9 +277,8 @@ def test_a_pins_credentials_are_not_kept_at_rest(tmp_path, cli):
     claim = store.claim("toy", "k", point, 1)
     assert claim.run.point.pins == (CRED,)  # the process that runs it has what to install
     store.finish_run(claim.run.id, Outcome.SKIP, None, 0.0, reason=f"could not fetch {CRED.split(' @ ')[1]}")
-    store.save_bisection("b" * 16, "dsb-toy", "1.0.0", "1.1.0",
-                         AskedFor.from_json({"argv": ["--pin", CRED], "pins": [CRED]}), BisectionStatus.DONE,
-                         {"steps": []})
+    asked = AskedFor.from_json({"case": "toy", "argv": ["--pin", CRED], "pins": [CRED]})
+    store.save_bisection("b" * 16, "dsb-toy", "1.0.0", "1.1.0", asked, BisectionStatus.DONE, {"steps": []})
     store.close()
     for path, data in _files(st).items():
         for secret in (b"Hunter2Secret9", b"Tok3nValue77"):
@@ -317,8 +316,8 @@ KEY = "c0ffee" * 2 + "beef"
 def _bisecting(st: Path, host: str | None = None) -> subprocess.Popen:
     """A dsbisect stand-in that records a running bisection and waits (stdin)."""
     code = ("import sys, socket; sys.path[:0] = [sys.argv[2]]\n"
-            "from dsbisect.records.bisections import AskedFor, BisectionStatus\n"
             "from dsbisect.store.store import Store\n"
+            "from dsbisect.records.bisections import AskedFor, BisectionStatus\n"
             + (f"socket.gethostname = lambda: {host!r}\n" if host else "")
             + "st = Store(sys.argv[1])\n"
             f"st.save_bisection({KEY!r}, 'dsb-toy', '1.0.0', '1.7.0', AskedFor.from_json({{'case': 'toy', "
