@@ -382,17 +382,6 @@ _CONSEQUENCE = re.compile(
     re.IGNORECASE)
 
 
-def contradicts_timeout(line: str) -> bool:
-    """Whether a log line is the exception of another failure than a collective timeout: a rank
-    dying of ``ValueError: the loss went NaN`` after the words were printed is not waiting in a
-    collective. gloo's ``RuntimeError: … Timed out …``, NCCL's abort, a peer's "Connection closed
-    by peer" and the SIGINT of a teardown (``KeyboardInterrupt``) are no contradiction."""
-    _, text = rank_tagged(line.strip())
-    m = _EXC_LINE.match(text.strip())
-    return (bool(m) and m.group(1).endswith(("Error", "Exception")) and not is_hang_text(text)
-            and not is_reaction(text))
-
-
 def is_reaction(text: str) -> bool:
     """Whether an error is a rank's reaction to a peer that went away ("Connection closed by peer")."""
     return bool(_CONSEQUENCE.search(text))
