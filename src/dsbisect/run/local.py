@@ -459,7 +459,9 @@ def no_rank_started(job: Job, line: Line, result: LaunchResult) -> str:
     a file for each), e.g. a launcher the venv lacks (``No module named 'deepspeed'``)."""
     if line.direct or not line.ranks.count or job.run.ranks_started():
         return ""
-    said = first_error(read_tail(job.run.launcher_log, 1 << 16)) or f"exit {result.exit_code}"
+    text = read_tail(job.run.launcher_log, 1 << 16)
+    own = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("dsbisect:")]
+    said = redact((first_error(text) or (own[-1] if own else ""))[:300]) or f"exit {result.exit_code}"
     kind = job.case.command.kind.value if job.case.command is not None else job.case.launcher.value
     return (f"no rank of the job started: the {kind} launcher ended before starting any ({said}); "
             "use a launcher installed in the point venv (torchrun comes with torch; or `launcher: direct`), "

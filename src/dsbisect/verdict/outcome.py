@@ -382,6 +382,20 @@ _CONSEQUENCE = re.compile(
     re.IGNORECASE)
 
 
+# A rank's own exception that says a process it started died of SIGKILL: torch's DataLoader
+# ("DataLoader worker (pid 7) is killed by signal: Killed."), subprocess ("died with
+# <Signals.SIGKILL: 9>", "exit status -9"), multiprocessing ("exitcode -9"), a broken pool.
+_CHILD_KILLED = re.compile(
+    r"killed by signal: Killed|<Signals\.SIGKILL: 9>|exit status -9\b|exitcode[ =:]*-9\b"
+    r"|process in the process pool was terminated abruptly", re.IGNORECASE)
+
+
+def child_killed(reason: str) -> bool:
+    """Whether the exception a rank died of says a child of it was killed by SIGKILL (what the
+    out-of-memory killer sends): evidence to weigh beside an OOM counter, no verdict alone."""
+    return bool(_CHILD_KILLED.search(reason))
+
+
 def is_reaction(text: str) -> bool:
     """Whether an error is a rank's reaction to a peer that went away ("Connection closed by peer")."""
     return bool(_CONSEQUENCE.search(text))
