@@ -21,34 +21,52 @@ from conftest import offline, write_matrix
 
 pytestmark = pytest.mark.slow
 
-# rank 0: the words, then it waits until dsbisect's early look logged a round that proved nothing
-# (here the look is what the words start; a rank parked in time.sleep), then both meet again
+# rank 0: the words, then it waits until dsbisect logged a round of its early look that began
+# after the words (its requests numbered past every request made before them) and proved nothing.
+# A helper thread watches for that and sets an Event; the main thread, the one dsbisect looks at,
+# stays in one call (its stack still) until then.  Before the fix no round began while the words
+# were weighed, and the grace ended the run as a hang.
 _AFTER_A_LOOK = '''
-def _looked():
-    import os
-    log = os.path.join(os.environ["DSBISECT_RUN_DIR"], "fr", "rounds.log")
-    return os.path.exists(log) and "no proof" in open(log).read()
+def _after_a_look():
+    import os, re, threading, time
+    fr = os.path.join(os.environ["DSBISECT_RUN_DIR"], "fr")
+    log = os.path.join(fr, "rounds.log")
+    def text():
+        return open(log).read() if os.path.exists(log) else ""
+    names = os.listdir(fr) if os.path.isdir(fr) else []
+    made = [int(n[8:]) for n in names if re.fullmatch(r"request[.][0-9]+", n)]
+    made += [int(n) for n in re.findall(r"requests? ([0-9]+)", text())]
+    before = max(made, default=0)
+    looked = threading.Event()
+    def watch():
+        while not any(int(a) > before for a in re.findall(r"requests ([0-9]+)[+][0-9]+: no proof", text())):
+            time.sleep(0.2)
+        looked.set()
+    threading.Thread(target=watch, daemon=True).start()
+    return looked
 '''
 STEPS = {
-    # (a) a storage client's retry line (gloo's words), a quiet wait, then on: a pass
+    # (a) a storage client's retry line (gloo's words), a quiet wait in one call, then on: a pass
     "retryline": _AFTER_A_LOOK + '''
 def step(dist):
-    import time, torch
+    import torch
     if dist.get_rank() == 0:
+        looked = _after_a_look()
         print("storage: Timed out waiting 30000ms for recv operation to complete; retrying in 20 s", flush=True)
-        while not _looked(): time.sleep(0.2)
+        looked.wait()
     t = torch.ones(4)
     dist.all_reduce(t)
     assert float(t[0]) == 2, t
 ''',
-    # (b) gloo's words, then CPU-busy in C calls on one line (the Python stack still): a pass
+    # (b) gloo's words, then CPU-busy in C calls on one line (no Python frame below it): a pass
     "busyline": _AFTER_A_LOOK + '''
 def step(dist):
     import random, torch
     if dist.get_rank() == 0:
-        print("[c10d] ProcessGroupGloo: collective operation timeout hit after 30000 ms; falling back", flush=True)
+        looked = _after_a_look()
         data = [random.random() for _ in range(300000)]
-        while not _looked(): sorted(data)
+        print("[c10d] ProcessGroupGloo: collective operation timeout hit after 30000 ms; falling back", flush=True)
+        while not looked.is_set(): sorted(data)
     t = torch.ones(4)
     dist.all_reduce(t)
 ''',
