@@ -108,7 +108,7 @@ def _launch(tmp_path: Path, hook: Path, scenario: str, **spec_kw) -> tuple[Launc
                WORK=str(tmp_path), CUDA_VISIBLE_DEVICES="")
     env |= flight_recorder_env(run)
     spec = LaunchSpec(argv=(sys.executable, str(tmp_path / "launcher.py"), "2", str(tmp_path / "job.py")),
-                      env=env, cwd=tmp_path, run=run, **({"wall_timeout": 300 + SECS + 120, "hang_grace": 5.0} | spec_kw))
+                      env=env, cwd=tmp_path, run=run, **({"wall_timeout": 300 + SECS + 120} | spec_kw))
     capture = Capture(run)
     res = launch(spec, on_hang=capture, on_quiet=capture)
     return res, run, capture

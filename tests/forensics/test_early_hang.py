@@ -226,7 +226,7 @@ def _launch(tmp_path: Path, hook_path: Path, scenario: str, *, secs: float = SEC
         env["CUDA_VISIBLE_DEVICES"] = ""
     spec = LaunchSpec(argv=(sys.executable, str(tmp_path / "launcher.py"), "2", str(tmp_path / "job.py")),
                       env=env, cwd=tmp_path, run=run,
-                      **({"wall_timeout": collective_timeout + secs + 120, "hang_grace": 5.0} | spec_kw))
+                      **({"wall_timeout": collective_timeout + secs + 120} | spec_kw))
     capture = Capture(run)
     t0 = time.monotonic()
     res = launch(spec, on_hang=capture, on_quiet=capture)

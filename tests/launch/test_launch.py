@@ -40,7 +40,7 @@ def _spec(tmp_path: Path, code: str, **kw) -> LaunchSpec:
     script.write_text(code)
     (tmp_path / "rank.py").write_text(RANK)
     env = dict(os.environ, PIDS=str(tmp_path / "pids"), PYTHONUNBUFFERED="1")
-    defaults = dict(wall_timeout=30.0, hang_grace=2.0)
+    defaults = dict(wall_timeout=30.0)
     return LaunchSpec(argv=(sys.executable, str(script)), env=env, cwd=tmp_path, run=RunDir(tmp_path / "run"),
                       **(defaults | kw))
 
@@ -63,41 +63,20 @@ def test_wall_timeout_kills_the_whole_tree(tmp_path):
     assert taken == [("deadline", 1)]  # the hook saw exactly the one rank, before teardown
 
 
-def test_hang_line_ends_the_run_after_the_grace(tmp_path):
+def test_a_hang_line_then_a_still_rank_ends_only_at_a_limit(tmp_path):
+    """The words decide nothing (issue 36): NCCL's watchdog line, then a rank that sleeps (not in
+    a collective: nothing proves a deadlock) runs on to its wall timeout; the line is kept as
+    evidence.  Before, the line ended the run as a hang after the grace."""
     code = (
         "import time\nprint('step 1', flush=True)\n"
         "print('[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, OpType=ALLREDUCE, "
         "NumelIn=4, NumelOut=4, Timeout(ms)=5000) ran for 5001 milliseconds before timing out.', flush=True)\n"
         "time.sleep(600)\n"
     )
-    res = launch(_spec(tmp_path, code, hang_grace=1.0))
+    res = launch(_spec(tmp_path, code, wall_timeout=8.0))
     assert res.hang_line.startswith("[Rank 1] Watchdog caught")
-    assert res.exit_code is None and res.seconds < 10
-    assert res.hang_after is not None and res.hang_after < 5
-
-
-WATCHDOG_THEN_DUMPS = """\
-import os, time
-print('[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, '
-      'NumelIn=4, NumelOut=4, Timeout(ms)=5000) ran for 5001 milliseconds before timing out.', flush=True)
-for rank in range(int(os.environ["DUMPS"])):
-    time.sleep(1.5)
-    open(os.path.join(os.environ["RUN_DIR"], f"nccl_trace_rank_{rank}"), "wb").write(b"dump")
-time.sleep(600)
-"""
-
-
-@pytest.mark.parametrize("dumps, low, high", [(2, 3.5, 7.0), (1, 4.5, 9.0), (0, 12.0, 17.0)])
-def test_grace_ends_when_the_dumps_are_in(tmp_path, dumps, low, high):
-    """All ranks dumped: go at once; some did and the rest stay silent: go after the settle time;
-    none did: wait out the grace (12 s here)."""
-    spec = _spec(tmp_path, WATCHDOG_THEN_DUMPS, hang_grace=12.0, expected_ranks=2, dump_settle=4.0, wall_timeout=60.0)
-    spec.env.update(DUMPS=str(dumps), RUN_DIR=str(spec.run.path))
-    res = launch(spec)
-    assert res.hang_line and res.timed_out and "then no output" in res.why
-    after = res.seconds - res.hang_after
-    assert low <= after <= high, after
-    assert len(spec.run.fr_dumps()) == dumps
+    assert res.timed_out and "wall timeout" in res.why, res
+    assert res.hang_after is not None and res.hang_after < res.seconds
 
 
 def test_idle_limit(tmp_path):
@@ -236,23 +215,6 @@ sys.exit(1)
 def test_the_words_then_another_error_is_no_hang_however_slow_the_exit(tmp_path):
     """A rank that printed the timeout words and then died of another exception is not waiting:
     on a loaded machine its exit took longer than the 5 s grace and the run was called a HANG."""
-    res = launch(_spec(tmp_path, WORDS_THEN_ANOTHER_ERROR, hang_grace=2.0))
+    res = launch(_spec(tmp_path, WORDS_THEN_ANOTHER_ERROR))
     assert not res.timed_out and res.exit_code == 1, res
     assert res.hang_line  # the words are still evidence for the verdict to weigh
-
-
-@pytest.mark.parametrize("line, other", [
-    ("[rank0]: ValueError: the loss went NaN", True),
-    ("[default1]:[rank1]: torch.OutOfMemoryError: CUDA out of memory.", True),
-    ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 6000ms for "
-     "recv operation to complete", False),
-    ("[rank1]: RuntimeError: Connection closed by peer [127.0.0.1]:29500", False),
-    ("KeyboardInterrupt", False),
-    ("torch.distributed.DistBackendError: [Rank 1] Watchdog caught collective operation timeout", False),
-    ("  File \"x.py\", line 3, in <module>", False),
-    ("config: ValueError handling = strict", False),
-])
-def test_what_contradicts_the_timeout_words(line, other):
-    from dsbisect.verdict.outcome import contradicts_timeout
-
-    assert contradicts_timeout(line) is other

@@ -49,6 +49,36 @@ def test_the_ranks_are_the_top_processes_with_rank_and_the_teardown_stops_every_
     assert rank_processes(seen) == []
 
 
+# a launcher that inherited RANK=2 from the shell dsbisect ran in (seen on a GPU host: the seed-2
+# hang's signature read "rank 2 not in a collective ... (rank 2: runner.py:main)" for a 2-rank
+# job), below it a second launcher process that inherited it too (DeepSpeed's runner -> launch.py)
+NESTED = """
+import os, subprocess, sys, time
+code = "import os, sys, time\\nif os.environ['RANK'] == '0': os.fork()\\nopen('ready', 'a').write('r\\\\n')\\ntime.sleep(60)"
+inner = "import os, subprocess, sys, time\\nfor r in (0, 1): subprocess.Popen([sys.executable, '-c', %r], env=dict(os.environ, RANK=str(r)))\\ntime.sleep(60)" % code
+subprocess.Popen([sys.executable, "-c", inner])
+time.sleep(60)
+"""
+
+
+def test_a_launcher_that_carries_rank_is_never_counted_as_a_rank(tmp_path):
+    with open(tmp_path / "log", "ab") as log:
+        proc = Guarded.start((sys.executable, "-c", NESTED), {"PATH": "/usr/bin:/bin", "RANK": "2"}, tmp_path, log)
+    seen: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + 60  # each rank and the worker write a line once started: an event
+    while time.monotonic() < deadline and (not (tmp_path / "ready").exists()
+                                           or len((tmp_path / "ready").read_text().split()) < 3):
+        time.sleep(0.05)
+    _tracked(proc, 5, seen)  # two launcher processes, two ranks, rank 0's worker
+    try:
+        assert len(seen) == 5, seen
+        ranks = rank_processes(seen)
+        assert [p.environ()["RANK"] for p in ranks] == ["0", "1"], [(p.pid, p.cmdline()) for p in ranks]
+        assert proc.pid not in {p.pid for p in ranks}
+    finally:
+        assert teardown(proc, seen)[0] == ()
+
+
 def test_stop_tree_ends_with_sigkill_what_ignores_int_and_term(tmp_path):
     proc = _start(tmp_path, STUBBORN)
     deadline = time.monotonic() + 20

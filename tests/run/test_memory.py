@@ -89,6 +89,13 @@ DS9 = "[ERROR] [launch.py:259:sigkill_handler] [...] exits with return code = -9
     (Classified(Outcome.FAIL, "RuntimeError: [pair.cc:553] Connection closed by peer"), 1, False, "", KILL, 1, False,
      Outcome.SKIP, "killed by the out-of-memory killer"),  # the killed rank left no word; its peer reacted
     (FAILED, 1, False, DS9, None, 1, False, Outcome.FAIL, "SIGKILL"),  # no counter rose: an ordinary kill
+    # a rank that died of its child killed by SIGKILL (issue 36: a DataLoader worker, a subprocess)
+    (Classified(Outcome.FAIL, "RuntimeError: DataLoader worker (pid 7) is killed by signal: Killed."), 1, False, "",
+     KILL, 0, False, Outcome.SKIP, "with no other point running"),
+    (Classified(Outcome.FAIL, "CalledProcessError: Command '['x']' died with <Signals.SIGKILL: 9>."), 1, False, "",
+     KILL, 1, False, Outcome.SKIP, "killed by the out-of-memory killer"),
+    (Classified(Outcome.FAIL, "RuntimeError: DataLoader worker (pid 7) is killed by signal: Killed."), 1, False, "",
+     None, 0, False, Outcome.FAIL, "DataLoader worker"),  # no counter rose: the job's failure
     (Classified(Outcome.FAIL, "ValueError: nan"), 1, False, "", KILL, 1, False, Outcome.FAIL, "ValueError"),
     (Classified(Outcome.HANG, "wall timeout"), None, True, "", KILL, 1, False, Outcome.HANG, "wall"),  # dsbisect's kill
     (Classified(Outcome.PASS, ""), 0, False, "", KILL, 1, False, Outcome.PASS, ""),  # someone else was killed

@@ -174,7 +174,7 @@ def _launch(tmp_path: Path, code: str, **kw):
     script.write_text(code)
     env = dict(os.environ, RANK="0", PYTHONUNBUFFERED="1")
     argv = ("/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(run.rank_log(0)), sys.executable, str(script))
-    spec = LaunchSpec(argv=argv, env=env, cwd=tmp_path, run=run, **({"wall_timeout": 40.0, "hang_grace": 3.0} | kw))
+    spec = LaunchSpec(argv=argv, env=env, cwd=tmp_path, run=run, **({"wall_timeout": 40.0} | kw))
     capture = Capture(run)
     res = launch(spec, on_hang=capture, on_quiet=capture, on_idle=capture.stuck)
     return res, classify(res.exit_code, res.timed_out, res.hang_line, res.why, *run.tails())
@@ -205,14 +205,14 @@ def test_the_words_then_a_silent_busy_rank_is_not_a_hang(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_words_then_silence_is_still_a_fast_hang(tmp_path):
-    """NCCL's watchdog shape where the process is not aborted: the line, then nothing, the rank
-    stuck in one call: a hang within the grace, as before."""
+def test_the_words_then_silence_is_no_hang_before_a_limit(tmp_path):
+    """NCCL's watchdog words, then a rank asleep outside any collective: the words decide nothing
+    (issue 36); the idle limit, from the ranks' state (no CPU, a still stack), ends it, with the
+    words kept as evidence.  (A real NCCL wait is proven by the early verdict's rounds.)"""
     code = f"import time\nprint({WATCHDOG!r}, flush=True)\ntime.sleep(600)\n"
-    t0 = time.monotonic()
-    res, c = _launch(tmp_path, code)
-    assert res.exit_code is None and c.outcome is H and "Watchdog caught" in c.reason, (res, c)
-    assert time.monotonic() - t0 < 3.0 + 12.0
+    res, c = _launch(tmp_path, code, idle_timeout=3.0, quiet_after=1.0)
+    assert res.exit_code is None and c.outcome is H and "no output and no rank's stack moved" in c.reason, (res, c)
+    assert res.hang_line.startswith("[Rank 0] Watchdog caught"), res
 
 
 def _run(tmp_path: Path, house: Path, cache_dir: Path, version: str, *extra: str) -> dict:

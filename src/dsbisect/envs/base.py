@@ -172,6 +172,47 @@ def site_packages(venv: Path) -> Path:
     return found[0]
 
 
+def has_module(venv: Path, module: str) -> bool:
+    """Whether the venv's Python finds top-level ``module`` in its site-packages or in a folder
+    a ``.pth`` there adds (the base's layer, ``write_layer``, and the base's own ``.pth`` folders),
+    read from the files, without running it.  True, as unknown, for a venv that sees the
+    system's site-packages."""
+    cfg = venv / "pyvenv.cfg"
+    if cfg.is_file() and re.search(r"^include-system-site-packages\s*=\s*true", cfg.read_text(), re.M | re.I):
+        return True
+    try:
+        todo = [site_packages(venv)]
+    except EnvBuildError:
+        return False
+    seen: set[Path] = set()
+    while todo and len(seen) < 64:
+        folder = todo.pop()
+        if folder in seen or not folder.is_dir():
+            continue
+        seen.add(folder)
+        if (folder / module / "__init__.py").is_file() or (folder / f"{module}.py").is_file():
+            return True
+        todo += _pth_folders(folder)
+    return False
+
+
+def _pth_folders(folder: Path) -> list[Path]:
+    """The folders the ``.pth`` files of a site folder add: plain lines and ``site.addsitedir``."""
+    out = []
+    for pth in folder.glob("*.pth"):
+        try:
+            text = pth.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            m = re.search(r"addsitedir\((['\"])(.+?)\1\)", line)
+            if m:
+                out.append(Path(m[2]))
+            elif line.strip() and not line.startswith(("#", "import ", "import\t")):
+                out.append(folder / line.strip())
+    return out
+
+
 def write_layer(site_dir: Path, base_dirs: Iterable[str]) -> None:
     lines = "".join(f"import site; site.addsitedir({d!r})\n" for d in base_dirs)
     (site_dir / "_dsbisect_base.pth").write_text(lines)

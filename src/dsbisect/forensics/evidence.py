@@ -25,6 +25,7 @@ from dsbisect.core import proc
 from dsbisect.core.proc import is_live
 from dsbisect.records.run import Evidence
 from dsbisect.core.rundir import RunDir
+from dsbisect.forensics.deadlock import stack_in_collective
 from dsbisect.forensics.stacks import Frame, pyspy_main
 
 STACK_SIGNAL = "SIGUSR1"
@@ -90,6 +91,12 @@ class Capture:
                        "not a hang yet")
         return not moved
 
+    def parked(self, procs: list[psutil.Process]) -> bool:
+        """Whether every rank of ``procs`` has a stack (the latest taken) whose innermost frame
+        waits inside torch.distributed (``deadlock.stack_in_collective``); False without stacks."""
+        stacks = [self.stacks.get(_rank(p), ()) for p in procs]
+        return bool(stacks) and all(in_collective(frames) for frames in stacks)
+
     def _faulthandler(self, procs: list[psutil.Process]) -> None:
         """Signal the ranks whose hook registered faulthandler (their file exists)."""
         signum = getattr(signal, os.environ.get("DSBISECT_STACK_SIGNAL", STACK_SIGNAL))
@@ -131,6 +138,11 @@ def pyspy_bin() -> str | None:
         if candidate.is_file():
             return str(candidate)
     return shutil.which("py-spy")
+
+
+def in_collective(frames: tuple[Frame, ...]) -> bool:
+    """Whether a stack (innermost first) waits inside a torch.distributed collective."""
+    return stack_in_collective([[f.file, f.function] for f in frames])
 
 
 def _rank(proc: psutil.Process) -> str:

@@ -36,6 +36,16 @@ START_S = 30.0  # how long the guard may take to start the launcher
 _NOT_THE_GUARDS = ("DSBISECT_RUN_DIR", "RANK", "LOCAL_RANK", "WORLD_SIZE")
 
 
+class GuardLost(Exception):
+    """dsbisect's guard of a run ended before the launcher it watched (killed, e.g. ``kill -9``):
+    the run was not supervised to its end, so it has no outcome (it is interrupted, run again)."""
+
+    def __init__(self, code: int | None):
+        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit {code}"
+        super().__init__(f"dsbisect's guard of the run ended ({how}) before the job did")
+        self.code = code
+
+
 @dataclass(frozen=True)
 class Closed:
     stopped: tuple[int, ...]  # what the guard killed at the end (it was still there)
@@ -109,11 +119,12 @@ class Guarded:
         return text
 
     def poll(self) -> int | None:
-        """The launcher's exit code once it ended (a guard that died ends it too)."""
+        """The launcher's exit code once it ended; ``GuardLost`` when the guard ended without
+        reporting one (the launcher's exit is then not known: no exit code is made up)."""
         while self.returncode is None and self._line(0) is not None:
             pass
         if self.returncode is None and self.guard.poll() is not None:
-            self.returncode = self.guard.returncode or -9
+            raise GuardLost(self.guard.returncode)
         return self.returncode
 
     def orphans(self) -> list[psutil.Process]:

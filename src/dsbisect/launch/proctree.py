@@ -33,18 +33,30 @@ def track(pid: int, seen: dict[int, psutil.Process]) -> None:
 
 
 def rank_processes(seen: dict[int, psutil.Process]) -> list[psutil.Process]:
-    """The live processes among ``seen`` that are ranks (they carry RANK in their environment)."""
-    ranks = []
+    """The live processes among ``seen`` that are ranks: they carry RANK in their environment,
+    the top-most of each rank (not its dataloader workers), never a launcher (a process with a
+    descendant of another RANK: a launcher that inherited RANK from the shell dsbisect ran in)."""
+    ranks: dict[int, tuple[psutil.Process, str]] = {}
     for p in seen.values():
         try:
-            if is_live(p) and "RANK" in p.environ():
-                ranks.append(p)
+            if is_live(p) and "RANK" in (env := p.environ()):
+                ranks[p.pid] = (p, env["RANK"])
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
-    # Only the top-most process of each rank (not its dataloader workers).
-    pids = {p.pid for p in ranks}
-    top = [p for p in ranks if safe_ppid(p) not in pids]
+    launchers = {pid for pid, (_, rank) in ranks.items()
+                 if any(r != rank and pid in _ancestors(q, ranks) for q, r in ranks.values())}
+    kept = {pid: pr for pid, pr in ranks.items() if pid not in launchers}
+    top = [p for p, _ in kept.values() if safe_ppid(p) not in kept]
     return sorted(top, key=lambda p: int(safe_env(p, "RANK") or 0))
+
+
+def _ancestors(p: psutil.Process, among: dict[int, tuple[psutil.Process, str]]) -> set[int]:
+    """The pids of ``p``'s ancestors that are in ``among`` (walked through ``among`` only)."""
+    out, pid = set(), safe_ppid(p)
+    while pid in among and pid not in out:
+        out.add(pid)
+        pid = safe_ppid(among[pid][0])
+    return out
 
 
 def safe_ppid(p: psutil.Process) -> int | None:

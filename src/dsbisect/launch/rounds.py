@@ -66,6 +66,7 @@ class Rounds:
         self.n = 0
         self.next_at = 0.0
         self.found: Found | None = None
+        self.hurried = False  # a timeout line was seen: look now, without waiting for quiet
         self.error = ""  # why the last round failed, for a debugger
 
     def proven(self, last_growth: float, seen: dict[int, psutil.Process], now: float) -> Found | None:
@@ -81,12 +82,17 @@ class Rounds:
 
     def poll(self, quiet: float, now: float) -> None:
         """Start a round when the output has been quiet long enough and none is under way."""
-        if quiet < self.times.after or now < self.next_at or self.found is not None:
+        if (quiet < self.times.after and not self.hurried) or now < self.next_at or self.found is not None:
             return
         if self.thread is not None and self.thread.is_alive():
             return
         self.thread = threading.Thread(target=self._round, name="dsbisect-early-hang", daemon=True)
         self.thread.start()
+
+    def hurry(self) -> None:
+        """Start the rounds at the next poll, quiet or not (a timeout line was seen: a look, never
+        a verdict; a proof still needs no log to grow during its round)."""
+        self.hurried = True
 
     def stop(self) -> None:
         self.stopped.set()

@@ -5,19 +5,10 @@ in ``<run dir>/launcher.log`` and each rank's in ``<run dir>/ranks/``.  The watc
 reads every log as it grows and ends the run when:
 
 - the launcher exits;
-- a collective-timeout line appears (NCCL's watchdog, gloo's recv/send timeout) and the run
-  then makes no progress: the line is evidence, not a verdict (the words also turn up in config
-  dumps, warnings, and timeouts a script caught and retried).  A real timeout ends the job by
-  itself (gloo's raises and the rank exits, NCCL's watchdog aborts the process; the launcher
-  then stops the rest): the loop gives the ranks ``hang_grace`` seconds for that (and for the
-  flight-recorder dumps), or until every expected dump is written.  A run still going then is
-  ended as a hang only if no log grew for ``REPORT_S`` seconds after the last timeout line (the
-  report that comes with it, a traceback, does not count) and no rank's stack moved
-  (``on_idle``); else the line stops counting and the run is watched on as before (a later
-  line arms the check again).  ``outcome.classify`` then weighs the line: a run that exited
-  0 passed, and a failed one is a hang only when a rank died of the timeout;
-- no log grows for ``idle_timeout`` seconds and ``on_idle`` finds that no rank's stack
-  moved since the last look (a silent but busy rank resets the clock): a hang;
+- no log grows for ``idle_timeout`` seconds and the ranks are idle by their process state: no
+  rank's stack moved since the last look (``on_idle``), their children used no CPU, and no rank
+  used CPU itself unless its stack is parked in a torch.distributed wait (``on_parked``: NCCL's
+  waits spin).  Silence alone is no idleness: a silent rank busy in one line is watched on;
 - the wall deadline passes: a hang;
 - the early deadlock verdict (``early_hang``): once the output has been quiet for
   ``rounds.after`` seconds, rounds of two requests ``rounds.gap`` seconds apart ask every rank's
@@ -25,6 +16,12 @@ reads every log as it grows and ends the run when:
   ``deadlock.prove`` finds that the ranks' pending collectives can never complete, and no log
   grew since the round began, the run is a hang without waiting for the collective timeout
   (the rounds are ``rounds.Rounds``; the proof comes back typed, in ``LaunchResult.proof``).
+
+A collective-timeout line (NCCL's watchdog, gloo's recv/send timeout) never ends a run: the words
+also turn up in retries a script caught, config dumps and warnings.  It takes the stacks
+(``on_hang``, evidence) and starts the early verdict's rounds at once, without waiting for quiet;
+``outcome.classify`` then weighs it: a run that exited 0 passed, a failed one is a hang only when
+a rank died of the timeout (its own exception or abort).
 
 Before a hang is torn down, ``on_hang`` gets the live rank processes (for stacks), and
 when the output first goes quiet ``on_quiet`` does too (a snapshot taken while the ranks
@@ -50,14 +47,13 @@ import psutil
 
 from dsbisect.forensics import deadlock
 from dsbisect.launch.guard import Guarded
-from dsbisect.verdict.outcome import HANG_PATTERNS, contradicts_timeout, is_hang_text  # noqa: F401 - HANG_PATTERNS: its old home
+from dsbisect.verdict.outcome import HANG_PATTERNS, is_hang_text  # noqa: F401 - HANG_PATTERNS: its old home
 from dsbisect.launch.proctree import rank_processes, teardown, track
 from dsbisect.launch.rounds import RoundTimes, Rounds
 from dsbisect.core.rundir import RunDir
 
 
 POLL_S = 0.25
-REPORT_S = 1.0  # output within this long of a timeout line is its report, not progress
 RSS_EVERY_S = 1.0  # how often the run's memory (the RSS of its processes, summed) is sampled
 CHUNK = 1 << 20  # bytes of a log read at once
 LINE_LIMIT = 64 << 10  # the most of one unfinished line kept between reads
@@ -72,9 +68,6 @@ class LaunchSpec:
     wall_timeout: float
     idle_timeout: float | None = None
     quiet_after: float | None = None
-    hang_grace: float = 15.0
-    expected_ranks: int = 0  # when this many flight-recorder dumps exist, the grace ends early
-    dump_settle: float = 5.0  # or when some exist and no other came for this long
     early_hang: bool = True  # prove a deadlock from the ranks' flight recorders before the timeout
     rounds: RoundTimes = RoundTimes()  # when the early verdict's rounds start, and how long they take
 
@@ -158,8 +151,11 @@ class StartError(Exception):
 
 
 def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook | None = None,
-           on_idle: IdleCheck | None = None, cancel: threading.Event | None = None) -> LaunchResult:
-    """Run ``spec`` to its end; ``cancel`` (set from another thread) stops it like Ctrl-C."""
+           on_idle: IdleCheck | None = None, cancel: threading.Event | None = None,
+           on_parked: IdleCheck | None = None) -> LaunchResult:
+    """Run ``spec`` to its end; ``cancel`` (set from another thread) stops it like Ctrl-C.
+    ``on_parked``: whether every rank's stack, as ``on_idle`` last took it, waits inside
+    torch.distributed (without it, a rank that uses CPU is never idle)."""
     spec.run.path.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(spec.run.launcher_log, "ab") as log:
@@ -172,7 +168,7 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
     if cancel is not None:
         threading.Thread(target=_backstop, args=(proc, cancel, done), name="dsbisect-backstop", daemon=True).start()
     try:
-        result = _watch(_Hooks(on_hang, on_quiet, on_idle, cancel), proc, spec, seen, t0)
+        result = _watch(_Hooks(on_hang, on_quiet, on_idle, cancel, on_parked), proc, spec, seen, t0)
     except BaseException:
         teardown(proc, seen)
         raise
@@ -204,6 +200,7 @@ class _Hooks:
     on_quiet: RankHook | None
     on_idle: IdleCheck | None
     cancel: threading.Event | None
+    on_parked: IdleCheck | None = None
 
 
 @dataclass(frozen=True)
@@ -216,12 +213,12 @@ class _Loop:
     t0: float  # monotonic time of the start
     hooks: _Hooks
     logs: _Watch
-    dumps: _Dumps
     snapshot: _Snapshot
     rounds: Rounds | None  # the early deadlock verdict's, when asked for
     words: _Words
     rss: _Rss
     work: _ChildWork = field(default_factory=lambda: _ChildWork())
+    cpu: _RankCpu = field(default_factory=lambda: _RankCpu())
 
     def ended(self, now: float, code: int | None = None, hang_line: str = "", hang_at: float | None = None,
               why: str = "", proof: deadlock.Proof | None = None) -> LaunchResult:
@@ -233,8 +230,7 @@ class _Loop:
 def _watch(hooks: _Hooks, proc: Guarded, spec: LaunchSpec, seen: dict[int, psutil.Process],
            t0: float) -> LaunchResult:
     rounds = Rounds(spec.run, spec.rounds, t0) if spec.early_hang else None
-    loop = _Loop(proc, spec, seen, t0, hooks, _Watch(spec.run), _Dumps(spec), _Snapshot(hooks.on_quiet), rounds,
-                 _Words(), _Rss())
+    loop = _Loop(proc, spec, seen, t0, hooks, _Watch(spec.run), _Snapshot(hooks.on_quiet), rounds, _Words(), _Rss())
     try:
         return _watch_loop(loop)
     finally:
@@ -254,22 +250,33 @@ def _watch_loop(loop: _Loop) -> LaunchResult:
         if code is not None:  # the snapshot's py-spy and faulthandler end with the ranks
             loop.snapshot.wait(timeout=1.0)
             return loop.ended(now, code, hang_line=loop.words.first, hang_at=loop.words.first_at)
-        found = _timeout_line(loop, now) or _deadline(loop, now) or _early(loop, now)
+        found = _deadline(loop, now) or _early(loop, now) or _idle(loop, now)
         if found is not None:
             return found
         quiet = now - loop.logs.last_growth
-        armed = loop.words.armed_at is not None
-        if loop.spec.quiet_after and not quiet_taken and quiet > loop.spec.quiet_after and not armed:
+        if loop.spec.quiet_after and not quiet_taken and quiet > loop.spec.quiet_after:
             quiet_taken = loop.snapshot.start(loop.seen)
         if quiet_taken and quiet < 1:
             quiet_taken = False
-        if loop.spec.idle_timeout and quiet > loop.spec.idle_timeout and not armed:
-            if loop.work.busy(loop.seen) or not _stuck(loop.hooks.on_idle, loop.seen, loop.snapshot):
-                loop.logs.last_growth = time.monotonic()  # the ranks are busy, only silent
-            else:
-                return loop.ended(now, hang_line=loop.words.first, hang_at=now,
-                                  why=f"no output and no rank's stack moved for {loop.spec.idle_timeout:g} s")
         time.sleep(POLL_S)
+
+
+def _idle(loop: _Loop, now: float) -> LaunchResult | None:
+    """A hang when no log grew for the idle limit and the ranks are idle by their state: no
+    child worked, no stack moved, and no rank used CPU outside a torch.distributed wait."""
+    if not loop.spec.idle_timeout or now - loop.logs.last_growth <= loop.spec.idle_timeout:
+        return None
+    if (loop.work.busy(loop.seen) or not _stuck(loop.hooks.on_idle, loop.seen, loop.snapshot)
+            or loop.cpu.busy(loop.seen) and not _parked(loop.hooks.on_parked, loop.seen)):
+        loop.logs.last_growth = time.monotonic()  # the ranks are busy, only silent
+        loop.cpu.mark(loop.seen)
+        return None
+    return loop.ended(now, hang_line=loop.words.first, hang_at=now,
+                      why=f"no output and no rank's stack moved for {loop.spec.idle_timeout:g} s")
+
+
+def _parked(on_parked: IdleCheck | None, seen: dict[int, psutil.Process]) -> bool:
+    return on_parked is not None and on_parked(rank_processes(seen))
 
 
 # The share of one core the ranks' children used since the last idle check that makes the run busy,
@@ -310,33 +317,48 @@ def children_cpu(seen: dict[int, psutil.Process]) -> float:
     return total
 
 
+@dataclass
+class _RankCpu:
+    """The CPU time the ranks themselves used since the output last grew (``mark``): a silent
+    rank that computes in one line (its stack still) is busy, not idle."""
+
+    base: dict[int, float] = field(default_factory=dict)
+    at: float = field(default_factory=time.monotonic)
+
+    def mark(self, seen: dict[int, psutil.Process]) -> None:
+        self.base = {p.pid: t for p in rank_processes(seen) if (t := _cpu(p)) is not None}
+        self.at = time.monotonic()
+
+    def busy(self, seen: dict[int, psutil.Process]) -> bool:
+        """Whether some rank used BUSY_SHARE of a core or more since the mark (a rank not seen
+        at the mark: since the mark, with all it used)."""
+        span = max(time.monotonic() - self.at, 1e-3)
+        return any((t := _cpu(p)) is not None and t - self.base.get(p.pid, 0.0) >= BUSY_SHARE * span
+                   for p in rank_processes(seen))
+
+
+def _cpu(p: psutil.Process) -> float | None:
+    try:
+        t = p.cpu_times()
+        return t.user + t.system
+    except psutil.Error:
+        return None
+
+
 def _look(loop: _Loop) -> None:
-    """Track the tree, sample its memory, read what the logs gained (a timeout line takes stacks)."""
+    """Track the tree, sample its memory, read what the logs gained: a timeout line takes the
+    stacks and starts the early verdict's rounds now; it decides nothing."""
     track(loop.proc.pid, loop.seen)
     loop.rss.sample(loop.seen)
+    grew = loop.logs.last_growth
     for line in loop.logs.new_lines():
         if is_hang_text(line) and loop.words.see(line, time.monotonic()):
             loop.snapshot.wait()
             _call(loop.hooks.on_hang, loop.seen, "watchdog")
-        elif loop.words.armed_at is not None and contradicts_timeout(line):
-            # a rank dies of another error: it is not waiting, whatever it printed before; the run
-            # ends as its launcher ends it (the idle limit and the wall timeout still watch)
-            loop.words.disarm()
-
-
-def _timeout_line(loop: _Loop, now: float) -> LaunchResult | None:
-    """A hang when the grace after a collective-timeout line is over and nothing moved since;
-    else the line stops counting (the ranks went on: it was no verdict)."""
-    words = loop.words
-    if words.armed_at is None or not (now - words.armed_at > loop.spec.hang_grace
-                                      or loop.dumps.ready(words.armed_at, now)):
-        return None
-    if words.stalled(loop.logs.last_growth) and _stuck(loop.hooks.on_idle, loop.seen, loop.snapshot):
-        return loop.ended(now, hang_line=words.first, hang_at=words.first_at,
-                          why=f"{words.first[:300]} (then no output and no rank's stack moved "
-                              f"for {now - words.last_at:.0f} s)")
-    words.disarm()
-    return None
+            if loop.rounds is not None:
+                loop.rounds.hurry()
+    if loop.logs.last_growth != grew and loop.spec.idle_timeout and time.monotonic() - loop.cpu.at > 1.0:
+        loop.cpu.mark(loop.seen)
 
 
 def _deadline(loop: _Loop, now: float) -> LaunchResult | None:
@@ -349,8 +371,8 @@ def _deadline(loop: _Loop, now: float) -> LaunchResult | None:
 
 
 def _early(loop: _Loop, now: float) -> LaunchResult | None:
-    """A hang proven by a round of the early deadlock verdict (none while a timeout line is weighed)."""
-    if loop.rounds is None or loop.words.armed_at is not None:
+    """A hang proven by a round of the early deadlock verdict."""
+    if loop.rounds is None:
         return None
     found = loop.rounds.proven(loop.logs.last_growth, loop.seen, now)
     if found is None:
@@ -370,30 +392,17 @@ def _stuck(on_idle: IdleCheck | None, seen: dict[int, psutil.Process], snapshot:
 
 @dataclass
 class _Words:
-    """The collective-timeout lines of a run: the first (evidence for the record) and, while the
-    check it arms is pending, when the first and the last of them came."""
+    """The first collective-timeout line of a run and when it came: evidence for the record."""
 
     first: str = ""
     first_at: float | None = None
-    armed_at: float | None = None
-    last_at: float = 0.0
 
     def see(self, line: str, now: float) -> bool:
-        """Note a timeout line; True when it arms the check (the stacks are then worth taking)."""
-        if not self.first:
-            self.first, self.first_at = line.strip()[:500], now
-        self.last_at = now
-        if self.armed_at is None:
-            self.armed_at = now
-            return True
-        return False
-
-    def stalled(self, last_growth: float) -> bool:
-        """No log grew after the last timeout line's report."""
-        return last_growth <= self.last_at + REPORT_S
-
-    def disarm(self) -> None:
-        self.armed_at = None
+        """Note a timeout line; True for the first (the stacks are then worth taking)."""
+        if self.first:
+            return False
+        self.first, self.first_at = line.strip()[:500], now
+        return True
 
 
 @dataclass
@@ -416,26 +425,6 @@ class _Rss:
             except psutil.Error:
                 continue
         self.peak = max(self.peak, total)
-
-
-class _Dumps:
-    """The flight-recorder dumps of a hung run.  The grace after the watchdog line ends when every
-    rank wrote one (and a second passed for the last write), or when some did and no other came
-    for ``dump_settle`` seconds: a rank that got past the collective (a barrier that matched the
-    other rank's all-reduce) has nothing timing out, so it never dumps."""
-
-    def __init__(self, spec: LaunchSpec) -> None:
-        self.spec, self.count, self.changed = spec, 0, 0.0
-
-    def ready(self, hang_at: float, now: float) -> bool:
-        if not self.spec.expected_ranks or now - hang_at < 1.0:
-            return False
-        n = len(self.spec.run.fr_dumps())
-        if n != self.count:
-            self.count, self.changed = n, now
-        if n >= self.spec.expected_ranks:
-            return now - self.changed >= 1.0
-        return n > 0 and now - self.changed >= self.spec.dump_settle
 
 
 class _Snapshot:

@@ -18,9 +18,11 @@ with the venv's python as rank 0 of 1, without the launcher's processes (``launc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 import shlex
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,17 +30,19 @@ from pathlib import Path
 
 from dsbisect.core import eta
 from dsbisect.core.errors import DiskFull, EnvBuildError, Interrupted, StoreError, signal_of
-from dsbisect.core.model import Accelerator, Case, Outcome, Point, RunStatus, check_wanted, digest
+from dsbisect.core.model import Accelerator, Case, Launcher, Outcome, Point, RunStatus, check_wanted, digest
 from dsbisect.core.proc import clean_env, writes_bytecode
 from dsbisect.core.redact import redact, remember, scrub_folder, secret_values
-from dsbisect.core.rundir import RunDir
+from dsbisect.core.rundir import RunDir, read_tail
 from dsbisect.envs import facts
+from dsbisect.envs.base import has_module
 from dsbisect.envs.toolchain import first_on_path, ninja_dir
 from dsbisect.envs.venvs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from dsbisect.forensics.evidence import Capture
 from dsbisect.launch import reaper
 from dsbisect.launch.launchers import Target, line_for, plan
-from dsbisect.launch.supervise import LaunchSpec, StartError, free_port, launch
+from dsbisect.launch.guard import GuardLost
+from dsbisect.launch.supervise import LaunchResult, LaunchSpec, StartError, free_port, launch
 from dsbisect.records.run import Evidence, ImportCheck, RunFacts, RunRecord, SkipCause
 from dsbisect.run import memory, multinode
 from dsbisect.run.executor import Progress, RunSpec, Site, Slot
@@ -47,7 +51,7 @@ from dsbisect.run.memory import GateToken, PointGate
 from dsbisect.run.phases import PhaseWatch
 from dsbisect.run.reuse import Reuse, stale
 from dsbisect.store.store import Store
-from dsbisect.verdict.outcome import Classified
+from dsbisect.verdict.outcome import Classified, first_error
 
 
 def accelerator(site: Site, case: Case) -> Accelerator:
@@ -189,6 +193,11 @@ class LocalExecutor:
                 if run.run_dir:  # its logs too are read by the group; known() holds the run's secrets
                     scrub_folder(Path(run.run_dir), skip=(RunDir.RECORD,))
                 raise Interrupted("interrupted; the run's processes were stopped", signal_of(e)) from None
+            except GuardLost as e:  # its supervision failed: no outcome; its processes were stopped by their tag
+                self.store.abandon_run(run.id, f"interrupted: {e}; its processes were stopped")
+                cancel.set()
+                raise Interrupted(f"run {run.id} was interrupted: {e}; its processes were stopped, and the run "
+                                  "is run again next time", int(signal.SIGKILL)) from None
             except DiskFull as e:  # the run is not left running: interrupted, saying why, where that can be written
                 with contextlib.suppress(DiskFull, StoreError):
                     self.store.abandon_run(run.id, str(e))
@@ -301,6 +310,9 @@ class LocalExecutor:
                 return self._skip(job.record, check.reason, SkipCause.IMPORT, env_key=job.env.key,
                                   found=check.facts, case=job.case, env=job.env)
         c, signature, evidence = judge(job, line, ran)
+        untested = no_rank_started(job, line, ran.result) if c.outcome in (Outcome.FAIL, Outcome.HANG) else ""
+        if untested:  # the launcher failed, not the job: untestable with this line
+            return self._skip(job.record, untested, SkipCause.START, env_key=job.env.key, case=job.case, env=job.env)
         short = line.ranks.shortfall(job.run.ranks_started()) if c.outcome is not Outcome.SKIP else ""
         if short:
             self.progress("note", f"{job.case.name} · {job.point.label}: warning: {short}")
@@ -323,6 +335,11 @@ class LocalExecutor:
             variables["DSBISECT_CHECK_IMPORTS"] = ",".join(check_wanted(job.point))
             if self.envs.caches_bytecode(env):  # and caches what it imports (EnvManager.caches_bytecode)
                 variables["DSBISECT_CHECK_BYTECODE"] = "1"
+        case, chosen = installed_launcher(case, env.path)
+        if chosen:
+            with open(run.launcher_log, "a") as note:
+                note.write(f"dsbisect: {chosen}\n")
+            self.progress("note", f"{case.name} · {job.point.label}: {chosen}")
         p = plan(case, Target(env.python, run, port, devices), cuda, variables.get("CUDA_VISIBLE_DEVICES"))
         variables |= p.env
         run.ranks.mkdir(parents=True, exist_ok=True)
@@ -349,8 +366,6 @@ class LocalExecutor:
             wall_timeout=case.timeout,
             idle_timeout=case.idle_timeout,
             quiet_after=max(1.0, case.collective_timeout * 0.4),
-            hang_grace=20.0 if cuda else 5.0,
-            expected_ranks=case.nproc if cuda else 0,
             early_hang=case.early_hang,
         )
         return Line(spec, port, direct, secrets, ranks)
@@ -377,7 +392,8 @@ class LocalExecutor:
         try:
             claims = run.path if line.spec.env.get("DSBISECT_OPS_DIR") else None  # this run's shared op builds
             with PhaseWatch(ops, say, claims):  # "compiling DeepSpeed's shm_comm op (first run of this venv)"
-                result = launch(line.spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=job.cancel)
+                result = launch(line.spec, on_hang=hooks, on_quiet=hooks, on_idle=hooks.stuck, cancel=job.cancel,
+                                on_parked=hooks.parked)
         finally:
             with self._lock:
                 self._ports.discard(line.port)
@@ -422,6 +438,34 @@ class LocalExecutor:
 
 
 # ------------------------------------------------------------------- helpers
+
+
+def installed_launcher(case: Case, venv: Path) -> tuple[Case, str]:
+    """The case to launch, with a launcher the point venv has, and what was chosen instead ("" when
+    nothing was): a script under DeepSpeed's launcher (the default) in a venv without DeepSpeed (a
+    Transformers or Accelerate user's) runs under torchrun, which comes with torch; without torch
+    either, dsbisect starts the ranks itself.  A command line's own launcher is never changed."""
+    if case.command is not None or case.launcher is not Launcher.DEEPSPEED or has_module(venv, "deepspeed"):
+        return case, ""
+    other = Launcher.TORCHRUN if has_module(venv, "torch") else Launcher.DIRECT
+    return (dataclasses.replace(case, launcher=other, launcher_args=()),
+            f"the deepspeed launcher is not installed in the point venv (no deepspeed): the script runs under "
+            f"{'torchrun' if other is Launcher.TORCHRUN else 'no launcher (dsbisect starts the ranks)'} instead")
+
+
+def no_rank_started(job: Job, line: Line, result: LaunchResult) -> str:
+    """Why a failed run tested nothing ("" when a rank started): a launcher line whose launcher
+    ended before any process of the point venv's Python ran as a rank (the start-up hook leaves
+    a file for each), e.g. a launcher the venv lacks (``No module named 'deepspeed'``)."""
+    if line.direct or not line.ranks.count or job.run.ranks_started():
+        return ""
+    text = read_tail(job.run.launcher_log, 1 << 16)
+    own = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("dsbisect:")]
+    said = redact((first_error(text) or (own[-1] if own else ""))[:300]) or f"exit {result.exit_code}"
+    kind = job.case.command.kind.value if job.case.command is not None else job.case.launcher.value
+    return (f"no rank of the job started: the {kind} launcher ended before starting any ({said}); "
+            "use a launcher installed in the point venv (torchrun comes with torch; or `launcher: direct`), "
+            "or install it in the base")
 
 
 def folds_check(case: Case) -> bool:

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from dsbisect.core import proc
 from dsbisect.core.model import Outcome
-from dsbisect.verdict.outcome import Classified, is_reaction, sigkilled
+from dsbisect.verdict.outcome import Classified, child_killed, is_reaction, sigkilled
 
 GB = 1e9
 RANK_GUESS = 1 << 30  # bytes a rank is assumed to need when no run of the case says (torch + a model)
@@ -119,10 +119,11 @@ def oom_verdict(c: Classified, exit_code: int | None, timed_out: bool, tail: str
                 others: int, retried: bool, room: Room | None) -> tuple[Classified, dict]:
     """The outcome of a run given the out-of-memory evidence: untestable (SKIP) when it failed by
     itself (dsbisect did not stop it), killed by SIGKILL (or its ranks only reacted to a peer that
-    went away), while an oom_kill counter rose; the evidence to keep with it ({} otherwise)."""
+    went away, or died of a child of theirs killed by SIGKILL: a DataLoader worker, a
+    subprocess), while an oom_kill counter rose; the evidence to keep with it ({} otherwise)."""
     if kill is None or c.outcome is not Outcome.FAIL or timed_out or exit_code is None:
         return c, {}
-    if not (sigkilled(exit_code, tail) or is_reaction(c.reason)):
+    if not (sigkilled(exit_code, tail) or is_reaction(c.reason) or child_killed(c.reason)):
         return c, {}
     reason = oom_reason(kill, others, retried, room)
     return Classified(Outcome.SKIP, reason), {"source": kill.source, "before": kill.before, "after": kill.after,

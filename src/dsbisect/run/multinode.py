@@ -306,6 +306,10 @@ class RemoteRanks:
         self(procs, "idle")
         return not [r for r, frames in self.capture.stacks.items() if r in before and before[r] != frames]
 
+    def parked(self, procs: list[psutil.Process]) -> bool:
+        """Whether every rank's latest stack (local or remote) waits inside torch.distributed."""
+        return self.capture.parked(procs)
+
     def stop(self) -> list[str]:
         """Teardown on every host: SIGTERM, then SIGKILL, to the run's processes; ``host:pid`` survivors."""
         left = []

@@ -385,15 +385,18 @@ _CONSEQUENCE = re.compile(
     re.IGNORECASE)
 
 
-def contradicts_timeout(line: str) -> bool:
-    """Whether a log line is the exception of another failure than a collective timeout: a rank
-    dying of ``ValueError: the loss went NaN`` after the words were printed is not waiting in a
-    collective. gloo's ``RuntimeError: … Timed out …``, NCCL's abort, a peer's "Connection closed
-    by peer" and the SIGINT of a teardown (``KeyboardInterrupt``) are no contradiction."""
-    _, text = rank_tagged(line.strip())
-    m = _EXC_LINE.match(text.strip())
-    return (bool(m) and m.group(1).endswith(("Error", "Exception")) and not is_hang_text(text)
-            and not is_reaction(text))
+# A rank's own exception that says a process it started died of SIGKILL: torch's DataLoader
+# ("DataLoader worker (pid 7) is killed by signal: Killed."), subprocess ("died with
+# <Signals.SIGKILL: 9>", "exit status -9"), multiprocessing ("exitcode -9"), a broken pool.
+_CHILD_KILLED = re.compile(
+    r"killed by signal: Killed|<Signals\.SIGKILL: 9>|exit status -9\b|exitcode[ =:]*-9\b"
+    r"|process in the process pool was terminated abruptly", re.IGNORECASE)
+
+
+def child_killed(reason: str) -> bool:
+    """Whether the exception a rank died of says a child of it was killed by SIGKILL (what the
+    out-of-memory killer sends): evidence to weigh beside an OOM counter, no verdict alone."""
+    return bool(_CHILD_KILLED.search(reason))
 
 
 def is_reaction(text: str) -> bool:
