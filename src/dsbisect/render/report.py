@@ -23,6 +23,7 @@ from rich.text import Text
 
 from dsbisect import __version__
 from dsbisect.render import nextstep
+from dsbisect.render import numbers as render_numbers
 from dsbisect.core.compat import describe as describe_shims
 from dsbisect.envs.facts import describe_env, describe_host, size
 from dsbisect.forensics.crash import Crash, read_crash
@@ -456,6 +457,7 @@ def bisect_summary(result: Result) -> list[str]:
     lines = [f"verdict: {result.verdict.value}"]
     if result.message:
         lines.append(result.message)
+    lines += render_numbers.lines(getattr(result, "numbers", None))
     if result.regression is not None and result.regression.describe():
         lines.append(result.regression.describe())
     lines += [d for d in result.different if d not in result.message]
@@ -541,8 +543,9 @@ def bisect_markdown(result: Result, command: str, after: NextStep | None = None)
         point = s.label if s.stage is Stage.RELEASE else f"`{s.label}` {_md(s.subject[:60])}"
         lines.append(f"| {s.stage.value} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()}{_by_hand(s)} | {s.verdict.value} | "
                      f"{_run_ids(s)} | {s.seconds:.1f} | {_md(clip_words(s.detail or '', 200))} |")
+    lines += [""] + render_numbers.markdown(result.numbers)
     doubt = _proof_doubt(result)
-    lines += ["", "**Result**", ""] + [f"- **{ln}**" if ln == doubt else f"- {ln}" for ln in bisect_summary(result)]
+    lines += ["**Result**", ""] + [f"- **{ln}**" if ln == doubt else f"- {ln}" for ln in bisect_summary(result)]
     lines += ["", "Reproduce with:", "", _fence(command), ""]
     if after is not None:
         lines += ["Next: find the commit", "", _fence(f"{after.clone}\n{after.rerun}", "bash"), ""]
