@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from dsbisect.core.errors import InputError
 from dsbisect.core.metric import Call, MetricSpec, Reading, run_value
 from dsbisect.core.model import Answer, Outcome, Point, Stage, Verdict
 from dsbisect.core.rundir import RunDir
@@ -66,7 +67,8 @@ class _Measure:
     def __call__(self, i: int) -> float | None:
         have = self.probed.runs.setdefault(i, [])
         runs = self.runner.runs(self.req.case, self.points[i], want=len(have) + 1)
-        new = runs[len(have):]
+        known = {r.id for r in have}  # a recorded run found stale is run again: new ids, not new places
+        new = [r for r in runs if r.id not in known]
         have += new
         value = None
         for r in new:
@@ -80,7 +82,11 @@ class _Measure:
         self.probed.seen.setdefault(i, set()).update(x.name for x in readings)
         if r.outcome is not Outcome.PASS:
             return None
-        got = run_value(readings, self.req.metric)
+        try:
+            got = run_value(readings, self.req.metric)
+        except InputError as e:  # its unit cannot be compared with the threshold's: said, not counted
+            self.probed.seen.setdefault(i, set()).add(f"(unusable: {e})")
+            return None
         if got is None:
             return None
         self.probed.unit = self.probed.unit or got.unit
