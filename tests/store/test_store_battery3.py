@@ -22,6 +22,7 @@ import dsbisect
 
 from dsbisect.core.errors import InputError
 from dsbisect.core.model import Outcome, Point
+from dsbisect.records.bisections import AskedFor, BisectionStatus
 from dsbisect.store import bounds, claims
 from dsbisect.store.repair import repair
 from dsbisect.store.store import DB, SCHEMA, Store
@@ -276,8 +277,8 @@ def test_a_pins_credentials_are_not_kept_at_rest(tmp_path, cli):
     claim = store.claim("toy", "k", point, 1)
     assert claim.run.point.pins == (CRED,)  # the process that runs it has what to install
     store.finish_run(claim.run.id, Outcome.SKIP, None, 0.0, reason=f"could not fetch {CRED.split(' @ ')[1]}")
-    store.save_bisection("b" * 16, "dsb-toy", "1.0.0", "1.1.0", {"argv": ["--pin", CRED], "pins": [CRED]},
-                         "done", {"steps": []})
+    asked = AskedFor.from_json({"case": "toy", "argv": ["--pin", CRED], "pins": [CRED]})
+    store.save_bisection("b" * 16, "dsb-toy", "1.0.0", "1.1.0", asked, BisectionStatus.DONE, {"steps": []})
     store.close()
     for path, data in _files(st).items():
         for secret in (b"Hunter2Secret9", b"Tok3nValue77"):
@@ -316,10 +317,12 @@ def _bisecting(st: Path, host: str | None = None) -> subprocess.Popen:
     """A dsbisect stand-in that records a running bisection and waits (stdin)."""
     code = ("import sys, socket; sys.path[:0] = [sys.argv[2]]\n"
             "from dsbisect.store.store import Store\n"
+            "from dsbisect.records.bisections import AskedFor, BisectionStatus\n"
             + (f"socket.gethostname = lambda: {host!r}\n" if host else "")
             + "st = Store(sys.argv[1])\n"
-            f"st.save_bisection({KEY!r}, 'dsb-toy', '1.0.0', '1.7.0', {{'case': 'toy', "
-            "'argv': ['dsb-toy', '1.0.0', '1.7.0', '--case', 'toy'], 'cwd': '/w'}, 'running', {'steps': []})\n"
+            f"st.save_bisection({KEY!r}, 'dsb-toy', '1.0.0', '1.7.0', AskedFor.from_json({{'case': 'toy', "
+            "'argv': ['dsb-toy', '1.0.0', '1.7.0', '--case', 'toy'], 'cwd': '/w'}), BisectionStatus.RUNNING, "
+            "{'steps': []})\n"
             "print('saved', flush=True)\nsys.stdin.read()\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(st), SRC], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True)
