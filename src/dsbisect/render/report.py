@@ -494,7 +494,7 @@ def bisect_summary(result: Result) -> list[str]:
     lines += [f"not tested: {c}" for c in result.caveats]  # the answer may lie there
     first = _first_bad_step(result)
     said = first.detail or first.outcome.value if first is not None else ""
-    if first is not None and not any(said in ln for ln in lines):  # once: the regression's line may say it
+    if first is not None and getattr(result, "numbers", None) is None and not any(said in ln for ln in lines):  # once: the regression's line may say it
         lines.append(f"at the {bad_word.split()[1]} point: {said}")
     return [safe(ln) for ln in lines]
 
