@@ -47,6 +47,10 @@ def test_a_loss_that_changes_is_bisected_to_its_release(tmp_path_factory, cli, c
                  "--format", "markdown")
     assert md.exit_code == 0, md.output
     assert "| 1.2.0 | 1.75 " in md.stdout and "first bad release: dsb-loss 1.2.0" in md.stdout
+    # the HTML report's answer for the bisection has the values per point too
+    page = cli("report", "--format", "html", "-q", "-o", str(folder / "r.html"), cwd=folder)
+    assert page.exit_code == 0, page.output
+    assert "1.2.0: 1.75 (" in (folder / "r.html").read_text() and "), worse" in (folder / "r.html").read_text()
     # equal ends: not reproduced, with both values; a name no rank reports: untestable, said
     same = _bisect(cli, folder, cache_dir, house, "dsb-loss", "1.0.0", "1.1.0", "--metric", "loss@step5",
                    "--worse-if", "differs by 1%")
