@@ -13,7 +13,7 @@ def lines(numbers: Numbers | None) -> list[str]:
     the notes; nothing for a bisection of pass/fail."""
     if numbers is None:
         return []
-    out = [f"metric {numbers.metric} ({numbers.rule}), {numbers.runs} runs"]
+    out = [f"metric {numbers.metric} ({numbers.rule}), {numbers.runs} run{'s' * (numbers.runs != 1)}"]
     out += [f"  {label}: {values} — {call}" + (f" (measured unlike the ends: {'; '.join(p.conditions)})"
                                                  if p.conditions else "")
             for (label, values, call), p in zip(numbers.table(), numbers.points)]
