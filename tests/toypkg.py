@@ -180,6 +180,16 @@ LOSS = 1.5
     "loss2": """
 LOSS = 1.75
 """ + "STEP_LOSS",
+    # "slow": every rank computes for DSB_TOY_SLEEP wall seconds (default 12) before the barrier:
+    # a longer run, busy (no rank waits in a collective, none looks idle).
+    "slow": """
+def step(dist):
+    import os, time
+    end = time.time() + float(os.environ.get("DSB_TOY_SLEEP", "12"))
+    while time.time() < end:
+        sum(range(10000))
+    dist.barrier()
+""",
     "cuda256": """
 def step(dist):
     import torch

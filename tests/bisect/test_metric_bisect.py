@@ -14,6 +14,7 @@ import toypkg
 from conftest import write_matrix
 
 LOSS = {"1.0.0": "loss1", "1.1.0": "loss1", "1.2.0": "loss2", "1.3.0": "loss2"}
+SLOW = {"4.0.0": "ok", "4.1.0": "slow", "4.2.0": "slow"}
 RAM = {"2.0.0": "ram", "2.1.0": "ram", "2.2.0": "ram256", "2.3.0": "ram256"}
 
 
@@ -80,6 +81,24 @@ def test_memory_each_rank_holds_is_measured_and_bisected(tmp_path_factory, cli, 
     evidence, facts = sqlite3.connect(db).execute("SELECT evidence, facts FROM runs WHERE id = ?", (run,)).fetchone()
     ranks = {r.get("rank") for r in json.loads(evidence)["readings"] if r["name"] == "peak_rss"}
     assert ranks == {0, 1} and "load_start" in json.loads(facts)["conditions"]
+
+
+@pytest.mark.slow
+def test_a_slower_release_is_found_by_wall_time_within_its_noise(tmp_path_factory, cli, cache_dir):
+    """The one timing case: 12 s more a run (about 3x a run's wall here), judged with its noise
+    (more runs where the runs cannot tell); the answer only, no timed assertion."""
+    house = toypkg.build_wheelhouse(tmp_path_factory.mktemp("dsb-slow"), SLOW, dist="dsb-slow")
+    folder = tmp_path_factory.mktemp("slow")
+    write_matrix(folder, ["4.0.0"], package="dsb-slow")
+    res = _bisect(cli, folder, cache_dir, house, "dsb-slow", "4.0.0", "4.2.0",
+                  "--metric", "wall_time", "--worse-if", "higher by 50%", "--format", "json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "4.0.0", "4.1.0"), out["message"]
+    by = {p["label"]: p for p in out["numbers"]["points"]}
+    assert by["4.1.0"]["call"] == "worse" and by["4.0.0"]["median"] + 6 < by["4.1.0"]["median"]
+    busy = out["numbers"]["notes"]
+    assert busy == [] or "timing verdicts are weak here" in busy[0]
 
 
 @pytest.mark.parametrize("extra, words", [
