@@ -158,7 +158,59 @@ def step(dist):
         sys.stdout.flush()
     dist.barrier()
 """,
+    # Numbers (issue 38): each rank holds DSB_TOY_HOLD_MB (default 0) megabytes more on "ram", and
+    # 256 MB more on "ram256"; "loss1"/"loss2" report loss 1.5/1.75 at step 5 in the DSBISECT_METRICS
+    # file and on a printed line; "cuda256" allocates 256 MB more CUDA memory than "ok" does.
+    "ram": """
+def step(dist):
+    import os
+    held = bytearray(int(os.environ.get("DSB_TOY_HOLD_MB", "0")) << 20)
+    held[::4096] = b"x" * len(held[::4096])
+    dist.barrier()
+""",
+    "ram256": """
+def step(dist):
+    held = bytearray(256 << 20)
+    held[::4096] = b"x" * len(held[::4096])
+    dist.barrier()
+""",
+    "loss1": """
+LOSS = 1.5
+""" + "STEP_LOSS",
+    "loss2": """
+LOSS = 1.75
+""" + "STEP_LOSS",
+    # "slow": every rank computes for DSB_TOY_SLEEP wall seconds (default 12) before the barrier:
+    # a longer run, busy (no rank waits in a collective, none looks idle).
+    "slow": """
+def step(dist):
+    import os, time
+    end = time.time() + float(os.environ.get("DSB_TOY_SLEEP", "12"))
+    while time.time() < end:
+        sum(range(10000))
+    dist.barrier()
+""",
+    "cuda256": """
+def step(dist):
+    import torch
+    t = torch.ones(4, device=_device(dist))
+    extra = torch.empty(256 << 20, dtype=torch.uint8, device=_device(dist))
+    dist.all_reduce(t)
+    del extra
+""",
 }
+STEP_LOSS = """
+def step(dist):
+    import json, os
+    for n in range(1, 6):
+        loss = LOSS + 0.1 * (5 - n)
+        with open(os.environ["DSBISECT_METRICS"], "a") as f:
+            f.write(json.dumps({"step": n, "loss": loss, "rank": dist.get_rank()}) + "\\n")
+        print(f"step {n} loss {loss:.4f}", flush=True)
+    dist.barrier()
+"""
+STEP["loss1"] = STEP["loss1"].replace("STEP_LOSS", STEP_LOSS)
+STEP["loss2"] = STEP["loss2"].replace("STEP_LOSS", STEP_LOSS)
 
 DEVICE = """
 def _device(dist):

@@ -373,7 +373,7 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
     run = manual_target(tmp_path / "s", case, p, venv / "bin" / "python").run
     assert f"  logs      {run.path}" in said
     assert (f"  run       mkdir -p {run.ranks} && cd {run.path} && env DS_ACCELERATOR=cpu CUDA_VISIBLE_DEVICES= "
-            f"DSBISECT_RUN_DIR={run.path} DSBISECT_COLLECTIVE_TIMEOUT=3 DSBISECT_CASE=c TORCH_NCCL_TRACE_BUFFER_SIZE=2000 "
+            f"DSBISECT_RUN_DIR={run.path} DSBISECT_METRICS={run.metrics} DSBISECT_COLLECTIVE_TIMEOUT=3 DSBISECT_CASE=c TORCH_NCCL_TRACE_BUFFER_SIZE=2000 "
             f"TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_NCCL_DEBUG_INFO_TEMP_FILE={run.fr_prefix} "
             f"TORCH_FR_DUMP_TEMP_FILE={run.fr_prefix} OMP_NUM_THREADS=1 {venv}/bin/python -u -m deepspeed.launcher.runner "
             f"--num_gpus 2 --master_port 29500 --enable_each_rank_log={run.ranks} {case.script}") in said, said

@@ -47,6 +47,11 @@ variables are set, and it never raises.
   top-level modules it took from site folders -- as ``<run dir>/imports/pid<P>.json``
   (``dsbisect_trace.py``, installed beside this file, has the format).  dsbisect digests them
   when the run ends: a recorded run is reused only while they are unchanged.
+- ``DSBISECT_RUN_DIR`` (in a rank; off with ``DSBISECT_MEASURE=0``): the rank's peak RSS, its
+  peak CUDA memory where it initialized CUDA, and the time of each optimizer step, written at
+  its exit to ``<run dir>/measured/rank<R>.pid<P>.json`` (``dsbisect_measure.py``, installed
+  beside this file, has the format); ``DSBISECT_METRICS`` names the JSON-lines file a script
+  may write its own numbers to (dsbisect sets it; the hook leaves it alone).
 - ``DSBISECT_RUN_DIR`` (in a rank; off with ``DSBISECT_FR_PROBE=0``): a daemon thread that
   answers dsbisect's flight-recorder requests for the early deadlock verdict.  Every 0.2 s
   it looks for ``<run dir>/fr/request.<n>`` (dsbisect numbers them 1, 2, ... and never
@@ -548,6 +553,19 @@ def _start_trace(run_dir):
     dsbisect_trace.start(run_dir)
 
 
+def _measure(run_dir, rank):
+    """The rank's own figures for the run (``dsbisect_measure.py``, beside this file): started in
+    a process with ``RANK`` set, unless ``DSBISECT_MEASURE=0``; the module, or None."""
+    if not run_dir or rank is None or not os.path.isdir(run_dir) or os.environ.get("DSBISECT_MEASURE", "1") == "0":
+        return None
+    try:
+        import dsbisect_measure
+    except ModuleNotFoundError:  # a copy of this hook without it, as some tests make
+        return None
+    dsbisect_measure.start(run_dir, rank)
+    return dsbisect_measure
+
+
 def _decode_env():
     """Variables that reached this node base64-encoded (see multinode.write_env_file)."""
     import base64
@@ -566,9 +584,12 @@ def _main():
     extra = _timeout_patches(float(timeout)) if timeout else {}
     if os.environ.get("DSBISECT_OPS_DIR"):  # just-in-time ops shared between venvs (dsbisect_ops.py)
         extra["torch.utils.cpp_extension"] = _share_ops
+    run_dir = os.environ.get("DSBISECT_RUN_DIR")
+    measure = _measure(run_dir, os.environ.get("RANK"))
+    if measure is not None:
+        extra["torch.optim.optimizer"] = measure.watch_steps
     if compat or extra:
         _install_shims(compat, extra)
-    run_dir = os.environ.get("DSBISECT_RUN_DIR")
     mortal = run_dir or os.environ.get("DSBISECT_DIE_WITH_PARENT") == "1"  # the separate import check
     if mortal and sys.platform.startswith("linux") and os.environ.get("DSBISECT_PDEATHSIG", "1") == "1":
         _die_with_parent()

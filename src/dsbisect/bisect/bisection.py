@@ -125,6 +125,12 @@ class Bisection:
             versions = versions[start:]
         points = [self.points.release(v) for v in versions]
         self._save(BisectionStatus.RUNNING, {"candidates": versions})
+        if req.metric is not None:  # a regression as a number: its own search (bisect.numeric)
+            from dsbisect.bisect.numeric import bisect_numbers
+
+            result = replace(bisect_numbers(self.runner, req, versions, points), good_end=good_end)
+            self._save(BisectionStatus.DONE, result.to_json())
+            return result
         if req.confidence is not None:  # flaky: the probabilistic search tests the ends itself
             found, conf, problem = self._flaky(versions, points, Stage.RELEASE)
         else:

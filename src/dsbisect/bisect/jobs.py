@@ -19,11 +19,13 @@ from typing import Generic, TypeVar
 from packaging.version import Version
 
 from dsbisect.core.errors import InputError
+from dsbisect.core.metric import MetricSpec, parse_metric
 from dsbisect.core.mode import Mode
 from dsbisect.core.model import Accelerator, Case, EnvOptions, IndexOptions, RegressOn
 from dsbisect.records.results import Request, Result
 from dsbisect.run import matrix
 from dsbisect.run.executor import Place
+from dsbisect.verdict.readings import compile_pattern
 from dsbisect.run.settings import Display, ExecutorKind, Frontend, Settings, Sources, open_session
 
 
@@ -70,6 +72,27 @@ class SearchChoice:
     git_repo: Path | None = None
     verify_commit_ends: bool = True
     prove: bool = True
+    metric: str | None = None  # --metric NAME[@stepN][@AGG]
+    worse_if: str | None = None  # --worse-if 'lower by 5%'
+    metric_pattern: str | None = None  # --metric-pattern REGEX with (?P<value>...)
+
+    def metric_spec(self, envs: bool) -> MetricSpec | None:
+        """--metric and --worse-if as a spec (None when neither is given); an InputError for a
+        bad one, one without the other, or one beside what a numeric search does not do yet."""
+        if self.metric is None and self.worse_if is None and self.metric_pattern is None:
+            return None
+        if self.metric is None or self.worse_if is None:
+            raise InputError("--metric and --worse-if go together: e.g. --metric loss@step50 --worse-if 'differs by 1%'")
+        spec = parse_metric(self.metric, self.worse_if)
+        if self.metric_pattern is not None:
+            compile_pattern(self.metric_pattern)
+        clash = [flag for flag, on in (("--confidence", self.confidence is not None), ("--find-fix", self.find_fix),
+                                       ("--confirm", self.confirm > 1), ("--git-repo", self.git_repo is not None),
+                                       ("--signature", self.signature is not None), ("--good-env", envs)) if on]
+        if clash:
+            raise InputError(f"--metric does not go with {clash[0]} yet: a number is bisected over releases "
+                             "(the search itself decides how often to run each point)")
+        return spec
 
     @property
     def mode(self) -> Mode:
@@ -156,6 +179,7 @@ class BisectRequest:
         """The checks before the report file's: --confidence, and two environments given whole
         and not beside PACKAGE GOOD BAD."""
         self.search.check_confidence(self.good, self.pair.given)
+        self.search.metric_spec(self.pair.given)
         if not self.pair.given:
             return
         self.pair.paths()
@@ -199,11 +223,13 @@ def release_request(request: BisectRequest, invocation: Invocation, settings: Se
     executor = settings.placement.executor_for()
     s = request.search
     s.check_signature()
+    spec = s.metric_spec(False)
     req = Request(package=request.package, good=request.good, bad=request.bad, case=case,
                   pins=matrix.check_pins(list(request.what.pin or []), request.package), regress_on=s.regress_on,
                   mode=s.mode, repeat=s.repeat, signature=s.signature, pre=request.pre, git_repo=s.git_repo,
                   verify_commit_ends=s.verify_commit_ends, confirm=s.confirm, include_yanked=request.include_yanked,
-                  prove=s.prove, argv=invocation.argv, any_failure=s.any_failure, confidence=s.confidence)
+                  prove=s.prove, argv=invocation.argv, any_failure=s.any_failure, confidence=s.confidence,
+                  metric=spec, metric_pattern=s.metric_pattern)
     return Checked(req, env_defaults, executor)
 
 

@@ -43,6 +43,9 @@ class SearchOpts(SearchChoice):
     confidence: Annotated[Optional[float], typer.Option("--confidence", metavar="P", help="For a flaky regression: a probabilistic bisection, one run per probe where it tells most, until one boundary holds probability P (e.g. 0.95; between 0.5 and 1); a point that fails once is bad. Not with --repeat or --confirm.")] = None
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="A clone of the package's repository: go on into the commits.")] = None
     verify_commit_ends: Annotated[bool, typer.Option("--verify-commit-ends/--no-verify-commit-ends", help="Build and test both tags from source before the commit search.")] = True
+    metric: Annotated[Optional[str], typer.Option("--metric", help="Bisect a number: peak_rss, wall_time, loss@step50...")] = None
+    worse_if: Annotated[Optional[str], typer.Option("--worse-if", help="'lower by 5%', 'higher by 200 MB', 'differs by 1%'.")] = None
+    metric_pattern: Annotated[Optional[str], typer.Option("--metric-pattern", help="Read --metric from lines matching this; (?P<value>...) is the number.")] = None
     prove: Annotated[bool, typer.Option("--prove/--no-prove", help="After the commit search: revert the first bad commit on top of the first bad release and run that (one more build and run).")] = True
 
 

@@ -22,6 +22,8 @@
       run.json                      the run's record (the store's index is rebuilt from these)
       inputs/NN-<name>              copies of the (small) files the command line named
       imports/pid<P>.json           the local modules process P imported (the start-up hook's)
+      metrics.jsonl                 the numbers the script reported itself (``DSBISECT_METRICS``)
+      measured/rank<R>.pid<P>.json  rank R's peak RSS, peak CUDA memory and step times (the hook's)
 
 Standard library only: ``forensics`` reads run folders with it on machines without torch.
 """
@@ -154,6 +156,25 @@ class RunDir:
         """The local modules each interpreter of the run imported (``pid<P>.json``, written by the
         start-up hook in the point venv, which cannot import this)."""
         return self.path / "imports"
+
+    @property
+    def metrics(self) -> Path:
+        """The JSON-lines file a script may write its numbers to (``DSBISECT_METRICS``)."""
+        return self.path / "metrics.jsonl"
+
+    @property
+    def measured(self) -> Path:
+        """What the start-up hook measured of each rank (``rank<R>.pid<P>.json``)."""
+        return self.path / "measured"
+
+    def measured_files(self) -> list[tuple[int, Path]]:
+        """(rank, path) of every rank's measurement file."""
+        out = []
+        for path in sorted(self.measured.glob("rank*.pid*.json")):
+            m = _FH_NAME.match(path.name.removesuffix(".json") + ".txt")
+            if m:
+                out.append((int(m.group(1)), path))
+        return out
 
     @property
     def deepspeed_env(self) -> Path:

@@ -320,7 +320,8 @@ def install_hook(venv: Path, entries: Mapping[str, str]) -> None:
     keeps old envs current."""
     install_launchers(venv, entries)
     site_dir = site_packages(venv)
-    for name in ("dsbisect_hook", "dsbisect_ops", "dsbisect_trace"):  # imported by the hook, when asked
+    # the hook, and what it imports when asked
+    for name in ("dsbisect_hook", "dsbisect_ops", "dsbisect_trace", "dsbisect_measure"):
         src = hook_source(name)
         target = site_dir / f"{name}.py"
         if not target.is_file() or target.read_text() != src:

@@ -414,9 +414,11 @@ def added_options(case: Case, cuda: bool) -> str:
 
 def launch_env(case: Case, run: RunDir) -> dict[str, str]:
     """What every process of a run gets from dsbisect: the run folder (the start-up hook writes
-    there), the collective timeout, the flight recorder's dump files, and the case's env."""
+    there), the file a script may write its numbers to, the collective timeout, the flight
+    recorder's dump files, and the case's env."""
     return {
         "DSBISECT_RUN_DIR": str(run.path),
+        "DSBISECT_METRICS": str(run.metrics),
         "DSBISECT_COLLECTIVE_TIMEOUT": f"{case.collective_timeout:g}",
         "DSBISECT_CASE": case.name,
     } | flight_recorder_env(run) | dict(case.env)

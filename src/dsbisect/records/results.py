@@ -22,6 +22,7 @@ from typing import Any
 
 from packaging.utils import canonicalize_name
 
+from dsbisect.core.metric import MetricSpec
 from dsbisect.search.confidence import Confidence, confidence_from_json, confidence_json
 from dsbisect.verdict.identity import Identity
 from dsbisect.core.mode import Mode
@@ -39,6 +40,7 @@ from dsbisect.core.model import (
     worst,
 )
 from dsbisect.records import migrate
+from dsbisect.records.numbers import Numbers
 from dsbisect.records.proof import Proof
 from dsbisect.core.outside import clip
 from dsbisect.core.redact import redact_tree
@@ -97,6 +99,8 @@ class Request:
     prove: bool = True  # after a commit step: the revert proof (not in the key: it adds a step, changes no answer)
     any_failure: bool = False  # count every failure of the rule's kind, not only the bad end's own
     confidence: float | None = None  # --confidence P: the probabilistic search (bayes), one run per probe
+    metric: MetricSpec | None = None  # --metric/--worse-if: a regression as a number (bisect.numeric)
+    metric_pattern: str | None = None  # --metric-pattern: the regex that reads the metric from the output
 
     @property
     def key(self) -> str:
@@ -107,6 +111,7 @@ class Request:
             **({"include_yanked": True} if self.include_yanked else {}),
             **({"any_failure": True} if self.any_failure else {}),
             **({"confidence": self.confidence} if self.confidence is not None else {}),
+            **({"metric": self.metric.describe(), "metric_pattern": self.metric_pattern} if self.metric else {}),
             "git": str(self.git_repo) if self.git_repo else None,
         })
 
@@ -310,6 +315,7 @@ class Result:
     regression: Regression | None = None
     different: tuple[str, ...] = ()  # "1.1.0 failed differently (...): not counted; --any-failure counts it"
     confidence: tuple[Confidence, ...] = ()  # --confidence: one per stage searched
+    numbers: Numbers | None = None  # --metric: the values per tested point and the answer
 
     @property
     def exit_code(self) -> int:
@@ -336,6 +342,7 @@ class Result:
             "confirm": self.confirm.to_json() if self.confirm else None,
             "proof": self.proof.to_json() if self.proof else None,
             "confidence": confidence_json(req.confidence, self.confidence),
+            **({"numbers": self.numbers.to_json()} if self.numbers else {}),
         }
 
     @classmethod
@@ -354,7 +361,7 @@ class Result:
                    _str(d, "commit_message"), Confirmation.from_json(confirm) if confirm else None,
                    _str(d, "good_end"), _strs(d.get("caveats")),
                    Proof.from_json(proof, mode) if proof else None, regression, _strs(d.get("different")),
-                   found)
+                   found, Numbers.from_json(d.get("numbers")))
 
 
 def dumps(r: Result) -> str:

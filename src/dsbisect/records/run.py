@@ -15,7 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
+from dsbisect.core.metric import Reading
 from dsbisect.verdict.identity import Failure, HangSignature, Identity, Rule, judge, learn
+from dsbisect.records import readings
 from dsbisect.records.inputs import Inputs
 from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict, read_enum
 
@@ -143,7 +145,7 @@ class Evidence(_Keyed):
         "manual": (str,), "note": (str,), "files": (list,), "notes": (list,), "taken": (list,),
         "survivors": (list,), "pids": (list,), "peak_rss": (int,), "hang_detected_after_s": _NUM,
         "oom": (dict,), "error_frames": (list,), "escaped": (list,), "shm_removed": (list,),
-        "skip_cause": (str,), "hang": (dict,)}
+        "skip_cause": (str,), "hang": (dict,), "readings": (list,), "readings_dropped": (int,)}
     manual: str | None = None
     note: str | None = None
     files: tuple[str, ...] | None = None
@@ -159,6 +161,8 @@ class Evidence(_Keyed):
     shm_removed: tuple[str, ...] | None = None
     skip_cause: SkipCause | None = None  # a SKIP recorded by this dsbisect or a later one
     hang: Mapping[str, Any] | None = None  # a HANG's signature, typed (identity.HangSignature.to_json)
+    readings: tuple | None = None  # the run's numbers (records.readings' JSON; ``numbers`` reads them)
+    readings_dropped: int | None = None  # readings over what a record keeps (records.readings.MAX_KEPT)
 
     @classmethod
     def _read(cls, key: str, value: Any) -> Any:
@@ -169,6 +173,11 @@ class Evidence(_Keyed):
         """The mark by hand, when the run is one (a mark that is no verdict marks nothing)."""
         mark = read_enum(Verdict, self.manual, None)
         return Manual(mark, self.note) if mark is not None else None
+
+    @property
+    def numbers(self) -> tuple[Reading, ...]:
+        """The numbers the run reported and dsbisect measured, as recorded."""
+        return readings.from_json(self.readings)
 
     @property
     def oom_others(self) -> int:
@@ -237,7 +246,8 @@ class RunFacts(_Keyed):
     SHAPES: ClassVar[dict[str, tuple[type, ...]]] = {
         "python": (str,), "versions": (dict,), "cuda": (str,), "nccl": (str,), "nvcc": (str,),
         "gpus": (list,), "host": (dict,), "command": (list,), "inputs": (list,), "index": (str,),
-        "shadowed": (list,), "accelerator": (str,), "fingerprint": (dict,), "slurm": (dict,)}
+        "shadowed": (list,), "accelerator": (str,), "fingerprint": (dict,), "slurm": (dict,),
+        "conditions": (dict,)}
     python: str | None = None
     versions: Mapping[str, str] | None = None
     cuda: str | None = None
@@ -252,6 +262,7 @@ class RunFacts(_Keyed):
     accelerator: str | None = None
     fingerprint: Mapping[str, Any] | None = None
     slurm: Mapping[str, Any] | None = None
+    conditions: Mapping[str, Any] | None = None  # what moves numbers as the run ran (records.conditions)
 
     @classmethod
     def _read(cls, key: str, value: Any) -> Any:

@@ -21,10 +21,10 @@ from dsbisect.render.nextstep import NextStep
 def next_step(result: Result | EnvResult, command: str, index: IndexOptions) -> NextStep | None:
     """What to do after a found release pair: the clone (from a margin before the last good
     release's upload date on the index, when it says) and the compare link; None for any other
-    answer (and no index read for it)."""
+    answer, and for a bisection of a number (its commit step is not there yet; no index read)."""
     from dsbisect.envs.versions import released
 
-    if isinstance(result, EnvResult) or nextstep.next_step(result, command, None) is None:
+    if isinstance(result, EnvResult) or result.numbers is not None or nextstep.next_step(result, command, None) is None:
         return None
     try:
         when = released(result.request.package, result.last_good, index)

@@ -399,6 +399,9 @@ def _summary(b) -> str:
         c = res.commit
         if c and c.first_bad:
             parts.append(f"{word[1]} commit {c.first_bad[:12]} {c.subject}".rstrip())
+        if res.numbers is not None:  # a bisection of a number: its answer and the value at each point
+            parts.append(res.numbers.answer)
+            parts += [f"{label}: {values}, {call}" for label, values, call in res.numbers.table()]
     if r.culprits:
         parts.append("culprits: " + ", ".join(r.culprits))
     why = r.message if r.environment else (r.answers[0].message if r.answers else "")

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from dsbisect import __version__
 from dsbisect.render import nextstep
+from dsbisect.render import numbers as render_numbers
 from dsbisect.core.compat import describe as describe_shims
 from dsbisect.envs.facts import describe_env, describe_host, size
 from dsbisect.forensics.crash import Crash, read_crash
@@ -318,6 +319,15 @@ def _stack_details(run: RunRecord) -> str:
 # ---------------------------------------------------------------------- json
 
 
+# Kept in run.json and the store (issue 38) but not yet in the pinned ``--format json`` of a run
+# (tests/cli/test_contract.py): a bisection's JSON carries the numbers it used under "numbers".
+_UNPINNED = {"evidence": ("readings", "readings_dropped"), "environment": ("conditions",)}
+
+
+def _pinned(part: str, d: dict) -> dict:
+    return {k: v for k, v in d.items() if k not in _UNPINNED[part]}
+
+
 def run_json(r: RunRecord) -> dict:
     return {
         "id": r.id,
@@ -333,8 +343,8 @@ def run_json(r: RunRecord) -> dict:
         "reason": r.reason,
         "signature": r.signature,
         "run_dir": r.run_dir,
-        "evidence": r.evidence.to_json(),
-        "environment": r.facts.to_json(),
+        "evidence": _pinned("evidence", r.evidence.to_json()),
+        "environment": _pinned("environment", r.facts.to_json()),
         "manual": r.evidence.manual,  # good/bad/skip: marked by hand (dsbisect mark), not run by dsbisect
     }
 
@@ -458,6 +468,7 @@ def bisect_summary(result: Result) -> list[str]:
     lines = [f"verdict: {result.verdict.value}"]
     if result.message:
         lines.append(result.message)
+    lines += render_numbers.lines(getattr(result, "numbers", None))
     if result.regression is not None and result.regression.describe():
         lines.append(result.regression.describe())
     lines += [d for d in result.different if d not in result.message]
@@ -485,7 +496,7 @@ def bisect_summary(result: Result) -> list[str]:
     lines += [f"not tested: {c}" for c in result.caveats]  # the answer may lie there
     first = _first_bad_step(result)
     said = first.detail or first.outcome.value if first is not None else ""
-    if first is not None and not any(said in ln for ln in lines):  # once: the regression's line may say it
+    if first is not None and getattr(result, "numbers", None) is None and not any(said in ln for ln in lines):  # once: the regression's line may say it
         lines.append(f"at the {bad_word.split()[1]} point: {said}")
     return [safe(ln) for ln in lines]
 
@@ -543,8 +554,9 @@ def bisect_markdown(result: Result, command: str, after: NextStep | None = None)
         point = s.label if s.stage is Stage.RELEASE else f"`{s.label}` {_md(s.subject[:60])}"
         lines.append(f"| {s.stage.value} | {point} | {ICON[s.outcome]} {s.outcome.value.upper()}{_by_hand(s)} | {s.verdict.value} | "
                      f"{_run_ids(s)} | {s.seconds:.1f} | {_md(clip_words(s.detail or '', CELL))} |")
+    lines += [""] + render_numbers.markdown(result.numbers)
     doubt = _proof_doubt(result)
-    lines += ["", "**Result**", ""] + [f"- **{ln}**" if ln == doubt else f"- {ln}" for ln in bisect_summary(result)]
+    lines += ["**Result**", ""] + [f"- **{ln}**" if ln == doubt else f"- {ln}" for ln in bisect_summary(result)]
     lines += ["", "Reproduce with:", "", _fence(command), ""]
     if after is not None:
         lines += ["Next: find the commit", "", _fence(f"{after.clone}\n{after.rerun}", "bash"), ""]

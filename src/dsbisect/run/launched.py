@@ -25,6 +25,7 @@ from dsbisect.forensics.stuck import analyze, hang_record
 from dsbisect.launch import reaper
 from dsbisect.launch.launchers import Ranks
 from dsbisect.launch.supervise import LaunchResult, LaunchSpec
+from dsbisect.records.conditions import Conditions
 from dsbisect.records.run import Evidence, RunFacts, RunRecord, SkipCause
 from dsbisect.run import memory
 from dsbisect.run.executor import Slot
@@ -76,6 +77,7 @@ class Ran:
     remote_left: tuple[str, ...]  # processes on other nodes that could not be stopped
     escaped: reaper.Reaped  # processes that had left the tree, found by their tag
     shm: tuple[str, ...]  # shared-memory files of the run removed
+    conditions: Conditions = Conditions()  # what moves numbers, as the run started (envs.conditions)
 
 
 def judge(job: Job, line: Line, ran: Ran) -> tuple[Classified, str, Evidence]:

@@ -34,7 +34,7 @@ from dsbisect.core.model import Accelerator, Case, Launcher, Outcome, Point, Run
 from dsbisect.core.proc import clean_env, writes_bytecode
 from dsbisect.core.redact import redact, remember, scrub_folder, secret_values
 from dsbisect.core.rundir import RunDir, read_tail
-from dsbisect.envs import facts
+from dsbisect.envs import conditions, facts
 from dsbisect.envs.base import has_module
 from dsbisect.envs.toolchain import first_on_path, ninja_dir
 from dsbisect.envs.venvs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
@@ -43,8 +43,10 @@ from dsbisect.launch import reaper
 from dsbisect.launch.launchers import Target, line_for, plan
 from dsbisect.launch.guard import GuardLost
 from dsbisect.launch.supervise import LaunchResult, LaunchSpec, StartError, free_port, launch
+from dsbisect.records import readings
 from dsbisect.records.run import Evidence, ImportCheck, RunFacts, RunRecord, SkipCause
 from dsbisect.run import memory, multinode
+from dsbisect.run import readings as run_readings
 from dsbisect.run.executor import Progress, RunSpec, Site, Slot
 from dsbisect.run.launched import Job, Line, Ran, judge, record_inputs
 from dsbisect.run.memory import GateToken, PointGate
@@ -385,6 +387,7 @@ class LocalExecutor:
         added = f"; {line.ranks.said()}" if line.ranks.said() else ""
         self.progress("run", f"{case.name} · {job.point.label}: running (run {job.record.id}, {how}, "
                              f"{job.accel.value}{added})")
+        started = conditions.at_start(job.accel.value, line.spec.env, job.slot.devices)
         t0 = time.monotonic()
         ooms = memory.oom_counts()
         ops = Path(line.spec.env.get("TORCH_EXTENSIONS_DIR") or job.env.path / EXTENSIONS)
@@ -401,18 +404,22 @@ class LocalExecutor:
                 remote_left = hooks.stop()
             escaped = reaper.stop_tagged(run.path)  # daemons that left the process tree
             shm = reaper.remove_run_shm(line.port) if case.nodes.hostfile is None else []
-        return Ran(result, capture, t0, ooms, given, named, tuple(remote_left), escaped, tuple(shm))
+        return Ran(result, capture, t0, ooms, given, named, tuple(remote_left), escaped, tuple(shm), started)
 
     def _record(self, job: Job, ran: Ran, check: ImportCheck, c: Classified, signature: str,
                 evidence: Evidence) -> RunRecord:
-        """Store the finished run, with the facts of its venv, inputs and machine."""
+        """Store the finished run, with its numbers and the facts of its venv, inputs, machine and
+        conditions."""
         case, point, env, accel = job.case, job.point, job.env, job.accel
+        seconds = time.monotonic() - ran.t0
+        evidence |= numbers_evidence(job.run, seconds)
         done = self.store.finish_run(
-            job.record.id, c.outcome, ran.result.exit_code, time.monotonic() - ran.t0, reason=c.reason,
+            job.record.id, c.outcome, ran.result.exit_code, seconds, reason=c.reason,
             signature=signature, evidence=evidence,
             facts=check.facts | ran.given | RunFacts.of(
                 accelerator=accel.value, shadowed=env.shadowed, host=facts.host(), index=self.envs.index.origin,
-                fingerprint=self.reuse.record(case, point, env, job.run, ran.named, accel.value)),
+                fingerprint=self.reuse.record(case, point, env, job.run, ran.named, accel.value),
+                conditions=conditions.at_end(ran.conditions).to_json()),
             env_key=env.key,
         )
         said = f" ({c.reason})" if c.outcome is Outcome.SKIP else ""
@@ -466,6 +473,12 @@ def no_rank_started(job: Job, line: Line, result: LaunchResult) -> str:
     return (f"no rank of the job started: the {kind} launcher ended before starting any ({said}); "
             "use a launcher installed in the point venv (torchrun comes with torch; or `launcher: direct`), "
             "or install it in the base")
+
+
+def numbers_evidence(run: RunDir, seconds: float) -> Evidence:
+    """The run's numbers (``run.readings``) as its evidence keeps them."""
+    found = run_readings.collect(run, seconds)
+    return Evidence.of(readings=readings.to_json(found.readings) or None, readings_dropped=found.dropped or None)
 
 
 def folds_check(case: Case) -> bool:
