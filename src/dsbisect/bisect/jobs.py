@@ -18,6 +18,7 @@ from typing import Generic, TypeVar
 
 from packaging.version import Version
 
+from dsbisect.bisect.span import CommitSpan
 from dsbisect.core.errors import InputError
 from dsbisect.core.model import Accelerator, Case, EnvOptions, IndexOptions, RegressOn
 from dsbisect.records.results import Request, Result
@@ -140,6 +141,7 @@ class BisectRequest:
     include_yanked: bool = False
     manual: bool = False
     pair: EnvPair = field(default_factory=EnvPair)
+    span: CommitSpan = field(default_factory=CommitSpan)  # --commits OLD..NEW (no releases), its budget
 
     @property
     def words(self) -> list[str]:
@@ -148,8 +150,12 @@ class BisectRequest:
 
     def check(self, invocation: Invocation) -> None:
         """The checks before the report file's: --confidence, and two environments given whole
-        and not beside PACKAGE GOOD BAD."""
+        and not beside PACKAGE GOOD BAD; --commits not beside them, its budget not without it."""
         self.search.check_confidence(self.good, self.pair.given)
+        if self.span.budgeted and not self.span.given:
+            raise InputError("--max-runs and --deadline bound a --commits OLD..NEW search")
+        if self.span.given and self.pair.given:
+            raise InputError("give either --commits OLD..NEW or --good-env and --bad-env, not both")
         if not self.pair.given:
             return
         self.pair.paths()
@@ -204,9 +210,14 @@ def release_request(request: BisectRequest, invocation: Invocation, settings: Se
 def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Settings,
                     frontend: Frontend) -> tuple[Result, IndexOptions]:
     """`bisect PACKAGE GOOD BAD`: the release (then commit) bisection, everything checked before
-    the store or the cache is touched; its result, and the index settings it read."""
+    the store or the cache is touched; its result, and the index settings it read (with
+    ``--commits``: the search of a clone's commits alone, ``commitjob``)."""
     from dsbisect.bisect.bisection import Bisection, plan
 
+    if request.span.given:
+        from dsbisect.bisect.commitjob import bisect_commits
+
+        return bisect_commits(request, invocation, settings, frontend)
     checked = release_request(request, invocation, settings)
     req, executor = checked.request, checked.executor
     index = settings.sources.resolve()
