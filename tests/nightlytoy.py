@@ -5,10 +5,10 @@
 commit to HEAD, first-parent, with harmless commits between:
 
 - ``regression``: ``add`` is off by one (a plain failure, squash-merged as ``(#101)``);
-- ``flaky``: ``noisy`` fails every other run (a counter file in ``$DSB_NIGHTLY_DRAWS``, so that the
-  sequence is the same every time: a single run may pass, two in a row never both do);
-- ``hang``: ``settle`` takes a lock it already holds (the process never ends);
-- ``cuda``: nothing in the package; kept for a test that needs a later commit.
+- ``flaky``: ``noisy`` fails every other run, the first included (a counter file in
+  ``$DSB_NIGHTLY_DRAWS``, so that the sequence is the same every time: one run may pass, two in a
+  row never both do);
+- ``hang``: ``settle`` takes a lock it already holds (the process never ends).
 
 A ``dsbisect.yaml`` at the root holds the cases (``command:`` lines, the repository's folder as
 their working folder) with ``build_pins: []`` so that a commit builds offline with the base's
@@ -48,7 +48,7 @@ CORE_BAD = {
     n = (int(open(path).read()) if path and os.path.exists(path) else 0) + 1
     if path:
         open(path, "w").write(str(n))
-    if n % 2 == 0:
+    if n % 2 == 1:
         raise RuntimeError("noisy: the reduction lost a term (now and then)")
     return True
 ''',
