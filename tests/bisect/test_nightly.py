@@ -127,7 +127,8 @@ def test_green_budget_resume_and_the_issue_opened_then_updated(tmp_path, toy, ca
         "found", "regression", h["regression"], "101", "true")
     assert out["pr_url"] == "https://github.com/example/dsb-nightly/pull/101" and out["author"] == "Ada Lovelace"
     assert out["line"].startswith(f"regression: first bad {h['regression'][:10]} Speed up add (#101), proven by revert")
-    assert 3 < _runs(job.temp / "dsbisect-store") <= 3 + 8  # the first night's three runs were reused, not run again
+    # the first night's three runs were reused: two more probes and the proof's two runs were new
+    assert _runs(job.temp / "dsbisect-store") == 3 + 4
     body = Path(out["issue_body"]).read_text()
     assert f"<!-- dsbisect regression {out['issue_key']} -->" in body
     assert "reverting " + h["regression"][:10] in body and "the commit is the cause" in body
@@ -141,6 +142,7 @@ def test_green_budget_resume_and_the_issue_opened_then_updated(tmp_path, toy, ca
     job = wf.run()
     out = job.steps["bisect"].outputs
     assert out["first_bad"] == h["regression"] and out["resumed"] == "false"
+    assert _runs(job.temp / "dsbisect-store") == 7  # nothing ran again
     assert [p.name for p in gh.glob("issue-*.md")] == ["issue-1.md"]
     assert out["issue_key"] in (gh / "comments-1.md").read_text()
     calls = [json.loads(ln)[:2] for ln in (gh / "calls.log").read_text().splitlines()]

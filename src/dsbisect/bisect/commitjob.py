@@ -62,6 +62,20 @@ def commit_job(request: BisectRequest, invocation: Invocation, settings: Setting
     return CommitJob(Checked(req, env_defaults, executor), span, budget)
 
 
+def shadowing(req: Request, span: Span) -> str:
+    """Why the command may import the clone's own files instead of the commit under test ("" when
+    nothing says so): it runs at the clone's root, where a flat layout keeps the package
+    (``deepspeed/``); ``python -m …`` and a script there put that folder first on ``sys.path``."""
+    name = req.package.lower().replace("-", "_")
+    at_root = [p for p in (req.case.cwd, req.case.script.parent if req.case.script.is_file() else None)
+               if p is not None and p.resolve() == span.repo]
+    if not at_root or not (span.repo / name / "__init__.py").is_file():
+        return ""
+    return (f"the command runs at the root of {span.repo}, which holds {name}/: `python -m …` or a script there "
+            f"imports that folder (your checkout) instead of the commit under test; run it from another folder "
+            f"(e.g. cd tests), or with python -P (3.11+)")
+
+
 def bisect_commits(request: BisectRequest, invocation: Invocation, settings: Settings,
                    frontend: Frontend) -> tuple[Result, IndexOptions]:
     """`bisect PACKAGE --commits OLD..NEW`: everything checked, then the search; its result and
@@ -79,6 +93,9 @@ def bisect_commits(request: BisectRequest, invocation: Invocation, settings: Set
     runner = open_session(settings, env_options, index, ui, executor=executor)
     req = dataclasses.replace(req, width=len(runner.slots(req.case)))
     span = job.span
+    shadow = shadowing(req, span)
+    if shadow:
+        frontend.say(f"note: {shadow}")
     frontend.say(f"{span.between} commit{'s' if span.between != 1 else ''} after {span.old.short} ({span.old_ref}) "
                  f"up to {span.new.short} ({span.new_ref}), first-parent"
                  + (f"; budget: {job.budget.describe()}" if job.budget.given else ""))
