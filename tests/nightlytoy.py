@@ -77,6 +77,10 @@ cases:
   add: {{command: [python, -m, pytest, -q, -p, no:cacheprovider, tests/test_add.py]}}
   noisy: {{command: [python, -m, pytest, -q, -p, no:cacheprovider, tests/test_noisy.py]}}
   settle: {{command: [python, -m, pytest, -q, -p, no:cacheprovider, tests/test_settle.py]}}
+  add_on_gpus:  # the same test, on 2 CUDA GPUs: on a machine without them, every point is the machine's skip
+    command: [python, -m, pytest, -q, -p, no:cacheprovider, tests/test_add.py]
+    accelerator: cuda
+    nproc: 2
 """
 
 

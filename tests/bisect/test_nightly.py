@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sqlite3
 import sys
 from pathlib import Path
@@ -180,3 +181,23 @@ def test_a_flaky_regression_is_found_with_repeat(tmp_path, toy, cache_dir):
     assert bisect.outcome == "success", bisect.stdout[-3000:]
     assert (out["verdict"], out["finding"], out["first_bad"], out["pr"]) == ("found", "regression", h["flaky"], "102")
     assert "PASS (2 of 2 runs) — the commit is the cause" in Path(out["issue_body"]).read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="a machine without CUDA GPUs is the point")
+def test_a_machine_that_cannot_run_the_points_is_infra_not_a_regression(tmp_path, toy, cache_dir):
+    repo, h = toy
+    _checkout(repo, h["head"])
+    suite = "PYTHONPATH=src python -m pytest -q -p no:cacheprovider tests/test_add.py"
+    wf, gh = _harness(tmp_path, repo, cache_dir, suite=suite,
+                      **{"bisect-args": "--matrix dsbisect.yaml --case add_on_gpus --jobs 1"})
+    job = wf.run()
+    bisect = job.steps["bisect"]
+    out = bisect.outputs
+    assert bisect.outcome == "success", bisect.stdout[-3000:]
+    assert (out["verdict"], out["finding"], out["files_issue"], out["exit_code"]) == (
+        "untestable", "infra", "false", "1")
+    assert "::warning title=dsbisect infra::" in bisect.stdout
+    assert "::warning title=dsbisect untested::" in bisect.stdout and "the machine's: too few GPUs (needs" in bisect.stdout
+    assert job.step("Open or update the issue").outcome == "skipped" and not list(gh.glob("issue-*"))
+    assert nightlytoy.git(repo, "rev-parse", "nightly-last-green") == h["green"]  # the tag stays
