@@ -6,7 +6,8 @@ could not run because of the machine (too few GPUs, the out-of-memory killer, a 
 scheduler) is *infra*, never a verdict on the commit; a hang is a verdict like a failure (when
 the bad end hangs, the hang is the regression, proven and bisected like any other).  The cause
 of an untested point is the run's recorded ``SkipCause`` (what the processes did: the exit
-code, the import check, the kernel's OOM kill, the GPU count), never words it printed.  Pure.
+code, the import check, the kernel's OOM kill, the GPU count, a CUDA initialisation the
+start-up hook saw fail), never words it printed.  Pure.
 """
 
 from __future__ import annotations
@@ -39,12 +40,12 @@ class Finding(enum.Enum):
 
 
 # The machine's doing: another machine (or the same one later) may well run the point.
-MACHINE = frozenset({SkipCause.GPUS, SkipCause.OOM, SkipCause.NODES, SkipCause.SLURM})
+MACHINE = frozenset({SkipCause.GPUS, SkipCause.OOM, SkipCause.NODES, SkipCause.SLURM, SkipCause.CUDA})
 CAUSE_WORDS = {SkipCause.GPUS: "too few GPUs", SkipCause.OOM: "out of memory (killed)",
                SkipCause.NODES: "a node could not run it", SkipCause.SLURM: "the scheduler ended it",
                SkipCause.VENV: "could not be built", SkipCause.IMPORT: "does not import",
                SkipCause.START: "could not start", SkipCause.EXIT_125: "the command said untestable (exit 125)",
-               SkipCause.MANUAL: "marked skip by hand"}
+               SkipCause.MANUAL: "marked skip by hand", SkipCause.CUDA: "CUDA could not be initialised"}
 
 
 @dataclass(frozen=True)
