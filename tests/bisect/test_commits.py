@@ -178,3 +178,26 @@ def test_the_json_of_a_commit_search_and_its_resume(tmp_path, cli, toy, cache_di
     assert out["commit"]["first_bad"] == h["regression"] and out["commit"]["commits_in_range"] == 7
     assert out["candidates"][0] == h["green"][:10] and out["proof"] is None
     assert [s["run_ids"] for s in out["steps"][:2]] == [[1], [2]]  # the ends: the first job's runs
+
+
+def test_a_flat_layout_at_the_clones_root_is_named_before_the_search(tmp_path):
+    """python -m at the root of a clone that keeps the package there (DeepSpeed's deepspeed/)
+    imports the checkout, not the commit under test: said before anything runs."""
+    from dsbisect.bisect.commitjob import shadowing
+    from dsbisect.bisect.span import Span
+    from dsbisect.envs.gitrepo import Commit
+    from dsbisect.records.results import Request
+    from conftest import make_case
+    import dataclasses
+
+    repo = tmp_path / "clone"
+    (repo / "dsb_flat").mkdir(parents=True)
+    (repo / "dsb_flat" / "__init__.py").write_text("")
+    span = Span(repo.resolve(), "a", "b", (Commit("a" * 40, "x"), Commit("b" * 40, "y")))
+    case = make_case(tmp_path, name="t")
+    at_root = Request("dsb-flat", "a" * 40, "b" * 40, dataclasses.replace(case, cwd=repo))
+    assert "which holds dsb_flat/" in shadowing(at_root, span) and "python -P" in shadowing(at_root, span)
+    below = Request("dsb-flat", "a" * 40, "b" * 40, dataclasses.replace(case, cwd=repo / "dsb_flat"))
+    assert shadowing(below, span) == ""  # run from a sub-folder: the package is not on sys.path
+    other = Request("dsb-other", "a" * 40, "b" * 40, dataclasses.replace(case, cwd=repo))
+    assert shadowing(other, span) == ""  # a src layout, or another package

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A run meant for GPUs whose CUDA cannot be initialised is the machine's (a skip), not a
+# failure of the code: checked on a GPU machine (no network; dsbisect's wheels in .gpu/tool,
+# `pip download --only-binary=:all: --python-version 3.12 typer rich packaging uv pydantic pyyaml
+# platformdirs psutil filelock py-spy pypi-simple`). A broken node is stood in for by a script
+# that asks for a device the driver cannot give (CUDA_VISIBLE_DEVICES=99 set before torch).
+set -u
+OUT=${OUT:-/tmp/dsbisect-cuda-init}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/cuda-init.log") 2>&1
+[ -x /tmp/site/bin/uv ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/tool/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+nvidia-smi -L
+work=/tmp/cuda-init && rm -rf "$work" && mkdir -p "$work/house" && cd "$work" || exit 1
+cat > gone.py <<'PY'
+import os
+os.environ["CUDA_VISIBLE_DEVICES"] = "99"  # a device the driver cannot give, as on a broken node
+import torch
+print(torch.zeros(1, device="cuda"))
+PY
+cat > fine.py <<'PY'
+import torch
+print(torch.zeros(1, device="cuda"))
+PY
+common=(--accelerator cuda --nproc 1 --store "$work/store" --cache-dir "$work/cache" --offline --find-links "$work/house")
+for s in gone fine; do
+  python3 -m dsbisect run "${common[@]}" --format json -- python "$s.py" > "$OUT/$s.json"
+  echo "$s: exit $?"
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['runs'][0]; print(r['outcome'], '|', r['reason'], '|', r.get('evidence', {}).get('skip_cause'))" "$OUT/$s.json"
+done
+ls "$work"/store/runs/*/machine/ 2>/dev/null && cat "$work"/store/runs/*/machine/*.json
