@@ -153,7 +153,7 @@ class Workflow:
             pass
         elif uses == "actions/cache/restore":
             prefix = given["restore-keys"].strip()
-            found = sorted(p for p in cache.iterdir() if p.name.startswith(prefix))
+            found = sorted((p for p in cache.iterdir() if p.name.startswith(prefix)), key=lambda p: p.stat().st_mtime_ns)
             if found:  # the newest key of the prefix, as actions/cache restores
                 shutil.copytree(found[-1], given["path"], dirs_exist_ok=True)
         elif uses == "actions/cache/save":

@@ -38,7 +38,10 @@ green() {
     if [ "${DSBISECT_PUSH:-1}" = 1 ]; then
         git push --quiet --force origin "refs/tags/$tag"
     fi
-    rm -f "$state"  # a cut-short range is moot once HEAD is green
+    if [ -e "$state" ]; then  # a cut-short range is moot once HEAD is green: the cache must forget it too
+        rm -f "$state"
+        output store_changed true
+    fi
     output last_green "$head"
     summary "dsbisect nightly: green at ${head:0:10}; $tag moved there"
 }

@@ -114,7 +114,7 @@ def test_green_budget_resume_and_the_issue_opened_then_updated(tmp_path, toy, ca
     assert "## ⏳ dsbisect: unfinished" in bisect.summary and "the budget ran out (--max-runs 3" in bisect.summary
     assert job.failed and job.step("Fail the night when the suite failed").outcome == "failure"
     assert job.step("Open or update the issue").outcome == "skipped"
-    (saved,) = (wf.home / "cache").iterdir()  # the store, kept by the cache step
+    (saved,) = (wf.home / "cache").iterdir()  # the store, kept by the cache step (night 0 kept none)
     assert (saved / "nightly-range").read_text().split() == [h["green"], h["head"]]
     assert _runs(saved) == 3
 
@@ -201,3 +201,22 @@ def test_a_machine_that_cannot_run_the_points_is_infra_not_a_regression(tmp_path
     assert "::warning title=dsbisect untested::" in bisect.stdout and "the machine's: too few GPUs (needs" in bisect.stdout
     assert job.step("Open or update the issue").outcome == "skipped" and not list(gh.glob("issue-*"))
     assert nightlytoy.git(repo, "rev-parse", "nightly-last-green") == h["green"]  # the tag stays
+
+
+def test_a_green_night_forgets_an_unfinished_range(tmp_path, toy, cache_dir):
+    """The cache a red night saved holds an unfinished range; a green night in between drops it
+    (and saves the store again), so the next red night bisects from the new last green commit."""
+    repo, h = toy
+    _checkout(repo, h["green"])
+    wf, gh = _harness(tmp_path, repo, cache_dir, suite="true")
+    old = wf.home / "cache" / "dsbisect-dsb-nightly-999"
+    old.mkdir(parents=True)
+    (old / "nightly-range").write_text(f"{h['green']} {h['head']}\n")
+    job = wf.run()
+    assert not job.failed and job.steps["green"].outputs["store_changed"] == "true"
+    assert job.step("Keep the store for the next job").outcome == "success"
+    newest = max((wf.home / "cache").iterdir(), key=lambda p: p.stat().st_mtime_ns)
+    assert newest != old and not (newest / "nightly-range").exists()
+    job = wf.run()  # green again, nothing to forget: the store is not saved again
+    assert "store_changed" not in job.steps["green"].outputs
+    assert job.step("Keep the store for the next job").outcome == "skipped"
