@@ -8,7 +8,8 @@ commit to HEAD, first-parent, with harmless commits between:
 - ``flaky``: ``noisy`` fails every other run, the first included (a counter file in
   ``$DSB_NIGHTLY_DRAWS``, so that the sequence is the same every time: one run may pass, two in a
   row never both do);
-- ``hang``: ``settle`` takes a lock it already holds (the process never ends).
+- ``hang``: ``settle`` takes a lock it already holds (the process never ends; the case's idle limit,
+  30 s without output, a moving stack or CPU, tells it from a slow run on a loaded machine).
 
 A ``dsbisect.yaml`` at the root holds the cases (``command:`` lines, the repository's folder as
 their working folder) with ``build_pins: []`` so that a commit builds offline with the base's
@@ -76,7 +77,9 @@ axes:  # what `dsbisect run` would take; a --commits search builds each commit i
 cases:
   add: {{command: [python, -m, pytest, -q, -p, no:cacheprovider, tests/test_add.py]}}
   noisy: {{command: [python, -m, pytest, -q, -p, no:cacheprovider, tests/test_noisy.py]}}
-  settle: {{command: [python, -m, pytest, -q, -p, no:cacheprovider, tests/test_settle.py]}}
+  settle:  # a hang is a run that sits still: silent, no stack moving, no CPU (a slow run on a loaded machine is none)
+    command: [python, -m, pytest, -q, -p, no:cacheprovider, tests/test_settle.py]
+    idle_timeout: 30
   add_on_gpus:  # the same test, on 2 CUDA GPUs: on a machine without them, every point is the machine's skip
     command: [python, -m, pytest, -q, -p, no:cacheprovider, tests/test_add.py]
     accelerator: cuda
@@ -104,7 +107,7 @@ def commit(repo: Path, message: str, files: dict[str, str] | None = None) -> str
     return git(repo, "rev-parse", "HEAD")
 
 
-def make(repo: Path, timeout: float = 20.0) -> dict[str, str]:
+def make(repo: Path, timeout: float = 300.0) -> dict[str, str]:
     """The toy's repository at ``repo``, its ``origin`` a bare repository beside it (what the
     workflow pushes its tag to); the hashes by name (``green``, ``regression``, ``flaky``, ``hang``,
     ``head``).  The last green commit is tagged ``nightly-last-green`` (locally and on origin)."""
