@@ -201,3 +201,35 @@ def test_a_first_failure_that_is_a_reaction_to_a_peer_does_not_decide_the_hang()
     assert "Timed out waiting 3000ms" in died_of_timeout(r0 + reaction, {0: r0, 1: reaction}, first=(1, 1))
     assert died_of_timeout(r0 + crash, {0: r0, 1: crash}, first=(1, 1)) == ""  # a crash named first decides
     assert died_of_timeout(r0 + reaction, {0: r0, 1: reaction}, first=(1, -9)) == ""  # killed: no timeout
+
+
+PYTEST_TAIL = """\
+F                                                                        [100%]
+=================================== FAILURES ===================================
+___________________________________ test_add ___________________________________
+
+    def test_add():
+>       assert add(2, 2) == 4
+E       assert 5 == 4
+E        +  where 5 = add(2, 2)
+
+tests/test_add.py:5: AssertionError
+=========================== short test summary info ============================
+FAILED tests/test_add.py::test_add - assert 5 == 4
+FAILED tests/test_add.py::test_sub - RuntimeError: the reduction lost a term
+1 failed in 0.05s
+"""
+
+
+def test_a_pytest_run_names_the_tests_that_failed():
+    from dsbisect.verdict.outcome import pytest_failures
+
+    c = classify(1, False, "", "", PYTEST_TAIL)
+    assert c.outcome is Outcome.FAIL
+    assert c.reason == "FAILED tests/test_add.py::test_add - assert 5 == 4 (and 1 more)"
+    assert pytest_failures("FAILED tests/x.py::t - no summary header\n") == ""  # words alone, out of place
+    assert classify(0, False, "", "", PYTEST_TAIL).outcome is Outcome.PASS  # the exit code decides
+    errored = PYTEST_TAIL.replace("FAILED tests/test_add.py::test_add - assert 5 == 4\nFAILED tests/test_add.py::"
+                                  "test_sub - RuntimeError: the reduction lost a term\n",
+                                  "ERROR tests/test_add.py - ImportError: cannot import name 'add'\n")
+    assert classify(2, False, "", "", errored).reason == "ERROR tests/test_add.py - ImportError: cannot import name 'add'"
