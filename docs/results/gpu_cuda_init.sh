@@ -4,6 +4,10 @@
 # `pip download --only-binary=:all: --python-version 3.12 typer rich packaging uv pydantic pyyaml
 # platformdirs psutil filelock py-spy pypi-simple`). A broken node is stood in for by a script
 # that asks for a device the driver cannot give (CUDA_VISIBLE_DEVICES=99 set before torch).
+# Expected: gone.py a skip, "the machine's: CUDA could not be initialised (rank 0: RuntimeError: …)",
+# skip_cause cuda; fine.py a pass. Not run yet: the GPU machine takes the merged checkout (run it
+# from the repository root there, after the merge). On CPU the hook's note is tested with this
+# machine's torch (tests/verdict/test_machine.py).
 set -u
 OUT=${OUT:-/tmp/dsbisect-cuda-init}
 mkdir -p "$OUT"
