@@ -201,3 +201,25 @@ def test_a_flat_layout_at_the_clones_root_is_named_before_the_search(tmp_path):
     assert shadowing(below, span) == ""  # run from a sub-folder: the package is not on sys.path
     other = Request("dsb-other", "a" * 40, "b" * 40, dataclasses.replace(case, cwd=repo))
     assert shadowing(other, span) == ""  # a src layout, or another package
+
+
+def test_a_good_end_off_the_line_starts_from_the_merge_base(tmp_path):
+    """A release branch's commit as the good end: the first-parent chain from the merge base,
+    which the search tests rather than assumes (the span says so)."""
+    from dsbisect.bisect.span import CommitSpan, check_span
+
+    repo = tmp_path / "r"
+    repo.mkdir()
+    nightlytoy.git(repo, "init", "-q", "-b", "main")
+    base = nightlytoy.commit(repo, "base")
+    c1 = nightlytoy.commit(repo, "on main 1")
+    nightlytoy.git(repo, "checkout", "-q", "-b", "release", base)
+    rel = nightlytoy.commit(repo, "on the release branch")
+    nightlytoy.git(repo, "checkout", "-q", "main")
+    c2 = nightlytoy.commit(repo, "on main 2")
+    span = check_span(CommitSpan(f"{rel[:12]}..main"), repo)
+    assert [c.hash for c in span.chain] == [base, c1, c2] and span.between == 2
+    assert span.note == f"{rel[:12]} is not an ancestor of main: the commits searched are the first-parent ones " \
+                        f"from their merge base {base[:10]}"
+    assert span.new.describe  # the bad end is described for its points' version
+    assert check_span(CommitSpan(f"{base}.."), repo).new.hash == c2  # OLD.. is OLD..HEAD

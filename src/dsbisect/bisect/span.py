@@ -11,7 +11,7 @@ are each one ``InputError``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from dsbisect.core import proc
@@ -59,7 +59,6 @@ class Span:
     new_ref: str
     chain: tuple[Commit, ...]
     note: str = ""  # the merge base taken for a good end that is no ancestor of the bad one
-    merge_base: bool = field(default=False)
 
     @property
     def old(self) -> Commit:
@@ -101,7 +100,7 @@ def check_span(given: CommitSpan, git_repo: Path | None) -> Span:
         raise InputError(f"--commits {given.commits}: no commits between {old_ref} and {new_ref} "
                          f"(both are {new_hash[:10]}); give a good end before the bad one")
     chain = (gitrepo.commit(repo, start), *commits[:-1], gitrepo.commit(repo, new_hash))
-    return Span(repo, old_ref, new_ref, chain, note, merge_base=start != old_hash)
+    return Span(repo, old_ref, new_ref, chain, note)
 
 
 def changed_files(repo: Path) -> list[str]:
