@@ -223,3 +223,25 @@ def test_a_good_end_off_the_line_starts_from_the_merge_base(tmp_path):
                         f"from their merge base {base[:10]}"
     assert span.new.describe  # the bad end is described for its points' version
     assert check_span(CommitSpan(f"{base}.."), repo).new.hash == c2  # OLD.. is OLD..HEAD
+
+
+@pytest.mark.slow
+def test_a_flaky_commit_is_found_with_confidence(tmp_path, cli, toy, cache_dir, monkeypatch):
+    """--confidence over commits: the flaky commit (its test fails every other run), with the
+    probability the search reached and the revert proof."""
+    repo, h = toy
+    nightlytoy.git(repo, "checkout", "-q", "main")
+    (tmp_path / "house").mkdir()
+    (tmp_path / "draws").mkdir()
+    monkeypatch.setenv("DSB_NIGHTLY_DRAWS", str(tmp_path / "draws"))
+    res = cli("bisect", "dsb-nightly", "--commits", "nightly-last-green..HEAD", "--git-repo", ".", "--matrix",
+              "dsbisect.yaml", "--case", "noisy", "--offline", "--find-links", str(tmp_path / "house"), "--jobs", "1",
+              "--store", str(tmp_path / "store"), "--cache-dir", str(cache_dir), "-q", "--format", "json",
+              "--confidence", "0.9", cwd=repo)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["verdict"] == "found" and out["commit"]["first_bad"] == h["flaky"]
+    conf = out["confidence"]["commit"]
+    assert conf["status"] == "sure" and conf["probability"] >= 0.9 and conf["first_bad"] == h["flaky"][:10]
+    assert out["regression"]["identity"].startswith("FAIL FAILED tests/test_noisy.py::test_noisy - RuntimeError: noisy")
+    assert out["proof"]["verdict"] == "proven"
