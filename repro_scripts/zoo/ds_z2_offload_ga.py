@@ -18,6 +18,13 @@ Kind: regression.
 Environment: one CUDA GPU (the offload path moves gradients between the GPU and pinned CPU
     buffers), 1 rank under the deepspeed launcher.  Without CUDA the script exits 125.
 
+Metric form (``--metric-only``, issue 38): the same job asserts nothing and exits 0; it writes a
+JSON line per optimizer step, ``{"step": N, "update_rel_error": E, "update_norm": U, "loss": L}``
+(E the relative error below, L the last micro-batch's loss), to the file named by
+``DSBISECT_METRICS`` when set, and prints it.
+    dsbisect bisect deepspeed 0.14.4 0.15.3 --matrix repro_scripts/zoo/matrix.yaml \
+        --case ds_z2_offload_ga_metric --metric update_rel_error@step2 --worse-if 'higher by 0.05'
+
 Two optimizer steps of a small fp32 MLP under ZeRO-2 with the optimizer offloaded to the CPU (a
 torch SGD, zero_force_ds_cpu_optimizer false and
 zero_allow_untested_optimizer true: no JIT-built op), 4 micro-batches each, checked
@@ -29,10 +36,21 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import sys
 
 LR, GAS, MICRO = 0.1, 4, 8
+
+
+def emit(record: dict) -> None:
+    """One JSON line: on stdout, and appended to $DSBISECT_METRICS when it is set."""
+    line = json.dumps(record)
+    print(line, flush=True)
+    path = os.environ.get("DSBISECT_METRICS")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
 
 
 def flat(params):
@@ -45,6 +63,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--local_rank", type=int, default=0)
     ap.add_argument("--tolerance", type=float, default=0.05)
+    ap.add_argument("--metric-only", action="store_true", help="report the numbers, assert nothing")
     args = ap.parse_args()
     import torch
 
@@ -87,6 +106,11 @@ def main() -> int:
         worst = max(worst, err)
         print(f"step {step + 1}: update {got.norm():.5g}, reference {want.norm():.5g}, relative error {err:.3g}",
               flush=True)
+        if args.metric_only:
+            emit({"step": step + 1, "update_rel_error": round(err, 6), "update_norm": round(got.norm().item(), 8),
+                  "loss": round(loss.item(), 8)})
+    if args.metric_only:
+        return 0
     if worst > args.tolerance:
         print(f"GradAccumError: the accumulated update is off by {worst:.1%} (tolerance {args.tolerance:.0%})",
               file=sys.stderr)

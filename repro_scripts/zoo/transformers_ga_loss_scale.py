@@ -32,6 +32,12 @@ How established: the released wheels' ``Trainer.training_step``/``get_batch_samp
 Environment: CPU, 1 process (torchrun --nproc_per_node 1), < 1 GB, ~22 s per run.  Tiny BERT from a
 config, no downloads.
 
+Metric form (``--metric-only``, issue 38): the same job asserts nothing and exits 0; it writes
+  ``{"step": 1, "update_ratio": R, "loss": L}`` as a JSON line to the file named by
+  ``DSBISECT_METRICS`` when set (and prints it): R the ratio below, L the Trainer's training loss.
+    dsbisect bisect transformers 4.45.2 4.46.3 --matrix repro_scripts/zoo/matrix.yaml \
+        --case transformers_ga_loss_scale_metric --metric update_ratio --worse-if 'differs by 5%'
+
 Check: one optimizer step (SGD, lr 1, no clipping, no dropout) over 8 samples as 2 micro-batches
 of 4 (GA = 2); the parameter change must equal -lr times the gradient of the mean loss over the
 8 samples, computed by hand on a copy of the model.  The ratio of the two (projected) must be 1
@@ -42,15 +48,27 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import os
 import sys
 import tempfile
+
+
+def emit(record: dict) -> None:
+    """One JSON line: on stdout, and appended to $DSBISECT_METRICS when it is set."""
+    line = json.dumps(record)
+    print(line, flush=True)
+    path = os.environ.get("DSBISECT_METRICS")
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--local_rank", type=int, default=0)  # the deepspeed launcher passes it
     ap.add_argument("--ga", type=int, default=2)
+    ap.add_argument("--metric-only", action="store_true", help="report the numbers, assert nothing")
     args = ap.parse_args()
 
     import torch
@@ -102,13 +120,16 @@ def main() -> int:
         use_cpu=True,
         seed=0,
     )
-    Trainer(model=model, args=targs, train_dataset=Data()).train()
+    result = Trainer(model=model, args=targs, train_dataset=Data()).train()
 
     after = torch.cat([p.detach().flatten() for p in model.parameters()])
     delta = after - before
     ratio = float(torch.dot(delta, expected) / torch.dot(expected, expected))
     rel = float((delta - ratio * expected).norm() / expected.norm())
     print(f"update / expected update = {ratio:.4f} (off-direction residue {rel:.2e})", flush=True)
+    if args.metric_only:
+        emit({"step": 1, "update_ratio": round(ratio, 6), "loss": round(float(result.training_loss), 6)})
+        return 0
     if abs(ratio - 1.0) > 0.01 or rel > 0.01:
         raise AssertionError(f"gradient accumulation scaled the update by {ratio:.3f} (expected 1.000)")
     print("ok", flush=True)

@@ -19,12 +19,14 @@ from conftest import make_case
 
 from dsbisect.bisect.bisection import Bisection, plan
 from dsbisect.core.errors import InputError
-from dsbisect.bisect.marks import Mark, record, release_point
+from dsbisect.bisect.marks import record, release_point
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import Answer, IndexOptions, Outcome, RegressOn, Stage, Verdict
 from dsbisect.records.results import Request, Result
 from dsbisect.run.executor import Delegated
 from dsbisect.run.runner import Runner
 from dsbisect.store.store import Store
+from dsbisect.records.bisections import BisectionStatus
 
 VERSIONS = [f"1.{i}.0" for i in range(8)]
 
@@ -53,7 +55,7 @@ def _engine(tmp_path: Path, index: IndexOptions, marks: dict[str, list[str]], **
     store = Store(tmp_path / ".dsbisect")
     for version, said in marks.items():
         for attempt, mark in enumerate(said, 1):
-            record(store, case, release_point(case, "dsb-toy", version, ()), Mark(mark), attempt=attempt)
+            record(store, case, release_point(case, "dsb-toy", version, ()), Verdict(mark), attempt=attempt)
     req = Request("dsb-toy", request.pop("good", VERSIONS[0]), request.pop("bad", VERSIONS[-1]), case, **request)
     return Bisection(Runner(store=store, envs=None, place=NoRuns), index, req), store
 
@@ -80,12 +82,12 @@ def test_the_first_bad_release_after_the_ends_in_log2_probes(tmp_path, index, fi
     assert result.candidates == tuple(VERSIONS) and result.exit_code == 0
     # what the store keeps is the result's JSON, and it reads back as the same result
     saved = store.bisection(bis.req.key)
-    assert saved.status == "done" and saved.result == result.to_json()
+    assert saved.status is BisectionStatus.DONE and saved.result == result.to_json()
     assert Result.from_json(saved.result).to_json() == result.to_json()
 
 
 def test_find_fix_looks_for_the_first_good_release(tmp_path, index):
-    bis, _ = _engine(tmp_path, index, _marks("1.5.0", fix=True), find_fix=True)
+    bis, _ = _engine(tmp_path, index, _marks("1.5.0", fix=True), mode=Mode.FIND_FIX)
     result = bis.run()
     assert (result.verdict, result.last_good, result.first_bad) == (Answer.FOUND, "1.4.0", "1.5.0")
     assert result.to_json()["mode"] == "find-fix"
@@ -168,7 +170,7 @@ def test_a_range_the_index_does_not_have_is_bad_input(tmp_path, index):
 def test_the_request_key_ignores_what_does_not_change_the_answer(tmp_path):
     req = Request("dsb-toy", "1.0.0", "1.7.0", make_case(tmp_path, "c"))
     assert replace(req, argv=("bisect", "x"), prove=False, width=4, confirm=3).key == req.key
-    for changed in (replace(req, repeat=2), replace(req, find_fix=True), replace(req, regress_on=RegressOn.HANG),
+    for changed in (replace(req, repeat=2), replace(req, mode=Mode.FIND_FIX), replace(req, regress_on=RegressOn.HANG),
                     replace(req, any_failure=True), replace(req, pins=("a==1",)), replace(req, package="dsb_Toy2")):
         assert changed.key != req.key
     assert replace(req, package="DSB_toy").key == req.key  # the name as PyPI compares it

@@ -15,6 +15,7 @@ from test_revert_proof import _bisect as _proof_bisect, history, scratch_tmp  # 
 
 from dsbisect.search.confidence import Confidence, ends_problem, proof_runs
 from dsbisect.search.bayes import Status
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import Answer, Outcome, Stage
 
 RANGE = {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "ok", "1.3.0": "flakyfail", "1.4.0": "flakyfail",
@@ -88,17 +89,17 @@ def test_the_sentence_and_the_ends():
     capped = Confidence(0.95, Stage.RELEASE, Status.CAPPED, 0.81, 66, 0.4, "1.3.0", "1.4.0", ("1.4.0",))
     assert capped.describe() == ("most likely first bad 1.4.0 with probability 0.81; not sure (66 runs, the cap; "
                                  "bad points failed 40 % of the time, good points never; asked for 0.95)")
-    fix = Confidence(0.9, Stage.RELEASE, Status.SURE, 0.9996, 9, 0.5, "2.0", "2.2", ("2.1", "2.2"), find_fix=True)
+    fix = Confidence(0.9, Stage.RELEASE, Status.SURE, 0.9996, 9, 0.5, "2.0", "2.2", ("2.1", "2.2"), Mode.FIND_FIX)
     assert fix.describe() == ("first fixed one of 2.1, 2.2 (untestable points between 2.0 and 2.2) with probability "
                               "0.99 (9 runs; broken points failed 50 % of the time, fixed points never)")
     steps = (("ValueError: x", Outcome.FAIL), ("", Outcome.HANG))
-    assert ends_problem(Status.NOT_REPRODUCED, False, ("1.5", "1.0"), steps, {}, 16) == (
+    assert ends_problem(Status.NOT_REPRODUCED, Mode.REGRESSION, ("1.5", "1.0"), steps, {}, 16) == (
         Answer.NOT_REPRODUCED, "1.5 (the bad end) passed 16 of 16 runs: the regression does not reproduce here")
-    assert ends_problem(Status.OTHER_END_FAILS, False, ("1.5", "1.0"), steps, {}, 3) == (
+    assert ends_problem(Status.OTHER_END_FAILS, Mode.REGRESSION, ("1.5", "1.0"), steps, {}, 3) == (
         Answer.GOOD_END_BAD, "1.0 (the good end) also hung; widen the range")
-    assert ends_problem(Status.FLAKY_END_SKIP, False, ("1.5", "1.0"), steps, {}, 1) == (
+    assert ends_problem(Status.FLAKY_END_SKIP, Mode.REGRESSION, ("1.5", "1.0"), steps, {}, 1) == (
         Answer.UNTESTABLE, "1.5 (the bad end) could not be tested: ValueError: x")
-    assert ends_problem(Status.SURE, False, ("1.5", "1.0"), steps, {}, 4) is None
+    assert ends_problem(Status.SURE, Mode.REGRESSION, ("1.5", "1.0"), steps, {}, 4) is None
     # the revert proof runs until a still-flaky tree would have failed with probability P
     assert proof_runs((c,)) == 3 and proof_runs(()) == 0  # 0.32 ** 3 < 0.05
 

@@ -16,6 +16,7 @@ from dsbisect.core.errors import InputError
 from dsbisect.core.model import Accelerator, GitSource, IndexOptions, Outcome, Point, Verdict
 from dsbisect.records.results import Request
 from dsbisect.store.store import Store
+from dsbisect.records.bisections import AskedFor, BisectionStatus
 
 
 def _runs(store: Path) -> list[dict]:
@@ -82,7 +83,7 @@ def test_a_skip_mark_is_outcome_skip_and_is_kept(tmp_path, cli):
     runner = Runner(store=Store(tmp_path / ".dsbisect"), envs=None, place=NoRuns)
     point = Point(versions=(("dsb-toy", "1.2.0"),))
     (found,) = runner.runs(case, point, want=2)
-    assert found.outcome is Outcome.SKIP and found.manual.mark == "skip"
+    assert found.outcome is Outcome.SKIP and found.manual.mark is Verdict.SKIP
 
 
 def test_marked_points_are_the_bisections_points(tmp_path):
@@ -218,9 +219,9 @@ def _toy_bisection(store: Store, case, argv: list[str]) -> None:
                                    ("1.2.0", "bad", d))]
     steps.append({"stage": "confirm", "version": "1.2.0", "commit": None, "verdict": "bad", "run_ids": [d]})
     store.save_bisection("0123456789abcdef", "dsb-toy", "1.0.0", "1.3.0",
-                         {"case": case.name, "pins": [], "regress_on": "hang", "find_fix": False, "repeat": 1,
-                          "signature": None, "argv": argv, "cwd": "/somewhere"},
-                         "done", {"verdict": "ambiguous", "last_good": "1.0.0", "first_bad": "1.2.0", "steps": steps})
+                         AskedFor.from_json({"case": case.name, "pins": [], "regress_on": "hang", "find_fix": False,
+                                             "repeat": 1, "signature": None, "argv": argv, "cwd": "/somewhere"}),
+                         BisectionStatus.DONE, {"verdict": "ambiguous", "last_good": "1.0.0", "first_bad": "1.2.0", "steps": steps})
 
 
 def test_log_writes_one_mark_line_per_run_that_parses_back(tmp_path, cli):
@@ -363,7 +364,7 @@ def test_manual_executor_says_how_to_run_and_records_the_answer(tmp_path):
     ex = runner.executor
     p = Point(versions=(("dsb-toy", "1.3.0"),))
     run = runner.run_once(case, p)
-    assert run.outcome is Outcome.FAIL and run.manual.mark == "bad" and run.env_key == "envkey"
+    assert run.outcome is Outcome.FAIL and run.manual.mark is Verdict.BAD and run.env_key == "envkey"
     assert asked == ["dsb-toy 1.3.0: good, bad or skip [g/b/s]"] * 2
     assert "  answer good, bad or skip (g, b, s)" in said
     venv = tmp_path / "envs" / p.key

@@ -24,6 +24,7 @@ import pytest
 import toypkg
 from conftest import git, make_case, write_matrix
 from dsbisect.envs import gitrepo
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import GitSource, Outcome, Point, digest
 from dsbisect.records.proof import Proof, ProofVerdict, judge
 from dsbisect.search.steps import Side
@@ -70,7 +71,7 @@ H, T = "4f3a2b1c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a", "0123456789abcdef0123456789ab
      "reverting 4f3a2b1c9d on top of v0.12.4: the revert does not apply cleanly (conflicts in a.py, b.py); not run"),
     (Proof(H, "v2", T, ProofVerdict.PROVEN, merge=True, outcome=Outcome.PASS, runs=2, agree=2),
      "reverting merge 4f3a2b1c9d (against its first parent) on top of v2: PASS (2 of 2 runs) — the commit is the cause"),
-    (Proof(H, "v2", T, ProofVerdict.PROVEN, find_fix=True, outcome=Outcome.HANG, runs=2, agree=2),
+    (Proof(H, "v2", T, ProofVerdict.PROVEN, mode=Mode.FIND_FIX, outcome=Outcome.HANG, runs=2, agree=2),
      "reverting 4f3a2b1c9d on top of v2: HANG again (2 of 2 runs) — the commit is the fix"),
     (Proof(H, "v2", T, ProofVerdict.UNTESTABLE, detail="building dsb failed: SyntaxError"),
      "reverting 4f3a2b1c9d on top of v2: could not be tested: building dsb failed: SyntaxError"),

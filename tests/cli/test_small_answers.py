@@ -17,6 +17,7 @@ from dsbisect.render import report as rep
 from dsbisect.envs.venvs import CachedEnv
 from dsbisect.core.model import Outcome, Point
 from dsbisect.store.store import DB, Store
+from dsbisect.records.bisections import AskedFor, BisectionStatus
 from packaging.version import Version
 
 
@@ -39,7 +40,8 @@ def _store_with_runs(folder: Path, n: int = 2) -> None:
     for i in range(n):
         rid = st.start_run("toy", "k", Point(versions=(("dsb-toy", f"1.{i}.0"),)), "env", 1)
         st.finish_run(rid, Outcome.PASS, 0, 1.0)
-    st.save_bisection("b1", "dsb-toy", "1.0.0", "1.1.0", {"case": "toy"}, "done", {"candidates": ["1.0.0", "1.1.0"]})
+    st.save_bisection("b1", "dsb-toy", "1.0.0", "1.1.0", AskedFor.from_json({"case": "toy"}), BisectionStatus.DONE,
+                      {"candidates": ["1.0.0", "1.1.0"]})
     st.close()
 
 
@@ -108,7 +110,7 @@ def _runs(store: Path) -> list[str]:
 def test_mark_refuses_a_release_no_bisection_of_the_case_tests(tmp_path, cli):
     (tmp_path / "rep.py").write_text("print('hi')\n")
     st = Store(tmp_path / ".dsbisect")
-    st.save_bisection("b1", "dsb-toy", "1.0.0", "1.3.0", {"case": "rep"}, "done",
+    st.save_bisection("b1", "dsb-toy", "1.0.0", "1.3.0", AskedFor.from_json({"case": "rep"}), BisectionStatus.DONE,
                       {"candidates": ["1.0.0", "1.1.0", "1.3.0"]})
     st.close()
     for v in ("9.9.9", "1.2.0", "0.9"):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from conftest import make_case, offline, write_matrix
 from rich.console import Console
 
 from dsbisect.render import report as rep
-from dsbisect.records.run import Evidence, RunFacts
+from dsbisect.records.run import RunFacts
 from dsbisect.records.results import Request, Result, Step
 from dsbisect.core.model import Answer, Outcome, Point, RegressOn, Stage, Verdict
 from dsbisect.store.store import Store

@@ -68,3 +68,4 @@ def test_index_options_for_uv_and_pip():
     on = IndexOptions(index_url="http://i/simple", extra_index_urls=("http://e",))
     assert on.uv_args() == ["--index-url", "http://i/simple", "--extra-index-url", "http://e"]
     assert IndexOptions.from_json(json.loads(json.dumps(off.to_json()))) == off
+

@@ -1,9 +1,13 @@
-"""README as a script (issue 23 item 6): every ```bash block of README.md is a command a user
-can paste.  The blocks parse as bash (``bash -n``), and each dsbisect line (``dsbisect``,
+"""README and docs as scripts (issue 23 item 6, issue 37): every ```bash block of README.md and of
+the docs site's pages (docs/**/*.md, results/ aside: recorded data, not instructions) is a command
+a user can paste.  The blocks parse as bash (``bash -n``), and each dsbisect line (``dsbisect``,
 ``.venv/bin/dsbisect``, ``srun … dsbisect``) parses as the CLI parses it: the subcommand exists,
 every option it uses is one of that subcommand's, with a value where one is needed, and the
 values convert (Click's own parse, as ``--help`` is built from; the command itself does not run).
 Running the blocks for real (README command 1 builds venvs for minutes) is not this tier's job.
+
+A page is read as one shell session: a ``cd`` in one block holds for the blocks after it (the
+README's report block runs where its bisection block went), and each page starts at the root.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+PAGES = [README] + sorted(p for p in DOCS.rglob("*.md") if "results" not in p.relative_to(DOCS).parts)
 ELIDED = {"...", "…"}  # "the rest as before" in a README line
 
 
 @dataclass(frozen=True)
 class Line:
+    page: str  # the file, relative to the repository root
     block: int
     text: str  # one shell command, continuations joined
     cwd: Path  # where it runs: the repository root, or where a `cd` of its block went
@@ -33,11 +40,11 @@ def bash_blocks(text: str) -> list[str]:
     return re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
 
 
-def commands(blocks: list[str]) -> list[Line]:
+def commands(blocks: list[str], page: str = "README.md") -> list[Line]:
     """Each block's commands: continuation lines joined, comments cut, split at && ; and |."""
     out = []
+    cwd = ROOT
     for n, block in enumerate(blocks):
-        cwd = ROOT
         for logical in block.replace("\\\n", " ").splitlines():
             lex = shlex.shlex(logical, posix=True, punctuation_chars=";&|<>")
             lex.whitespace_split, lex.commenters = True, "#"
@@ -56,7 +63,7 @@ def commands(blocks: list[str]) -> list[Line]:
                 if ws and ws[0] == "cd":
                     cwd = (cwd / ws[1]).resolve()
                 elif ws:
-                    out.append(Line(n, shlex.join(ws), cwd))
+                    out.append(Line(page, n, shlex.join(ws), cwd))
     return out
 
 
@@ -99,23 +106,31 @@ def _rest(ctx) -> list[str]:
     return list(first if first is not None else getattr(ctx, "protected_args", [])) + list(ctx.args)
 
 
-LINES = commands(bash_blocks(README.read_text()))
+def _name(page: Path) -> str:
+    return str(page.relative_to(ROOT))
+
+
+LINES = [ln for page in PAGES for ln in commands(bash_blocks(page.read_text()), _name(page))]
 DSB = [(ln, a) for ln in LINES if (a := dsbisect_args(ln)) is not None]
 
 
-def test_the_readme_has_its_examples():
-    assert len(bash_blocks(README.read_text())) >= 5 and len(DSB) >= 20  # the extraction finds them
+def test_the_readme_and_the_docs_have_their_examples():
+    """The extraction finds them: the README's set-up and three flows, and the docs' many."""
+    readme = [ln for ln, _ in DSB if ln.page == "README.md"]
+    assert len(bash_blocks(README.read_text())) >= 4 and len(readme) >= 5
+    assert len({ln.page for ln, _ in DSB}) >= 10 and len(DSB) >= 50
 
 
-def test_every_bash_block_is_valid_bash(tmp_path):
-    for n, block in enumerate(bash_blocks(README.read_text())):
+@pytest.mark.parametrize("page", PAGES, ids=_name)
+def test_every_bash_block_is_valid_bash(tmp_path, page):
+    for n, block in enumerate(bash_blocks(page.read_text())):
         script = tmp_path / f"block{n}.sh"
         script.write_text(block)
         done = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
-        assert done.returncode == 0, f"README bash block {n + 1}: {done.stderr.strip()}"
+        assert done.returncode == 0, f"{_name(page)} bash block {n + 1}: {done.stderr.strip()}"
 
 
-@pytest.mark.parametrize("line,args", DSB, ids=[f"{ln.block + 1}:{' '.join(a[:3])}" for ln, a in DSB])
+@pytest.mark.parametrize("line,args", DSB, ids=[f"{ln.page}:{ln.block + 1}:{' '.join(a[:3])}" for ln, a in DSB])
 def test_every_dsbisect_line_parses_as_the_cli_parses_it(line, args):
     try:
         from typer._click.exceptions import ClickException  # a typer that vendors click
@@ -124,7 +139,7 @@ def test_every_dsbisect_line_parses_as_the_cli_parses_it(line, args):
     try:
         name = parse_cli(args, line.cwd)
     except ClickException as e:
-        pytest.fail(f"README: {line.text}\n  (from {line.cwd.relative_to(ROOT) or '.'}): {e.format_message()}")
+        pytest.fail(f"{line.page}: {line.text}\n  (from {line.cwd}): {e.format_message()}")
     assert name, line.text
 
 

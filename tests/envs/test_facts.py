@@ -16,7 +16,7 @@ import pytest
 
 from dsbisect.envs import facts
 from dsbisect.core import proc
-from dsbisect.records.run import RunFacts
+from dsbisect.records.run import Host, RunFacts
 
 
 @pytest.fixture
@@ -38,15 +38,15 @@ def _script(path: Path, body: str) -> Path:
 
 def test_this_machine_ram_shm_and_cpu_and_no_gpu_facts_without_a_gpu(fresh_facts):
     h = facts.host()
-    assert h["cpu_model"] and isinstance(h["cpu_model"], str)
-    assert h["ram_bytes"] > 1 << 28
+    assert h.cpu_model and isinstance(h.cpu_model, str)
+    assert h.ram_bytes > 1 << 28
     if Path("/dev/shm").is_dir():
-        assert h["shm_bytes"] == shutil.disk_usage("/dev/shm").total
+        assert h.shm_bytes == shutil.disk_usage("/dev/shm").total
     if shutil.which("nvidia-smi") is None:
-        assert "driver" not in h and "topology" not in h and h["gpus"] == []
+        assert "driver" not in h.keys() and "topology" not in h.keys() and h.gpus == ()
     line = facts.describe_host(h)
-    assert f"{h['cpus']} CPUs ({h['cpu_model']})" in line and "RAM " in line
-    assert json.loads(json.dumps(h)) == h  # stored with every run
+    assert f"{h.cpus} CPUs ({h.cpu_model})" in line and "RAM " in line
+    assert Host.from_json(json.loads(json.dumps(h.to_json()))) == h  # stored with every run
 
 
 def test_machine_facts_are_gathered_once_per_process(fresh_facts, monkeypatch):
@@ -70,8 +70,8 @@ fi
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     h = facts.host()
-    assert h["gpus"] == ["NVIDIA H200", "NVIDIA H200"] and h["driver"] == "570.86.15"
-    assert h["topology"] == "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-63\nGPU1\tNV18\t X \t0-63"
+    assert h.gpus == ("NVIDIA H200", "NVIDIA H200") and h.driver == "570.86.15"
+    assert h.topology == "\tGPU0\tGPU1\tCPU Affinity\nGPU0\t X \tNV18\t0-63\nGPU1\tNV18\t X \t0-63"
     assert "2 GPUs (NVIDIA H200), NVIDIA driver 570.86.15, RAM " in facts.describe_host(h)
 
 
@@ -79,7 +79,7 @@ def test_a_failing_nvidia_smi_is_no_gpu(fresh_facts, tmp_path, monkeypatch):
     _script(tmp_path / "bin" / "nvidia-smi", "echo 'NVIDIA-SMI has failed' >&2; exit 9\n")
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     h = facts.host()
-    assert h["gpus"] == [] and "driver" not in h and "topology" not in h
+    assert h.gpus == () and "driver" not in h.keys() and "topology" not in h.keys()
 
 
 def test_nvcc_of_the_point_venvs_cuda_home(fresh_facts, tmp_path):
@@ -114,7 +114,7 @@ def test_the_check_code_reads_cuda_home_only_for_a_cuda_torch(fresh_facts, tmp_p
 
 def test_old_host_records_render_what_they_have():
     old = {"name": "n", "platform": "Linux", "cpus": 8, "gpus": []}
-    assert facts.describe_host(old) == "host n: Linux, 8 CPUs, 0 GPUs"
+    assert facts.describe_host(Host.from_json(old)) == "host n: Linux, 8 CPUs, 0 GPUs"
     assert facts.size(2 * 1024**4) == "2.0 TiB" and facts.size(64 * 1024) == "64 KiB" and facts.size(None) == "?"
 
 

@@ -6,7 +6,6 @@ full suite). Stacks taken when a run is judged a hang still are."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time

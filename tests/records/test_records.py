@@ -13,9 +13,11 @@ from conftest import _cuda_gpus, write_matrix
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dsbisect.verdict.identity import Rule, learn
-from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict
-from dsbisect.records.run import BisectionRecord, Evidence, Manual, RunFacts, RunRecord, SkipCause
+from dsbisect.verdict.identity import Rule
+from recorded import learned, record as _record
+from dsbisect.core.model import Outcome, RegressOn, Verdict
+from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
+from dsbisect.records.run import Evidence, Host, InputFile, Manual, RunFacts, SkipCause
 from dsbisect.store.store import Store
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -66,10 +68,10 @@ def test_or_is_dict_or():
 
 
 def test_a_mark_is_manual_evidence_and_its_cause_is_manual():
-    e = Evidence.of_mark(Manual("skip", "no node free"), {"replayed": "x.log:3"})
+    e = Evidence.of_mark(Manual(Verdict.SKIP, "no node free"), {"replayed": "x.log:3"})
     assert e.to_json() == {"manual": "skip", "note": "no node free", "replayed": "x.log:3"}
     r = _record(Outcome.SKIP, evidence=e)
-    assert r.manual == Manual("skip", "no node free") and r.skip_cause is SkipCause.MANUAL
+    assert r.manual == Manual(Verdict.SKIP, "no node free") and r.skip_cause is SkipCause.MANUAL
     assert _record(Outcome.SKIP, evidence=Evidence.from_json({"manual": "perhaps"})).manual is None
 
 
@@ -85,7 +87,8 @@ def test_skip_causes_are_recorded_and_older_records_read_by_their_words():
 
 
 def test_a_bisection_record_reads_back_as_written():
-    b = BisectionRecord(3, "k", "deepspeed", "0.12.2", "0.12.4", {"case": "c"}, "done", {"verdict": "found"}, 1.0, 2.0)
+    b = BisectionRecord(3, "k", "deepspeed", "0.12.2", "0.12.4", AskedFor.from_json({"case": "c"}), BisectionStatus.DONE,
+                        {"verdict": "found"}, 1.0, 2.0)
     assert BisectionRecord.from_json(b.to_json() | {"newer": 1}) == b
     with pytest.raises((KeyError, TypeError, ValueError)):
         BisectionRecord.from_json({"key": "k", "params": [], "result": {}})
@@ -105,7 +108,7 @@ def test_the_verdict_of_a_run(outcome, regress_on, want):
 
 def test_a_mark_by_hand_is_as_the_user_said_whatever_its_outcome_or_the_rule():
     for mark in ("good", "bad", "skip"):
-        r = _record(Outcome.HANG, evidence=Evidence.of_mark(Manual(mark)))
+        r = _record(Outcome.HANG, evidence=Evidence.of_mark(Manual(Verdict(mark))))
         for rule_on in (RegressOn.HANG, RegressOn.FAIL, RegressOn.ANY):
             assert r.verdict(rule_on, "some signature") is Verdict(mark)
     assert _record(None).verdict(RegressOn.ANY) is Verdict.SKIP  # no outcome: untestable
@@ -115,22 +118,15 @@ def test_a_signature_and_a_learned_failure_decide_what_is_bad():
     hang = _record(Outcome.HANG, signature="rank 0 in all_reduce, rank 1 in barrier")
     assert hang.verdict(RegressOn.HANG, "ALLREDUCE") is Verdict.BAD  # torch's name and OpType's are one
     assert hang.verdict(RegressOn.HANG, "ALLGATHER") is Verdict.SKIP
-    learned = learn(Outcome.FAIL, "ValueError: dsb_toy: the loss went NaN", "", ())
+    end = learned(Outcome.FAIL, "ValueError: dsb_toy: the loss went NaN", "", ())
     other = _record(Outcome.FAIL, reason="AttributeError: module 'torch' has no attribute 'x'")
-    assert other.verdict(RegressOn.FAIL, None, learned) is Verdict.SKIP  # fails otherwise: stepped around
+    assert other.verdict(RegressOn.FAIL, None, end) is Verdict.SKIP  # fails otherwise: stepped around
     assert other.verdict(Rule(RegressOn.FAIL, None, None)) is Verdict.BAD  # --any-failure
     same = _record(Outcome.FAIL, reason="ValueError: dsb_toy: the loss went NaN")
-    assert same.verdict(RegressOn.FAIL, None, learned) is Verdict.BAD
+    assert same.verdict(RegressOn.FAIL, None, end) is Verdict.BAD
     # the frames the run recorded are part of its failure
     framed = _record(Outcome.FAIL, reason="ValueError: x", evidence=Evidence.of(error_frames=["dsb_toy/a.py:f"]))
     assert framed.identity().frames == ("dsb_toy/a.py:f",)
-
-
-def _record(outcome: Outcome | None, reason: str = "", signature: str = "", evidence: Evidence | None = None,
-            facts: RunFacts | None = None) -> RunRecord:
-    p = Point(versions=(("dsb-toy", "1.0.0"),))
-    return RunRecord(1, "c", "k", p, p.key, None, 1, RunStatus.DONE, outcome, None, 1.0, 0.0, reason, None,
-                     signature, evidence or Evidence(), facts or RunFacts(), "host")
 
 
 # ------------------------------------------------------------------ the store
@@ -138,8 +134,9 @@ def _record(outcome: Outcome | None, reason: str = "", signature: str = "", evid
 
 def test_the_store_lists_its_bisections_oldest_first(tmp_path):
     store = Store(tmp_path)
-    store.save_bisection("bbbb", "dsb-toy", "1.0.0", "1.3.0", {"case": "c"}, "running", {})
-    store.save_bisection("aaaa", "dsb-toy", "1.0.0", "1.2.0", {"case": "c"}, "done", {"verdict": "found"})
+    asked = AskedFor.from_json({"case": "c"})
+    store.save_bisection("bbbb", "dsb-toy", "1.0.0", "1.3.0", asked, BisectionStatus.RUNNING, {})
+    store.save_bisection("aaaa", "dsb-toy", "1.0.0", "1.2.0", asked, BisectionStatus.DONE, {"verdict": "found"})
     assert [b.key for b in store.bisections()] == ["bbbb", "aaaa"]
     on_disk = json.loads((tmp_path / "bisections" / "aaaa.json").read_text())
     assert store.bisection("aaaa") == store.bisections()[1]
@@ -210,3 +207,28 @@ def test_real_runs_records_read_and_write_back_exactly(tmp_path, cli, cache_dir)
         table = cli("report", "--store", str(store))
         assert "1 point of gpu needs 1 CUDA GPUs; this machine has 0" in table.stdout
         assert "try --case toy" in table.stdout
+
+
+# ------------------------------------------------------------------ the host and the files, typed
+
+HOST = {"name": "gpu-7", "dsbisect": "0.1.1", "host_python": "3.12.3", "platform": "Linux-6.8", "cpus": 32,
+        "gpus": ["NVIDIA H200", "NVIDIA H200"], "cpu_model": "AMD EPYC", "ram_bytes": 270000000000,
+        "shm_bytes": 135000000000, "driver": "570.86.15", "topology": "\tGPU0\tGPU1"}
+FILES = [{"path": "/w/train.py", "sha256": "0da189e7" * 2, "bytes": 812, "copy": "inputs/00-train.py"},
+         {"path": "/w/gone.json", "sha256": "missing", "bytes": None, "copy": None}]  # as launched.record_inputs writes
+
+
+def test_a_runs_host_and_files_read_typed_and_write_back_key_for_key():
+    data = {"python": "3.12.3", "host": HOST, "command": ["python", "train.py"], "inputs": FILES}
+    f = RunFacts.from_json(data)
+    assert f.to_json() == data and list(f.to_json()["inputs"][1]) == ["path", "sha256", "bytes", "copy"]
+    assert (f.host.name, f.host.cpus, f.host.gpus, f.host_name) == ("gpu-7", 32, ("NVIDIA H200",) * 2, "gpu-7")
+    assert f.inputs == (InputFile(path="/w/train.py", sha256="0da189e7" * 2, bytes=812, copy="inputs/00-train.py"),
+                        InputFile.from_json(FILES[1]))
+    assert (f.inputs[1].bytes, f.inputs[1].copy) == (None, None)
+    made = RunFacts.of(command=["python", "train.py"], inputs=FILES, host=Host.from_json(HOST))  # as a run makes them
+    assert made.to_json() == {"command": ["python", "train.py"], "inputs": FILES, "host": HOST}
+    # an odd value is kept aside and written back: nothing recorded is lost
+    odd = RunFacts.from_json({"host": {"name": "n", "cpus": "many"}, "inputs": [{"path": "a"}, 5]})
+    assert odd.host.cpus is None and odd.inputs is None and odd.to_json() == {"host": {"name": "n", "cpus": "many"},
+                                                                              "inputs": [{"path": "a"}, 5]}

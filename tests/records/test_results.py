@@ -20,8 +20,10 @@ from conftest import make_case
 
 from dsbisect.records.run import Evidence
 from dsbisect.render import grid
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import WORST_FIRST, Answer, Outcome, Point, RegressOn, Stage, Verdict, worst
 from dsbisect.records.proof import Proof, ProofVerdict
+from dsbisect.records import migrate
 from dsbisect.records.results import Recorded, Request, Result, Step
 from dsbisect.store.store import Store
 
@@ -57,7 +59,7 @@ def _round_trip(out: dict) -> None:
     _covers(again, out)
     assert Result.from_json(again) == back
     if set(again) == set(out) and all(set(s) == set(a) for s, a in zip(out["steps"], again["steps"])):
-        assert again == out  # an output of this version: key for key
+        assert again == migrate.result(out)  # an output of this version (its older parts lifted): key for key
 
 
 def test_the_committed_outputs_cover_old_and_current_versions():
@@ -207,7 +209,7 @@ def test_a_result_with_every_part_writes_the_json_it_reads(tmp_path):
 
     st = Store(tmp_path / "store")
     req = Request("dsb-toy", "1.0", "1.2", make_case(tmp_path, "c"), pins=("a==1",), regress_on=RegressOn.AUTO,
-                  find_fix=True, signature="boom")
+                  mode=Mode.FIND_FIX, signature="boom")
     steps = (Step(Stage.RELEASE, "1.0", "1.0", None, "", Verdict.BAD, (_run(st, "1.0", Outcome.FAIL, reason="boom"),)),
              Step(Stage.COMMIT, "abcdef0123", "1.2", "abcdef0123" * 4, "Fix", Verdict.GOOD,
                   (_run(st, "1.2", Outcome.PASS),)))
@@ -217,7 +219,7 @@ def test_a_result_with_every_part_writes_the_json_it_reads(tmp_path):
                     Confirmation(2, (Agreement("last broken", "1.1", "bad", 2, 2),
                                      Agreement("first fixed", "1.2", "good", 1, 2))),
                     "walked back", ("1.1.1 (yanked)",),
-                    Proof("2" * 40, "v1.2", "3" * 40, ProofVerdict.PROVEN, True, False, Outcome.FAIL, 2, 2,
+                    Proof("2" * 40, "v1.2", "3" * 40, ProofVerdict.PROVEN, Mode.FIND_FIX, False, Outcome.FAIL, 2, 2,
                           run_ids=(5, 6)),
                     Regression(RegressOn.FAIL, ident, "1.0", "broken end", RegressOn.AUTO), ("1.1 failed differently",))
     j = result.to_json()
@@ -233,7 +235,7 @@ def test_a_result_with_every_part_writes_the_json_it_reads(tmp_path):
     assert back.to_json() == j
     assert (back.proof, back.regression, back.confirm, back.commit) == (result.proof, result.regression,
                                                                         result.confirm, result.commit)
-    assert back.request.regress_on is RegressOn.AUTO and back.request.find_fix and back.request.case.name == "c"
+    assert back.request.regress_on is RegressOn.AUTO and back.request.mode is Mode.FIND_FIX and back.request.case.name == "c"
 
 
 def test_a_confidence_figure_reads_back(tmp_path):

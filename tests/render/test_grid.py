@@ -6,7 +6,7 @@ from pathlib import Path
 
 from dsbisect.render import grid
 from dsbisect.core.model import Outcome, Point
-from dsbisect.records.run import Evidence, RunFacts, SkipCause
+from dsbisect.records.run import Evidence, Host, InputFile, RunFacts, SkipCause
 from dsbisect.store.store import Store
 
 
@@ -71,8 +71,8 @@ def test_displayable_keeps_what_renders_and_sets_aside_what_does_not(tmp_path):
     odd = RunFacts.from_json({"gpus": [1, "H200"], "versions": {"torch": 2}, "cuda": None, "newer": {"x": 1},
                               "host": {"name": "n", "cpus": "many", "gpus": ["A", 7]}, "inputs": [{"path": "a"}, 5]})
     shown = grid.displayable(type(r)(**{**r.__dict__, "facts": odd})).facts
-    assert shown.gpus == ("1", "H200") and shown.versions == {"torch": "2"} and shown.inputs == ({"path": "a"},)
-    assert shown.host == {"name": "n", "gpus": ["A", "7"]}
+    assert shown.gpus == ("1", "H200") and shown.versions == {"torch": "2"}
+    assert shown.inputs == (InputFile(path="a"),) and shown.host == Host(name="n", gpus=("A", "7"))
     assert shown.to_json() == {"gpus": ["1", "H200"], "versions": {"torch": "2"}, "newer": {"x": 1},
                                "host": {"name": "n", "gpus": ["A", "7"]}, "inputs": [{"path": "a"}]}
 

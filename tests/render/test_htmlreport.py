@@ -292,7 +292,7 @@ RESULT = {"candidates": ["1.0.0", "1.1.0"], "steps": [STEP, STEP | {"version": "
 @given(key=st.sampled_from([*RESULT, "steps.0", "steps.0.run_ids", "env_diff.trials", "env_diff.culprits",
                             "commit.first_bad", "releases.0"]), value=JSONS, package=st.sampled_from(["dsb", "environment"]))
 def test_no_value_in_a_stored_bisection_breaks_the_page(key, value, package):
-    from dsbisect.records.run import BisectionRecord
+    from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
 
     result = json.loads(json.dumps(RESULT))
     inner, *path = key.split(".")
@@ -303,7 +303,8 @@ def test_no_value_in_a_stored_bisection_breaks_the_page(key, value, package):
         for k in path[:-1]:
             holder = holder[int(k)] if isinstance(holder, list) else holder[k]
         holder[int(path[-1]) if isinstance(holder, list) else path[-1]] = value
-    record = BisectionRecord(1, "k", package, "1.0.0", "1.1.0", {}, "done", result, 0.0, 0.0)
+    record = BisectionRecord(1, "k", package, "1.0.0", "1.1.0", AskedFor.from_json({}), BisectionStatus.DONE, result,
+                             0.0, 0.0)
     render(Page(title="t", ladders=(("h", htmlsource.ladders(record), htmlsource._summary(record)),), runs=()))
 
 
@@ -343,11 +344,12 @@ def test_the_committed_seed2_store_as_a_page(tmp_path):
 
 def test_an_environment_bisection_as_ladders():
     """The recorded CPU env-diff bisection (docs/results): trials, then the culprit's releases and commits."""
-    from dsbisect.records.run import BisectionRecord
+    from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
 
     d = json.loads((Path(__file__).parents[2] / "docs/results/2026-12-02-cpu-envdiff-accelerate.json").read_text())
     trials, releases, commits = htmlsource.ladders(BisectionRecord(1, "k", "environment", d["good_env"], d["bad_env"],
-                                                                  {}, "done", d, 0.0, 0.0))
+                                                                  AskedFor.from_json({}), BisectionStatus.DONE, d,
+                                                                  0.0, 0.0))
     assert [r.label for r in trials.rungs[:2]] == ["good env", "bad env"] and len(trials.rungs) == 8
     assert releases.boundary == ("0.24.1", "0.25.0") and [r.tested is None for r in releases.rungs].count(True) == 1
     assert commits.boundary is None and "61 commits between the releases; 12 tested" in commits.note

@@ -21,6 +21,7 @@ from dsbisect.core import eta
 from dsbisect.run import phases
 from dsbisect.bisect.bisection import range_note, steps_for
 from dsbisect.core.errors import InputError
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import Stage
 from dsbisect.render.progress import ProgressUI, heartbeat_seconds
 from dsbisect.run.runner import env_line
@@ -74,13 +75,13 @@ def test_steps_for_a_search_of_width(left, width, steps):
 
 def test_the_range_and_both_ends_first_are_said_before_anything_runs():
     labels = ["0.18.1", "0.18.2", "0.18.3", "0.18.4", "0.18.5", "0.18.6", "0.18.7"]
-    assert range_note(labels, Stage.RELEASE, False, 1) == (
+    assert range_note(labels, Stage.RELEASE, Mode.REGRESSION, 1) == (
         "7 releases from 0.18.1 to 0.18.7 (5 between them: about 3 steps after the ends); both ends first: "
         "0.18.1 (good) and 0.18.7 (bad)")
-    assert range_note(labels[:2], Stage.RELEASE, True, 1) == (
+    assert range_note(labels[:2], Stage.RELEASE, Mode.FIND_FIX, 1) == (
         "2 releases from 0.18.1 to 0.18.2 (0 between them: no release between them); both ends first: "
         "0.18.1 (broken) and 0.18.2 (fixed)")
-    assert range_note(["a1", "b2", "c3"], Stage.COMMIT, False, 2).startswith(
+    assert range_note(["a1", "b2", "c3"], Stage.COMMIT, Mode.REGRESSION, 2).startswith(
         "3 commits from a1 to c3 (1 between them: about 1 step after the ends)")
 
 

@@ -20,6 +20,7 @@ from dsbisect.records.run import Evidence, RunFacts
 from dsbisect.records.results import Request, Result, Step
 from dsbisect.core.model import Answer, Outcome, Point, RegressOn, Stage, Verdict
 from dsbisect.store.store import Store
+from dsbisect.records.bisections import AskedFor, BisectionStatus
 
 HOST = {"name": "gpu-node-7", "platform": "Linux-6.1", "cpus": 64, "gpus": ["NVIDIA H200", "NVIDIA H200"]}
 FACTS = {"python": "3.12.3", "versions": {"torch": "2.11.0", "deepspeed": "0.12.4"}, "cuda": "13.0",
@@ -388,11 +389,11 @@ def test_report_shows_each_recorded_bisection_with_its_verdict(tmp_path):
                   regress_on=RegressOn.ANY)
     good, bad = _record(st, "seed", "0.12.3", Outcome.PASS), _record(st, "seed", "0.12.4", Outcome.FAIL, reason="boom")
     st.save_bisection("a1b2c3d4e5f60718", "deepspeed", "0.12.2", "0.12.4",
-                      {"case": "seed", "argv": ["deepspeed", "0.12.2", "0.12.4", "--case", "seed",
-                                                "--index-url", "https://me:hunter2@mirror/simple"]},
-                      "done", _result(req, good, bad).to_json())
-    st.save_bisection("ffff000011112222", "deepspeed", "0.12.2", "0.12.4", {"case": "other"}, "running",
-                      {"steps": []})
+                      AskedFor.from_json({"case": "seed", "argv": ["deepspeed", "0.12.2", "0.12.4", "--case", "seed",
+                                                                   "--index-url", "https://me:hunter2@mirror/simple"]}),
+                      BisectionStatus.DONE, _result(req, good, bad).to_json())
+    st.save_bisection("ffff000011112222", "deepspeed", "0.12.2", "0.12.4", AskedFor.from_json({"case": "other"}),
+                      BisectionStatus.RUNNING, {"steps": []})
     found = answers.answered(st.bisections())
     assert [a.verdict for a in found] == ["found", ""]
     text = "\n".join(t for t, _ in answers.terminal_lines(found))
@@ -411,7 +412,7 @@ def test_the_bad_points_reason_is_said_once_when_the_regression_line_holds_it(tm
     "at the bad point": one is enough; a reason the regression line does not hold is still said."""
     from dataclasses import replace
 
-    from dsbisect.verdict.identity import learn
+    from recorded import learned
     from dsbisect.records.results import Regression
 
     st = Store(tmp_path)
@@ -420,7 +421,7 @@ def test_the_bad_points_reason_is_said_once_when_the_regression_line_holds_it(tm
     reason = "ValueError: dsb_toy: the loss went NaN"
     result = _result(req, _record(st, "seed", "0.12.3", Outcome.PASS), _record(st, "seed", "0.12.4", Outcome.FAIL,
                                                                                 reason=reason))
-    told = replace(result, regression=Regression(RegressOn.FAIL, learn(Outcome.FAIL, reason), "0.12.4", "bad end",
+    told = replace(result, regression=Regression(RegressOn.FAIL, learned(Outcome.FAIL, reason), "0.12.4", "bad end",
                                                  RegressOn.AUTO))
     lines = rep.bisect_summary(told)
     assert sum(reason in ln for ln in lines) == 1 and not any(ln.startswith("at the bad point") for ln in lines)

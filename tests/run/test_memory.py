@@ -24,7 +24,7 @@ import toypkg
 from conftest import offline, write_matrix
 from dsbisect.run import memory
 from dsbisect.run.memory import OomCount, OomKill, Room
-from dsbisect.records.run import Evidence, RunFacts
+from dsbisect.records.run import Evidence
 from dsbisect.core.model import Outcome
 from dsbisect.verdict.outcome import Classified
 

@@ -139,14 +139,14 @@ def test_bad_arguments_are_one_line_exit_2_and_create_nothing(tmp_path, cli, whe
     assert _created(tmp_path, before) == set()  # no store, no cache skeleton
 
 
-def test_report_exit_codes_agree_with_the_readme(tmp_path, cli):
+def test_report_exit_codes_agree_with_the_docs(tmp_path, cli):
     """No store at --store: bad input (2).  A store with nothing to report: 1."""
     assert cli("report", cwd=tmp_path).exit_code == 2
     Store(tmp_path / ".dsbisect").close()
     res = cli("report", cwd=tmp_path)
     assert res.exit_code == 1 and "no runs recorded" in _one_line(res)
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    assert "| 2 | bad input:" in readme and "no store at --store" in readme
+    page = (Path(__file__).parents[2] / "docs" / "reference" / "exit-codes.md").read_text()
+    assert "| 2 | bad input:" in page and "no store at --store" in page
 
 
 # ------------------------------------------------------------------ the store

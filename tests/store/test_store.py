@@ -9,6 +9,7 @@ import sys
 from dsbisect.core.model import GitSource, Outcome, Point, RunStatus
 from dsbisect.records.run import Evidence, ImportCheck, RunFacts
 from dsbisect.store.store import Store
+from dsbisect.records.bisections import AskedFor, BisectionStatus
 
 P = Point(versions=(("deepspeed", "0.12.4"),), pins=("pydantic<2",))
 
@@ -54,9 +55,11 @@ def test_import_check_cache_and_bisection_upsert(tmp_path):
     st.put_import_check("e", ("numpy-bufsize",), ImportCheck(False, "import deepspeed failed", RunFacts.of(python="3.12")))
     assert st.import_check("e", ("numpy-bufsize",)) == ImportCheck(False, "import deepspeed failed", RunFacts.of(python="3.12"))
     assert st.import_check("e", ()) is None
-    i = st.save_bisection("k", "deepspeed", "0.12.2", "0.12.4", {"a": 1}, "running", {})
-    j = st.save_bisection("k", "deepspeed", "0.12.2", "0.12.4", {"a": 1}, "done", {"first_bad": "0.12.4"})
-    assert i == j and st.bisection("k").result == {"first_bad": "0.12.4"} and st.bisection("k").status == "done"
+    asked = AskedFor.from_json({"case": "c", "a": 1})
+    i = st.save_bisection("k", "deepspeed", "0.12.2", "0.12.4", asked, BisectionStatus.RUNNING, {})
+    j = st.save_bisection("k", "deepspeed", "0.12.2", "0.12.4", asked, BisectionStatus.DONE, {"first_bad": "0.12.4"})
+    assert i == j and st.bisection("k").result == {"first_bad": "0.12.4"}
+    assert st.bisection("k").status is BisectionStatus.DONE and st.bisection("k").params.extra == {"a": 1}
 
 
 def test_a_store_made_inside_a_clone_does_not_show_in_git_status(tmp_path):

@@ -10,12 +10,12 @@ from dsbisect.verdict.identity import (
     canonical_op,
     hang_form,
     judge,
-    learn,
     matches,
     normalise,
     resolve,
 )
 from dsbisect.core.model import Outcome, RegressOn, Verdict
+from recorded import learned
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -56,13 +56,13 @@ def test_normalise(text, expected):
      True),
 ])
 def test_failures_match_by_type_and_normalised_message(a, b, same):
-    assert matches(learn(Outcome.FAIL, a), learn(Outcome.FAIL, b)) is same
+    assert matches(learned(Outcome.FAIL, a), learned(Outcome.FAIL, b)) is same
 
 
 def test_a_failure_whose_message_changed_matches_in_the_same_innermost_package_frame():
-    a = learn(Outcome.FAIL, "KeyError: 'weight'", frames=("deepspeed/runtime/engine.py:load",))
-    b = learn(Outcome.FAIL, "KeyError: 'module.weight'", frames=("deepspeed/runtime/engine.py:load",))
-    c = learn(Outcome.FAIL, "KeyError: 'module.weight'", frames=("deepspeed/utils/zero_to_fp32.py:parse",))
+    a = learned(Outcome.FAIL, "KeyError: 'weight'", frames=("deepspeed/runtime/engine.py:load",))
+    b = learned(Outcome.FAIL, "KeyError: 'module.weight'", frames=("deepspeed/runtime/engine.py:load",))
+    c = learned(Outcome.FAIL, "KeyError: 'module.weight'", frames=("deepspeed/utils/zero_to_fp32.py:parse",))
     assert matches(a, b) and not matches(a, c)
 
 
@@ -80,7 +80,7 @@ def test_a_failure_whose_message_changed_matches_in_the_same_innermost_package_f
 ])
 def test_a_changed_message_in_the_same_frame_matches_only_when_it_names_the_same_things(a, b, same):
     where = ("accelerate/data_loader.py:prepare_data_loader",)
-    assert matches(learn(Outcome.FAIL, a, frames=where), learn(Outcome.FAIL, b, frames=where)) is same
+    assert matches(learned(Outcome.FAIL, a, frames=where), learned(Outcome.FAIL, b, frames=where)) is same
 
 
 # One deadlock, two rules: the early proof and the collective timeout's forensics.
@@ -92,7 +92,7 @@ AT_TIMEOUT = ("rank 0 in all_reduce numel 4 at SeqNum 2, rank 1 in barrier; rank
 
 def test_one_deadlock_has_one_hang_form_whichever_rule_proved_it():
     assert hang_form(EARLY) == hang_form(AT_TIMEOUT) == "rank 0 in ALLREDUCE, rank 1 in BARRIER"
-    early, late = learn(Outcome.HANG, "", EARLY), learn(Outcome.HANG, "", AT_TIMEOUT)
+    early, late = learned(Outcome.HANG, "", EARLY), learned(Outcome.HANG, "", AT_TIMEOUT)
     assert early.describe() == late.describe()
     assert early.frames == ("dsb_toy/__init__.py:step", "toy_repro.py:<module>")
     assert matches(early, late) and matches(late, early)
@@ -110,12 +110,12 @@ def test_hang_form(text, form):
 
 
 def test_hangs_in_other_collectives_differ_and_a_plain_timeout_matches_any_hang():
-    learned = learn(Outcome.HANG, "", EARLY)
-    assert not matches(learned, learn(Outcome.HANG, "", "rank 0 in broadcast, rank 1 in barrier"))
-    assert matches(learned, learn(Outcome.HANG, "timed out"))
-    assert matches(learned, learn(Outcome.HANG, "", "rank 0 in all_reduce, rank 1 not in a collective"))
-    assert not matches(learned, learn(Outcome.HANG, "", "rank 0 in all_reduce, rank 1 in broadcast"))
-    assert not matches(learned, learn(Outcome.FAIL, "ValueError: x"))
+    end = learned(Outcome.HANG, "", EARLY)
+    assert not matches(end, learned(Outcome.HANG, "", "rank 0 in broadcast, rank 1 in barrier"))
+    assert matches(end, learned(Outcome.HANG, "timed out"))
+    assert matches(end, learned(Outcome.HANG, "", "rank 0 in all_reduce, rank 1 not in a collective"))
+    assert not matches(end, learned(Outcome.HANG, "", "rank 0 in all_reduce, rank 1 in broadcast"))
+    assert not matches(end, learned(Outcome.FAIL, "ValueError: x"))
 
 
 @pytest.mark.parametrize("asked, end, rule", [
@@ -131,11 +131,11 @@ def test_auto_becomes_the_kind_of_the_bad_ends_failure(asked, end, rule):
 
 
 def _j(outcome, reason, rule, signature=""):
-    return judge(outcome, f"{signature} {reason}".strip(), rule, learn(outcome, reason, signature))
+    return judge(outcome, f"{signature} {reason}".strip(), rule, learned(outcome, reason, signature))
 
 
 def test_a_different_failure_is_stepped_around_unless_any_failure_or_a_signature():
-    bad_end = learn(Outcome.FAIL, "RuntimeError: Output 0 of SplitBackward0 is a view")
+    bad_end = learned(Outcome.FAIL, "RuntimeError: Output 0 of SplitBackward0 is a view")
     other = "AttributeError: module 'torch._C' has no attribute '_cuda_setDevice'"
     assert _j(Outcome.FAIL, "RuntimeError: Output 3 of SplitBackward0 is a view", Rule(RegressOn.FAIL, None, bad_end)) \
         is Verdict.BAD
@@ -165,6 +165,6 @@ def test_canonical_op(name, op):
 
 def test_a_long_reason_is_shortened_in_the_identity_but_matched_whole():
     long = "RuntimeError: Output 0 of Split is a view and is being modified inplace. " + "x " * 100
-    ident = learn(Outcome.FAIL, long, frames=("deepspeed/comm/torch.py:all_gather_into_tensor",))
+    ident = learned(Outcome.FAIL, long, frames=("deepspeed/comm/torch.py:all_gather_into_tensor",))
     assert len(ident.describe()) < 260 and ident.describe().endswith("… at deepspeed/comm/torch.py:all_gather_into_tensor")
-    assert matches(ident, learn(Outcome.FAIL, long))
+    assert matches(ident, learned(Outcome.FAIL, long))

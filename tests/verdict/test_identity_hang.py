@@ -10,7 +10,9 @@ import pytest
 
 from dsbisect.forensics.deadlock import Collective, Proof, StoreWait
 from dsbisect.forensics.stuck import Frame, RankState, Signature, analyze, hang_record
-from dsbisect.verdict.identity import HangSignature, Identity, learn, matches
+from dsbisect.verdict.identity import HangSignature, Identity, matches
+from dsbisect.records import migrate
+from recorded import learned
 from dsbisect.core.model import Outcome
 from dsbisect.records.run import Evidence
 
@@ -53,8 +55,8 @@ def test_the_early_proof_and_the_timeout_give_one_signature_for_a_store_wait():
     early, late = hang_record(None, ZOO_PROOF), hang_record(ZOO_TIMEOUT, None)
     assert early.waits == late.waits == ((0, "NEW_GROUP"), (1, "BROADCAST"))
     assert early.form == "rank 0 in NEW_GROUP, rank 1 in BROADCAST"
-    a = learn(Outcome.HANG, ZOO_PROOF.text, early.text, hang=early)
-    b = learn(Outcome.HANG, "collective timeout", late.text, hang=late)
+    a = learned(Outcome.HANG, ZOO_PROOF.text, early.text, hang=early)
+    b = learned(Outcome.HANG, "collective timeout", late.text, hang=late)
     assert a.message == b.message and matches(a, b) and matches(b, a)
 
 
@@ -82,7 +84,7 @@ def test_the_frames_come_from_the_proving_snapshot(tmp_path):
                         "← data_loader.py:__iter__ (rank 0: data_loader.py:__iter__ ← case.py:main)"
     assert hang.frames == ("operations.py:broadcast_object_list", "data_loader.py:_fetch_batches",
                            "data_loader.py:__iter__")
-    assert learn(Outcome.HANG, ZOO_PROOF.text, hang.text, hang=hang).frames == hang.frames
+    assert learned(Outcome.HANG, ZOO_PROOF.text, hang.text, hang=hang).frames == hang.frames
 
 
 def test_a_deadlock_dump_outranks_an_older_quiet_one(tmp_path):
@@ -113,19 +115,20 @@ def test_from_json_of_something_else(bad):
 
 
 def test_an_old_record_has_only_its_text():
-    """A run recorded before the signature was typed: its text is read, as then."""
+    """A run recorded before the signature was typed: its text is read (by ``records.migrate``), as then."""
     old = "rank 0 waits in ALLREDUCE #2 (1024), rank 1 in BARRIER #2 — toy.py:step ← toy.py:<module> (rank 1: x.py:f)"
-    h = HangSignature.from_json(old)
+    h = HangSignature.from_text(old)
     assert h.waits == ((0, "ALLREDUCE"), (1, "BARRIER")) and h.frames == ("toy.py:step", "toy.py:<module>")
-    late = learn(Outcome.HANG, "timeout", "rank 0 in all_reduce, rank 1 in barrier — toy.py:step")
-    assert matches(learn(Outcome.HANG, old, old), late)
-    # an Identity stored before it carried "hang" (a bisection's learned regression)
+    assert HangSignature.from_json(old) is None  # the typed form only: the text is migrate's to read
+    late = learned(Outcome.HANG, "timeout", "rank 0 in all_reduce, rank 1 in barrier — toy.py:step")
+    assert matches(learned(Outcome.HANG, old, old), late)
+    # an Identity stored before it carried "hang" (a bisection's learned regression): lifted as it is read
     stored = {"kind": "hang", "error": "", "message": "rank 0 in ALLREDUCE, rank 1 in BARRIER", "frames": [],
               "identity": "HANG rank 0 in ALLREDUCE, rank 1 in BARRIER", "shown": old}
-    ident = Identity.from_json(stored)
+    ident = Identity.from_json(migrate.identity(stored))
     assert ident.hang_waits() == ((0, "ALLREDUCE"), (1, "BARRIER")) and matches(ident, late)
-    assert ident.as_json() == stored  # read back, it writes what was stored (no "hang" added)
-    assert Identity.from_json(ident.as_json()) == ident
+    assert ident.as_json() == stored | {"hang": HangSignature.from_text(stored["message"]).to_json()}
+    assert Identity.from_json(ident.as_json()) == ident and migrate.identity(ident.as_json()) == ident.as_json()
 
 
 def test_waits_the_text_left_out_still_tell_two_hangs_apart():
@@ -140,6 +143,6 @@ def test_waits_the_text_left_out_still_tell_two_hangs_apart():
 
     a, b = hang_record(sig("reduce_scatter"), None), hang_record(sig("gather"), None)
     assert a.text == b.text
-    ia, ib = (learn(Outcome.HANG, "timeout", h.text, hang=h) for h in (a, b))
+    ia, ib = (learned(Outcome.HANG, "timeout", h.text, hang=h) for h in (a, b))
     assert not matches(ia, ib)
-    assert matches(ia, learn(Outcome.HANG, "timeout", a.text, hang=a))
+    assert matches(ia, learned(Outcome.HANG, "timeout", a.text, hang=a))

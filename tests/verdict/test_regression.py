@@ -4,7 +4,6 @@ bad end, a probe that fails differently is stepped around, and one deadlock has 
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest

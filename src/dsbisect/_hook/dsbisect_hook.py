@@ -65,37 +65,9 @@ variables are set, and it never raises.
   unpickler) and the generic one (``_dump_fr_trace_json``, else ``_dump_fr_trace``), each
   trimmed to its last 200 entries; ``"error"`` says why when none gave anything.
 
-  Measured on torch 2.13.0+cpu (Python 3.11, gloo, ``TORCH_FR_BUFFER_SIZE=2000``):
-  ``torch._C._distributed_c10d`` has ``_dump_fr_trace_json`` and ``_dump_fr_trace`` (no
-  ``_dump_nccl_trace*`` in a CPU build; NCCL builds of 2.11 have both families, and there
-  ``_dump_fr_trace`` holds no NCCL entries).  Gloo collectives *are* recorded (profiling
-  names ``gloo:all_reduce``, ``gloo:barrier``, ``gloo:broadcast``...; ``collective_seq_id``
-  per process group; ``input_sizes``), but their ``state`` stays ``scheduled`` forever,
-  finished or not, and ``time_discovered_*`` stay 0.  What tells a finished gloo collective
-  from a pending one is each entry's ``retired`` (true once the gloo worker that ran it is
-  done, a moment after ``wait()`` returns).  The dump's ``pg_status`` (``{"0":
-  {"last_enqueued_collective": "3", "last_completed_collective": "2", ...}}`` while rank 0
-  waited in all_reduce #3) is not reliable for gloo: its two worker threads store
-  ``last_completed_collective`` with a plain assignment after each work, and once a worker
-  that finished #3 late overwrote #4 with 3, which stayed for seconds while the rank was
-  already in #5 (a false deadlock, before dsbisect read ``retired``).  A JSON dump took
-  < 1 ms; the first pickle dump with stack traces took 7.4 s (symbolizing), without them
-  0.03 ms, so the pickle is asked without them.  Gloo's
-  ``pg_config`` names the default group ``""`` (ranks ``"[0, 1]"``), not ``"0"`` as its
-  entries do.  The main thread's innermost frame while blocked was
-  ``torch/distributed/distributed_c10d.py`` ``all_reduce`` / ``barrier`` (``work.wait()``).
-
   Waits on the c10d store have no recorder entry; the answer's ``store_wait`` says what the
-  main thread's innermost frame waits for, from its locals (``_store_wait``).  Measured on
-  torch 2.13.0+cpu: ``new_group(backend="gloo")`` while another rank is elsewhere blocks in
-  ``_new_process_group_helper`` (gloo's rendezvous; locals ``group_name``,
-  ``global_ranks_in_group``); with TORCH_DIST_INIT_BARRIER=1 and the group built, in
-  ``_store_based_barrier`` (``store_key``, ``rendezvous_count``; ``store.clone().add(key, 0)``
-  read the counter in 1 ms while the rank's own client was busy in its wait);
-  ``monitored_barrier`` in ``monitored_barrier`` (``group_to_use``).  Where the world group is
-  bound to a device (``init_process_group(device_id=...)``, DeepSpeed >= 0.17.3 on CUDA), a new
-  NCCL group is split from the world's communicator (local ``split_from``), which every world
-  rank must join, members of the new group or not (read from torch 2.13's source; no GPU here).
+  main thread's innermost frame waits for, from its locals (``_store_wait``).  What torch
+  gives here, as measured, is in docs/explanation/hangs.md ("What a rank can tell").
 """
 
 import os

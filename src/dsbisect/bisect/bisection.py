@@ -17,6 +17,7 @@ from dsbisect.core.model import Answer, GitSource, IndexOptions, Outcome, Point,
 from dsbisect.core.redact import redact_tree
 from dsbisect.envs import gitrepo
 from dsbisect.envs.versions import AUTO, candidates, gaps
+from dsbisect.records.bisections import AskedFor, BisectionStatus
 from dsbisect.records.proof import Proof, ProofVerdict, judge
 from dsbisect.records.results import Agreement, CommitResult, Confirmation, Request, Result, Step
 from dsbisect.run.runner import Runner
@@ -61,33 +62,20 @@ class ReleaseSubject:
         return point.source.short if point.source else (point.version_of(self.request.package) or point.label)
 
     def ends_message(self, step: Step, end: Side, label: str) -> tuple[Answer, str]:
-        shown = SHOWN[step.outcome]
-        if end is Side.NEW and not self.request.find_fix:
-            return Answer.NOT_REPRODUCED, f"{label} (the bad end) {shown}: the regression does not reproduce here"
-        if end is Side.NEW:
-            return Answer.NOT_REPRODUCED, f"{label} (the fixed end) {shown}: the fix is not visible here"
-        if self.request.find_fix:
-            return Answer.GOOD_END_BAD, f"{label} (the broken end) {shown}: the bug does not reproduce there; check the range"
-        return Answer.GOOD_END_BAD, f"{label} (the good end) also {shown}; widen the range"
+        answer = Answer.NOT_REPRODUCED if end is Side.NEW else Answer.GOOD_END_BAD
+        return answer, self.request.mode.misbehaved(end, label, SHOWN[step.outcome])
 
     def stepped(self, steps: tuple[Step, ...], rule: Rule) -> None:
-        self.save("running", {"steps": [s.to_json() for s in steps]}, rule)
+        self.save(BisectionStatus.RUNNING, {"steps": [s.to_json() for s in steps]}, rule)
 
-    def save(self, status: str, result: dict, rule: Rule) -> None:
-        """The bisection's row in the store: its parameters (``rule``: what counts as bad, once
-        learned), ``status`` and ``result``."""
+    def save(self, status: BisectionStatus, result: dict, rule: Rule) -> None:
+        """The bisection's row in the store: what it was asked (``rule``: what counts as bad, once
+        learned, for `dsbisect log`; the command and where it ran), ``status`` and ``result``."""
         req = self.request
-        params = {"case": req.case.name, "pins": list(req.pins), "regress_on": rule.regress_on.value,
-                  "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature}
-        if req.confidence is not None:
-            params["confidence"] = req.confidence
-        if rule.learned is not None:  # for `dsbisect log`: what the search counted as bad
-            params["regression"] = rule.learned.as_json()
-        if req.argv:  # for `dsbisect log`: the command, and where it ran (its relative paths are from there)
-            params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
+        asked = AskedFor.of_release(req, rule, str(Path.cwd()))
         # argv, a reason or a subject may hold credentials (an index URL's, a --hub_token): stored
         # masked (the group reads the store); a rerun takes them from its own command line
-        self.store.save_bisection(req.key, req.package, req.good, req.bad, redact_tree(params), status,
+        self.store.save_bisection(req.key, req.package, req.good, req.bad, asked.masked(), status,
                                   redact_tree(result))
 
 
@@ -127,7 +115,7 @@ class Bisection:
                                     Answer.NOT_REPRODUCED, good_end)
             versions = versions[start:]
         points = [self.points.release(v) for v in versions]
-        self._save("running", {"candidates": versions})
+        self._save(BisectionStatus.RUNNING, {"candidates": versions})
         if req.confidence is not None:  # flaky: the probabilistic search tests the ends itself
             found, conf, problem = self._flaky(versions, points, Stage.RELEASE)
         else:
@@ -147,7 +135,7 @@ class Bisection:
         if repo and req.prove and result.verdict is Answer.FOUND and result.commit and result.commit.first_bad:
             result = self._prove(result, repo)
         result = self._with_notes(result)
-        self._save("done", result.to_json())
+        self._save(BisectionStatus.DONE, result.to_json())
         return result
 
     def _walk_back(self, versions: list[str]) -> tuple[int | None, str]:
@@ -155,9 +143,9 @@ class Bisection:
         old end (as cargo-bisect-rustc finds its start).  (index of that release, how it went)."""
         new, probe = len(versions) - 1, self.probe
         bad = probe.side(probe.test(self.points.release(versions[new]), Stage.RELEASE,
-                                    learn=None if self.req.find_fix else versions[new]).verdict)
+                                    learn=versions[new] if self.req.mode.defining is Side.NEW else None).verdict)
         if bad is not Side.NEW:
-            word = "fixed" if self.req.find_fix else "bad"
+            word = self.req.mode.new
             return None, f"{versions[new]} (the {word} end) does not behave as the {word} end: nothing to walk back from"
         step, i, tried = 1, new, [versions[new]]
         while i > 0:
@@ -188,13 +176,12 @@ class Bisection:
             return result
         want, probe = self.req.confirm, self.probe
         found = self.runner.run_many(self.req.case, [p for _, p in pair], want=want)
-        names = ("last broken", "first fixed") if self.req.find_fix else ("last good", "first bad")
+        mode = self.req.mode
         ends = []
-        for (label, point), runs, name, side in zip(pair, found, names, (Side.OLD, Side.NEW)):
+        for (label, point), runs, name, side in zip(pair, found, (mode.last_old, mode.first_new), (Side.OLD, Side.NEW)):
             probe.step(point, runs, Stage.CONFIRM)
             agree = sum(1 for r in runs if probe.side(probe.verdict(r)) is side)
-            as_bad = (side is Side.NEW) != self.req.find_fix
-            ends.append(Agreement(name, label, "bad" if as_bad else "good", agree, len(runs)))
+            ends.append(Agreement(name, label, mode.verdict(side).value, agree, len(runs)))
         conf = Confirmation(want, tuple(ends))
         if conf.confirmed:
             return replace(result, steps=tuple(self.steps), confirm=conf)
@@ -212,7 +199,7 @@ class Bisection:
 
     def _finish(self, versions: list[str], verdict: Answer, message: str) -> Result:
         result = self._with_notes(Result(self.req, tuple(versions), tuple(self.steps), verdict, message=message))
-        self._save("done", result.to_json())
+        self._save(BisectionStatus.DONE, result.to_json())
         return result
 
     def _release_result(self, versions: list[str], found: Search) -> Result:
@@ -220,14 +207,14 @@ class Bisection:
         verdict_ = Answer.FOUND if found.exact else Answer.AMBIGUOUS
         msg = "" if found.exact else (
             f"untestable releases leave {len(maybe)} candidates for the first "
-            f"{'fixed' if self.req.find_fix else 'bad'} release: {', '.join(maybe)}" + self.probe.why_ambiguous(maybe))
+            f"{self.req.mode.new} release: {', '.join(maybe)}" + self.probe.why_ambiguous(maybe))
         return Result(self.req, tuple(versions), tuple(self.steps), verdict_, versions[found.last_old],
                       versions[found.first_new], maybe, msg)
 
     def _with_notes(self, result: Result) -> Result:
         return replace(result, regression=self.probe.regression, different=tuple(self.probe.different.values()))
 
-    def _save(self, status: str, result: dict) -> None:
+    def _save(self, status: BisectionStatus, result: dict) -> None:
         self.subject.save(status, result, self.probe.rule)
 
     # ---------------------------------------------------------------- commits
@@ -280,7 +267,7 @@ class Bisection:
         if side is Side.SKIP:
             return Answer.UNTESTABLE, f"the merge base {chain[0].short} could not be tested: {step.detail}"
         return Answer.GOOD_END_BAD, (f"the merge base {chain[0].short} already behaves like the "
-                                f"{'fixed' if self.req.find_fix else 'bad'} end: the change is on the release branch")
+                                f"{self.req.mode.new} end: the change is on the release branch")
 
     # ------------------------------------------------------------- --confidence
 
@@ -288,8 +275,8 @@ class Bisection:
         """The probabilistic search (bayes.search) over ``points``, one run per probe (a recorded
         run of the same inputs first, as everywhere): (Search, Confidence, None), or (None, None,
         (verdict, message)) when an end does not behave as declared."""
-        fix, used, probe = self.req.find_fix, {}, self.probe
-        defining = 0 if fix else len(points) - 1
+        mode, used, probe = self.req.mode, {}, self.probe
+        defining = len(points) - 1 if mode.defining is Side.NEW else 0
 
         def one(i: int) -> Side:
             runs = self.runner.runs(self.req.case, points[i], want=used.get(i, 0) + 1)
@@ -298,13 +285,13 @@ class Bisection:
                 probe.learn(labels[i], runs)  # the first failing run of the defining end says what it is
             return probe.side(probe.step(points[i], new, stage).verdict) if new else Side.SKIP
 
-        est = bayes.search(len(points), one, self.req.confidence, flaky=Side.OLD if fix else Side.NEW)
+        est = bayes.search(len(points), one, self.req.confidence, flaky=mode.defining)
         end = points[defining].key  # when the defining end never failed: what it showed (no identity)
         probe.learn(labels[defining], [r for s in self.steps for r in s.runs if r.point_key == end])
-        conf = Confidence.of(est, labels, self.req.confidence, stage, fix)
+        conf = Confidence.of(est, labels, self.req.confidence, stage, mode)
         self.runner.progress("note", conf.describe())
         ends = [probe.last_step(points[i]) for i in (defining, -1 - defining)]
-        problem = ends_problem(est.status, fix, (labels[defining], labels[-1 - defining]),
+        problem = ends_problem(est.status, mode, (labels[defining], labels[-1 - defining]),
                                tuple((s.detail, s.outcome) if s else ("", Outcome.SKIP) for s in ends),
                                dict(probe.different), used.get(defining, 0))
         return (None, None, problem) if problem else (Search(est.last_old, est.first_new, est.maybe, est.probed), conf, None)
@@ -320,7 +307,7 @@ class Bisection:
         onto = gitrepo.resolve(repo, tag)
         self.runner.progress("note", f"proof: reverting {c.first_bad[:10]} on top of {tag}")
         rev = gitrepo.revert_tree(repo, c.first_bad, onto)
-        base = Proof(c.first_bad, tag, onto, ProofVerdict.UNTESTABLE, req.find_fix, rev.merge)
+        base = Proof(c.first_bad, tag, onto, ProofVerdict.UNTESTABLE, req.mode, rev.merge)
         if not rev.clean:
             verdict_ = ProofVerdict.CONFLICT if rev.conflicts else ProofVerdict.UNTESTABLE
             return replace(result, proof=replace(base, verdict=verdict_, conflicts=rev.conflicts, detail=rev.error))

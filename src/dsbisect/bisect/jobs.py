@@ -20,6 +20,7 @@ from packaging.version import Version
 
 from dsbisect.bisect.span import CommitSpan
 from dsbisect.core.errors import InputError
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import Accelerator, Case, EnvOptions, IndexOptions, RegressOn
 from dsbisect.records.results import Request, Result
 from dsbisect.run import matrix
@@ -62,7 +63,7 @@ class SearchChoice:
 
     regress_on: RegressOn = RegressOn.AUTO
     any_failure: bool = False
-    find_fix: bool = False
+    find_fix: bool = False  # the --find-fix flag as given; the search reads ``mode``
     repeat: int = 1
     confirm: int = 1
     signature: str | None = None
@@ -70,6 +71,11 @@ class SearchChoice:
     git_repo: Path | None = None
     verify_commit_ends: bool = True
     prove: bool = True
+
+    @property
+    def mode(self) -> Mode:
+        """What the search looks for: the one place the flag becomes a mode."""
+        return Mode.of(self.find_fix)
 
     def check_signature(self) -> None:
         if self.signature is not None and not self.signature.strip():
@@ -201,7 +207,7 @@ def release_request(request: BisectRequest, invocation: Invocation, settings: Se
     s.check_signature()
     req = Request(package=request.package, good=request.good, bad=request.bad, case=case,
                   pins=matrix.check_pins(list(request.what.pin or []), request.package), regress_on=s.regress_on,
-                  find_fix=s.find_fix, repeat=s.repeat, signature=s.signature, pre=request.pre, git_repo=s.git_repo,
+                  mode=s.mode, repeat=s.repeat, signature=s.signature, pre=request.pre, git_repo=s.git_repo,
                   verify_commit_ends=s.verify_commit_ends, confirm=s.confirm, include_yanked=request.include_yanked,
                   prove=s.prove, argv=invocation.argv, any_failure=s.any_failure, confidence=s.confidence)
     return Checked(req, env_defaults, executor)

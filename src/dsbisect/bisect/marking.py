@@ -13,8 +13,9 @@ from pathlib import Path
 
 from dsbisect.bisect import marks
 from dsbisect.bisect.jobs import CaseChoice
-from dsbisect.bisect.marks import LogLine, Mark, Planned
+from dsbisect.bisect.marks import LogLine, Planned
 from dsbisect.core.errors import InputError
+from dsbisect.core.model import Verdict
 from dsbisect.core.files import read_small_text
 from dsbisect.run import matrix
 from dsbisect.run.session import make_shared
@@ -28,7 +29,7 @@ class MarkRequest:
     """``dsbisect mark VERDICT POINT... [-- COMMAND]``: what the point did, the point(s) as
     PACKAGE==VERSION words, the case, a commit (resolved in ``git_repo``) and a note."""
 
-    verdict: Mark
+    verdict: Verdict
     args: Sequence[str] | None = None
     what: CaseChoice = field(default_factory=CaseChoice)
     commit: str | None = None
@@ -51,7 +52,7 @@ def plan_mark(request: MarkRequest, limits: Limits, nodes: Nodes) -> Planned:
         case = case.for_gpu(next(iter(facts.gpus()), None))
     source = marks.commit_source(versions[0][0], request.commit, request.git_repo) if request.commit else None
     points = marks.points_for(case, versions, matrix.check_pins(list(request.what.pin or [])), source)
-    return Planned(case, tuple(points), Mark(request.verdict), " ".join((request.note or "").split()))
+    return Planned(case, tuple(points), Verdict(request.verdict), " ".join((request.note or "").split()))
 
 
 def check_marked(plan: Planned, store: Path, released: bool) -> None:

@@ -30,12 +30,13 @@ from packaging.version import InvalidVersion, Version
 
 from dsbisect.bisect.points import ReleasePoints, held
 from dsbisect.core.errors import DsbisectError, EnvBuildError, InputError
-from dsbisect.core.model import Accelerator, Case, GitSource, Outcome, Point, RegressOn, Stage
+from dsbisect.core.model import Accelerator, Case, GitSource, Outcome, Point, RegressOn, Stage, Verdict
 from dsbisect.launch import launchers
 from dsbisect.verdict.identity import Identity
 from dsbisect.launch.launchers import Target
 from dsbisect.core.redact import redact
-from dsbisect.records.run import BisectionRecord, Evidence, Manual, RunRecord, SkipCause
+from dsbisect.records.bisections import BisectionRecord
+from dsbisect.records.run import Evidence, Manual, RunRecord, SkipCause
 from dsbisect.records.results import Recorded, Result, Step
 from dsbisect.core.rundir import RunDir
 from dsbisect.run.executor import Delegated, RunSpec, Site
@@ -43,15 +44,7 @@ from dsbisect.run.local import accelerator
 from dsbisect.store.store import Store
 
 
-class Mark(str, enum.Enum):
-    """What the user says a point did."""
-
-    good = "good"
-    bad = "bad"
-    skip = "skip"
-
-
-OUTCOME = {Mark.good: Outcome.PASS, Mark.bad: Outcome.FAIL, Mark.skip: Outcome.SKIP}
+OUTCOME = {Verdict.GOOD: Outcome.PASS, Verdict.BAD: Outcome.FAIL, Verdict.SKIP: Outcome.SKIP}  # a mark's run
 _ITEM = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*(\S+)\s*$")
 _HASH = re.compile(r"^[0-9a-fA-F]{7,64}$")
 
@@ -152,11 +145,9 @@ def bisected_ranges(store: Store, case: str, package: str) -> list[tuple[str, ..
     """The candidate releases of each bisection of ``package`` for ``case`` in the store."""
     out = []
     for b in store.bisections():
-        if canonicalize_name(b.package) != canonicalize_name(package) or b.params.get("case") != case:
+        if canonicalize_name(b.package) != canonicalize_name(package) or b.params.case != case:
             continue
-        got = b.result.get("candidates")
-        if isinstance(got, list) and all(isinstance(v, str) for v in got):
-            out.append(tuple(got))
+        out += [r.candidates for r in b.recorded.answers[:1] if not b.recorded.environment]
     return out
 
 
@@ -178,18 +169,18 @@ def commit_source(package: str, commit: str, repo: Path | None) -> GitSource:
 # -------------------------------------------------------------------- marks
 
 
-def reason(mark: Mark, note: str) -> str:
+def reason(mark: Verdict, note: str) -> str:
     return f"marked {mark.value} by hand" + (f": {note}" if note else "")
 
 
-def record(store: Store, case: Case, point: Point, mark: Mark, note: str = "", env_key: str | None = None,
+def record(store: Store, case: Case, point: Point, mark: Verdict, note: str = "", env_key: str | None = None,
            attempt: int | None = None, extra: dict | None = None) -> RunRecord:
     """A run of ``point`` whose outcome the user gave, in the store like any other run."""
-    mark = Mark(mark)
+    mark = Verdict(mark)
     if attempt is None:
         attempt = len(store.done_runs(case.key, point.key)) + 1
     run_id = store.start_run(case.name, case.key, point, env_key, attempt)
-    evidence = Evidence.of_mark(Manual(mark.value, note), extra)
+    evidence = Evidence.of_mark(Manual(mark, note), extra)
     return store.finish_run(run_id, OUTCOME[mark], None, 0.0, reason=reason(mark, note), evidence=evidence)
 
 
@@ -267,25 +258,22 @@ def find_bisection(store: Store, key: str | None) -> BisectionRecord:
 def log_text(store: Store, b: BisectionRecord) -> str:
     """The bisection's decisions as ``dsbisect mark`` lines that ``replay`` takes back."""
     p = b.params
-    argv = p.get("argv")
-    regress_on = RegressOn(p.get("regress_on", "hang"))
-    signature = p.get("signature")
-    learned = Identity.from_json(p["regression"]) if isinstance(p.get("regression"), dict) else None
+    argv = list(p.argv)
     if argv:
-        options = case_args(list(argv))
+        options = case_args(argv)
         command = "dsbisect bisect " + shlex.join(argv)
     else:  # recorded before dsbisect kept the command line: only what the parameters say
-        options = [f"--case={p['case']}"] + [f"--pin={x}" for x in p.get("pins", [])]
+        options = [f"--case={p.case}"] + [f"--pin={x}" for x in p.pins]
         command = "dsbisect bisect " + shlex.join([b.package, b.good, b.bad, *options])
-    r = Recorded.from_json(b.result)
-    state = b.status + (f": {r.verdict.value}" if r.verdict else "")
+    r = b.recorded
+    state = b.status.value + (f": {r.verdict.value}" if r.verdict else "")
     lines = [f"# dsbisect log of bisection {b.key}: {b.package} {b.good} → {b.bad} ({state})",
              f"# {redact(command)}"]
     if not argv:
         lines.append("# (recorded before dsbisect kept the command line: add the case options it had, "
                      "e.g. --matrix, --collective-timeout, to every line)")
-    if p.get("cwd"):
-        lines.append(f"# ran in {p['cwd']}: replay from there (the case's files are found as the command found them)")
+    if p.cwd:
+        lines.append(f"# ran in {p.cwd}: replay from there (the case's files are found as the command found them)")
     answer = _answer(r)
     if answer:
         lines.append(f"# answer: {answer}")
@@ -301,8 +289,8 @@ def log_text(store: Store, b: BisectionRecord) -> str:
                 lines.append(f"# run {run_id}: the revert proof ({_one_line(redact(step.subject), 120)}, "
                              f"{step.outcome.value}); the bisection runs it again")
                 continue
-            lines.append(_line(store.run(run_id), run_id, step, b.package, options, regress_on, signature, learned,
-                               every_pin=r.environment))
+            lines.append(_line(store.run(run_id), run_id, step, b.package, options, p.regress_on, p.signature,
+                               p.regression, every_pin=r.environment))
     return "\n".join(lines) + "\n"
 
 
@@ -315,7 +303,8 @@ def _answer(r: Recorded) -> str:
 
 
 def _release_answer(r: Result) -> str:
-    words = ("last broken", "first fixed") if r.request.find_fix else ("last good", "first bad")
+    mode = r.request.mode
+    words = (mode.last_old, mode.first_new)
     parts = []
     if r.last_good:
         parts.append(f"{words[0]} {r.last_good}")
@@ -344,7 +333,7 @@ def _line(r: RunRecord | None, run_id: int, step: Step, package: str, options: l
             items += [f"--pin={p}" for p in held]
         commit = point.source.commit if point.source else None
         if r.manual is not None:
-            about = f"marked {r.manual.mark} by hand"
+            about = f"marked {r.manual.mark.value} by hand"
         else:
             about = f"{r.outcome.value} {r.seconds or 0.0:.1f} s"
             if r.signature or r.reason:
@@ -428,7 +417,7 @@ class Planned:
 
     case: Case
     points: tuple[Point, ...]
-    mark: Mark
+    mark: Verdict
     note: str
 
 
@@ -444,7 +433,7 @@ def already(store: Store, plans: list[tuple[int, Planned]]) -> set[tuple[int, in
             counts[k] = counts.get(k, 0) + 1
             if k not in have:
                 have[k] = sum(1 for r in store.done_runs(plan.case.key, point.key)
-                              if r.manual is not None and r.manual.mark == plan.mark.value)
+                              if r.manual is not None and r.manual.mark is plan.mark)
             if counts[k] <= have[k]:
                 out.add((line, i))
     return out
@@ -453,9 +442,9 @@ def already(store: Store, plans: list[tuple[int, Planned]]) -> set[tuple[int, in
 # ----------------------------------------------------------- bisect --manual
 
 
-def parse_answer(text: str) -> Mark | None:
+def parse_answer(text: str) -> Verdict | None:
     word = (text or "").strip().lower()
-    for m in Mark:
+    for m in Verdict:
         if word in (m.value, m.value[0]):
             return m
     return None

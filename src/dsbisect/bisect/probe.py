@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from dsbisect.core import eta
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import Answer, Point, RegressOn, Stage, Verdict
 from dsbisect.records.results import Regression, Request, Step
 from dsbisect.records.run import RunRecord
@@ -48,18 +49,17 @@ def steps_for(left: int, width: int) -> int:
     return max(1, math.ceil(math.log(left + 1) / math.log(max(1, width) + 1) - 1e-9))
 
 
-def range_note(labels: list[str], stage: Stage, find_fix: bool, width: int) -> str:
+def range_note(labels: list[str], stage: Stage, mode: Mode, width: int) -> str:
     """What a search covers, said before its first run: "7 releases from 0.18.1 to 0.18.7 (5
     between them: about 3 steps after the ends); both ends first: 0.18.1 (good) and 0.18.7 (bad)"."""
     what = "commits" if stage is Stage.COMMIT else "releases"
     between = max(0, len(labels) - 2)
     steps = steps_for(between, width)
-    names = ("broken", "fixed") if find_fix else ("good", "bad")
     after = f"about {steps} step{'s' if steps > 1 else ''} after the ends" if between else "no release between them"
     if stage is Stage.COMMIT and not between:
         after = "no commit between them"
     return (f"{len(labels)} {what} from {labels[0]} to {labels[-1]} ({between} between them: {after}); both ends "
-            f"first: {labels[0]} ({names[0]}) and {labels[-1]} ({names[1]})")
+            f"first: {labels[0]} ({mode.old}) and {labels[-1]} ({mode.new})")
 
 
 class Probe:
@@ -86,11 +86,8 @@ class Probe:
     # ----------------------------------------------------------------- verdicts
 
     def side(self, v: Verdict) -> Side:
-        """The side of the search a verdict puts a point on (with --find-fix, BAD is the old side)."""
-        if v is Verdict.SKIP:
-            return Side.SKIP
-        new_is_bad = not self.req.find_fix
-        return Side.NEW if (v is Verdict.BAD) == new_is_bad else Side.OLD
+        """The side of the search a verdict puts a point on (looking for a fix, BAD is the old side)."""
+        return self.req.mode.side(v)
 
     def verdict(self, r: RunRecord) -> Verdict:
         return r.verdict(self.rule)  # the one rule (records.RunRecord.verdict), dsbisect log's too
@@ -145,8 +142,7 @@ class Probe:
         rule_on = resolve(req.regress_on, end)
         learned = None if (req.any_failure or req.signature or end is None) else end
         self.rule = Rule(rule_on, req.signature, learned)
-        self.regression = Regression(rule_on, learned, label, "broken end" if req.find_fix else "bad end",
-                                     req.regress_on)
+        self.regression = Regression(rule_on, learned, label, req.mode.defining_end, req.regress_on)
         if learned is not None:
             self.runner.progress("note", self.regression.describe())
 
@@ -167,13 +163,14 @@ class Probe:
 
     def check_ends(self, labels: list[str], points: list[Point], stage: Stage) -> tuple[Answer, str] | None:
         """Both ends must behave as declared; otherwise (verdict, message)."""
-        self.runner.progress("note", range_note(labels, stage, self.req.find_fix, self.req.width))
+        mode = self.req.mode
+        self.runner.progress("note", range_note(labels, stage, mode, self.req.width))
         ends = self.timed([points[0], points[-1]])
-        fix = self.req.find_fix
-        self.learn(labels[0] if fix else labels[-1], ends[0] if fix else ends[1])
+        k = -1 if mode.defining is Side.NEW else 0
+        self.learn(labels[k], ends[k])
         old, new = (self.step(p, runs, stage) for p, runs in zip((points[0], points[-1]), ends))
-        names = ("broken", "fixed") if fix else ("good", "bad")
-        for step, want, name, label in ((old, Side.OLD, names[0], labels[0]), (new, Side.NEW, names[1], labels[-1])):
+        for step, want, label in ((old, Side.OLD, labels[0]), (new, Side.NEW, labels[-1])):
+            name = mode.end(want)
             side = self.side(step.verdict)
             if side is Side.SKIP and label in self._different:
                 return Answer.UNTESTABLE, f"the {name} end: {self._different[label]}"

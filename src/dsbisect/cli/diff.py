@@ -11,7 +11,7 @@ import typer
 from dsbisect.cli.app import HelpCommand, app, user_errors
 from dsbisect.cli.groups import grouped
 from dsbisect.cli.options import Shown
-from dsbisect.cli.output import Format, emit, out
+from dsbisect.cli.output import Format, check_output, emit, out, write_output
 from dsbisect.core.errors import InputError
 
 
@@ -29,8 +29,8 @@ def diff_envs(
     from dsbisect.render import envreport
 
     with user_errors():
-        if shown.output and not shown.output.parent.is_dir():
-            raise InputError(f"-o {shown.output}: there is no folder {shown.output.parent}")
+        if shown.output:
+            check_output(shown.output, "-o")
         if shown.fmt is Format.html:
             raise InputError("--format html is for dsbisect report and dsbisect show")
         d = envreport.compare(good, bad, python)
@@ -41,4 +41,4 @@ def diff_envs(
         else:
             out.print(envreport.table(d))
             if shown.output:
-                shown.output.write_text(envreport.markdown(d))
+                write_output(envreport.markdown(d), shown.output, "-o")

@@ -11,13 +11,13 @@ import typer
 
 from dsbisect.bisect import marking
 from dsbisect.bisect.jobs import CaseChoice
-from dsbisect.bisect.marks import LogLine, Mark, Planned
+from dsbisect.bisect.marks import LogLine, Planned
 from dsbisect.cli.app import CLICK_ERROR, HelpCommand, app, user_errors
 from dsbisect.cli.groups import build, grouped
 from dsbisect.cli.options import LimitOpts, NodeOpts, StoreOpt
 from dsbisect.cli.output import emit, say
 from dsbisect.core.errors import DsbisectError, InputError
-from dsbisect.core.model import Accelerator
+from dsbisect.core.model import Accelerator, Verdict
 from dsbisect.core.outside import safe
 
 
@@ -33,7 +33,7 @@ class MarkedCaseOpts(CaseChoice):
 
 @dataclass(frozen=True)
 class MarkOpts(marking.MarkRequest):
-    verdict: Annotated[Mark, typer.Argument(metavar="good|bad|skip", help="What the point did, as a bisection would take it (bad: the regression shows).")]
+    verdict: Annotated[Verdict, typer.Argument(metavar="good|bad|skip", help="What the point did, as a bisection would take it (bad: the regression shows).")]
     args: Annotated[list[str] | None, typer.Argument(metavar="POINT... [-- COMMAND...]", help="The point, as PACKAGE==VERSION words (several versions of one package: one mark each); then, after --, the command line of a case given as one (as bisect takes it).")] = None
     what: MarkedCaseOpts = field(default_factory=MarkedCaseOpts)
     commit: Annotated[str | None, typer.Option("--commit", metavar="HASH", help="The point is this commit of the package (a commit step's point); POINT names the release it leads to.")] = None

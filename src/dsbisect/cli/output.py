@@ -10,7 +10,6 @@ reproduces a report.
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import sys
 import typing
@@ -21,7 +20,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from dsbisect.core.errors import DsbisectError, InputError
+from dsbisect.cli import writeguard
+from dsbisect.core import outputs
 from dsbisect.core.outside import safe_text
 from dsbisect.core.redact import redact
 from dsbisect.render import report as rep
@@ -70,22 +70,12 @@ def frontend(quiet: bool = False) -> Frontend:
 
 
 def check_output(path: Path, flag: str = "--output") -> None:
-    """A file we may write: its folder exists and is writable, and it is not itself a folder."""
-    folder = path.parent
-    if path.is_dir():
-        raise InputError(f"{flag} {path}: is a folder; name a file")
-    if not folder.is_dir():
-        raise InputError(f"{flag} {path}: no folder {folder}")
-    if not os.access(folder, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise InputError(f"{flag} {path}: not writable")
+    """A file we may write: in a writable folder, and never the store's, an input or another output."""
+    writeguard.check_output(path, flag)
 
 
 def write_output(text: str, path: Path, flag: str = "--output") -> None:
-    try:
-        path.write_text(text)
-    except OSError as e:  # checked before the work, so something changed since: say so, keep stdout's copy
-        raise DsbisectError(f"{flag} {path}: could not be written ({e.strerror or e}); the report is on "
-                            "stdout and the runs are in the store") from None
+    outputs.write_text(path, text, flag)
 
 
 def emit(text: str, output: Path | None) -> None:

@@ -10,6 +10,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from dsbisect.cli import writeguard
 from dsbisect.cli.app import HelpCommand, app, user_errors
 from dsbisect.cli.groups import grouped
 from dsbisect.cli.options import CacheOpt, CasesOpt, SourceOpts
@@ -60,6 +61,8 @@ def snapshot_base(
 def prefetch(*, request: PrefetchOpts, cache_dir: CacheOpt = None, sources: SourceOpts) -> None:
     """Download (and build) everything the matrix's points (or two environments) need into a wheelhouse for --offline use."""
     with user_errors():
+        if not sources.offline:  # --offline is refused first, by the prefetch itself
+            writeguard.check_output(request.dest, "--dest", folder=True)
         fetched = fill_wheelhouse(request, cache_dir, sources, say)
         say(f"{len(fetched.added)} file(s) added; {fetched.dest} holds {fetched.size / 1e6:.1f} MB")
         for name in fetched.added:

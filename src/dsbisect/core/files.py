@@ -17,6 +17,7 @@ from pathlib import Path
 CHUNK = 1 << 20
 TEXT_LIMIT = 16 << 20  # a matrix, hostfile, config or mark log: far below this
 DATA_LIMIT = 256 << 20  # a flight-recorder dump, an index page on disk
+PROOF_LIMIT = 1 << 20  # a deadlock proof (a few KB): what show and report read of one
 
 
 def digest(path: Path | str) -> str:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeVar
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
-from dsbisect.core.redact import HIDDEN, mask_args, secret_name
+from dsbisect.core.redact import HIDDEN, mask_args, secret_name, mask_text
 
 if TYPE_CHECKING:
     from dsbisect.core.command import Command
@@ -138,13 +138,6 @@ class Stage(enum.Enum):
     CONFIRM = "confirm"
     PROVE = "prove"  # the first bad release with the culprit commit reverted
     ENV = "env"  # a trial of an environment bisection: the good environment with some changes applied
-
-
-class Mode(enum.Enum):
-    """What a bisection looks for."""
-
-    REGRESSION = "regression"  # the first bad release after a good one
-    FIND_FIX = "find-fix"  # the first good release after a bad one
 
 
 class Answer(enum.Enum):
@@ -268,7 +261,9 @@ class Point:
         A point of a matrix grid and the same point reached by a bisection (where some of
         its versions are ``--pin``s) share a key, so their runs are reused across commands.
         """
-        reqs = sorted(str(Requirement(r)) for r in self.requirements())
+        # a credential in a URL pin is not what gets installed: masked, so the key holds no secret
+        # (not even as a digest) and a rotated one keeps it
+        reqs = sorted(mask_text(str(Requirement(r))) for r in self.requirements())
         reverted = {"reverted": self.source.reverted} if self.source and self.source.reverted else {}
         return digest({"requirements": reqs, "source": self.source.commit if self.source else None} | reverted)
 

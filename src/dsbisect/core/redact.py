@@ -7,10 +7,16 @@ rules, applied together by ``redact``:
   the ranks' environment) and of a secret-looking option of a command line (``--hub_token v``,
   ``--api-key=v``) is masked wherever it appears, whatever surrounds it;
 - by shape: ``NAME=value``, ``NAME = 'value'``, ``NAME: value``, ``"NAME": "value"``,
-  ``'NAME': 'value'``, ``--name value``, ``Authorization: Bearer v`` and URL credentials
-  (``https://user:pass@host``), where NAME is secret-looking;
-- by format: Hugging Face, GitHub, OpenAI, Slack and GitLab tokens, AWS access key ids,
-  JWTs and ``Bearer`` tokens, anywhere.
+  ``'NAME': 'value'``, ``--name value``, ``Authorization: Bearer v``, URL credentials
+  (``https://user:pass@host``) and a URL's signing parameters (``?sig=``,
+  ``X-Amz-Signature=``), a netrc's ``password``/``account`` (``machine h login u password
+  p``, on one line or several), where NAME is secret-looking;
+- by format: Hugging Face, GitHub, OpenAI, Slack, GitLab, PyPI, npm, Stripe and Google API
+  tokens, AWS access key ids, JWTs and ``Bearer`` tokens, and the body of a PEM private key
+  (RSA, EC, OpenSSH, PGP, ...: also its halves when a text is read in blocks), anywhere.
+
+``mask_text`` applies the shape and format rules alone: a pure function of the text, which
+keys (a point's, a case's) are made from, so a rotated credential keeps the key.
 
 A name is secret-looking when its last word (split at ``_``, ``-``, ``.`` and camelCase) is
 one of ``SECRET_WORDS``: ``HF_TOKEN``, ``WANDB_API_KEY``, ``MY_DB_PASS``, ``hubToken`` are;
@@ -95,8 +101,8 @@ def secret_values(env: Mapping[str, str], argv: Sequence[str] = ()) -> frozenset
 
 def mask_args(argv: Sequence[str]) -> list[str]:
     """``argv`` with the values of its secret-looking options and ``NAME=value`` words masked,
-    and known token formats: a pure function of the words (a case's key is the same in every
-    process, whatever it was told or remembers)."""
+    and every word through ``mask_text``: a pure function of the words (a case's key is the same
+    in every process, whatever it was told or remembers)."""
     out = [str(a) for a in argv]
     for i, a in enumerate(out):
         name, eq, value = a.lstrip("-").partition("=")
@@ -106,7 +112,7 @@ def mask_args(argv: Sequence[str]) -> list[str]:
                 and not out[i + 1].startswith("-"):
             out[i + 1] = HIDDEN
         else:
-            out[i] = _FORMATS.sub(HIDDEN, out[i]) if any(x in a for x in _FORMAT_ANCHORS) else out[i]
+            out[i] = mask_text(out[i])
     return out
 
 
@@ -143,6 +149,11 @@ def _value_pattern(values: frozenset[str]) -> re.Pattern | None:
 
 _FORMATS = re.compile("|".join((
     r"\bhf_[A-Za-z0-9]{20,}",
+    r"\bapi_org_[A-Za-z0-9]{20,}",
+    r"\bpypi-Ag[A-Za-z0-9_-]{40,}",
+    r"\bnpm_[A-Za-z0-9]{30,}",
+    r"\b(?:sk|rk|pk)_(?:live|test)_[A-Za-z0-9]{16,}",
+    r"\bAIza[0-9A-Za-z_-]{35}",
     r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}",
     r"\bgithub_pat_[A-Za-z0-9_]{20,}",
     r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}",
@@ -151,7 +162,8 @@ _FORMATS = re.compile("|".join((
     r"\bxox[abprs]-[A-Za-z0-9-]{10,}",
     r"\bglpat-[A-Za-z0-9_-]{20,}",
 )))
-_FORMAT_ANCHORS = ("hf_", "gh", "github_pat_", "sk-", "AKIA", "ASIA", "eyJ", "xox", "glpat-")
+_FORMAT_ANCHORS = ("hf_", "gh", "github_pat_", "sk-", "AKIA", "ASIA", "eyJ", "xox", "glpat-", "api_org_", "pypi-",
+                   "npm_", "_live_", "_test_", "AIza")
 _BEARER = re.compile(r"(?i)(?P<word>\bbearer\s+)[A-Za-z0-9._~+/=-]{6,}")
 _AUTH_HEADER = re.compile(r"(?i)(?P<head>\b(?:proxy-)?authorization[\"']?[ \t]*[:=][ \t]*[\"']?)"
                           r"(?:[A-Za-z]+[ \t]+)?[^\s\"',;]+")
@@ -186,9 +198,21 @@ def redact(text: str, values: Iterable[str] = ()) -> str:
     pattern = _value_pattern(known() | frozenset(v for v in values if _worth(v)) if values else known())
     if pattern is not None:
         text = pattern.sub(HIDDEN, text)
+    return mask_text(text)
+
+
+def mask_text(text: str) -> str:
+    """``text`` with the secrets its shapes and formats show masked (no value this process
+    knows of: a pure function of ``text``)."""
+    if not text:
+        return text
     # each rule only where its anchor is (most text has none: a report calls this per cell)
     if "@" in text:
         text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{HIDDEN}@", text)
+    if "://" in text and "=" in text:
+        text = _URL_PARAM.sub(lambda m: m["head"] + HIDDEN, text)
+    if "PRIVATE KEY" in text:
+        text = _private_keys(text)
     if any(a in text for a in _FORMAT_ANCHORS):
         text = _FORMATS.sub(HIDDEN, text)
     lower = text.lower()
@@ -199,9 +223,74 @@ def redact(text: str, values: Iterable[str] = ()) -> str:
     return _shapes(text, lower)
 
 
+# A URL's signing parameters (presigned S3/GCS/Azure URLs): no secret-looking name, a secret value.
+_URL_PARAM = re.compile(r"(?P<head>[?&](?i:sig|signature|x-amz-signature|x-amz-credential|x-goog-signature"
+                        r"|x-goog-credential|x-ms-signature|code)=)[^&#\s'\"]+")
+_KEY_KIND = r"[A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?"
+_PEM_HEADERS = r"(?:Proc-Type|DEK-Info|Version|Comment|Hash|Charset|MessageID)"  # RFC 1421 and OpenPGP armor
+_PEM_MARK = re.compile(r"-----(?P<what>BEGIN|END) (?P<kind>" + _KEY_KIND + r")-----")
+_PEM_BODY = re.compile(r"[ \t]*(?:[A-Za-z0-9+/=]+|" + _PEM_HEADERS + r": [^\n]*)?[ \t]*\r?")
+_B64_LINE = re.compile(r"[ \t]*[A-Za-z0-9+/=]{16,}[ \t]*\r?")
+_PEM_PAIR = 65536  # a BEGIN and the END of its kind at most this far apart are one key
+
+
+def _private_keys(text: str) -> str:
+    """Every PEM private key's body masked: between a BEGIN and the END of its kind; after a BEGIN
+    with no END (its body and header lines); before an END with no BEGIN (the base64 lines: the
+    second half of a key a text read in blocks cut in two).  One pass over the markers, each
+    line looked at once at most, whatever the text holds."""
+    marks, out, at = list(_PEM_MARK.finditer(text)), [], 0
+    for i, m in enumerate(marks):
+        if m.start() < at:
+            continue
+        nxt = marks[i + 1] if i + 1 < len(marks) else None
+        if m["what"] == "BEGIN" and nxt is not None and nxt["what"] == "END" and nxt["kind"] == m["kind"] \
+                and nxt.start() - m.end() <= _PEM_PAIR:
+            out += [text[at:m.end()], f"\n{HIDDEN}\n"]
+            at = nxt.start()
+        elif m["what"] == "BEGIN":
+            stop = _lines_while(text, m.end(), nxt.start() if nxt else len(text), _PEM_BODY)
+            out += [text[at:m.end()], f"\n{HIDDEN}"] if stop > m.end() else []
+            at = stop if stop > m.end() else at
+        elif (nl := text.rfind("\n", at, m.start())) != -1:
+            start = _lines_back_while(text, nl + 1, at, _B64_LINE)
+            if start <= nl:
+                out += [text[at:start], f"{HIDDEN}\n"]
+                at = nl + 1
+    return "".join(out) + text[at:] if out else text
+
+
+def _lines_while(text: str, pos: int, limit: int, line: re.Pattern) -> int:
+    """The end of the last of the whole lines after ``pos`` (up to ``limit``) that ``line``
+    matches, one after another; ``pos`` when the first does not."""
+    end = pos
+    while True:
+        start = text.find("\n", end, limit)
+        if start == -1:
+            return end
+        stop = text.find("\n", start + 1, limit)
+        stop = limit if stop == -1 else stop
+        if stop <= start + 1 and stop == limit or not line.fullmatch(text, start + 1, stop):
+            return end
+        end = stop
+
+
+def _lines_back_while(text: str, start: int, floor: int, line: re.Pattern) -> int:
+    """The start of the first of the whole lines before the line starting at ``start`` (down to
+    ``floor``) that ``line`` matches, one after another; ``start`` when the one before does not."""
+    while start > floor:
+        prev = text.rfind("\n", floor, start - 1) + 1
+        prev = max(prev, floor)
+        if not line.fullmatch(text, prev, start - 1):
+            break
+        start = prev
+    return start
+
+
 # a secret word and the letters that may follow it and still end a secret-looking name
 _TAIL_WORDS = {"token": ("",), "secret": ("",), "pass": ("", "wd", "word", "phrase"), "key": ("",),
-               "credential": ("", "s"), "auth": ("", "orization", "token"), "cookie": ("",)}
+               "credential": ("", "s"), "auth": ("", "orization", "token"), "cookie": ("",),
+               "account": ("",)}  # a netrc's account
 _LETTERS = re.compile(r"[a-z]*")
 
 
@@ -226,9 +315,43 @@ def _shapes(text: str, lower: str) -> str:
         line = text[start:end]
         if "=" in line or ":" in line:
             line = _ASSIGNMENT.sub(_mask_shape, line)
+        if "pass" in line.lower() or "account" in line.lower():
+            line = _netrc(line)
         pieces += [text[last:start], _OPTION.sub(_mask_shape, line) if "-" in line else line]
         last = end
     return "".join(pieces) + text[last:]
+
+
+_NETRC_KEYS = frozenset({"machine", "login", "password", "passwd", "account", "port", "protocol"})
+_NETRC_SECRET = frozenset({"password", "passwd", "account"})
+
+
+# A netrc entry inside any text (an error that quotes one): ``machine h`` or ``default``, then
+# keyword-value pairs.
+_NETRC_ENTRY = re.compile(r"(?:\bmachine[ \t]+\S+|\bdefault\b)(?:[ \t]+(?:login|password|passwd|account|port|protocol)"
+                          r"[ \t]+\S+)+")
+
+
+def _netrc(line: str) -> str:
+    """A line with the passwords and accounts of a netrc masked: a line of a netrc file (``machine
+    h login u password p``, or ``password p`` alone: an entry written on several lines), or an
+    entry quoted inside other text; any other line as it is."""
+    words = list(re.finditer(r"\S+", line))
+    masked, i = [], 0
+    while i < len(words):
+        w = words[i][0]
+        if w == "default":
+            i += 1
+            continue
+        if w not in _NETRC_KEYS or i + 1 == len(words):
+            return _NETRC_ENTRY.sub(lambda m: _netrc(m[0]), line) if "machine" in line or "default" in line \
+                else line
+        if w in _NETRC_SECRET and HIDDEN not in words[i + 1][0]:
+            masked.append(words[i + 1].span())
+        i += 2
+    for a, b in reversed(masked):
+        line = line[:a] + HIDDEN + line[b:]
+    return line
 
 
 _OWN_KEYS = frozenset({"key", "env_key", "case_key", "point_key"})  # dsbisect's own digests, no secrets

@@ -48,6 +48,7 @@ from dsbisect.search.changes import EnvSearch, find_culprits
 from dsbisect.core.errors import DsbisectError, InputError
 from dsbisect.core.model import Answer, BaseMode, GitSource, IndexOptions, Point, Stage
 from dsbisect.run.runner import Runner
+from dsbisect.records.bisections import BisectionStatus
 from dsbisect.records.results import Confounder, Request, Result, Step, TrialRun
 from dsbisect.search.steps import Side
 from dsbisect.verdict.identity import Rule
@@ -107,19 +108,17 @@ class TrialSubject:
 
     def ends_message(self, step: Step, end: Side, label: str) -> tuple[Answer, str]:
         req = self.env.req
-        fix = req.find_fix
-        name = {(Side.OLD, False): "good", (Side.OLD, True): "broken", (Side.NEW, False): "bad",
-                (Side.NEW, True): "fixed"}[end, fix]
+        name = req.mode.end(end)
         given = req.good_env.source if end is Side.OLD else req.bad_env.source
         shown = {"pass": "passed", "fail": "failed", "hang": "hung", "skip": "was skipped"}[step.outcome.value]
         if end is Side.NEW:
             return Answer.NOT_REPRODUCED, (f"{given} (the {name} environment, as given) {shown}: "
-                                           f"the {'fix' if fix else 'regression'} does not reproduce here")
+                                           f"the {req.mode.change} does not reproduce here")
         return Answer.GOOD_END_BAD, (f"{given} (the {name} environment, as given) {shown} too: "
                                      "nothing between the two environments to bisect")
 
     def stepped(self, steps: tuple[Step, ...], rule: Rule) -> None:
-        self.env.save("running", {"steps": [s.to_json() for s in steps]})
+        self.env.save(BisectionStatus.RUNNING, {"steps": [s.to_json() for s in steps]})
 
 
 @dataclass(frozen=True)
@@ -164,7 +163,7 @@ class EnvBisection:
 
     def _run(self) -> EnvResult:
         probe = self.probe
-        self.save("running", {"changes": [change_json(c) for c in self.changes]})
+        self.save(BisectionStatus.RUNNING, {"changes": [change_json(c) for c in self.changes]})
         ends = [self._point(frozenset()), self._point(frozenset(range(len(self.changes))))]
         problem = probe.check_ends([self.subject.label(p) for p in ends], ends, Stage.ENV)
         self.ends = tuple(self._trial(s, st)
@@ -219,7 +218,7 @@ class EnvBisection:
 
     def _finish(self, result: EnvResult) -> EnvResult:
         result = dataclasses.replace(result, steps=tuple(self.probe.steps))
-        self.save("done", result.to_json())
+        self.save(BisectionStatus.DONE, result.to_json())
         return result
 
     # ------------------------------------------------------------ trials
@@ -319,7 +318,7 @@ class EnvBisection:
         low, high = (new, old) if backwards else (old, new)
         rq = Request(package=c.name, good=low, bad=high, case=self.req.case,
                      pins=self._context(c, partners), regress_on=self.req.regress_on,
-                     find_fix=self.req.find_fix != backwards, repeat=self.req.repeat, signature=self.req.signature,
+                     mode=self.req.mode.flipped if backwards else self.req.mode, repeat=self.req.repeat, signature=self.req.signature,
                      pre=_parse(low).is_prerelease or _parse(high).is_prerelease, git_repo=self._repo_for(c),
                      verify_commit_ends=self.req.verify_commit_ends, width=self.req.width, confirm=self.req.confirm,
                      any_failure=self.req.any_failure, prove=self.req.prove)
@@ -386,16 +385,12 @@ class EnvBisection:
 
     # ------------------------------------------------------------------ store
 
-    def save(self, status: str, result: dict) -> None:
+    def save(self, status: BisectionStatus, result: dict) -> None:
         req = self.req
-        params = {"case": req.case.name, "hold": list(req.hold), "regress_on": req.regress_on.value,
-                  "find_fix": req.find_fix, "repeat": req.repeat, "signature": req.signature, "envbisect": True}
-        if req.argv:
-            params |= {"argv": list(req.argv), "cwd": str(Path.cwd())}
-        if status == "running" and "steps" in result:  # a level-1 step just ended: keep the changes beside it
+        if status is BisectionStatus.RUNNING and "steps" in result:  # a level-1 step just ended: keep the changes beside it
             result = {"changes": [change_json(c) for c in self.changes]} | result
-        self.runner.store.save_bisection(req.key, ENV_PACKAGE, req.good_env.source, req.bad_env.source, params,
-                                         status, result)
+        self.runner.store.save_bisection(req.key, ENV_PACKAGE, req.good_env.source, req.bad_env.source,
+                                         req.asked(str(Path.cwd())), status, result)
 
 
 def _cut(text: str, n: int) -> str:

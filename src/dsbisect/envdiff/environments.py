@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import codecs
 import enum
+import errno
 import json
 import os
 import re
@@ -26,6 +27,7 @@ from packaging.markers import default_environment
 
 from dsbisect.envs.base import inspect_base
 from dsbisect.core.errors import InputError
+from dsbisect.core.files import read_small, read_small_text, size_text, too_large
 from dsbisect.envdiff.freeze import parse_requirements
 from dsbisect.envdiff.lockfiles import NotALock, is_toml, parse_toml, read_lock
 from dsbisect.envdiff.pins import EnvFormat, Environment, Pin, make_pin, parse_version, url_path
@@ -41,6 +43,9 @@ _NOT_A_LOCK = {"pyproject.toml": "a pyproject.toml pins nothing: give its uv.loc
 _PYTHON_NAME = re.compile(r"^(python|pypy)[\d.]*(\.exe)?$")
 STDIN = "<stdin>"  # what `-` reads, as errors name it
 _EXPECTED = "a pip freeze, a requirements file of == pins, uv.lock, pylock.toml, a venv or a python"
+# An environment file is read whole and parsed (TOML costs several times its size): past this, one
+# line instead (a uv.lock of a few thousand packages is 1-3 MB; at this size `diff` peaks under 100 MB)
+ENV_LIMIT = 4 << 20
 
 
 class Kind(enum.Enum):
@@ -135,23 +140,28 @@ def read_environment(path: Path, *, markers: Mapping[str, str] | None = None) ->
     path = Path(path)
     marks = dict(markers) if markers is not None else default_environment()
     if str(path) == "-":  # `pip freeze | dsbisect diff good.txt -`
-        text = _text(sys.stdin.buffer.read())
+        data = sys.stdin.buffer.read(ENV_LIMIT + 1)
+        if len(data) > ENV_LIMIT:
+            raise InputError(f"{STDIN}: over {size_text(ENV_LIMIT)}: too large for {_EXPECTED}")
+        text = _text(data)
+        del data
         if text is None:
             raise InputError(f"{STDIN}: binary data, not {_EXPECTED}")
         return _read_text(Path(STDIN), text, marks)
     if path.is_dir():
         return _read_folder(path)
     try:
-        with path.open("rb") as f:
-            head = f.read(8192)  # enough to tell an interpreter (tens of MB) from a text file
-            data = head + f.read() if _text(head, partial=True) is not None else head
+        data = _head_or_all(path)
     except FileNotFoundError:
         raise InputError(f"{path}: no such file or folder") from None
     except OSError as e:
+        if e.errno == errno.EFBIG:
+            raise InputError(f"{path}: {e.strerror}: an environment file is read whole") from None
         raise InputError(f"{path}: cannot read it ({e.strerror or e})") from None
     if not data.strip():
         raise InputError(f"{path}: empty file: expected {_EXPECTED}")
     text = _text(data)
+    del data  # the text only, from here
     if text is None or text.startswith("#!"):
         if _PYTHON_NAME.match(path.name) and os.access(path, os.X_OK):
             return _read_python(path, EnvFormat.PYTHON)
@@ -159,6 +169,22 @@ def read_environment(path: Path, *, markers: Mapping[str, str] | None = None) ->
             if os.access(path, os.X_OK) else "a script" if text else "a binary file"
         raise InputError(f"{path}: {what}, not {_EXPECTED}")
     return _read_text(path, text, marks)
+
+
+def _head_or_all(path: Path) -> bytes:
+    """The whole file when it is text (at most ``ENV_LIMIT``: an OSError past it), else its head
+    (an interpreter is tens of MB: its head tells it from a text file)."""
+    with path.open("rb") as f:
+        head = f.read(8192)
+        if _text(head, partial=True) is None:
+            return head
+        size = os.fstat(f.fileno()).st_size
+        if size > ENV_LIMIT:
+            raise too_large(path, size, ENV_LIMIT)
+        rest = f.read(ENV_LIMIT + 1 - len(head))
+    if len(head) + len(rest) > ENV_LIMIT:  # it grew meanwhile (or /proc): held to the limit too
+        raise too_large(path, len(head) + len(rest), ENV_LIMIT)
+    return head + rest
 
 
 def _text(data: bytes, partial: bool = False) -> str | None:
@@ -178,10 +204,14 @@ def _text(data: bytes, partial: bool = False) -> str | None:
         return data[:e.start].decode("utf-8-sig") if partial and e.start > len(data) - 4 else None
 
 
+_FIRST_LINE = re.compile(r"(?m)^[ \t\f\v]*([^\s#][^\r\n]*)")
+
+
 def _read_text(path: Path, text: str, markers: dict[str, str]) -> Environment:
     if not text.strip():
         raise InputError(f"{path}: empty: expected {_EXPECTED}")
-    first = next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
+    found = _FIRST_LINE.search(text)  # not splitlines(): a copy of the whole text, line by line
+    first = found[1].strip() if found else ""
     if first.startswith("{"):
         return _read_snapshot(path, text)
     if _LOCK_NAME.match(path.name) or path.suffix == ".toml" or \
@@ -189,7 +219,8 @@ def _read_text(path: Path, text: str, markers: dict[str, str]) -> Environment:
         return _read_lock(path, text, markers)
     folder = Path.cwd() if str(path) == STDIN else path.resolve().parent
     parsed = parse_requirements(text, str(path), folder, markers=markers,
-                                include=lambda p: p.read_text(errors="replace"), project_name=_project_name)
+                                include=lambda p: read_small_text(p, ENV_LIMIT, errors="replace"),
+                                project_name=_project_name)
     return _environment(str(path), parsed.pins, format=EnvFormat.REQUIREMENTS, options=parsed.options,
                         notes=parsed.notes)
 
@@ -265,7 +296,7 @@ def _elsewhere(pins: Iterable[Pin]) -> list[str]:
 def _project_name(path: Path) -> str | None:
     """The ``[project] name`` of a local project's pyproject.toml, if it has one."""
     try:
-        text = (path / "pyproject.toml").read_text()
+        text = read_small_text(path / "pyproject.toml", errors="replace")
     except OSError:
         return None
     match = re.search(r'(?ms)^\[project\]\s*$.*?^name\s*=\s*["\']([^"\']+)["\']', text)
@@ -300,7 +331,7 @@ def _read_python(python: Path, fmt: EnvFormat, source: str | None = None) -> Env
 def _installed_pin(name: str, version: str, info: Path) -> Pin:
     """A pin from a dist-info: a direct reference when its direct_url.json (PEP 610) says so."""
     try:
-        data = json.loads((info / "direct_url.json").read_text())
+        data = json.loads(read_small(info / "direct_url.json", 1 << 20))
     except (OSError, ValueError):
         return make_pin(name, version)
     if not isinstance(data, dict) or not isinstance(data.get("url"), str):

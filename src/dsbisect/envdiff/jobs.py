@@ -69,7 +69,7 @@ def env_request(request: BisectRequest, invocation: Invocation, settings: Settin
     s = request.search
     req = EnvRequest(read_environment(good), read_environment(bad), case,
                      hold=tuple(dict.fromkeys(request.pair.hold or ())), argv=tuple(argv), regress_on=s.regress_on,
-                     find_fix=s.find_fix, repeat=s.repeat, confirm=s.confirm, signature=s.signature,
+                     mode=s.mode, repeat=s.repeat, confirm=s.confirm, signature=s.signature,
                      git_repo=s.git_repo, verify_commit_ends=s.verify_commit_ends, any_failure=s.any_failure,
                      prove=s.prove)
     return Checked(req, env_defaults, executor)

@@ -109,8 +109,14 @@ def _check_edges(edges: object, where: str, what: str) -> None:
 
 
 def _header_lines(text: str, header: str) -> list[int]:
-    """The line numbers of each ``[[header]]`` table, for errors naming file:line."""
-    return [n for n, ln in enumerate(text.splitlines(), 1) if ln.strip() == f"[[{header}]]"]
+    """The line numbers of each ``[[header]]`` table, for errors naming file:line (found in
+    place: no copy of the text line by line)."""
+    out, line, at = [], 1, 0
+    for m in re.finditer(r"(?m)^[ \t]*\[\[" + re.escape(header) + r"\]\][ \t]*\r?$", text):
+        line += text.count("\n", at, m.start())
+        at = m.start()
+        out.append(line)
+    return out
 
 
 def _true(marker: str | None, markers: Mapping[str, object], where: str, notes: list[str]) -> bool:

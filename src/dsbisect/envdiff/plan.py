@@ -24,7 +24,10 @@ from dsbisect.envs import gitrepo
 from dsbisect.envs.cache import CachePaths
 from dsbisect.envdiff.environments import Change, Environment, Kind, apply, diff
 from dsbisect.core.errors import EnvBuildError, InputError
+from dsbisect.core.files import read_small_text
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import BaseMode, Case, EnvOptions, IndexOptions, RegressOn, digest
+from dsbisect.records.bisections import AskedFor
 from dsbisect.records.results import Request
 from dsbisect.envs.uv import Uv
 
@@ -40,7 +43,7 @@ class EnvRequest:
     case: Case
     hold: tuple[str, ...] = ()  # names kept at the base's version (torch): not changes, not installed
     regress_on: RegressOn = RegressOn.AUTO
-    find_fix: bool = False
+    mode: Mode = Mode.REGRESSION
     repeat: int = 1
     signature: str | None = None
     git_repo: Path | None = None
@@ -57,15 +60,20 @@ class EnvRequest:
             "envbisect": 1, "good": sorted(p.requirement for p in self.good_env.pins),
             "bad": sorted(p.requirement for p in self.bad_env.pins), "case": self.case.key,
             "hold": sorted(canonicalize_name(h) for h in self.hold), "regress_on": self.regress_on.value,
-            "find_fix": self.find_fix, "repeat": self.repeat, "signature": self.signature,
+            "find_fix": self.mode.find_fix, "repeat": self.repeat, "signature": self.signature,
             "git": str(self.git_repo) if self.git_repo else None,
             **({"any_failure": True} if self.any_failure else {}),
         })
 
+    def asked(self, cwd: str) -> AskedFor:
+        """What the store keeps of the request (``params``); ``cwd``: where it runs."""
+        return AskedFor(self.case.name, self.regress_on, self.mode, self.repeat, self.signature, hold=self.hold,
+                        argv=self.argv, cwd=cwd if self.argv else None)
+
     def trial_request(self) -> Request:
         """The request level 1 runs its trials under (verdicts, repeats, signature as ``bisect``'s)."""
         return Request(package=ENV_PACKAGE, good=self.good_env.source, bad=self.bad_env.source, case=self.case,
-                       regress_on=self.regress_on, find_fix=self.find_fix, repeat=self.repeat,
+                       regress_on=self.regress_on, mode=self.mode, repeat=self.repeat,
                        signature=self.signature, width=self.width, argv=self.argv, any_failure=self.any_failure)
 
 
@@ -202,7 +210,7 @@ def _installed_mb(base: base_env.Base, name: str) -> int:
     for n, _, info in base.dists:
         if canonicalize_name(n) == canonicalize_name(name):
             try:
-                rows = (Path(info) / "RECORD").read_text().splitlines()
+                rows = read_small_text(Path(info) / "RECORD", errors="replace").splitlines()
             except OSError:
                 return 0
             total = sum(int(r.rsplit(",", 1)[1]) for r in rows if r.rsplit(",", 1)[-1].isdigit())

@@ -26,6 +26,7 @@ from packaging.utils import canonicalize_name
 
 from dsbisect.envs import base as base_env
 from dsbisect.core import proc
+from dsbisect.envs import gitrepo
 from dsbisect.envs.cache import MARKER, CachePaths
 from dsbisect.core.compat import SHIMS
 from dsbisect.core.errors import EnvBuildError
@@ -164,13 +165,13 @@ def build_error(text: str) -> str:
 def export_commit(repo: Path, commit: str, dest: Path, paths: tuple[str, ...]) -> None:
     """Write the tree of ``commit`` (a commit or a tree object; only ``paths`` if given) into ``dest``."""
     dest.mkdir(parents=True)
-    tree = proc.run(["git", "-C", repo, "ls-tree", "--name-only", commit], keep=proc.DATA)
+    tree = gitrepo.git(repo, "ls-tree", "--name-only", commit, keep=proc.DATA)
     if not tree.ok or tree.cut:
         raise EnvBuildError(f"git cannot read {commit[:10]} in {repo}: {tree.last_line()}")
     present = set(tree.stdout.split())
     chosen = [p for p in paths if p in present] if paths else []
     with tempfile.TemporaryFile() as buf:
-        done = proc.run(["git", "-C", repo, "archive", "--format=tar", commit, *chosen], stdout=buf)
+        done = gitrepo.git(repo, "archive", "--format=tar", commit, *chosen, stdout=buf)
         if not done.ok:
             raise EnvBuildError(f"git archive {commit[:10]} failed: {done.stderr.strip()[-300:] or done.error}")
         buf.seek(0)

@@ -27,7 +27,7 @@ from pathlib import Path
 from dsbisect import __version__
 from dsbisect.core import proc
 from dsbisect.core.files import read_small
-from dsbisect.records.run import ImportCheck, RunFacts
+from dsbisect.records.run import Host, ImportCheck, RunFacts
 
 
 # One ast.parse at a time: CPython 3.11.7's parser raised "SystemError: AST constructor recursion
@@ -189,17 +189,17 @@ def gpu_indices() -> list[int]:
     return ids[: len(names)]
 
 
-def host() -> dict:
+def host() -> Host:
     """The machine dsbisect runs on: stored with every run.  The ``ds_report``-style facts
     (``machine``) are gathered once per process; the GPUs follow CUDA_VISIBLE_DEVICES."""
-    return {
+    return Host.from_json({
         "name": platform.node(),
         "dsbisect": __version__,
         "host_python": sys.version.split()[0],
         "platform": platform.platform(terse=True),
         "cpus": os.cpu_count(),
         "gpus": gpus(),
-    } | machine()
+    } | machine())
 
 
 @functools.cache
@@ -283,19 +283,19 @@ def size(n: float | None) -> str:
     return "?"
 
 
-def describe_host(h: dict) -> str:
+def describe_host(h: Host) -> str:
     """One line: name, OS, CPUs, GPUs, and (when recorded) the driver, RAM and /dev/shm."""
-    g = h.get("gpus") or []
-    name = f"{h['name']}: " if h.get("name") else ""
-    cpus = f"{h.get('cpus', '?')} CPUs" + (f" ({h['cpu_model']})" if h.get("cpu_model") else "")
-    line = (f"host {name}{h.get('platform', '?')}, {cpus}, "
+    g = h.gpus or ()
+    name = f"{h.name}: " if h.name else ""
+    cpus = f"{'?' if h.cpus is None else h.cpus} CPUs" + (f" ({h.cpu_model})" if h.cpu_model else "")
+    line = (f"host {name}{h.platform or '?'}, {cpus}, "
             f"{len(g)} GPU{'s' if len(g) != 1 else ''}{' (' + g[0] + ')' if g else ''}")
-    if h.get("driver"):
-        line += f", NVIDIA driver {h['driver']}"
-    if h.get("ram_bytes"):
-        line += f", RAM {size(h['ram_bytes'])}"
-    if h.get("shm_bytes"):
-        line += f", /dev/shm {size(h['shm_bytes'])}"
+    if h.driver:
+        line += f", NVIDIA driver {h.driver}"
+    if h.ram_bytes:
+        line += f", RAM {size(h.ram_bytes)}"
+    if h.shm_bytes:
+        line += f", /dev/shm {size(h.shm_bytes)}"
     return line
 
 

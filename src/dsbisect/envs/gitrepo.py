@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsbisect.core import proc
+from dsbisect.envs import gitconfig
 from dsbisect.core.errors import DsbisectError, ExternalFailure, InputError
 
 
@@ -34,8 +35,11 @@ def _git(repo: Path, *args: str) -> str:
     return done.stdout
 
 
-def git(repo: Path, *args: str, keep: proc.Keep = proc.KEEP) -> proc.Completed:
-    return proc.run(["git", "-C", repo, *args], keep=keep)
+def git(repo: Path, *args: str, keep: proc.Keep = proc.KEEP, stdout=None) -> proc.Completed:
+    """The one door to git on a user's clone: it runs none of the programs the clone's (or the
+    user's) configuration names (``gitconfig``: hooks, filters, drivers, helpers, transports)."""
+    return proc.run(["git", "-C", repo, *gitconfig.quiet_args(repo), *args], env=gitconfig.environment(), keep=keep,
+                    stdout=stdout)
 
 
 def check_repo(repo: Path) -> Path:
@@ -57,7 +61,10 @@ def tag_for(repo: Path, package: str, version: str) -> str:
 
 
 def resolve(repo: Path, ref: str) -> str:
-    """The hash of ``ref``; an InputError when the clone has no such commit (a ref one gave)."""
+    """The hash of ``ref``; an InputError when the clone has no such commit (a ref one gave),
+    or when it looks like an option (git would read ``--output=x`` as one)."""
+    if not ref or ref.startswith("-") or any(c in ref for c in "\0\n"):
+        raise InputError(f"{ref!r} is not a commit name (a tag, branch or hash)")
     done = git(repo, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", keep=proc.DATA)
     if done.returncode == 1 and not done.stdout.strip():  # --verify --quiet: 1 is "no such commit"
         raise InputError(f"{repo} has no commit {ref!r}")
@@ -102,8 +109,6 @@ def describe(repo: Path, ref: str) -> str:
 
 # Conflict states of ``git status --porcelain``: both sides touched the path.
 UNMERGED = frozenset({"DD", "AU", "UD", "UA", "DU", "AA", "UU"})
-# The scratch worktree runs none of the clone's hooks (post-checkout, e.g. git-lfs's).
-NO_HOOKS = ("-c", "core.hooksPath=/dev/null")
 
 
 @dataclass(frozen=True)
@@ -152,10 +157,10 @@ def revert_tree(repo: Path, commit: str, onto: str) -> Revert:
     scratch = Path(tempfile.mkdtemp(prefix="dsbisect-revert-")).resolve()
     wt = scratch / "tree"
     try:
-        added = git(repo, *NO_HOOKS, "worktree", "add", "--detach", "--quiet", str(wt), onto)
+        added = git(repo, "worktree", "add", "--detach", "--quiet", str(wt), onto)
         if not added.ok:
             return Revert(commit, onto, merge, error=f"git worktree add failed: {added.last_line()}")
-        done = git(wt, *NO_HOOKS, "revert", "--no-commit", *(("-m", "1") if merge else ()), commit)
+        done = git(wt, "revert", "--no-commit", *(("-m", "1") if merge else ()), commit)
         if not done.ok:
             status = git(wt, "status", "--porcelain=v1", "-z", "--untracked-files=no")
             conflicts = unmerged(status.stdout) if status.ok else ()

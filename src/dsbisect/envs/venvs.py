@@ -37,7 +37,7 @@ from dsbisect.envs.cache import MARKER, CachePaths, disk_usage
 from dsbisect.core.errors import EnvBuildError
 from dsbisect.launch.launchers import VENV_ENTRIES
 from dsbisect.core.model import BaseMode, EnvOptions, GitSource, IndexOptions, Point, digest
-from dsbisect.core.redact import redact
+from dsbisect.core.redact import mask_text, redact
 from dsbisect.envs.uv import Uv
 from dsbisect.envs.versions import exact_version, file_is
 
@@ -56,7 +56,12 @@ class EnvSpec:
 
     @property
     def key(self) -> str:
-        return digest({"format": ENV_FORMAT} | asdict(self))
+        return digest({"format": ENV_FORMAT} | self.shown())
+
+    def shown(self) -> dict:
+        """The spec as the cache keeps it (the group may read it): a pin's URL credentials masked
+        (uv gets them; the key is of the masked text, so a rotated credential keeps the venv)."""
+        return asdict(self) | {"requirements": tuple(mask_text(r) for r in self.requirements)}
 
 
 @dataclass(frozen=True)
@@ -264,7 +269,7 @@ class EnvManager:
         t0 = time.monotonic()
         tmp = final.with_name(final.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.log(f"building env {spec.key} ({'; '.join(spec.requirements) or 'no pins'})")
+        self.log(f"building env {spec.key} ({'; '.join(spec.shown()['requirements']) or 'no pins'})")
         try:
             self.uv.venv(tmp, self.base.python)
             site_dir = base_env.site_packages(tmp)
@@ -281,7 +286,7 @@ class EnvManager:
             reqs, links = self._prebuild(point, spec, site_dir)
             self.uv.install(tmp, reqs, spec.hold, extra_links=links)
             installed, shadowed = base_env.inventory(site_dir, stubs)
-            marker = {"format": ENV_FORMAT, "key": spec.key, "spec": asdict(spec), "installed": installed,
+            marker = {"format": ENV_FORMAT, "key": spec.key, "spec": spec.shown(), "installed": installed,
                       "shadowed": shadowed, "seconds": round(time.monotonic() - t0, 3), "created": time.time()}
             (tmp / MARKER).write_text(json.dumps(marker, indent=1))
             shutil.rmtree(final, ignore_errors=True)

@@ -20,6 +20,7 @@ from pathlib import Path
 import psutil
 
 from dsbisect.forensics import deadlock
+from dsbisect.forensics.proofrecord import ProofRecord
 from dsbisect.core.files import DATA_LIMIT, read_small
 from dsbisect.core.proc import is_live
 from dsbisect.launch.proctree import safe_env, safe_ppid
@@ -92,19 +93,9 @@ class Rounds:
 
     def keep(self, found: Found) -> None:
         """Write the proof beside the answers it stands on, for ``dsbisect show``."""
-        proof = found.proof
-        data = {
-            "text": proof.text, "rule": proof.rule, "at": round(proof.at, 2), "requests": list(found.requests),
-            "wall_time": time.time(), "gone": list(proof.gone),
-            "waits": {str(r): [c.label for c in heads] for r, heads in proof.waits},
-            "store_waits": {str(r): {"label": w.label, "key": w.key, "ranks": list(w.ranks), "joined": w.joined}
-                            for r, w in proof.stores},
-            "snapshots": [{"request": n, "at": round(snap.at, 2),
-                           "ranks": {str(s.rank): s.describe() for s in snap.ranks}}
-                          for n, snap in zip(found.requests, found.snapshots)],
-        }
+        record = ProofRecord.of(found.proof, found.requests, found.snapshots, time.time())
         try:
-            _write_json(self.run.deadlock_proof, data)
+            _write_json(self.run.deadlock_proof, record.to_json())
         except OSError:
             pass
 

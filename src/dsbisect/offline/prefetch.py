@@ -128,6 +128,17 @@ def _uv_platform(tag: str) -> str:
     return "linux"
 
 
+def commit_ends(repo: Path, commits: str) -> tuple[str, str]:
+    """``--commits OLD..NEW`` checked against the clone (both ends are commits of it) before
+    anything is created: an InputError naming the one that is not."""
+    old, sep, new = commits.partition("..")
+    if not sep or not old or not new:
+        raise InputError(f"--commits {commits!r}: expected OLD..NEW (tags or hashes)")
+    gitrepo.resolve(repo, old)
+    gitrepo.resolve(repo, new)
+    return old, new
+
+
 @dataclass
 class Prefetcher:
     mgr: EnvManager

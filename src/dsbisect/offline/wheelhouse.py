@@ -122,7 +122,7 @@ def _repo(request: PrefetchRequest) -> Path | None:
 
 def plan(request: PrefetchRequest, sources: Sources) -> Plan:
     """``request`` checked, in the order a user reads the errors; nothing downloaded."""
-    from dsbisect.offline.prefetch import Target, env_fetch, env_holding, load_snapshot, points_to_fetch
+    from dsbisect.offline.prefetch import Target, commit_ends, env_fetch, env_holding, load_snapshot, points_to_fetch
 
     if not request.cases_too and request.case:
         raise InputError("--case names cases to fetch: it cannot go with --no-cases")
@@ -134,6 +134,8 @@ def plan(request: PrefetchRequest, sources: Sources) -> Plan:
     index = sources.resolve()
     extras = matrix.check_pins(list(request.extra or []), flag="--extra")
     repo = _repo(request)
+    if repo is not None:
+        commit_ends(repo, request.commits or "")  # both ends are commits of the clone: checked, then created
     snapshot = load_snapshot(request.base_snapshot) if request.base_snapshot else None
     target = Target(request.python_version, tuple(request.platform_tag or ()), snapshot)
     points = points_to_fetch(cases, index, request.with_candidates) if cases_too else []
@@ -149,7 +151,7 @@ def prefetch(request: PrefetchRequest, cache_dir: Path | None, sources: Sources,
              say: Callable[[str], None]) -> Fetched:
     """Fetch (and build) into ``request.dest`` everything ``request`` names, saying each step."""
     from dsbisect.envs.venvs import EnvManager
-    from dsbisect.offline.prefetch import Prefetcher
+    from dsbisect.offline.prefetch import Prefetcher, commit_ends
 
     planned = plan(request, sources)
     for note in planned.index.notes:
@@ -160,8 +162,7 @@ def prefetch(request: PrefetchRequest, cache_dir: Path | None, sources: Sources,
     try:
         fill(pf, planned, request.tool, say)
         if planned.repo is not None and request.commits:
-            old, new = request.commits.split("..", 1)
-            pf.commits(planned.repo, request.package, old, new)
+            pf.commits(planned.repo, request.package, *commit_ends(planned.repo, request.commits))
     finally:
         pf.close()
     return Fetched(tuple(pf.added), pf.dest, pf.size())

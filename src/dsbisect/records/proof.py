@@ -15,6 +15,7 @@ import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import Outcome, read_enum, read_int, read_ints
 from dsbisect.search.steps import Side
 
@@ -32,7 +33,7 @@ class Proof:
     onto: str  # the tag it was reverted on top of (the first bad release)
     onto_commit: str
     verdict: ProofVerdict
-    find_fix: bool = False
+    mode: Mode = Mode.REGRESSION
     merge: bool = False  # a merge commit, reverted against its first parent
     outcome: Outcome | None = None  # the outcome of the runs that decided
     runs: int = 0
@@ -42,18 +43,18 @@ class Proof:
     run_ids: tuple[int, ...] = ()
 
     def to_json(self) -> dict:
-        """The result's ``proof`` (``--format json``); ``find_fix`` is the result's mode, not here."""
+        """The result's ``proof`` (``--format json``); the mode is the result's, not here."""
         return {"commit": self.commit, "onto": self.onto, "onto_commit": self.onto_commit, "merge": self.merge,
                 "outcome": self.outcome.value if self.outcome else None, "runs": self.runs, "agree": self.agree,
                 "verdict": self.verdict.value, "conflicts": list(self.conflicts), "detail": self.detail,
                 "run_ids": list(self.run_ids)}
 
     @classmethod
-    def from_json(cls, d: Mapping, find_fix: bool = False) -> Proof:
+    def from_json(cls, d: Mapping, mode: Mode = Mode.REGRESSION) -> Proof:
         """A recorded proof (keys it does not know are passed over; missing ones take their defaults)."""
         conflicts = d.get("conflicts")
         return cls(str(d.get("commit") or ""), str(d.get("onto") or ""), str(d.get("onto_commit") or ""),
-                   read_enum(ProofVerdict, d.get("verdict"), ProofVerdict.UNTESTABLE), find_fix, bool(d.get("merge")),
+                   read_enum(ProofVerdict, d.get("verdict"), ProofVerdict.UNTESTABLE), mode, bool(d.get("merge")),
                    read_enum(Outcome, d.get("outcome"), None), read_int(d.get("runs")), read_int(d.get("agree")),
                    tuple(str(c) for c in conflicts) if isinstance(conflicts, list) else (), str(d.get("detail") or ""),
                    read_ints(d.get("run_ids")))
@@ -69,11 +70,11 @@ class Proof:
             return f"{head}: the revert does not apply cleanly (conflicts in {files}); not run"
         if self.verdict is ProofVerdict.UNTESTABLE:
             return f"{head}: could not be tested: {self.detail or 'no run'}"
-        role = "fix" if self.find_fix else "cause"
+        fix = self.mode is Mode.FIND_FIX
         if self.verdict is ProofVerdict.PROVEN:
-            again = " again" if self.find_fix else ""
-            return f"{head}: {shown}{again} {counted} — the commit is the {role}"
-        alone = " alone" if self.find_fix else ""
+            again = " again" if fix else ""
+            return f"{head}: {shown}{again} {counted} — the commit is the {'fix' if fix else 'cause'}"
+        alone = " alone" if fix else ""
         return f"{head}: still {shown} {counted} — the commit{alone} is not sufficient"
 
 

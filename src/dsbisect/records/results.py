@@ -24,10 +24,10 @@ from packaging.utils import canonicalize_name
 
 from dsbisect.search.confidence import Confidence, confidence_from_json, confidence_json
 from dsbisect.verdict.identity import Identity
+from dsbisect.core.mode import Mode
 from dsbisect.core.model import (
     Answer,
     Case,
-    Mode,
     Outcome,
     RegressOn,
     Stage,
@@ -38,6 +38,7 @@ from dsbisect.core.model import (
     read_ints,
     worst,
 )
+from dsbisect.records import migrate
 from dsbisect.records.proof import Proof
 from dsbisect.core.redact import redact_tree
 from dsbisect.search.steps import Side
@@ -82,7 +83,7 @@ class Request:
     case: Case
     pins: tuple[str, ...] = ()
     regress_on: RegressOn = RegressOn.AUTO  # AUTO: what the bad end shows (Bisection.rule, once it ran)
-    find_fix: bool = False
+    mode: Mode = Mode.REGRESSION
     repeat: int = 1
     signature: str | None = None
     pre: bool = False
@@ -97,14 +98,10 @@ class Request:
     confidence: float | None = None  # --confidence P: the probabilistic search (bayes), one run per probe
 
     @property
-    def mode(self) -> Mode:
-        return Mode.FIND_FIX if self.find_fix else Mode.REGRESSION
-
-    @property
     def key(self) -> str:
         return digest({
             "package": canonicalize_name(self.package), "good": self.good, "bad": self.bad, "case": self.case.key,
-            "pins": sorted(self.pins), "regress_on": self.regress_on.value, "find_fix": self.find_fix,
+            "pins": sorted(self.pins), "regress_on": self.regress_on.value, "find_fix": self.mode.find_fix,
             "repeat": self.repeat, "signature": self.signature, "pre": self.pre,
             **({"include_yanked": True} if self.include_yanked else {}),
             **({"any_failure": True} if self.any_failure else {}),
@@ -121,7 +118,7 @@ class Request:
         """A result's request as recorded: the case by its name only (a result keeps no more of it)."""
         case = Case(name=_str(d, "case"), script=Path(), script_digest="")
         return cls(_str(d, "package"), _str(d, "good"), _str(d, "bad"), case, pins=_strs(d.get("pins")),
-                   regress_on=regress_on, find_fix=d.get("mode") == Mode.FIND_FIX.value,
+                   regress_on=regress_on, mode=read_enum(Mode, d.get("mode"), Mode.REGRESSION),
                    signature=_opt(d, "signature_filter"))
 
 
@@ -229,10 +226,11 @@ class Regression:
                 "failure": self.identity.as_json() if self.identity else None}
 
     @classmethod
-    def from_json(cls, d: Mapping, find_fix: bool = False) -> Regression:
+    def from_json(cls, d: Mapping, mode: Mode = Mode.REGRESSION) -> Regression:
         failure = _dict(d, "failure")
-        return cls(read_enum(RegressOn, d.get("kind"), RegressOn.ANY), Identity.from_json(failure) if failure else None,
-                   _str(d, "learned_from"), "broken end" if find_fix else "bad end",
+        return cls(read_enum(RegressOn, d.get("kind"), RegressOn.ANY),
+                   Identity.from_json(migrate.identity(failure)) if failure else None,
+                   _str(d, "learned_from"), mode.defining_end,
                    read_enum(RegressOn, d.get("asked"), RegressOn.AUTO))
 
 
@@ -342,18 +340,19 @@ class Result:
     @classmethod
     def from_json(cls, d: Mapping) -> Result:
         """A recorded result (``bisect --format json``, a bisection's ``result`` column), of any version."""
-        find_fix = d.get("mode") == Mode.FIND_FIX.value
-        regression = Regression.from_json(d["regression"], find_fix) if _dict(d, "regression") else None
+        d = migrate.result(d)
+        mode = read_enum(Mode, d.get("mode"), Mode.REGRESSION)
+        regression = Regression.from_json(d["regression"], mode) if _dict(d, "regression") else None
         asked = regression.asked if regression else read_enum(RegressOn, d.get("regress_on"), RegressOn.AUTO)
         commit, confirm, proof = (_dict(d, k) for k in ("commit", "confirm", "proof"))
-        asked_p, found = confidence_from_json(d.get("confidence"), find_fix)
+        asked_p, found = confidence_from_json(d.get("confidence"), mode)
         return cls(replace(Request.from_json(d, asked), confidence=asked_p), _strs(d.get("candidates")),
                    tuple(Step.from_json(s) for s in _maps(d.get("steps"))),
                    read_enum(Answer, d.get("verdict"), Answer.UNTESTABLE), _opt(d, "last_good"), _opt(d, "first_bad"),
                    _strs(d.get("maybe")), _str(d, "message"), CommitResult.from_json(commit) if commit else None,
                    _str(d, "commit_message"), Confirmation.from_json(confirm) if confirm else None,
                    _str(d, "good_end"), _strs(d.get("caveats")),
-                   Proof.from_json(proof, find_fix) if proof else None, regression, _strs(d.get("different")),
+                   Proof.from_json(proof, mode) if proof else None, regression, _strs(d.get("different")),
                    found)
 
 
@@ -421,9 +420,10 @@ class Recorded:
 
     @classmethod
     def from_json(cls, d: Mapping) -> Recorded:
+        d = migrate.result(d)
         verdict = read_enum(Answer, d.get("verdict"), None) if d.get("verdict") else None
         steps = tuple(Step.from_json(s) for s in _maps(d.get("steps")))
-        if d.get("kind") == "environment" or _dict(d, "env_diff") is not None:
+        if d.get("kind") == "environment":
             diff = _dict(d, "env_diff") or {}
             answers = tuple(Result.from_json(x) for x in _maps(d.get("releases")))
             trials = tuple(TrialRun.from_json(t) for t in (*_maps(diff.get("ends")), *_maps(diff.get("trials"))))

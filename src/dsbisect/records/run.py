@@ -1,5 +1,5 @@
-"""What a run and a bisection leave behind: ``RunRecord`` (with its ``Evidence`` and ``RunFacts``),
-``Manual``, ``SkipCause``, ``BisectionRecord``; and the one verdict rule (``RunRecord.verdict``).
+"""What a run leaves behind: ``RunRecord`` (with its ``Evidence`` and ``RunFacts``), ``Manual``,
+``SkipCause``; and the one verdict rule (``RunRecord.verdict``).  A bisection's: ``bisections``.
 
 The store keeps these as JSON (``run.json``, the SQLite columns).  ``to_json`` gives back
 exactly the JSON ``from_json`` read: the same keys in the same order, each value of the same
@@ -11,14 +11,13 @@ and stores of older and newer dsbisects read both ways.  Pure: no I/O.
 from __future__ import annotations
 
 import enum
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar
 
-from dsbisect.verdict.identity import HangSignature, Identity, Rule, judge, learn
+from dsbisect.verdict.identity import Failure, HangSignature, Identity, Rule, judge, learn
 from dsbisect.records.inputs import Inputs
-from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict
+from dsbisect.core.model import Outcome, Point, RegressOn, RunStatus, Verdict, read_enum
 
 _NUM = (int, float)
 
@@ -38,6 +37,8 @@ def _frozen(value: Any) -> Any:
 def _thawed(value: Any) -> Any:
     if isinstance(value, tuple):
         return [_thawed(v) for v in value]
+    if isinstance(value, _Keyed):
+        return value.to_json()
     return value.value if isinstance(value, enum.Enum) else value
 
 
@@ -52,6 +53,8 @@ class _Keyed:
 
     @classmethod
     def from_json(cls, data: object):
+        if isinstance(data, cls):  # a value already read (``of`` takes either)
+            return data
         data = data if isinstance(data, Mapping) else {}
         known, extra = {}, {}
         for key, value in data.items():
@@ -65,8 +68,10 @@ class _Keyed:
 
     @classmethod
     def of(cls, **values: Any):
-        """Values made by this dsbisect, written in the order given (as a dict of them was)."""
-        return cls(**{k: _frozen(v) for k, v in values.items() if k not in ("extra", "order")},
+        """Values made by this dsbisect, written in the order given (as a dict of them was); a
+        value of a typed field may be given as its JSON."""
+        return cls(**{k: cls._read(k, _frozen(v)) if v is not None else None for k, v in values.items()
+                      if k not in ("extra", "order")},
                    extra=values.get("extra", {}), order=tuple(k for k in values if k != "order"))
 
     def keys(self) -> tuple[str, ...]:
@@ -127,12 +132,8 @@ class SkipCause(str, enum.Enum):
 class Manual:
     """A result the user gave (``dsbisect mark``, ``bisect --manual``), not a run of dsbisect."""
 
-    mark: str  # good, bad or skip
+    mark: Verdict  # what the user said the point did: good, bad or skip
     note: str | None = None
-
-    @property
-    def verdict(self) -> Verdict | None:
-        return Verdict(self.mark) if self.mark in ("good", "bad", "skip") else None
 
 
 @dataclass(frozen=True)
@@ -166,8 +167,9 @@ class Evidence(_Keyed):
 
     @property
     def marked(self) -> Manual | None:
-        """The mark by hand, when the run is one."""
-        return Manual(self.manual, self.note) if self.manual else None
+        """The mark by hand, when the run is one (a mark that is no verdict marks nothing)."""
+        mark = read_enum(Verdict, self.manual, None)
+        return Manual(mark, self.note) if mark is not None else None
 
     @property
     def oom_others(self) -> int:
@@ -177,7 +179,7 @@ class Evidence(_Keyed):
 
     @classmethod
     def of_mark(cls, manual: Manual, extra: Mapping[str, Any] | None = None) -> Evidence:
-        return cls(manual=manual.mark, note=manual.note, extra=dict(extra or {}))
+        return cls(manual=manual.mark.value, note=manual.note, extra=dict(extra or {}))
 
     def noted(self, *more: str) -> Evidence:
         return replace(self, notes=(*(self.notes or ()), *more))
@@ -188,6 +190,44 @@ class Evidence(_Keyed):
 
 
 # ------------------------------------------------------------------ facts
+
+
+@dataclass(frozen=True)
+class Host(_Keyed):
+    """The machine a run ran on (``facts.host`` of run.json): what ``envs.facts.host`` found."""
+
+    SHAPES: ClassVar[dict[str, tuple[type, ...]]] = {
+        "name": (str,), "dsbisect": (str,), "host_python": (str,), "platform": (str,), "cpus": (int,),
+        "gpus": (list,), "cpu_model": (str,), "ram_bytes": _NUM, "shm_bytes": _NUM, "driver": (str,),
+        "topology": (str,)}
+    name: str | None = None
+    dsbisect: str | None = None  # its version
+    host_python: str | None = None
+    platform: str | None = None
+    cpus: int | None = None
+    gpus: tuple[str, ...] | None = None  # as CUDA_VISIBLE_DEVICES showed them
+    cpu_model: str | None = None
+    ram_bytes: int | None = None
+    shm_bytes: int | None = None
+    driver: str | None = None  # the NVIDIA driver
+    topology: str | None = None  # nvidia-smi topo -m
+
+    @classmethod
+    def _read(cls, key: str, value: Any) -> Any:
+        if key == "gpus" and not all(isinstance(g, str) for g in value):
+            raise ValueError(key)
+        return value
+
+
+@dataclass(frozen=True)
+class InputFile(_Keyed):
+    """A file the command line named (``facts.inputs`` of run.json): its digest, size and copy."""
+
+    SHAPES: ClassVar[dict[str, tuple[type, ...]]] = {"path": (str,), "sha256": (str,), "bytes": (int,), "copy": (str,)}
+    path: str | None = None
+    sha256: str | None = None
+    bytes: int | None = None  # None: not a file when the run started
+    copy: str | None = None  # the copy kept in the run folder (relative to it); None: too big to keep
 
 
 @dataclass(frozen=True)
@@ -205,19 +245,28 @@ class RunFacts(_Keyed):
     nccl: str | None = None
     nvcc: str | None = None
     gpus: tuple[str, ...] | None = None
-    host: Mapping[str, Any] | None = None
+    host: Host | None = None
     command: tuple[str, ...] | None = None
-    inputs: tuple[Mapping[str, Any], ...] | None = None
+    inputs: tuple[InputFile, ...] | None = None
     index: str | None = None
     shadowed: tuple[tuple[str, ...], ...] | None = None
     accelerator: str | None = None
     fingerprint: Mapping[str, Any] | None = None
     slurm: Mapping[str, Any] | None = None
 
+    @classmethod
+    def _read(cls, key: str, value: Any) -> Any:
+        if key == "host":
+            return Host.from_json(value)
+        if key == "inputs":  # a list of files, each an object (another value: the list is kept aside)
+            if not all(isinstance(i, (Mapping, InputFile)) for i in value):
+                raise ValueError(key)
+            return tuple(InputFile.from_json(i) for i in value)
+        return value
+
     @property
     def host_name(self) -> str | None:
-        name = (self.host or {}).get("name")
-        return name if isinstance(name, str) else None
+        return self.host.name if self.host is not None else None
 
     @property
     def ran(self) -> Inputs | None:
@@ -270,30 +319,24 @@ class RunRecord:
     finished: float | None = None
     heartbeat: float | None = None
     abandoned: str = ""  # why a row left running reads as interrupted (its writer died, its lease expired)
+    # What the record says, typed (``records.migrate.lifted``, through which the store reads every run):
+    skip_cause: SkipCause | None = None  # why a SKIP is one (None: it is none, or no cause is known)
+    hang: HangSignature | None = None  # a HANG's signature
+    failure: Failure | None = None  # a FAIL's failure
 
     @property
     def manual(self) -> Manual | None:
         """The mark by hand when this run is one (dsbisect mark, bisect --manual)."""
-        m = self.evidence.marked
-        return m if m is not None and m.verdict is not None else None
-
-    @property
-    def skip_cause(self) -> SkipCause | None:
-        """Why the run is a SKIP (None: it is none, or no cause is known)."""
-        if self.outcome is not Outcome.SKIP:
-            return None
-        if self.manual is not None:
-            return SkipCause.MANUAL
-        return self.evidence.skip_cause or _legacy_cause(self.reason)
+        return self.evidence.marked
 
     def identity(self) -> Identity | None:
-        """The failure of the run (its reason, hang signature and, where the run recorded them,
-        the innermost frames of its traceback in the package under test)."""
+        """The failure of the run (a FAIL's and, where the run recorded them, the innermost frames
+        of its traceback in the package under test; a HANG's signature)."""
         if self.outcome is None:
             return None
-        hang = HangSignature.from_json(self.evidence.hang) if self.evidence.hang is not None else None
         frames = tuple(str(f) for f in self.evidence.listed("error_frames"))
-        return learn(self.outcome, self.reason, self.signature, frames, hang)
+        return learn(self.outcome, failure=self.failure, hang=self.hang, frames=frames,
+                     shown=self.signature or self.reason)
 
     def verdict(self, regress_on: RegressOn | Rule, signature: str | None = None,
                 learned: Identity | None = None) -> Verdict:
@@ -302,52 +345,8 @@ class RunRecord:
         ``regress_on`` (a ``Rule``, or the RegressOn it is made of with ``signature``/``learned``)."""
         rule = regress_on if isinstance(regress_on, Rule) else Rule(regress_on, signature, learned)
         if self.manual is not None:
-            return self.manual.verdict
+            return self.manual.mark
         if self.outcome is None:
             return Verdict.SKIP
         text = " ".join(x for x in (self.signature, self.reason) if x)
         return judge(self.outcome, text, rule, self.identity())
-
-
-_LEGACY_CAUSES = ((re.compile(r"needs \d+ CUDA GPUs; this machine has "), SkipCause.GPUS),
-                  (re.compile(r"venv could not be built: "), SkipCause.VENV))
-
-
-def _legacy_cause(reason: str) -> SkipCause | None:
-    """The cause of a SKIP recorded before runs recorded one (dsbisect 0.1.1 and older), from the
-    runner's words of then: the one place a skip reason is read, and only for those records."""
-    return next((cause for pattern, cause in _LEGACY_CAUSES if pattern.match(reason or "")), None)
-
-
-# ------------------------------------------------------------------ bisections
-
-
-@dataclass(frozen=True)
-class BisectionRecord:
-    """One bisection of the store (``bisections/<key>.json`` and its row)."""
-
-    id: int
-    key: str
-    package: str
-    good: str
-    bad: str
-    params: dict
-    status: str
-    result: dict
-    created: float
-    updated: float
-
-    KEYS: ClassVar[tuple[str, ...]] = ("id", "key", "package", "good", "bad", "params", "status", "result",
-                                       "created", "updated")
-
-    def to_json(self) -> dict:
-        return {k: getattr(self, k) for k in self.KEYS}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> BisectionRecord:
-        """A KeyError, TypeError or ValueError when ``data`` is not one (unknown keys are ignored)."""
-        if not isinstance(data.get("params"), dict) or not isinstance(data.get("result"), dict):
-            raise TypeError("params and result are objects")
-        return cls(int(data.get("id") or 0), str(data["key"]), str(data["package"]), str(data["good"]),
-                   str(data["bad"]), data["params"], str(data["status"]), data["result"],
-                   float(data.get("created") or data["updated"]), float(data["updated"]))

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsbisect.core.files import read_small
 from dsbisect.records.inputs import CHANGED_DURING_RUN, MISSING
 
 _CHUNK = 1 << 20
@@ -92,7 +93,7 @@ def read_trace(folder: Path) -> Trace:
     capped: set[str] = set()
     for listing in sorted(folder.glob("pid*.json")) if folder.is_dir() else []:
         try:
-            data = json.loads(listing.read_text())
+            data = json.loads(read_small(listing))
         except (OSError, ValueError):
             continue
         if not isinstance(data, dict):

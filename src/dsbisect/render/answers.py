@@ -9,15 +9,14 @@ outside text: redacted and inert (``outside.safe``; JSON through ``redact.redact
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dsbisect.render.grid import md
 from dsbisect.core.outside import safe
-from dsbisect.records.run import BisectionRecord
+from dsbisect.records.bisections import BisectionRecord
 from dsbisect.core.redact import redact_tree
 from dsbisect.render.report import bisect_summary  # the one wording of a release bisection's answer
-from dsbisect.records.results import Recorded
 
 
 @dataclass(frozen=True)
@@ -46,23 +45,31 @@ def answered(records: Sequence[BisectionRecord], cases: Sequence[str] = ()) -> l
 
 
 def _answered(b: BisectionRecord) -> Answered:
-    params = b.params if isinstance(b.params, Mapping) else {}
-    r = Recorded.from_json(b.result if isinstance(b.result, Mapping) else {})
+    r = b.recorded
     if r.environment:
-        lines = [f"verdict: {r.verdict.value if r.verdict else b.status}"]
+        lines = [f"verdict: {r.verdict.value if r.verdict else b.status.value}"]
         lines += [f"culprit: {c}" for c in r.culprits]
         lines += [ln for rel in r.answers for ln in bisect_summary(rel)[1:]]
     elif r.verdict is not None:
         lines = bisect_summary(r.answers[0])
     else:
-        lines = [f"not finished ({b.status}): {len(r.steps)} step(s) recorded"]
+        lines = [f"not finished ({b.status.value}): {len(r.steps)} step(s) recorded"]
     releases = [s for rel in r.answers for s in rel.steps] if r.environment else []
     ids = tuple(dict.fromkeys(i for s in (*r.steps, *releases) for i in s.tally.run_ids))
-    argv = params.get("argv")
-    command = shlex.join(["dsbisect", "bisect", *map(str, argv)]) if isinstance(argv, list) and argv else ""
-    return Answered(key=b.key, question=f"{b.package} {b.good} → {b.bad}", case=str(params.get("case") or ""),
-                    status=b.status, verdict=r.verdict.value if r.verdict else "",
+    command = shlex.join(["dsbisect", "bisect", *b.params.argv]) if b.params.argv else ""
+    if b.interrupted and r.verdict is None:
+        lines += [f"interrupted: {b.interrupted}", _resume(command, b.params.cwd)]
+    return Answered(key=b.key, question=f"{b.package} {b.good} → {b.bad}", case=b.params.case,
+                    status=b.status.value, verdict=r.verdict.value if r.verdict else "",
                     answer=tuple(safe(ln) for ln in lines), run_ids=ids, command=safe(command))
+
+
+def _resume(command: str, cwd: object) -> str:
+    """How to go on with an interrupted bisection."""
+    where = f" in {cwd}" if isinstance(cwd, str) else ""
+    how = f"run its command (ran as) again{where}" if command else "run the same dsbisect bisect again"
+    hidden = "; *** stands for a credential the store does not keep: give it again" if "***" in command else ""
+    return f"to resume, {how}: the runs it finished are reused{hidden}"
 
 
 def terminal_lines(found: Sequence[Answered]) -> list[tuple[str, int]]:

@@ -13,6 +13,7 @@ from rich.text import Text
 from dsbisect.render import report as rep
 from dsbisect.envdiff.engine import EnvResult
 from dsbisect.render.grid import md as _md
+from dsbisect.core.mode import Side
 from dsbisect.core.model import Answer, Stage
 from dsbisect.core.outside import safe, safe_text
 from dsbisect.records.results import Result, TrialRun
@@ -38,7 +39,7 @@ def chain(r: EnvResult) -> str:
         parts[0] += " — not exact"
     seen = {i for t in (*r.ends, *r.trials) for i in t.run_ids}  # level 2 reuses these: not counted again
     for res in r.releases:
-        parts += _release_parts(res, len(r.releases) > 1, seen, res.request.find_fix != r.request.find_fix)
+        parts += _release_parts(res, len(r.releases) > 1, seen, res.request.mode is not r.request.mode)
     return safe("; ".join(parts))
 
 
@@ -47,10 +48,10 @@ def _release_parts(res: Result, named: bool, seen: set[int], downgrade: bool) ->
     the first good one above it."""
     req = res.request
     who = f"{req.package}: " if named else ""
-    word = "first fixed" if req.find_fix else "first bad"
+    word = req.mode.first_new
     runs = _runs(res, Stage.RELEASE, seen)
     if res.first_bad and res.verdict is Answer.FOUND and downgrade:  # bisected upwards, from the older release
-        low, high = ("last bad", "first good") if req.find_fix else ("last good", "first bad")
+        low, high = (f"last {req.mode.verdict(Side.OLD).value}", f"first {req.mode.verdict(Side.NEW).value}")
         parts = [f"{who}(a downgrade) {low} release {res.last_good}, {high} release {res.first_bad} "
                  f"({_count(runs)})"]
     elif res.first_bad and res.verdict is Answer.FOUND:
@@ -120,7 +121,7 @@ def notes(r: EnvResult) -> list[str]:
         lines.append(r.note)
     lines += [f"not bisected: {s}" for s in r.skipped]
     lines += [f"confounder: {x.describe()}" for x in r.confounders]
-    lines += [f"tied by dependency metadata (tried together): "
+    lines += ["tied by dependency metadata (tried together): "
               + ", ".join(r.changes[i].name for i in u) for u in r.units]
     return [safe(x) for x in lines]
 

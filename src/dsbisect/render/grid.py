@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import shlex
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import PurePath
 
@@ -32,7 +32,7 @@ from dsbisect.core.eta import seconds_text
 from dsbisect.records.inputs import Inputs, differences, same_inputs
 from dsbisect.core.model import Outcome, Point
 from dsbisect.core.outside import safe, safe_text
-from dsbisect.records.run import RunFacts, RunRecord, SkipCause
+from dsbisect.records.run import Host, InputFile, RunFacts, RunRecord, SkipCause
 
 STYLE = {Outcome.PASS: "bold green", Outcome.FAIL: "bold red", Outcome.HANG: "bold magenta", Outcome.SKIP: "yellow"}
 ICON = {Outcome.PASS: "✅", Outcome.FAIL: "❌", Outcome.HANG: "⏳", Outcome.SKIP: "⏭️"}
@@ -127,31 +127,28 @@ def _text(v) -> str:
 
 
 def _shown_facts(f: RunFacts) -> RunFacts:
-    """The facts with the values inside them of the types the renderers read."""
-    host = None
-    if f.host is not None:
-        host = _shaped(dict(f.host), _HOST_SHAPES)
-        if "gpus" in host:
-            host["gpus"] = [_text(x) for x in host["gpus"]]
+    """The facts with the values inside them of the types the renderers read: a list of files
+    with another value among them shows its files, a host's GPUs that are not text are shown as text."""
+    files = f.extra.get("inputs")
+    if f.inputs is None and isinstance(files, list):
+        f = replace(f, inputs=tuple(InputFile.from_json(i) for i in files if isinstance(i, Mapping)))
     return replace(
         f, gpus=tuple(_text(x) for x in f.gpus) if f.gpus is not None else None,
-        command=tuple(_text(x) for x in f.command) if f.command is not None else None, host=host,
-        versions={_text(k): _text(v) for k, v in f.versions.items()} if f.versions is not None else None,
-        inputs=tuple(i for i in f.inputs if isinstance(i, dict)) if f.inputs is not None else None)
+        command=tuple(_text(x) for x in f.command) if f.command is not None else None,
+        host=_shown_host(f.host) if f.host is not None else None,
+        versions={_text(k): _text(v) for k, v in f.versions.items()} if f.versions is not None else None)
+
+
+def _shown_host(h: Host) -> Host:
+    gpus = h.extra.get("gpus")
+    shown = h.without_odd(frozenset(Host.SHAPES))
+    return replace(shown, gpus=tuple(_text(g) for g in gpus)) if isinstance(gpus, list) else shown
 
 
 # the keys whose value renderers read, left out when of another shape (the rest is shown as it is)
 _FACT_KEYS = frozenset({"command", "inputs", "host", "versions", "shadowed", "gpus", "index", "python", "cuda", "nccl",
                         "nvcc"})
 _EVIDENCE_KEYS = frozenset({"notes", "escaped", "manual", "note", "survivors"})
-_HOST_SHAPES = {"gpus": list, "name": str, "platform": str, "cpu_model": str, "driver": str, "topology": str,
-                "cpus": int, "ram_bytes": (int, float), "shm_bytes": (int, float)}
-
-
-def _shaped(d: dict, shapes: dict) -> dict:
-    """``d`` without the known keys whose value is not of the known type (a bool is no number)."""
-    return {k: v for k, v in d.items()
-            if k not in shapes or (isinstance(v, shapes[k]) and not isinstance(v, bool))}
 
 
 def cell(runs: list[RunRecord]) -> Cell:
@@ -282,9 +279,8 @@ def _command_line(command: tuple[str, ...] | None) -> str:
 def _script_digest(name: str, r: RunRecord) -> str:
     """``script 0da189e7``: the digest of the case's script as the run recorded it ("" unknown)."""
     for item in r.facts.inputs or ():
-        path = str(item.get("path") or "")
-        if PurePath(path).stem == name and item.get("sha256"):
-            return f"script {str(item['sha256'])[:8]}"
+        if PurePath(item.path or "").stem == name and item.sha256:
+            return f"script {item.sha256[:8]}"
     ran = _inputs_of(r)
     for path, sha in ran.files if ran is not None else ():
         if PurePath(path).stem == name:

@@ -17,11 +17,13 @@ from pathlib import Path
 
 from dsbisect.forensics import crash
 from dsbisect.forensics import flightrec
+from dsbisect.forensics.proofrecord import ProofRecord
 from dsbisect.forensics import stuck as forensics
-from dsbisect.core.files import DATA_LIMIT, existing_dir, read_small
+from dsbisect.core.files import DATA_LIMIT, PROOF_LIMIT, existing_dir, read_small
 from dsbisect.render.grid import displayable
 from dsbisect.render.htmlreport import Page, RunPage
 from dsbisect.render.ladder import Ladder, Rung, Tested
+from dsbisect.core.mode import Side
 from dsbisect.core.model import Outcome, Stage, Verdict
 from dsbisect.render.rankview import Coll, Look, RankLook, State
 from dsbisect.records.results import Recorded, Result, Step
@@ -63,11 +65,11 @@ def folder_looks(folder: Path) -> tuple[tuple[Look, ...], bool, str]:
     """(looks, early, proof sentence): the proof's two looks, else the flight-recorder dumps,
     else the last look a round of the early verdict took (it proved nothing)."""
     run = RunDir(folder)
-    proof = _json(run.deadlock_proof)
-    if isinstance(proof, dict) and isinstance(proof.get("requests"), list):
+    proof = ProofRecord.from_json(_json(run.deadlock_proof, PROOF_LIMIT))
+    if proof is not None:
         looks = tuple(_answers_look(run, n, f"look {i + 1}: request {n}" + _at(proof, n))
-                      for i, n in enumerate(proof["requests"][:2]) if isinstance(n, int))
-        return tuple(lk for lk in looks if lk.ranks), True, str(proof.get("text", ""))
+                      for i, n in enumerate(proof.requests[:2]))
+        return tuple(lk for lk in looks if lk.ranks), True, proof.text
     dumps = _dump_look(folder)
     if dumps is not None:
         return (dumps,), False, ""
@@ -78,11 +80,9 @@ def folder_looks(folder: Path) -> tuple[tuple[Look, ...], bool, str]:
     return (), False, ""
 
 
-def _at(proof: Mapping, n: int) -> str:
-    for snap in _list(proof.get("snapshots")):
-        if isinstance(snap, dict) and snap.get("request") == n and isinstance(snap.get("at"), (int, float)):
-            return f" at {snap['at']:.1f} s"
-    return ""
+def _at(proof: ProofRecord, n: int) -> str:
+    snap = proof.looked_at(n)
+    return f" at {snap.at:.1f} s" if snap is not None and snap.at is not None else ""
 
 
 def _dump_look(folder: Path) -> Look | None:
@@ -169,9 +169,9 @@ def _stack(frames: Sequence[forensics.Frame]) -> tuple[str, ...]:
     return tuple(lines[:STACK_LINES]) + ((f"… {len(lines) - STACK_LINES} more frames",) if len(lines) > STACK_LINES else ())
 
 
-def _json(path: Path) -> object:
+def _json(path: Path, limit: int = DATA_LIMIT) -> object:
     try:
-        return json.loads(read_small(path, DATA_LIMIT))
+        return json.loads(read_small(path, limit))
     except (OSError, ValueError):
         return None
 
@@ -201,7 +201,7 @@ def ladders(record) -> tuple[Ladder, ...]:
 
 
 def _recorded(record) -> Recorded:
-    return Recorded.from_json(record.result if isinstance(record.result, Mapping) else {})
+    return record.recorded  # records.BisectionRecord reads its result typed
 
 
 def _verdict(r: Recorded | Result) -> str:
@@ -233,7 +233,7 @@ def commit_ladder(title: str, r: Result, steps: Sequence[Step]) -> Ladder:
     c = r.commit
     last_good, first_bad = (c.last_good, c.first_bad or "") if c else ("", "")
     tested = [(i + 1, s) for i, s in enumerate(steps)]
-    old_verdict = Verdict.BAD if r.request.find_fix else Verdict.GOOD
+    old_verdict = r.request.mode.verdict(Side.OLD)
     old = [(i, s) for i, s in tested if s.verdict is old_verdict]
     new = [(i, s) for i, s in tested if s.verdict not in (old_verdict, Verdict.SKIP)]
     skip = [(i, s) for i, s in tested if s.verdict is Verdict.SKIP]
@@ -313,8 +313,8 @@ def store_page(store, records, bisection_key: str | None = None, title: str = "d
     if bisection_key is not None:
         found = [b for b in found if b.key == bisection_key]
     if cases:
-        found = [b for b in found if isinstance(b.params, dict) and b.params.get("case") in cases]
-    sections = tuple((f"{b.package} {b.good} → {b.bad} ({b.status})", ladders(b), _summary(b)) for b in found)
+        found = [b for b in found if b.params.case in cases]
+    sections = tuple((f"{b.package} {b.good} → {b.bad} ({b.status.value})", ladders(b), _summary(b)) for b in found)
     once = list({r.id: r for r in records}.values())  # a run shown under two case names of one key: one section
     runs = tuple(run_page(r, store.dir) for r in once)
     return Page(title=title, ladders=sections, runs=runs)
@@ -347,10 +347,10 @@ def _run_ids(b) -> list[int]:
 
 def _summary(b) -> str:
     r = _recorded(b)
-    parts = [f"verdict: {_verdict(r) or b.status}"]
+    parts = [f"verdict: {_verdict(r) or b.status.value}"]
     if not r.environment:
         res = r.answers[0]
-        word = ("last broken", "first fixed") if res.request.find_fix else ("last good", "first bad")
+        word = (res.request.mode.last_old, res.request.mode.first_new)
         if res.last_good:
             parts.append(f"{word[0]} {res.last_good}")
         if res.first_bad:

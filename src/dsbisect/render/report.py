@@ -36,7 +36,7 @@ from dsbisect.render.nextstep import NextStep
 from dsbisect.core.outside import safe, safe_text
 from dsbisect.core.redact import redact_tree
 from dsbisect.records.proof import ProofVerdict
-from dsbisect.records.run import RunRecord
+from dsbisect.records.run import Host, InputFile, RunRecord
 from dsbisect.records.results import Result, Step
 
 __all__ = ["ICON", "RANK", "STYLE", "Cell", "Grid", "bisect_markdown", "bisect_renderable", "cell", "envs_table",
@@ -107,9 +107,9 @@ def _runs(g: Grid) -> list[RunRecord]:
     return [r for c in g.cells for r in c.runs]
 
 
-def run_hosts(runs: list[RunRecord]) -> list[dict]:
+def run_hosts(runs: list[RunRecord]) -> list[Host]:
     """The machines the runs ran on, as each run recorded it (never the machine reporting)."""
-    seen: list[dict] = []
+    seen: list[Host] = []
     for r in runs:
         h = r.facts.host
         if h and h not in seen:
@@ -220,14 +220,14 @@ def inputs_markdown(runs: list[RunRecord]) -> list[str]:
     """The command the runs ran (``RunFacts.command``) and the files it names (``RunFacts.inputs``):
     a kept copy under 64 KB in a collapsed block, else its name and hash."""
     commands: dict[str, list[str]] = {}
-    inputs: dict[tuple, tuple[dict, RunRecord]] = {}
+    inputs: dict[tuple, tuple[InputFile, RunRecord]] = {}
     for r in runs:
         cmd = r.facts.command
         if cmd:
             commands.setdefault(shlex.join(str(a) for a in cmd), []).append(r.case_name)
         for item in r.facts.inputs or ():
-            if isinstance(item, dict) and item.get("path"):
-                inputs.setdefault((item["path"], item.get("sha256")), (item, r))
+            if item.path:
+                inputs.setdefault((item.path, item.sha256), (item, r))
     out: list[str] = []
     if commands:
         out += ["**Command**", ""]
@@ -244,10 +244,10 @@ def inputs_markdown(runs: list[RunRecord]) -> list[str]:
     return out
 
 
-def _input_markdown(item: dict, run: RunRecord) -> str:
-    path = str(item["path"])
-    sha = str(item.get("sha256") or "?")
-    n = item.get("bytes") if isinstance(item.get("bytes"), int) else None  # an odd record: no size
+def _input_markdown(item: InputFile, run: RunRecord) -> str:
+    path = item.path or ""
+    sha = item.sha256 or "?"
+    n = item.bytes  # None: an odd record, no size
     about = f"{size(n) if n else '? bytes'}, sha256 {sha[:16]}"
     text, why = _read_copy(item, run)
     if text is None:
@@ -256,9 +256,9 @@ def _input_markdown(item: dict, run: RunRecord) -> str:
             f"{_fence(text, LANG.get(Path(path).suffix.lower(), ''))}\n\n</details>")
 
 
-def _read_copy(item: dict, run: RunRecord) -> tuple[str | None, str]:
+def _read_copy(item: InputFile, run: RunRecord) -> tuple[str | None, str]:
     """The kept copy's text, or None and why it is not shown."""
-    copy = item.get("copy")
+    copy = item.copy
     if not copy:
         return None, "no copy kept"
     if not run.run_dir:
@@ -287,10 +287,10 @@ def topology_markdown(runs: list[RunRecord]) -> list[str]:
     """Each recorded host's ``nvidia-smi topo -m``, collapsed."""
     out = []
     for h in run_hosts(runs)[:4]:
-        if h.get("topology"):
-            name = html.escape(str(h.get("name") or "the host"))
+        if h.topology:
+            name = html.escape(h.name or "the host")
             out += [(f"<details><summary>GPU topology of {name} (nvidia-smi topo -m)</summary>\n\n"
-                     f"{_fence(str(h['topology']))}\n\n</details>"), ""]
+                     f"{_fence(h.topology)}\n\n</details>"), ""]
     return out
 
 
@@ -341,7 +341,7 @@ def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
     label_of = {(i, v.name): v.label for v in g.variants for i in v.run_ids}
     return redact_tree({
         "dsbisect": __version__,
-        "hosts": run_hosts(_runs(g)),
+        "hosts": [h.to_json() for h in run_hosts(_runs(g))],
         "compat": list(compat),
         "cases": list(g.cases),
         "grid": [
@@ -452,8 +452,7 @@ class BisectView:
 def bisect_summary(result: Result) -> list[str]:
     """The final block, as plain lines (terminal and Markdown share it)."""
     req = result.request
-    bad_word = "first fixed" if req.find_fix else "first bad"
-    good_word = "last broken" if req.find_fix else "last good"
+    bad_word, good_word = req.mode.first_new, req.mode.last_old
     lines = [f"verdict: {result.verdict.value}"]
     if result.message:
         lines.append(result.message)

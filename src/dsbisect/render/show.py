@@ -16,8 +16,9 @@ from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 
 from dsbisect.forensics.crash import Crash, read_crash
+from dsbisect.forensics.proofrecord import ProofRecord
 from dsbisect.envs.facts import describe_env, size
-from dsbisect.core.files import existing_dir
+from dsbisect.core.files import PROOF_LIMIT, existing_dir, read_small
 from dsbisect.render.grid import displayable, line
 from dsbisect.render.htmlsource import rank_tables
 from dsbisect.core.model import Outcome
@@ -88,7 +89,7 @@ def _rows(r: RunRecord) -> list[tuple[str, str]]:
     ran = [("command", shlex.join(str(a) for a in r.facts.command))] if r.facts.command else []
     rows = ran + [("file", f) for f in _files(r)] + rows  # the line the user gave, and the files it names
     if r.manual:  # dsbisect mark, bisect --manual: a result given, not a run of dsbisect
-        rows.insert(0, ("marked", f"{r.manual.mark} by hand" + (f": {r.manual.note}" if r.manual.note else "")))
+        rows.insert(0, ("marked", f"{r.manual.mark.value} by hand" + (f": {r.manual.note}" if r.manual.note else "")))
     return rows
 
 
@@ -96,10 +97,9 @@ def _files(r: RunRecord) -> list[str]:
     """The files the command named, as recorded: path, size, digest and the kept copy."""
     out = []
     for item in r.facts.inputs or ():
-        n = item.get("bytes") if isinstance(item.get("bytes"), int) else None
-        copy = f", a copy in {item['copy']}" if item.get("copy") else ""
-        out.append(f"{item.get('path')} ({size(n) if n else '? bytes'}, sha256 {str(item.get('sha256') or '?')[:16]}"
-                   f"{copy})")
+        n = item.bytes
+        copy = f", a copy in {item.copy}" if item.copy else ""
+        out.append(f"{item.path} ({size(n) if n else '? bytes'}, sha256 {(item.sha256 or '?')[:16]}{copy})")
     return out
 
 
@@ -133,19 +133,15 @@ def _deadlock_proof(run_dir: Path, piped: bool) -> list:
     """The early deadlock verdict's proof and the two snapshots it stands on (``fr/proof.json``)."""
     path = RunDir(run_dir).deadlock_proof
     try:
-        proof = json.loads(path.read_text())
+        proof = ProofRecord.from_json(json.loads(read_small(path, PROOF_LIMIT)))
     except (OSError, ValueError):
         return []
-    if not isinstance(proof, dict):
+    if proof is None:
         return []
-    lines = [str(proof.get("text", "")), ""]
-    for snap in proof.get("snapshots") or []:
-        if not isinstance(snap, dict):
-            continue
-        lines.append(f"request {snap.get('request')} at {snap.get('at')} s:")
-        ranks = snap.get("ranks") if isinstance(snap.get("ranks"), dict) else {}
-        for rank, state in sorted(ranks.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0):
-            lines.append(f"  rank {rank}: {state}")
+    lines = [proof.text, ""]
+    for snap in proof.snapshots:
+        lines.append(f"request {snap.request} at {snap.at} s:")
+        lines += [f"  rank {rank}: {state}" for rank, state in snap.by_rank()]
     lines.append(f"(answers in {path.parent.relative_to(run_dir)}/rank<R>.<request>.json)")
     return [_heading("deadlock proof", piped, "bold red"), *(line(ln, piped) for ln in lines)]
 

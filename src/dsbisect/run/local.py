@@ -164,7 +164,7 @@ class LocalExecutor:
         case, point = spec.case, spec.point
         reason = self.unrunnable(case)
         if reason:
-            same = self.store.same_skip(case.key, point.key, reason, facts.host()["name"])
+            same = self.store.same_skip(case.key, point.key, reason, facts.host().name)
             if same is not None:  # the machine has not changed: no new record every time
                 self.progress("reused", f"{case.name} · {point.label}: skip ({reason}; run {same.id}, recorded)")
                 return same

@@ -1,7 +1,7 @@
 """matrix.yaml (or the command line) -> Cases and Points.
 
 Pydantic validates the file once, here; everything after this module sees the frozen
-dataclasses of ``model``.  The schema is documented in README.md ("matrix.yaml").  The
+dataclasses of ``model``.  The schema is documented in docs/reference/matrix.md.  The
 command line's settings are checked by the same functions (pins, multi-node options).
 """
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from dsbisect.core.errors import InputError
+from dsbisect.core import outputs
+from dsbisect.core.errors import DsbisectError, InputError
 from dsbisect.core.model import BaseMode, Case, EnvOptions, IndexOptions, LauncherBackend
 from dsbisect.run import matrix
 from dsbisect.run.executor import Place
@@ -182,3 +183,18 @@ def open_session(settings: Settings, env_options: EnvOptions, index: IndexOption
     died is stopped first."""
     return open_runner(settings.store, settings.venvs.cache_dir, env_options, index, display, rerun=rerun,
                        jobs=settings.placement.jobs, **({"place": executor} if executor else {}))
+
+
+def matrix_files(path: Path) -> tuple[Path, ...]:
+    """The scripts and named files of a matrix's cases (nothing when it does not load: the
+    command says why itself)."""
+    try:
+        m = matrix.load(path)
+    except (DsbisectError, OSError, ValueError):
+        return ()
+    found: list[object] = []
+    for case in m.cases:
+        found += [case.script, *(p for p, _ in case.inputs), *case.args]
+        if case.nodes.hostfile is not None:
+            found.append(case.nodes.hostfile)
+    return outputs.existing_files(found)

@@ -11,7 +11,8 @@ from pathlib import Path
 from dsbisect.core.errors import InputError
 from dsbisect.envs.venvs import CachedEnv, EnvManager
 from dsbisect.run.session import cache_root
-from dsbisect.store.store import Store, check_store_path, repair
+from dsbisect.store.repair import repair
+from dsbisect.store.store import Store, check_store_path
 
 
 def read_store(path: Path) -> Store:

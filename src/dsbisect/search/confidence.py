@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dsbisect.search.bayes import Estimate, Status
+from dsbisect.core.mode import Mode, Side
 from dsbisect.core.model import Answer, Outcome, Stage
 
 
@@ -23,15 +24,15 @@ class Confidence:
     probability: float  # of the answer's boundary (the rate taken low: see bayes.Belief.sure)
     runs: int  # every run the search counted, recorded ones included
     rate: float  # how often runs at the points on the failing side failed
-    last_good: str  # labels (last broken / first fixed with find_fix)
+    last_good: str  # labels (of the last old and first new point: last broken / first fixed looking for a fix)
     first_bad: str
     maybe: tuple[str, ...]
-    find_fix: bool = False
+    mode: Mode = Mode.REGRESSION
 
     @classmethod
-    def of(cls, est: Estimate, labels: list[str], asked: float, stage: Stage, find_fix: bool) -> Confidence:
+    def of(cls, est: Estimate, labels: list[str], asked: float, stage: Stage, mode: Mode) -> Confidence:
         return cls(asked, stage, est.status, est.probability, est.runs, est.rate, labels[est.last_old],
-                   labels[est.first_new], tuple(labels[i] for i in est.maybe), find_fix)
+                   labels[est.first_new], tuple(labels[i] for i in est.maybe), mode)
 
     @property
     def sure(self) -> bool:
@@ -40,8 +41,8 @@ class Confidence:
     def describe(self) -> str:
         """``first bad 1.4.0 with probability 0.97 (17 runs; bad points failed 68 % of the time,
         good points never)``; at the cap: ``most likely ...; not sure (...)``."""
-        word = "first fixed" if self.find_fix else "first bad"
-        failing, never = ("broken", "fixed") if self.find_fix else ("bad", "good")
+        word = self.mode.first_new
+        failing, never = self.mode.end(self.mode.defining), self.mode.end(self.mode.defining.other)
         what = f"{word} {self.first_bad}" if len(self.maybe) == 1 else \
             f"{word} one of {', '.join(self.maybe)} (untestable points between {self.last_good} and {self.first_bad})"
         figure = f"with probability {_figure(self.probability)}"
@@ -60,22 +61,22 @@ class Confidence:
 
 
     @classmethod
-    def from_json(cls, d: Mapping, asked: float, find_fix: bool) -> Confidence | None:
+    def from_json(cls, d: Mapping, asked: float, mode: Mode) -> Confidence | None:
         """One stage's figure as ``as_json`` wrote it; None for a record too odd to read."""
         try:
             return cls(asked, Stage(d["stage"]), Status(d["status"]), float(d["probability"]), int(d["runs"]),
                        float(d["failure_rate"]), str(d["last_good"]), str(d["first_bad"]),
-                       tuple(str(m) for m in d.get("maybe") or ()), find_fix)
+                       tuple(str(m) for m in d.get("maybe") or ()), mode)
         except (KeyError, TypeError, ValueError):
             return None
 
 
-def confidence_from_json(d: object, find_fix: bool) -> tuple[float | None, tuple[Confidence, ...]]:
+def confidence_from_json(d: object, mode: Mode) -> tuple[float | None, tuple[Confidence, ...]]:
     """A result's ``confidence`` key read back: (P asked, the stages' figures); (None, ()) without it."""
     if not isinstance(d, Mapping) or not isinstance(d.get("asked"), (int, float)):
         return None, ()
     asked = float(d["asked"])
-    found = (Confidence.from_json(d[k], asked, find_fix) for k in ("release", "commit") if isinstance(d.get(k), Mapping))
+    found = (Confidence.from_json(d[k], asked, mode) for k in ("release", "commit") if isinstance(d.get(k), Mapping))
     return asked, tuple(c for c in found if c is not None)
 
 
@@ -94,25 +95,24 @@ def confidence_json(asked: float | None, found: tuple[Confidence, ...]) -> dict 
             "commit": by[Stage.COMMIT].as_json() if Stage.COMMIT in by else None}
 
 
-def ends_problem(status: Status, fix: bool, labels: tuple[str, str], steps: tuple[tuple[str, Outcome], ...],
+def ends_problem(status: Status, mode: Mode, labels: tuple[str, str], steps: tuple[tuple[str, Outcome], ...],
                  different: dict[str, str], end_runs: int) -> tuple[Answer, str] | None:
     """The verdict when an end of a --confidence search did not behave as declared (None: both
     did).  ``labels`` and ``steps`` (detail, outcome of its last step): the defining end (the bad
-    one; the broken one with ``fix``) first, then the other; as the plain search's ends check says."""
-    names = ("broken", "fixed") if fix else ("bad", "good")
+    one; looking for a fix, the broken one) first, then the other; as the plain search's ends check says."""
+    ends = (mode.defining, mode.defining.other)
+    names = tuple(mode.end(e) for e in ends)
     if status in (Status.FLAKY_END_SKIP, Status.OTHER_END_SKIP):
         k = 0 if status is Status.FLAKY_END_SKIP else 1
         if labels[k] in different:
             return Answer.UNTESTABLE, f"the {names[k]} end: {different[labels[k]]}"
         return Answer.UNTESTABLE, f"{labels[k]} (the {names[k]} end) could not be tested: {steps[k][0]}"
     if status is Status.NOT_REPRODUCED:
-        why = "the bug does not reproduce there; check the range" if fix else "the regression does not reproduce here"
-        return Answer.NOT_REPRODUCED, f"{labels[0]} (the {names[0]} end) passed {end_runs} of {end_runs} runs: {why}"
+        return Answer.NOT_REPRODUCED, mode.misbehaved(ends[0], labels[0], f"passed {end_runs} of {end_runs} runs")
     if status is Status.OTHER_END_FAILS:
         shown = "hung" if steps[1][1] is Outcome.HANG else "failed"
-        if fix:
-            return Answer.NOT_REPRODUCED, f"{labels[1]} (the fixed end) {shown}: the fix is not visible here"
-        return Answer.GOOD_END_BAD, f"{labels[1]} (the good end) also {shown}; widen the range"
+        answer = Answer.NOT_REPRODUCED if ends[1] is Side.NEW else Answer.GOOD_END_BAD
+        return answer, mode.misbehaved(ends[1], labels[1], shown)
     return None
 
 

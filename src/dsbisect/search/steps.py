@@ -15,15 +15,10 @@ split the remaining range into ``width + 1`` parts, as a k-ary search.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-
-class Side(enum.Enum):
-    OLD = "old"
-    NEW = "new"
-    SKIP = "skip"
+from dsbisect.core.mode import Side  # the search's sides; the mode names them (mode.Mode)
 
 
 @dataclass(frozen=True)

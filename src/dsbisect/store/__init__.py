@@ -1,5 +1,6 @@
-"""The store: one folder per run, the SQLite index of them (all SQL is here), claims on points,
-and repair from the run folders.
+"""The store: one folder per run, the SQLite index of them (all SQL is here), claims on points
+and on running bisections, repair from the run folders, which dsbisect wrote it (a newer one's
+store is refused), and the sizes it reads and writes.
 
 Imports: core, search, verdict, records.
 """

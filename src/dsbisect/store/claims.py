@@ -12,12 +12,19 @@ The lease: a row also carries a heartbeat, refreshed every ``HEARTBEAT_S`` while
 live.  A machine cannot see another machine's processes, so a row of another host is judged
 by its heartbeat alone: older than ``LEASE_S``, the claim is abandoned.
 
+A bisection is judged the same way: while it is ``running`` its params name its writer
+(``WRITER``: pid, host, token), and the writer file's modification time is the heartbeat
+(touched with the rows').  A bisection whose writer is gone reads back as ``interrupted``,
+saying since when, whatever the signal that stopped it (Ctrl-C, SIGTERM, kill -9, a reboot).
+
 Standard library only; no SQL here (``store`` keeps all of it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import errno
 import fcntl
 import json
 import os
@@ -28,11 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsbisect.core.errors import StoreError
+from dsbisect.core.files import read_small
+from dsbisect.records.bisections import BisectionRecord, BisectionStatus
 
 LOCK = "dsbisect.lock"
 WRITERS = "writers"
 HEARTBEAT_S = 30.0  # how often a live run's row is refreshed
 LEASE_S = 300.0  # a row of another host whose heartbeat is older than this is abandoned
+WRITER = "writer"  # the key of a running bisection's params that names its writer
 
 
 class Liveness(enum.Enum):
@@ -99,7 +109,7 @@ def holders(store: Path) -> list[Holder]:
     for path in sorted(folder.iterdir()) if folder.is_dir() else []:
         if writer_held(store, path.name):
             try:
-                data = json.loads(path.read_text())
+                data = json.loads(read_small(path, 4096))
                 out.append(Holder(data.get("pid"), str(data.get("host"))))
             except (OSError, ValueError, AttributeError):
                 out.append(Holder(None, path.name))
@@ -114,10 +124,16 @@ class StoreLock:
         self.store = store
         self.token: str | None = None
         self._writer_fd: int | None = None
-        self._fd = os.open(store / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            self._fd = os.open(store / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:  # a read-only mount, a folder of another user's
+            self._fd = None
+            why = "a read-only filesystem" if e.errno == errno.EROFS else e.strerror
+            raise StoreError(f"{store} cannot be locked for writing ({why}): this command writes the store; "
+                             "copy it (cp -a) to a writable place and use the copy") from None
         how = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
         deadline = time.monotonic() + (0 if exclusive else wait_s)
-        while (got := _flock(self._fd, how)) is False:
+        while _flock(self._fd, how) is False:
             if time.monotonic() >= deadline:
                 who = ", ".join(map(str, holders(store))) or "another process"
                 self.release()
@@ -167,3 +183,56 @@ def _sweep(folder: Path, keep_s: float = 7 * 86400) -> None:
                 path.unlink()
         except OSError:
             continue
+
+
+# ----------------------------------------------------------------- bisections
+
+
+def stamp(lock: StoreLock, now: float) -> dict:
+    """What a running bisection's params say of its writer (this process)."""
+    return {"pid": os.getpid(), "host": socket.gethostname(), "token": lock.writer(), "at": now}
+
+
+def touch(store: Path, token: str | None) -> None:
+    """The writer's heartbeat for other hosts: its file's modification time, now."""
+    if token and "/" not in token:
+        try:
+            os.utime(store / WRITERS / token)
+        except OSError:
+            pass  # the next beat tries again
+
+
+def _last_beat(store: Path, token: object) -> float | None:
+    if not isinstance(token, str) or not token or "/" in token:
+        return None
+    try:
+        return (store / WRITERS / token).stat().st_mtime
+    except OSError:
+        return None
+
+
+def judged(b: BisectionRecord, store: Path, here: str, now: float, pid_alive) -> BisectionRecord:
+    """``b`` as it stands: a ``running`` one whose writer is gone becomes ``interrupted``, with
+    since when (``interrupted``).  ``pid_alive(pid, started)``: is that process of this host
+    the one that started then.  One recorded without a writer (an older dsbisect) is alive
+    while any dsbisect holds the store."""
+    if b.status is not BisectionStatus.RUNNING:
+        return b
+    w = b.params.extra.get(WRITER)
+    if not isinstance(w, dict):
+        live = bool(holders(store))
+        return b if live else _stopped(b, "no dsbisect holds the store", b.updated)
+    pid = w.get("pid") if isinstance(w.get("pid"), int) else None
+    at = w.get("at") if isinstance(w.get("at"), (int, float)) else b.updated
+    beat = max(_last_beat(store, w.get("token")) or 0.0, b.updated)
+    state = judge(str(w.get("host")), here, beat, now, pid_alive(pid, at), writer_held(store, w.get("token")))
+    if state is Liveness.ALIVE:
+        return b
+    who = f"its dsbisect (pid {pid} on {w.get('host')})"
+    return _stopped(b, f"{who} sent no sign of life for {now - beat:.0f} s" if state is Liveness.EXPIRED
+                    else f"{who} is gone", beat)
+
+
+def _stopped(b: BisectionRecord, why: str, since: float) -> BisectionRecord:
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since))
+    return dataclasses.replace(b, status=BisectionStatus.INTERRUPTED, interrupted=f"{why}; last seen {when}")

@@ -25,6 +25,8 @@ named, never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
+import errno
 import json
 import os
 import pwd
@@ -42,13 +44,15 @@ from pathlib import Path
 
 import psutil
 
-from dsbisect.store import claims
+from dsbisect.store import bounds, claims, version
 from dsbisect.core import disk
 from dsbisect.store.claims import Liveness, StoreLock
 from dsbisect.core.errors import DiskFull, DsbisectError, InputError, StoreError
 from dsbisect.core.model import Outcome, Point, RunStatus, digest
-from dsbisect.core.redact import redact, redact_tree
-from dsbisect.records.run import BisectionRecord, Evidence, ImportCheck, RunFacts, RunRecord
+from dsbisect.core.redact import mask_text, redact, redact_tree
+from dsbisect.records import migrate
+from dsbisect.records.bisections import AskedFor, BisectionRecord, BisectionStatus
+from dsbisect.records.run import Evidence, ImportCheck, RunFacts, RunRecord
 from dsbisect.core.rundir import RunDir
 
 DB = "dsbisect.sqlite3"
@@ -165,7 +169,7 @@ def check_store_path(path: Path, writable: bool = True) -> Path:
     if writable:  # called once everything else is checked: the store is made here
         existing = next(p for p in (folder, *folder.parents) if p.exists())
         if not os.access(existing, os.W_OK | os.X_OK):
-            why = " (a read-only filesystem)" if _read_only_fs(existing) else f"; permission denied: {_who(existing)}"
+            why = " (a read-only filesystem)" if read_only_fs(existing) else f"; permission denied: {_who(existing)}"
             raise InputError(f"--store {path}: {existing} is not writable{why}")
         try:
             folder.mkdir(parents=True, exist_ok=True)
@@ -180,11 +184,16 @@ class Store:
         self.readonly = readonly
         self.path = self.dir / DB
         self.notes: list[str] = []  # what the store did that a user should know (printed by the CLI)
+        self._too_big: set[int] = set()  # rows left out of what was read: a value over the size limit
         self.lock = threading.RLock()  # one connection shared by the runner's threads
         self._inputs_key: bytes | None = None
         self.hold: StoreLock | None = None
         self._beating: threading.Event | None = None
         check_access(self.dir, write=not readonly)
+        version.check(self.path, len(SCHEMA))  # a newer dsbisect's store: refused before anything is made
+        if not readonly and self.dir.is_dir() and read_only_fs(self.dir):
+            raise InputError(f"--store {self.dir}: on a read-only filesystem; this command writes its store: pass "
+                             "a --store on a writable disk (report and show read this one as it is)")
         if readonly:
             self.db = _open_readonly(self.path)
         else:
@@ -210,9 +219,11 @@ class Store:
         if fresh and self.dir.stat().st_mode & stat.S_ISGID:  # a --shared-group store: SQLite makes 0644 at most
             os.chmod(self.path, 0o660)
         db.row_factory = sqlite3.Row
+        bounds.limit(db)
         self.db = db
         with _store_errors(self.path):
             db.execute("PRAGMA busy_timeout=30000")
+            db.execute("PRAGMA secure_delete=ON")  # a value masked since (a pin's credentials) leaves no copy
             _retry_locked(lambda: db.execute("PRAGMA journal_mode=WAL"))
             fresh = self._migrate() and fresh
         if fresh and self.records():
@@ -241,21 +252,33 @@ class Store:
             self.db.execute("COMMIT")
 
     def _all(self, sql: str, args: tuple = ()) -> list[sqlite3.Row]:
+        """The rows of a one-table SELECT; a row with a value over the size limit is left out
+        and named (``notes``), never loaded."""
         with self.lock, _store_errors(self.path):
-            return self.db.execute(sql, args).fetchall()
+            rows, big = bounded_rows(self.db, sql, args)
+        for rowid in big:
+            self._too_big.add(rowid)
+            note = (f"entry {rowid} of {sql.split()[sql.split().index('FROM') + 1]} in {self.path} is too large to "
+                    f"read (a value over {bounds.SQL_LIMIT >> 20} MB); left out ('dsbisect store repair --store "
+                    f"{self.dir}' rebuilds the index from the run folders)")
+            if note not in self.notes:
+                self.notes.append(note)
+        return rows
 
     def _migrate(self) -> bool:
         """Bring the schema up to date; True when the database had no schema at all."""
         with self._tx() as db:  # IMMEDIATE: a second dsbisect on a fresh store waits here
-            (version,) = db.execute("PRAGMA user_version").fetchone()
-            for i, script in enumerate(SCHEMA[version:], start=version + 1):
+            (at,) = db.execute("PRAGMA user_version").fetchone()
+            if at > len(SCHEMA):  # a newer dsbisect's, committed since the header was read
+                raise version.newer(self.path, at, len(SCHEMA))
+            for i, script in enumerate(SCHEMA[at:], start=at + 1):
                 for stmt in script.split(";"):
                     if stmt.strip():
                         db.execute(stmt)
                 if i == RELATIVE_PATHS:
                     _relative_paths(db)
                 db.execute(f"PRAGMA user_version = {i}")
-        return version == 0
+        return at == 0
 
     # ------------------------------------------------------------- the inputs key
 
@@ -332,7 +355,8 @@ class Store:
                     if busy is not None:
                         return Claim(busy=busy)
             run_id = self._insert(db, case_name, case_key, point, attempt)
-        return Claim(run=self.run(run_id))
+        # this process runs the point it was given (the store keeps its pins' credentials masked)
+        return Claim(run=dataclasses.replace(self.run(run_id), point=point))
 
     def start_run(self, case_name: str, case_key: str, point: Point, env_key: str | None,
                   attempt: int) -> int:
@@ -346,7 +370,7 @@ class Store:
         cur = db.execute(
             "INSERT INTO runs (case_name, case_key, point_key, point, env_key, attempt, status, started, pid, host,"
             " heartbeat, writer) VALUES (?,?,?,?,?,?,'running',?,?,?,?,?)",
-            (case_name, case_key, point.key, json.dumps(point.to_json()), env_key, attempt, now,
+            (case_name, case_key, point.key, json.dumps(_kept_point(point.to_json())), env_key, attempt, now,
              os.getpid(), socket.gethostname(), now, self._writer()))
         run_id = int(cur.lastrowid)
         folder = self._rel(self._new_run_dir(run_id).path)
@@ -398,7 +422,9 @@ class Store:
         return values
 
     def _commit(self, values: dict) -> RunRecord:
-        """The record first (the folders are the truth), then the index."""
+        """The record first (the folders are the truth), then the index; both capped in size and
+        with no secret a pattern can find (a pin's URL credentials too)."""
+        values = _kept(values)
         self._write_record(values)
         sets = [c for c in _RUN_COLUMNS if c != "id"]
         with self._tx() as db:
@@ -409,13 +435,15 @@ class Store:
     def _record_file(self, values: dict) -> dict | None:
         folder = self._abs(values.get("folder"))
         try:
-            data = json.loads((folder / RunDir.RECORD).read_text()) if folder else None
+            data = bounds.read_json(folder / RunDir.RECORD) if folder else None
         except (OSError, ValueError):
             return None
-        return data if isinstance(data, dict) and _problem(data) is None else None
+        if version.newer_record(data, RECORD_FORMAT) is not None:
+            return None
+        return data if isinstance(data, dict) and record_problem(data) is None else None
 
     def _write_record(self, values: dict) -> None:
-        _write_record(self.dir, values)
+        write_record(self.dir, values)
 
     def _start_heartbeat(self) -> None:
         """Refresh this writer's running rows every HEARTBEAT_S while the store is open."""
@@ -429,6 +457,7 @@ class Store:
                 store = ref()
                 if store is None:
                     return
+                claims.touch(store.dir, store.hold.token)  # a running bisection's sign of life
                 try:
                     with store._tx() as db:
                         db.execute("UPDATE runs SET heartbeat=? WHERE status='running' AND writer=?",
@@ -478,9 +507,12 @@ class Store:
 
     def run(self, run_id: int) -> RunRecord | None:
         rows = self._all("SELECT * FROM runs WHERE id=?", (run_id,)) if -2**63 <= run_id < 2**63 else []
+        if not rows and run_id in self._too_big:
+            raise StoreError(f"run {run_id}'s entry in {self.path} is too large to read; 'dsbisect store repair "
+                             f"--store {self.dir}' rebuilds the index from the run folders")
         if not rows:
             return None
-        values, problem = _row_values(rows[0])
+        values, problem = row_values(rows[0])
         if problem:
             raise StoreError(f"run {run_id}'s entry in {self.path} is not readable ({problem}); "
                              f"'dsbisect store repair --store {self.dir}' rebuilds the index from the run folders")
@@ -541,7 +573,7 @@ class Store:
 
     def _try_record(self, row: sqlite3.Row) -> RunRecord | None:
         """The row as a record, or None (and a note) when it holds values no run has."""
-        values, problem = _row_values(row)
+        values, problem = row_values(row)
         if problem:
             note = (f"run {row['id']}: its entry in {self.path} is not readable ({problem}); left out "
                     f"('dsbisect store repair --store {self.dir}' rebuilds the index from the run folders)")
@@ -566,7 +598,7 @@ class Store:
             elif state is Liveness.DEAD:
                 abandoned = f"the dsbisect that ran it (pid {v['pid']}) died"
             status = RunStatus.INTERRUPTED if abandoned else status
-        return RunRecord(
+        return migrate.lifted(RunRecord(
             id=v["id"], case_name=v["case_name"], case_key=v["case_key"], point=Point.from_json(v["point"]),
             point_key=v["point_key"], env_key=v["env_key"], attempt=v["attempt"], status=status,
             outcome=Outcome(v["outcome"]) if v["outcome"] else None, exit_code=v["exit_code"],
@@ -575,7 +607,7 @@ class Store:
             evidence=Evidence.from_json(v["evidence"]), facts=RunFacts.from_json(v["facts"]), host=v["host"],
             pid=v["pid"], finished=v["finished"],
             heartbeat=v.get("heartbeat"), abandoned=abandoned,
-        )
+        ))
 
     # ----------------------------------------------------------- import checks
 
@@ -596,7 +628,11 @@ class Store:
 
     def bisection(self, key: str) -> BisectionRecord | None:
         rows = self._all("SELECT * FROM bisections WHERE key=?", (key,))
-        return _bisection(rows[0]) if rows else None
+        return self._judged(_bisection(rows[0])) if rows else None
+
+    def _judged(self, b: BisectionRecord) -> BisectionRecord:
+        """A running bisection whose dsbisect is gone, read back as interrupted (``claims.judged``)."""
+        return claims.judged(b, self.dir, socket.gethostname(), time.time(), _pid_alive)
 
     def bisections(self) -> list[BisectionRecord]:
         """Every bisection of the store, oldest first (by last update); a row that cannot be
@@ -604,85 +640,167 @@ class Store:
         out = []
         for row in self._all("SELECT * FROM bisections ORDER BY updated, id"):
             try:
-                out.append(_bisection(row))
+                out.append(self._judged(_bisection(row)))
             except (ValueError, TypeError, KeyError) as e:
                 note = f"bisection {row['key']}: its entry in {self.path} is not readable ({type(e).__name__}); left out"
                 if note not in self.notes:
                     self.notes.append(note)
         return out
 
-    def save_bisection(self, key: str, package: str, good: str, bad: str, params: dict,
-                       status: str, result: dict) -> int:
+    def save_bisection(self, key: str, package: str, good: str, bad: str, params: AskedFor,
+                       status: BisectionStatus, result: dict) -> int:
+        """Record a bisection's state (its file, then its row): secrets masked, sizes capped; a
+        running one names this process as its writer, so that it reads back as interrupted
+        once this process is gone."""
         now = time.time()
-        folder = self.dir / "bisections"
+        asked = {k: v for k, v in bounds.capped(redact_tree(params.to_json())).items() if k != claims.WRITER}
+        if status is BisectionStatus.RUNNING and self.hold is not None:
+            asked[claims.WRITER] = claims.stamp(self.hold, now)
+            self._start_heartbeat()
+        params = AskedFor.from_json(asked)  # the writer is kept as one of its other keys
+        result = bounds.capped(redact_tree(result))
         old = self.bisection(key)
         record = BisectionRecord(old.id if old else 0, key, package, good, bad, params, status, result,
                                  old.created if old else now, now)
-        tmp = folder / f"{key}.json.tmp"
+        self._write_bisection(record)
+        return self._put_bisection(record)
+
+    def _write_bisection(self, record: BisectionRecord) -> None:
+        folder = self.dir / "bisections"
+        tmp = folder / f"{record.key}.json.tmp"
         try:  # the file first (the folders are the truth), then the index
             folder.mkdir(exist_ok=True)
             tmp.write_text(json.dumps(record.to_json(), indent=1))
-            tmp.rename(folder / f"{key}.json")
+            tmp.rename(folder / f"{record.key}.json")
         except OSError as e:
             tmp.unlink(missing_ok=True)
             if disk.is_full(e):
                 raise DiskFull(disk.message(tmp)) from None
             raise
+
+    def _put_bisection(self, b: BisectionRecord) -> int:
+        """The bisection's row, as its file says (its id)."""
         with self._tx() as db:
             db.execute(
                 "INSERT INTO bisections (key, package, good, bad, params, status, result, created, updated)"
                 " VALUES (?,?,?,?,?,?,?,?,?) ON CONFLICT(key) DO UPDATE SET status=excluded.status,"
                 " result=excluded.result, params=excluded.params, updated=excluded.updated",
-                (key, package, good, bad, json.dumps(params), status, json.dumps(result), record.created, now))
-            (rid,) = db.execute("SELECT id FROM bisections WHERE key=?", (key,)).fetchone()
+                (b.key, b.package, b.good, b.bad, json.dumps(b.params.to_json()), b.status.value, json.dumps(b.result),
+                 b.created, b.updated))
+            (rid,) = db.execute("SELECT id FROM bisections WHERE key=?", (b.key,)).fetchone()
         return int(rid)
 
     # ----------------------------------------------------------------- repair
 
-    def _import_records(self) -> int:
-        """Index every run record and bisection file of the folders; the number of runs.  A
-        record that cannot be read as one is moved to ``quarantine/`` and named."""
+    def _import_records(self, replace: bool = False) -> int:
+        """Index every run record and bisection file of the folders (``replace``: instead of
+        the runs the index holds, in one transaction); the number of runs.  A record that cannot
+        be read as one is moved to ``quarantine/`` and named; one of a newer dsbisect is left
+        where it is, and named."""
         count = 0
-        for path in self.records():
-            try:
-                data = json.loads(path.read_text())
-            except OSError as e:
-                self.notes.append(f"{path}: not readable ({e.strerror}); left out")
-                continue
-            except ValueError as e:
-                self._quarantine(path, f"not JSON ({e})")
-                continue
-            problem = _problem(data)
-            if problem:
-                self._quarantine(path, problem)
-                continue
-            self._index(data, path.parent)
-            count += 1
+        with self._tx() as db:  # one record at a time: memory is one record's, whatever the store's size
+            unreadable = self._unreadable_rows(db) if replace else {}
+            if replace:  # but the rows a record may not stand for: kept until one does
+                db.execute(f"DELETE FROM runs WHERE id NOT IN ({', '.join('?' * len(unreadable))})",
+                           tuple(unreadable.values()))
+            for path in self.records():
+                data = self._readable(path)
+                if data is None:
+                    continue
+                stale = unreadable.pop(self._rel(path.parent), None)
+                if stale is not None:
+                    db.execute("DELETE FROM runs WHERE id=?", (stale,))
+                self._index(db, data, path.parent)
+                count += 1
+        for folder, run_id in unreadable.items():
+            self.notes.append(f"run {run_id}: its entry in the index is not readable and no run folder holds its "
+                              f"record ({folder}): kept in the index as it is")
         for path in sorted((self.dir / "bisections").glob("*.json")):
             try:
-                b = BisectionRecord.from_json(json.loads(path.read_text()))
-                self.save_bisection(b.key, b.package, b.good, b.bad, b.params, b.status, b.result)
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
-                self.notes.append(f"{path}: not readable; left out")
+                self._put_bisection(BisectionRecord.from_json(bounds.read_json(path)))
+            except OSError as e:
+                self.notes.append(f"{self._rel(path)}: not readable ({e.strerror or e}); left out")
+            except (ValueError, KeyError, TypeError, AttributeError):
+                self.notes.append(f"{self._rel(path)}: not readable; left out")
         return count
 
-    def _index(self, data: dict, folder: Path) -> None:
+    def reindex(self) -> int:
+        """The runs of the index rebuilt from the run folders, in place and in one transaction
+        (``store repair`` of a sound index); the number of runs indexed."""
+        found = self._import_records(replace=True)
+        with self.lock, _store_errors(self.path):  # the WAL's copies of what was replaced, gone too
+            self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return found
+
+    def _unreadable_rows(self, db: sqlite3.Connection) -> dict[str, int]:
+        """The rows that cannot be read (bad values, or too large): their folder -> their id."""
+        out = {}
+        for (run_id,) in db.execute("SELECT id FROM runs").fetchall():
+            try:
+                rows = db.execute("SELECT * FROM runs WHERE id=?", (run_id,)).fetchall()
+                problem = row_values(rows[0])[1]
+            except sqlite3.DataError:
+                problem = "too large"
+            if problem:
+                (folder,) = db.execute("SELECT folder FROM runs WHERE id=?", (run_id,)).fetchone()
+                out[str(folder)] = run_id
+        return out
+
+    def _readable(self, path: Path) -> dict | None:
+        """The record at ``path``, checked (its pins' credentials masked in place when an older
+        dsbisect kept them); None when it is not one (quarantined or named)."""
+        try:
+            data = bounds.read_json(path)
+        except OSError as e:
+            if e.errno == errno.EFBIG:
+                self._quarantine(path, e.strerror)
+            else:
+                self.notes.append(f"{self._rel(path)}: not readable ({e.strerror}); left out")
+            return None
+        except ValueError as e:
+            self._quarantine(path, f"not JSON ({e})")
+            return None
+        newer = version.newer_record(data, RECORD_FORMAT)
+        if newer is not None:
+            self.notes.append(f"{self._rel(path)}: written by a newer dsbisect (record format {newer}); left "
+                              "as it is, not indexed")
+            return None
+        problem = record_problem(data)
+        if problem:
+            self._quarantine(path, problem)
+            return None
+        return self._masked_record(path, data)
+
+    def _masked_record(self, path: Path, data: dict) -> dict:
+        """A record whose point kept its pins' credentials (an older dsbisect), rewritten masked."""
+        point = _kept_point(data["point"])
+        if point == data["point"]:
+            return data
+        data = data | {"point": point, "point_key": Point.from_json(point).key}
+        try:
+            write_record(self.dir, data | {"folder": self._rel(path.parent)})
+            self.notes.append(f"{self._rel(path)}: the credentials in its pins are masked now")
+        except (OSError, DiskFull) as e:
+            self.notes.append(f"{self._rel(path)}: holds its pins' credentials (not masked: {e})")
+        return data
+
+    def _index(self, db: sqlite3.Connection, data: dict, folder: Path) -> None:
         values = {c: data.get(c) for c in _RUN_COLUMNS}
         values["folder"] = self._rel(folder)
         values["run_dir"] = self._evidence_dir(data.get("run_dir"), data.get("folder")) or values["folder"]
+        values = _kept(values)
         sql = f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES ({', '.join('?' for _ in _RUN_COLUMNS)})"
-        with self._tx() as db:
-            try:
-                db.execute(sql, tuple(_db_value(c, values[c]) for c in _RUN_COLUMNS))
-            except sqlite3.IntegrityError:  # two folders claim one id (a copied runs/): a new id
-                db.execute(sql, tuple(None if c == "id" else _db_value(c, values[c]) for c in _RUN_COLUMNS))
+        try:
+            db.execute(sql, tuple(_db_value(c, values[c]) for c in _RUN_COLUMNS))
+        except sqlite3.IntegrityError:  # two folders claim one id (a copied runs/): a new id
+            db.execute(sql, tuple(None if c == "id" else _db_value(c, values[c]) for c in _RUN_COLUMNS))
 
     def _evidence_dir(self, run_dir: str | None, folder: str | None) -> str | None:
         """Where a record says its evidence is, when that is not its own folder and is there:
         a path of this store, or a folder outside every store (a Slurm job's); never another
         store's run folder (the store may have moved, or be a copy)."""
-        run_dir = _relative_run_dir(run_dir, folder)
-        if not run_dir or run_dir == _relative_folder(folder):
+        run_dir = relative_run_dir(run_dir, folder)
+        if not run_dir or run_dir == relative_folder(folder):
             return None
         here = self._abs(run_dir)
         if not here.is_dir() or (Path(run_dir).is_absolute() and _inside_runs(here)):
@@ -704,7 +822,7 @@ class Store:
         self.notes.append(f"{self._rel(record)}: {problem}; moved to {self._rel(target)}")
 
 
-def _write_record(store: Path, values: dict) -> None:
+def write_record(store: Path, values: dict) -> None:
     """The run's record as ``run.json`` in its folder (written whole, then renamed into place)."""
     folder = store / values["folder"] if values.get("folder") else None
     if folder is None:
@@ -732,96 +850,7 @@ def _lock(folder: Path) -> StoreLock:
         return StoreLock(folder)
 
 
-def repair(directory: Path) -> tuple[Store, Path | None]:
-    """Rebuild the index from the run folders, with the store to itself (refused beside a live
-    dsbisect).  Rows of the old index whose folder has no record (a dsbisect killed before it
-    wrote one) get their record written first, so nothing the old index knew is lost.  The old
-    database is moved aside (None if there was none) and put back if the rebuild cannot finish."""
-    folder = store_dir(Path(directory)).resolve()
-    db = folder / DB
-    if not folder.is_dir():
-        raise InputError(f"no dsbisect store in {folder}")
-    check_access(folder, write=True)
-    lock = StoreLock(folder, exclusive=True)
-    try:
-        salvage = _salvage(folder) if db.exists() else []
-        moved = _move_db(db, db.with_name(f"{DB}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")) if db.exists() else None
-        try:
-            store = Store(folder, lock=lock)
-        except (DiskFull, StoreError):
-            for side in ("", "-wal", "-shm"):
-                Path(str(db) + side).unlink(missing_ok=True)
-            if moved:
-                _move_db(moved, db)
-            raise
-    except BaseException:
-        lock.release()
-        raise
-    store.notes[:0] = salvage
-    if not any("rebuilt from" in n for n in store.notes):
-        store.notes.append(f"{db}: rebuilt from 0 run folders (none holds a run record)")
-    return store, moved
-
-
-def _move_db(src: Path, dst: Path) -> Path:
-    src.rename(dst)
-    for side in ("-wal", "-shm"):
-        extra = src.with_name(src.name + side)
-        if extra.exists():
-            extra.rename(dst.with_name(dst.name + side))
-    return dst
-
-
-def _salvage(folder: Path) -> list[str]:
-    """Write the record of every row of the old index whose run folder has none: a finished
-    run's (its dsbisect was killed between index and record, or wrote no records: an older
-    dsbisect), an unfinished run's as interrupted.  A finished run whose folder is gone gets its
-    folder back with the record; a row that never finished and has no folder is dropped, and
-    said.  Returns notes."""
-    try:
-        old = sqlite3.connect(f"{(folder / DB).as_uri()}?mode=ro", uri=True)
-        old.row_factory = sqlite3.Row
-        rows = old.execute("SELECT * FROM runs ORDER BY id").fetchall()
-        old.close()
-    except sqlite3.Error as e:
-        return [f"{folder / DB}: its rows could not be read ({e}); only the run folders were used"]
-    notes, kept, dropped = [], [], []
-    for row in rows:
-        values, problem = _row_values(row)
-        if problem:
-            notes.append(f"run {row['id']}: its row in the old index is not readable ({problem}); left out "
-                         "(the old database is kept aside)")
-            continue
-        old_folder = values.get("folder") or values.get("run_dir")
-        values["folder"] = _relative_folder(old_folder)
-        if values["folder"] is None:
-            continue
-        values["run_dir"] = _relative_run_dir(values.get("run_dir"), old_folder) or values["folder"]
-        here = folder / values["folder"]
-        if (here / RunDir.RECORD).exists() or (folder / "quarantine" / here.name).exists():
-            continue
-        if values["status"] != "done":
-            if not here.is_dir():
-                dropped.append(str(values["id"]))
-                continue
-            values |= {"status": "interrupted", "finished": values.get("finished") or time.time(),
-                       "reason": values.get("reason") or "its dsbisect stopped before the run ended (kept by "
-                                                         "store repair from the old index)"}
-        elif not here.is_dir():
-            values["evidence"] = Evidence.from_json(values["evidence"]).noted(
-                "its run folder was gone when the store was repaired: record kept from the index").to_json()
-        _write_record(folder, values)
-        kept.append(str(values["id"]))
-    if kept:
-        notes.append(f"{len(kept)} run(s) of the old index had no {RunDir.RECORD} in their folder: written from "
-                     f"the index (runs {', '.join(kept)})")
-    if dropped:
-        notes.append(f"{len(dropped)} unfinished run(s) of the old index left no folder and no result: "
-                     f"dropped (runs {', '.join(dropped)})")
-    return notes
-
-
-def _relative_folder(path: str | None) -> str | None:
+def relative_folder(path: str | None) -> str | None:
     """``runs/<name>`` for a run folder of any store (an old index kept absolute paths)."""
     if not path:
         return None
@@ -829,7 +858,7 @@ def _relative_folder(path: str | None) -> str | None:
     return p.as_posix() if not p.is_absolute() else f"runs/{p.name}" if p.parent.name == "runs" else None
 
 
-def _relative_run_dir(run_dir: str | None, folder: str | None) -> str | None:
+def relative_run_dir(run_dir: str | None, folder: str | None) -> str | None:
     """``run_dir`` relative to its store when it lies in it; the store is the one ``folder`` (an
     old index's absolute ``<store>/runs/<name>``) names.  Paths outside it stay as they are."""
     if not run_dir or not Path(run_dir).is_absolute():
@@ -846,9 +875,9 @@ def _relative_paths(db: sqlite3.Connection) -> None:
     store made in its own folder always is); evidence kept outside the store stays absolute."""
     for row in db.execute("SELECT id, folder, run_dir FROM runs").fetchall():
         old = row["folder"] or row["run_dir"]  # before migration 3, run_dir was the run's folder
-        folder = _relative_folder(old) if row["folder"] or _inside_runs(Path(old or "/")) else row["folder"]
+        folder = relative_folder(old) if row["folder"] or _inside_runs(Path(old or "/")) else row["folder"]
         db.execute("UPDATE runs SET folder=?, run_dir=? WHERE id=?",
-                   (folder, _relative_run_dir(row["run_dir"], old if folder else None), row["id"]))
+                   (folder, relative_run_dir(row["run_dir"], old if folder else None), row["id"]))
 
 
 def check_access(folder: Path, write: bool) -> None:
@@ -868,7 +897,7 @@ def check_access(folder: Path, write: bool) -> None:
     need = os.R_OK | (os.W_OK if write else 0)
     for p in [db] + ([Path(f"{db}-wal"), Path(f"{db}-shm"), folder] if write else []):
         if p.exists() and not os.access(p, need | (os.X_OK if p == folder else 0)):
-            if _read_only_fs(p):
+            if read_only_fs(p):
                 return  # a read-only mount: not permissions (writing says so when it is tried)
             raise StoreError(f"permission denied: {_who(p)}; "
                              + ("dsbisect can read it (report, show) but not write it; pass a --store of your own"
@@ -883,7 +912,7 @@ def _visible(p: Path) -> bool:
         return False
 
 
-def _read_only_fs(p: Path) -> bool:
+def read_only_fs(p: Path) -> bool:
     try:
         return bool(os.statvfs(p).f_flag & os.ST_RDONLY)
     except OSError:
@@ -927,6 +956,7 @@ def _open_readonly(path: Path) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(f"{path.resolve().as_uri()}?{query}", uri=True, check_same_thread=False)
             db.row_factory = sqlite3.Row
+            bounds.limit(db)
             db.execute("SELECT count(*) FROM runs").fetchone()
             return db
         except sqlite3.DatabaseError as e:
@@ -960,6 +990,8 @@ def _store_errors(path: Path) -> Iterator[None]:
     except sqlite3.DatabaseError as e:
         if disk.is_full(e):
             raise DiskFull(disk.message(path)) from None
+        if bounds.too_big(e):
+            raise StoreError(f"{path}: a value over {bounds.SQL_LIMIT >> 20} MB was refused ({e})") from None
         raise _damaged(path, e) from None
     except OSError as e:
         if disk.is_full(e):
@@ -1043,7 +1075,7 @@ def _inner_problem(part: str, data: dict) -> str | None:
     return None
 
 
-def _problem(data: object) -> str | None:
+def record_problem(data: object) -> str | None:
     """What makes ``data`` (a record or a row) not a run record, or None.  Fills defaults in."""
     if not isinstance(data, dict):
         return f"a JSON {type(data).__name__ if data is not None else 'null'}, not a run record"
@@ -1080,7 +1112,7 @@ def _problem(data: object) -> str | None:
     return None
 
 
-def _row_values(row: sqlite3.Row) -> tuple[dict, str | None]:
+def row_values(row: sqlite3.Row) -> tuple[dict, str | None]:
     """A row of the index as record values (JSON columns read), and what is wrong with it."""
     values = {c: row[c] for c in row.keys() if c in _RUN_COLUMNS}
     for c in _JSON_COLUMNS:
@@ -1088,11 +1120,54 @@ def _row_values(row: sqlite3.Row) -> tuple[dict, str | None]:
             values[c] = json.loads(values[c]) if isinstance(values.get(c), str) else values.get(c)
         except ValueError:
             return values, f"{c} is not JSON"
-    return values, _problem(values)
+    return values, record_problem(values)
 
 
 def _db_value(column: str, value: object) -> object:
     return json.dumps(value if value is not None else {}) if column in _JSON_COLUMNS else value
+
+
+def _kept_point(point: dict) -> dict:
+    """A point as the store keeps it: its pins' URL credentials masked (``Point.key`` is made
+    from the same masked text, so the key and the stored point agree)."""
+    return point | {"pins": [mask_text(p) if isinstance(p, str) else p for p in point.get("pins", [])]}
+
+
+def _kept(values: dict) -> dict:
+    """A run's values as the store keeps them: secrets masked, sizes capped (``bounds``)."""
+    out = dict(values)
+    if isinstance(out.get("point"), dict):
+        out["point"] = _kept_point(out["point"])
+    for c in ("reason", "signature", "evidence", "facts"):
+        if out.get(c) is not None:
+            out[c] = redact_tree(out[c])
+    return bounds.capped(out)
+
+
+def bounded_rows(db: sqlite3.Connection, sql: str, args: tuple = ()) -> tuple[list[sqlite3.Row], list[int]]:
+    """The rows of ``sql`` (``SELECT cols FROM table ...``), and the rowids of those left out
+    because a value is over the connection's size limit (``bounds.limit``): read whole when
+    none is, else one row at a time.  A StoreError when even the rowids cannot be read."""
+    try:
+        return db.execute(sql, args).fetchall(), []
+    except sqlite3.DataError as e:
+        if not bounds.too_big(e):
+            raise
+    words = sql.split()
+    at = words.index("FROM")
+    cols, table, rest = " ".join(words[1:at]), words[at + 1], " ".join(words[at + 2:])
+    try:
+        rowids = [r[0] for r in db.execute(f"SELECT rowid FROM {table} {rest}", args).fetchall()]
+    except sqlite3.DataError:
+        raise StoreError(f"the index holds a value too large to read in {table}; 'dsbisect store repair' "
+                         "rebuilds it from the run folders") from None
+    rows, big = [], []
+    for rowid in rowids:
+        try:
+            rows += db.execute(f"SELECT {cols} FROM {table} WHERE rowid=?", (rowid,)).fetchall()
+        except sqlite3.DataError:
+            big.append(rowid)
+    return rows, big
 
 
 def _pid_alive(pid: int | None, started: float) -> bool:

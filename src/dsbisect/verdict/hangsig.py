@@ -4,8 +4,8 @@ and torch.distributed's op names in one form (``canonical_op``).
 Pure, standard library only: ``forensics`` makes a signature from a run folder on machines
 without torch, ``identity`` compares two.  The early proof's "rank 0 waits in ALLREDUCE #2
 (1024), rank 1 in BARRIER #2" and the collective timeout's "rank 0 in all_reduce, rank 1 in
-barrier" are both the waits ((0, "ALLREDUCE"), (1, "BARRIER")).  Records of an older dsbisect
-hold only the text: ``from_text`` reads it.
+barrier" are both the waits ((0, "ALLREDUCE"), (1, "BARRIER")); ``from_text`` reads them from
+the text (``records.migrate`` does, for a record that holds only the text).
 """
 
 from __future__ import annotations
@@ -52,7 +52,8 @@ class HangSignature:
     """Where the ranks of a hung run wait, typed, whichever rule proved the hang: the early proof
     (``forensics.hang_record`` from a ``deadlock.Proof``) and the collective timeout (from the
     stacks and recorders) give the same ``waits`` for one deadlock.  Stored with the run
-    (``evidence.hang``); a record of an older dsbisect has only the text (``from_text``)."""
+    (``evidence.hang``); the text form is read by ``from_text`` (``records.migrate`` reads a
+    record that holds only the text with it)."""
 
     waits: tuple[tuple[int, str], ...] = ()  # (rank, canonical op: "ALLREDUCE", "NEW_GROUP"), by rank
     frames: tuple[str, ...] = ()  # the code the ranks wait from: "file.py:function", innermost first
@@ -74,9 +75,7 @@ class HangSignature:
 
     @classmethod
     def from_json(cls, d: object) -> HangSignature | None:
-        """From ``to_json``'s dict, or from an older record's text; None for anything else."""
-        if isinstance(d, str):
-            return cls.from_text(d)
+        """From ``to_json``'s dict; None for anything else."""
         if not isinstance(d, Mapping) or not isinstance(d.get("waits", []), (list, tuple)):
             return None
         waits = []
@@ -92,8 +91,8 @@ class HangSignature:
 
     @classmethod
     def from_text(cls, text: str) -> HangSignature:
-        """A signature as an older dsbisect stored it: only its text (either rule's: 'rank 0 waits in
-        ALLREDUCE #2 (4), rank 1 in BARRIER #2 — ...' or 'rank 0 in all_reduce, ... — toy.py:step')."""
+        """A signature from its text (either rule's: 'rank 0 waits in ALLREDUCE #2 (4), rank 1 in
+        BARRIER #2 — ...' or 'rank 0 in all_reduce, ... — toy.py:step'), as a run shows it."""
         head = text.split(" — ", 1)[0]
         waits = set()
         for ranks, op in _WAITS.findall(head):

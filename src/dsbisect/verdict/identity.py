@@ -22,8 +22,8 @@ from dsbisect.verdict.hangsig import C10D_OPS, HangSignature, canonical_op
 from dsbisect.core.model import Outcome, RegressOn, Verdict
 from dsbisect.verdict.outcome import verdict
 
-__all__ = ["C10D_OPS", "HangSignature", "Identity", "Rule", "canonical_op", "hang_form", "judge", "learn", "matches",
-           "normalise", "package_frames", "resolve", "same_names"]
+__all__ = ["C10D_OPS", "Failure", "HangSignature", "Identity", "Rule", "canonical_op", "hang_form", "judge", "learn",
+           "matches", "normalise", "package_frames", "resolve", "same_names"]
 
 # ------------------------------------------------------------------ normalise
 
@@ -70,6 +70,18 @@ def same_names(a: str, b: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Failure:
+    """A FAIL as classified: the exception type (its last dotted part; "" for a death by signal or
+    an exit code), its message (with the "(from ...)" of the exceptions it was raised from), and
+    the reason as the run gave it.  A run's record keeps the reason only: ``records.migrate``
+    reads this from it, once."""
+
+    error: str
+    message: str
+    shown: str
+
+
+@dataclass(frozen=True)
 class Identity:
     kind: Outcome  # HANG or FAIL
     error: str  # the exception type ("RuntimeError"); "" for a hang or a death by signal
@@ -93,15 +105,12 @@ class Identity:
         return out | ({"hang": self.hang.to_json()} if self.hang is not None else {})
 
     def hang_waits(self) -> tuple[tuple[int, str], ...]:
-        """A HANG's waits: the typed ones, else (a record from before they were typed) read from
-        its message, the form."""
-        return (self.hang if self.hang is not None else HangSignature.from_text(self.message)).waits
+        """A HANG's waits (none known: ``hang`` is None)."""
+        return self.hang.waits if self.hang is not None else ()
 
     @classmethod
     def from_json(cls, d: Mapping) -> Identity | None:
-        """From ``as_json``'s dict.  A HANG recorded before its waits were typed keeps ``hang``
-        None (``matches`` reads its waits from the message, the form), so that an old record
-        reads back and writes the same JSON."""
+        """From ``as_json``'s dict (``records.migrate.identity`` lifts an older one first)."""
         try:
             kind = Outcome(d["kind"])
             message = str(d.get("message", ""))
@@ -112,7 +121,6 @@ class Identity:
             return None
 
 
-_ERROR = re.compile(r"^((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Interrupt|Exit|Warning)\w*):\s*(.*)$", re.S)
 def hang_form(text: str) -> str:
     """Where each rank waits, in one form: 'rank 0 in ALLREDUCE, rank 1 in BARRIER', from the
     text of a hang signature of either rule as older records hold it; "" when it names no
@@ -120,20 +128,16 @@ def hang_form(text: str) -> str:
     return HangSignature.from_text(text).form
 
 
-def learn(outcome: Outcome, reason: str, signature: str = "", frames: tuple[str, ...] = (),
-          hang: HangSignature | None = None) -> Identity | None:
-    """The identity of one run's failure, or None for a run that did not fail or hang.  A hang's
-    is its typed signature (``hang``) where the run recorded one, else read from the text."""
-    if outcome is Outcome.HANG:
-        text = signature or reason
-        h = hang if hang is not None else HangSignature.from_text(text)
-        return Identity(Outcome.HANG, "", h.form, h.frames, text, h)
-    if outcome is not Outcome.FAIL:
-        return None
-    text = reason.strip()
-    m = _ERROR.match(text)
-    error, message = (m[1].rsplit(".", 1)[-1], m[2]) if m else ("", text)
-    return Identity(Outcome.FAIL, error, normalise(message), tuple(frames), text)
+def learn(outcome: Outcome, *, failure: Failure | None = None, hang: HangSignature | None = None,
+          frames: tuple[str, ...] = (), shown: str = "") -> Identity | None:
+    """The identity of one run's failure, typed: a FAIL's ``failure`` (and the innermost ``frames``
+    in the package under test), a HANG's ``hang`` (``shown``: the text the run shows for it); None
+    for a run that did not fail or hang, or whose failure is not given."""
+    if outcome is Outcome.HANG and hang is not None:
+        return Identity(Outcome.HANG, "", hang.form, hang.frames, shown, hang)
+    if outcome is Outcome.FAIL and failure is not None:
+        return Identity(Outcome.FAIL, failure.error, normalise(failure.message), tuple(frames), failure.shown)
+    return None
 
 
 def matches(learned: Identity, seen: Identity | None) -> bool:
