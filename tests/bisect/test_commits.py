@@ -11,7 +11,7 @@ import pytest
 
 import nightlytoy
 from dsbisect.bisect.budget import Budget, BudgetSpent, Meter, duration_text, parse_duration
-from dsbisect.bisect.commits import narrowed
+from dsbisect.bisect.budget import narrowed
 from dsbisect.core.errors import InputError
 from dsbisect.core.model import UNFINISHED_EXIT, Answer
 from dsbisect.search.steps import Side
@@ -36,7 +36,7 @@ BAD_INPUT = [
     (["--commits", "..HEAD", "--git-repo", "{repo}"], "give the good end before the dots"),
     (["--commits", "nightly-last-green..HEAD", "--git-repo", "{tmp}/nowhere"], "no such folder"),
     (["--commits", "nightly-last-green..HEAD", "--git-repo", "{tmp}"], "not a git repository"),
-    (["--max-runs", "3"], "--max-runs and --deadline bound a --commits OLD..NEW search"),
+    (["--max-runs", "3", "--good-env", "a.txt", "--bad-env", "b.txt"], "not of two environments"),
     (["--commits", "nightly-last-green..HEAD", "--git-repo", "{repo}", "--deadline", "soon"],
      "give a duration such as 5h"),
     (["--commits", "nightly-last-green..HEAD", "--git-repo", "{repo}", "--confirm", "3"], "--confirm is for releases"),

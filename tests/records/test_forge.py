@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from dsbisect.core.model import Outcome
+from dsbisect.records.migrate import failure
 from dsbisect.records.forge import Culprit, issue_key, pull_request, pull_url, web_url
 from dsbisect.verdict.identity import Identity, learn
 
@@ -50,7 +51,7 @@ def test_the_culprit_links_its_pull_request_or_its_commit():
 
 
 def _fail(reason: str, frames=()) -> Identity:
-    return learn(Outcome.FAIL, reason, frames=tuple(frames))
+    return learn(Outcome.FAIL, failure=failure(reason), frames=tuple(frames))
 
 
 def test_the_key_is_the_regression_not_the_commit_or_the_night():

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from conftest import make_case
@@ -14,7 +12,9 @@ from dsbisect.records.finding import Finding, classify
 from dsbisect.records.forge import Culprit
 from dsbisect.records.proof import Proof, ProofVerdict
 from dsbisect.records.results import CommitResult, Regression, Request, Result, Step, Tally
+from dsbisect.records.migrate import failure
 from dsbisect.render import github
+from dsbisect.verdict.hangsig import HangSignature
 from dsbisect.verdict.identity import learn
 from workflow import read_outputs
 
@@ -31,7 +31,8 @@ def _result(tmp_path, verdict=Answer.FOUND, proof=True, kind=Outcome.FAIL) -> Re
     steps = (_step(G, Outcome.PASS, Verdict.GOOD, "Start"), _step(H, kind, Verdict.BAD, "Docs", ids=(2,)),
              _step(X, Outcome.SKIP, Verdict.SKIP, "Half a change", ids=(3,)),
              _step(B, kind, Verdict.BAD, "Speed up add (#101)", ids=(4,)))
-    identity = learn(kind, "AssertionError: assert 5 == 4") if kind is Outcome.FAIL else learn(kind, "timed out")
+    identity = (learn(kind, failure=failure("AssertionError: assert 5 == 4")) if kind is Outcome.FAIL
+                else learn(kind, hang=HangSignature.from_text("timed out"), shown="timed out"))
     regression = Regression(RegressOn.FAIL if kind is Outcome.FAIL else RegressOn.HANG, identity, H[:10], "bad end",
                             RegressOn.AUTO)
     if verdict is Answer.UNFINISHED:

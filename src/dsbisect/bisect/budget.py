@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from dsbisect.core.errors import InputError
-from dsbisect.core.model import Case, Outcome, Point
+from dsbisect.core.model import Case, Outcome, Point, Stage, Verdict
+from dsbisect.records.results import Step
 from dsbisect.records.run import RunRecord
 from dsbisect.run.runner import Runner
+from dsbisect.search.steps import Side
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
@@ -127,3 +129,38 @@ def new_runs(runner: Runner, case: Case, points: Sequence[Point], want: int) -> 
         held = [r for r in runner.store.done_runs(key, p.key) if r.outcome is not Outcome.SKIP or r.manual]
         total += max(0, want - len(held))
     return total
+
+
+def narrowed(sides: Mapping[int, Side], n: int) -> tuple[int, tuple[int, ...]]:
+    """Where the first bad point of ``range(n)`` may still be, from the sides known so far:
+    (the last good index before the first bad one, every index after it up to that bad one).
+    With nothing known the whole range is open (index 0 taken as good, ``n - 1`` as bad)."""
+    news = sorted(i for i, s in sides.items() if s is Side.NEW)
+    hi = news[0] if news else n - 1
+    olds = [i for i, s in sides.items() if s is Side.OLD and i < hi]
+    lo = max(olds, default=0)
+    return lo, tuple(range(lo + 1, hi + 1))
+
+
+def sides_of(steps: Iterable[Step], stage: Stage, at: Mapping[str, int],
+             side: Callable[[Verdict], Side]) -> dict[int, Side]:
+    """Each point of ``stage`` tested so far, by its index (``at``: a commit's hash, or a
+    release's version, to its index): the side its last step put it on."""
+    out: dict[int, Side] = {}
+    for s in steps:
+        key = s.commit if stage is Stage.COMMIT else s.version
+        if s.stage is stage and key in at:
+            out[at[key]] = side(s.verdict)
+    return out
+
+
+def unfinished_message(reason: str, word: str, what: str, labels: Sequence[str], made: int) -> str:
+    """What an unfinished search says: why it stopped, where the first ``word`` ``what`` (bad
+    commit, fixed release) may still be (``labels``, oldest first), and how to go on."""
+    if len(labels) == 1:
+        where = f"the first {word} {what} is {labels[0]} (the {what} before it not yet tested)"
+    else:
+        where = (f"the first {word} {what} is one of these {len(labels)}: "
+                 f"{', '.join(labels[:12])}{' …' if len(labels) > 12 else ''}")
+    return (f"{reason}: {where}; the same command with the same store goes on from here "
+            f"({made} new run{'s' if made != 1 else ''} this time)")

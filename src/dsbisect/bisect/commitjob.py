@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dsbisect.bisect.budget import Budget, Meter, parse_duration
+from dsbisect.bisect.budget import Budget, Meter
 from dsbisect.bisect.jobs import BisectRequest, Checked, Invocation, manual_executor
 from dsbisect.bisect.span import Span, check_span
 from dsbisect.core.errors import InputError
@@ -50,14 +50,14 @@ def commit_job(request: BisectRequest, invocation: Invocation, settings: Setting
         raise InputError("--pre and --include-yanked choose releases; --commits searches commits")
     package = before[0]
     span = check_span(span_given, s.git_repo)
-    budget = Budget(span_given.max_runs, parse_duration(span_given.deadline) if span_given.deadline else None)
+    budget = span_given.budget()
     case, env_defaults = request.what.resolve(command or None)
     case = settings.shape(case)
     executor = settings.placement.executor_for()
     s.check_signature()
     req = Request(package=package, good=span.old.hash, bad=span.new.hash, case=case,
                   pins=matrix.check_pins(list(request.what.pin or []), package), regress_on=s.regress_on,
-                  find_fix=s.find_fix, repeat=s.repeat, signature=s.signature, git_repo=span.repo,
+                  mode=s.mode, repeat=s.repeat, signature=s.signature, git_repo=span.repo,
                   prove=s.prove, argv=invocation.argv, any_failure=s.any_failure, confidence=s.confidence)
     return CommitJob(Checked(req, env_defaults, executor), span, budget)
 

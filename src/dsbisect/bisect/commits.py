@@ -15,13 +15,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from dsbisect.bisect.bisection import ReleaseSubject
-from dsbisect.bisect.budget import BudgetSpent, Meter, new_runs
+from dsbisect.bisect.budget import BudgetSpent, Meter, narrowed, new_runs, sides_of, unfinished_message
 from dsbisect.bisect.points import Points, ReleasePoints
 from dsbisect.bisect.probe import Probe
 from dsbisect.bisect.span import Span
 from dsbisect.core.model import Answer, GitSource, Outcome, Point, Stage
 from dsbisect.envs import gitrepo
 from dsbisect.envs.gitrepo import Commit
+from dsbisect.records.bisections import BisectionStatus
 from dsbisect.records.proof import Proof, ProofVerdict, judge
 from dsbisect.records.results import CommitResult, Request, Result
 from dsbisect.run.runner import Runner
@@ -54,7 +55,7 @@ class CommitBisection:
 
     def _run(self) -> Result:
         req, probe = self.req, self.probe
-        self.subject.save("running", {"candidates": self.labels}, probe.rule)
+        self.subject.save(BisectionStatus.RUNNING, {"candidates": self.labels}, probe.rule)
         conf = None
         try:
             if req.confidence is not None:  # flaky: the probabilistic search tests the ends itself
@@ -90,25 +91,15 @@ class CommitBisection:
         last_old, maybe = narrowed(self._sides(), len(self.chain))
         hashes = tuple(self.chain[i].hash for i in maybe)
         cr = CommitResult(self.chain[last_old].hash, None, "", hashes, self.span.between, Answer.UNFINISHED)
-        word = "fixed" if self.req.find_fix else "bad"
-        if len(maybe) == 1:
-            where = f"the first {word} commit is {self.labels[maybe[0]]} (the commit before it not yet tested)"
-        else:
-            where = (f"the first {word} commit is one of these {len(maybe)}: "
-                     f"{', '.join(self.labels[i] for i in maybe[:12])}{' …' if len(maybe) > 12 else ''}")
-        message = (f"{reason}: {where}; the same command with the same store goes on from here "
-                   f"({self.meter.made} new run{'s' if self.meter.made != 1 else ''} this time)")
+        message = unfinished_message(reason, self.req.mode.new, "commit", [self.labels[i] for i in maybe],
+                                     self.meter.made)
         return Result(self.req, tuple(self.labels), tuple(self.probe.steps), Answer.UNFINISHED, commit=cr,
                       message=self._with_note(message))
 
     def _sides(self) -> dict[int, Side]:
         """Each commit tested so far, by its index in the chain: the side its last step put it on."""
         at = {c.hash: i for i, c in enumerate(self.chain)}
-        out: dict[int, Side] = {}
-        for s in self.probe.steps:
-            if s.stage is Stage.COMMIT and s.commit in at:
-                out[at[s.commit]] = self.probe.side(s.verdict)
-        return out
+        return sides_of(self.probe.steps, Stage.COMMIT, at, self.probe.side)
 
     # ------------------------------------------------------------------ answer
 
@@ -120,7 +111,7 @@ class CommitBisection:
                           Answer.FOUND if exact else Answer.AMBIGUOUS)
         message = "" if exact else (
             f"untestable commits leave {len(found.maybe)} candidates for the first "
-            f"{'fixed' if self.req.find_fix else 'bad'} commit: {', '.join(self.labels[i] for i in found.maybe)}"
+            f"{self.req.mode.new} commit: {', '.join(self.labels[i] for i in found.maybe)}"
             + self.probe.why_ambiguous(tuple(self.labels[i] for i in found.maybe)))
         return Result(self.req, tuple(self.labels), tuple(self.probe.steps), cr.verdict, commit=cr,
                       message=self._with_note(message))
@@ -131,7 +122,7 @@ class CommitBisection:
     def _finish(self, result: Result) -> Result:
         result = replace(result, steps=tuple(self.probe.steps), regression=self.probe.regression,
                          different=tuple(self.probe.different.values()))
-        self.subject.save("done", result.to_json(), self.probe.rule)
+        self.subject.save(BisectionStatus.DONE, result.to_json(), self.probe.rule)
         return result
 
     # ------------------------------------------------------------- --confidence
@@ -139,8 +130,8 @@ class CommitBisection:
     def _flaky(self) -> tuple[Search | None, Confidence | None, tuple[Answer, str] | None]:
         """The probabilistic search (bayes.search) over the chain, one run per probe, each asked
         of the budget first (the release engine's, over commits)."""
-        fix, used, probe, pts = self.req.find_fix, {}, self.probe, self.pts
-        defining = 0 if fix else len(pts) - 1
+        mode, used, probe, pts = self.req.mode, {}, self.probe, self.pts
+        defining = len(pts) - 1 if mode.defining is Side.NEW else 0
 
         def one(i: int) -> Side:
             self._afford(pts[i], want=used.get(i, 0) + 1)
@@ -150,13 +141,13 @@ class CommitBisection:
                 probe.learn(self.labels[i], runs)
             return probe.side(probe.step(pts[i], new, Stage.COMMIT).verdict) if new else Side.SKIP
 
-        est = bayes.search(len(pts), one, self.req.confidence, flaky=Side.OLD if fix else Side.NEW)
+        est = bayes.search(len(pts), one, self.req.confidence, flaky=mode.defining)
         end = pts[defining].key
         probe.learn(self.labels[defining], [r for s in probe.steps for r in s.runs if r.point_key == end])
-        conf = Confidence.of(est, self.labels, self.req.confidence, Stage.COMMIT, fix)
+        conf = Confidence.of(est, self.labels, self.req.confidence, Stage.COMMIT, mode)
         self.runner.progress("note", conf.describe())
         ends = [probe.last_step(pts[i]) for i in (defining, -1 - defining)]
-        problem = ends_problem(est.status, fix, (self.labels[defining], self.labels[-1 - defining]),
+        problem = ends_problem(est.status, mode, (self.labels[defining], self.labels[-1 - defining]),
                                tuple((s.detail, s.outcome) if s else ("", Outcome.SKIP) for s in ends),
                                dict(probe.different), used.get(defining, 0))
         if problem:
@@ -171,7 +162,7 @@ class CommitBisection:
         c, probe, req, new = result.commit, self.probe, self.req, self.span.new
         self.runner.progress("note", f"proof: reverting {c.first_bad[:10]} on top of {new.short}")
         rev = gitrepo.revert_tree(self.span.repo, c.first_bad, new.hash)
-        base = Proof(c.first_bad, new.short, new.hash, ProofVerdict.UNTESTABLE, req.find_fix, rev.merge)
+        base = Proof(c.first_bad, new.short, new.hash, ProofVerdict.UNTESTABLE, req.mode, rev.merge)
         if not rev.clean:
             verdict = ProofVerdict.CONFLICT if rev.conflicts else ProofVerdict.UNTESTABLE
             return replace(result, proof=replace(base, verdict=verdict, conflicts=rev.conflicts, detail=rev.error))
@@ -191,17 +182,6 @@ class CommitBisection:
                         detail=step.detail if verdict is not ProofVerdict.PROVEN else "",
                         run_ids=tuple(r.id for r in runs))
         return replace(result, proof=proof)
-
-
-def narrowed(sides: dict[int, Side], n: int) -> tuple[int, tuple[int, ...]]:
-    """Where the first bad point of ``range(n)`` may still be, from the sides known so far:
-    (the last good index before the first bad one, every index after it up to that bad one).
-    With nothing known the whole range is open (index 0 taken as good, ``n - 1`` as bad)."""
-    news = sorted(i for i, s in sides.items() if s is Side.NEW)
-    hi = news[0] if news else n - 1
-    olds = [i for i, s in sides.items() if s is Side.OLD and i < hi]
-    lo = max(olds, default=0)
-    return lo, tuple(range(lo + 1, hi + 1))
 
 
 def _source(package: str, repo, c: Commit) -> GitSource:

@@ -156,10 +156,14 @@ class BisectRequest:
 
     def check(self, invocation: Invocation) -> None:
         """The checks before the report file's: --confidence, and two environments given whole
-        and not beside PACKAGE GOOD BAD; --commits not beside them, its budget not without it."""
+        and not beside PACKAGE GOOD BAD; --commits not beside them; a budget not for two
+        environments nor beside --confirm."""
         self.search.check_confidence(self.good, self.pair.given)
-        if self.span.budgeted and not self.span.given:
-            raise InputError("--max-runs and --deadline bound a --commits OLD..NEW search")
+        if self.span.budgeted and self.pair.given:
+            raise InputError("--max-runs and --deadline bound a search of releases or commits, "
+                             "not of two environments")
+        if self.span.budgeted and self.search.confirm > 1:
+            raise InputError("--confirm with --max-runs or --deadline: give --repeat N or --confidence P instead")
         if self.span.given and self.pair.given:
             raise InputError("give either --commits OLD..NEW or --good-env and --bad-env, not both")
         if not self.pair.given:
@@ -219,6 +223,7 @@ def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Se
     the store or the cache is touched; its result, and the index settings it read (with
     ``--commits``: the search of a clone's commits alone, ``commitjob``)."""
     from dsbisect.bisect.bisection import Bisection, plan
+    from dsbisect.bisect.budget import Meter
 
     if request.span.given:
         from dsbisect.bisect.commitjob import bisect_commits
@@ -226,6 +231,7 @@ def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Se
         return bisect_commits(request, invocation, settings, frontend)
     checked = release_request(request, invocation, settings)
     req, executor = checked.request, checked.executor
+    budget = request.span.budget()
     index = settings.sources.resolve()
     env_options = settings.venvs.options(checked.env_defaults)
     planned = plan(req, index)
@@ -237,8 +243,10 @@ def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Se
         executor = manual_executor(settings, frontend, ui)
     runner = open_session(settings, env_options, index, ui, executor=executor)
     req = dataclasses.replace(req, width=len(runner.slots(req.case)))
-    with ui.running():
-        return Bisection(runner, index, req).run(planned), index
+    if budget.given:
+        frontend.say(f"budget: {budget.describe()}")
+    with ui.running():  # the budget counts from here: the checks and the plan took no run
+        return Bisection(runner, index, req, meter=Meter(budget) if budget.given else None).run(planned), index
 
 
 @dataclass(frozen=True)

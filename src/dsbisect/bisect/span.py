@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from dsbisect.bisect.budget import Budget, parse_duration
 from dsbisect.core import proc
 from dsbisect.core.errors import InputError
 from dsbisect.envs import gitrepo
@@ -36,6 +37,10 @@ class CommitSpan:
     @property
     def budgeted(self) -> bool:
         return self.max_runs is not None or self.deadline is not None
+
+    def budget(self) -> Budget:
+        """``--max-runs`` and ``--deadline`` checked (an InputError for a bad duration)."""
+        return Budget(self.max_runs, parse_duration(self.deadline) if self.deadline else None)
 
     def refs(self) -> tuple[str, str]:
         """OLD and NEW of ``OLD..NEW`` (``OLD..`` is ``OLD..HEAD``, as git reads it)."""

@@ -58,8 +58,8 @@ class PairOpts(EnvPair):
 @dataclass(frozen=True)
 class SpanOpts(CommitSpan):
     commits: Annotated[Optional[str], typer.Option("--commits", help="Instead of GOOD BAD: the first-parent commits of --git-repo from OLD (good) to NEW (bad), no releases.")] = None
-    max_runs: Annotated[Optional[int], typer.Option("--max-runs", min=1, max=MAX_COUNT, help="With --commits: at most N new runs, then 'unfinished' (exit 75); run it again to go on.")] = None
-    deadline: Annotated[Optional[str], typer.Option("--deadline", metavar="DURATION", help="With --commits: no new step after this long (5h, 90m), then 'unfinished' (exit 75).")] = None
+    max_runs: Annotated[Optional[int], typer.Option("--max-runs", min=1, max=MAX_COUNT, help="At most N new runs (runs the store holds are free), then 'unfinished' (exit 75); run it again to go on.")] = None
+    deadline: Annotated[Optional[str], typer.Option("--deadline", metavar="DURATION", help="No new step after this long (5h, 90m), then 'unfinished' (exit 75); run it again to go on.")] = None
 
 
 @dataclass(frozen=True)

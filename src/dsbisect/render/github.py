@@ -52,10 +52,12 @@ def headline(result: Result, culprit: Culprit | None) -> str:
     if culprit is not None:
         pr = f" (#{culprit.pr})" if culprit.pr is not None and f"#{culprit.pr}" not in culprit.subject else ""
         proof = _proof_words(result)
-        word = "first fixed" if result.request.find_fix else "first bad"
+        word = result.request.mode.first_new
         return f"{finding.value}: {word} {culprit.short} {culprit.subject}{pr}{proof}"
     if finding is Finding.UNFINISHED and c is not None:
         return f"unfinished: the first bad commit is one of {len(c.maybe)} ({' '.join(h[:10] for h in c.maybe[:8])})"
+    if finding is Finding.UNFINISHED and result.maybe:
+        return f"unfinished: the first bad release is one of {len(result.maybe)} ({' '.join(result.maybe[:8])})"
     return f"{finding.value}: {result.message or result.verdict.value}"
 
 
