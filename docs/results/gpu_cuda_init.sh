@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# A run meant for GPUs whose CUDA cannot be initialised is the machine's (a skip), not a
-# failure of the code: checked on a GPU machine (no network; dsbisect's wheels in .gpu/tool,
-# `pip download --only-binary=:all: --python-version 3.12 typer rich packaging uv pydantic pyyaml
-# platformdirs psutil filelock py-spy pypi-simple`). A broken node is stood in for by a script
-# that asks for a device the driver cannot give (CUDA_VISIBLE_DEVICES=99 set before torch).
+# STATUS: NOT RUN. No GPU machine was at hand when it was written; no result of it exists yet,
+# and nothing in the docs rests on it (on CPU the hook's note is tested with this machine's
+# torch: tests/verdict/test_machine.py).
+#
+# What it checks: a run meant for GPUs whose CUDA cannot be initialised is the machine's (a
+# skip), not a failure of the code. A broken node is stood in for by a script that asks for a
+# device the driver cannot give (CUDA_VISIBLE_DEVICES=99 set before torch).
 # Expected: gone.py a skip, "the machine's: CUDA could not be initialised (rank 0: RuntimeError: …)",
-# skip_cause cuda; fine.py a pass. Not run yet: the GPU machine takes the merged checkout (run it
-# from the repository root there, after the merge). On CPU the hook's note is tested with this
-# machine's torch (tests/verdict/test_machine.py).
+# skip_cause cuda; fine.py a pass.
+#
+# What it needs:
+# - a Linux machine with at least one NVIDIA GPU, its driver (nvidia-smi) and a python3 whose torch
+#   is built with CUDA (the point venvs are layered on it); no network;
+# - the merged checkout (this branch merged into main), run from the repository root;
+# - dsbisect's dependencies as wheels in .gpu/tool/, fetched elsewhere with
+#   `pip download --only-binary=:all: --python-version 3.12 -d .gpu/tool typer rich packaging uv
+#   pydantic pyyaml platformdirs psutil filelock py-spy pypi-simple`;
+# - OUT (default /tmp/dsbisect-cuda-init) for its log and the two runs' JSON.
 set -u
 OUT=${OUT:-/tmp/dsbisect-cuda-init}
 mkdir -p "$OUT"
