@@ -276,6 +276,9 @@ def test_commit_level_names_the_commit(tmp_path_factory, tmp_path, cli, cache_di
         (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "toy", "--pin", "dsb-toy==1.0.0"], "is the package being bisected"),
         (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "toy", "--pin", "torch>>1"], "is not a requirement"),
         (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "toy", "--git-repo", "nowhere"], "no such folder"),
+        (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "toy", "--deadline", "soon"], "give a duration such as 5h"),
+        (["bisect", "dsb-toy", "1.0.0", "1.1.0", "--case", "toy", "--max-runs", "4", "--confirm", "3"],
+         "--confirm with --max-runs or --deadline"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, cli, wheelhouse, args, expected):
@@ -284,3 +287,37 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, cli, wheelhouse, args, expec
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and expected in lines[0], res.output
+
+
+def test_a_release_bisection_within_a_budget_ends_unfinished_and_goes_on(tmp_path, cli, cache_dir, wheelhouse):
+    """--max-runs bounds a release search as it bounds a commit search: a budget that cannot
+    hold the ends runs nothing; one that runs out mid-search answers ``unfinished`` (exit 75)
+    with the releases left; the same command with the same store, no budget, goes on and reuses
+    every run the budgeted ones made.  (A collective timeout of 30 s: a good release's ranks
+    may start seconds apart on a loaded machine; the toy's deadlock is proven without it.)"""
+    write_matrix(tmp_path, ["1.0.0"], collective_timeout=30)
+
+    def bisect(*extra: str) -> tuple[int, dict, list]:
+        res = cli("bisect", "dsb-toy", "1.0.0", "1.7.0", "--case", "toy", *offline(wheelhouse, cache_dir), "-q",
+                  "--format", "json", *extra, cwd=tmp_path)
+        out = json.loads(res.stdout)
+        steps = [(s["version"], s["outcome"], s["detail"][:80]) for s in out["steps"]]
+        return res.exit_code, out, steps
+
+    code, out, steps = bisect("--max-runs", "1")
+    assert code == 75, (out, steps)
+    assert (out["verdict"], out["last_good"], out["first_bad"]) == ("unfinished", "1.0.0", None)
+    assert out["maybe"] == [f"1.{i}.0" for i in range(1, 8)] and _runs(tmp_path) == []
+    assert "the budget ran out (--max-runs 1: 0 runs made, the next step needs 2)" in out["message"]
+
+    code, out, steps = bisect("--max-runs", "3")
+    made = _runs(tmp_path)
+    assert code == 75 and out["verdict"] == "unfinished" and 2 <= len(made) <= 3, steps
+    assert "1.3.0" in out["maybe"] and out["last_good"] < "1.3.0" and len(out["maybe"]) < 7, steps
+    assert "the same command with the same store goes on" in out["message"]
+
+    code, out, steps = bisect()
+    assert code == 0, steps
+    assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "1.2.0", "1.3.0"), steps
+    ids = sorted(i for s in out["steps"] for i in s["run_ids"])
+    assert ids[:len(made)] == sorted(r[0] for r in made) and len(_runs(tmp_path)) == len(ids)

@@ -216,3 +216,35 @@ def test_a_long_reason_is_cut_at_a_words_end():
     text = "Traceback (most recent call last):\nValueError: " + "word " * 100 + "\n"
     (reason,) = traceback_errors(text)
     assert reason.endswith("word…") and len(reason) <= 300
+
+
+PYTEST_TAIL = """\
+F                                                                        [100%]
+=================================== FAILURES ===================================
+___________________________________ test_add ___________________________________
+
+    def test_add():
+>       assert add(2, 2) == 4
+E       assert 5 == 4
+E        +  where 5 = add(2, 2)
+
+tests/test_add.py:5: AssertionError
+=========================== short test summary info ============================
+FAILED tests/test_add.py::test_add - assert 5 == 4
+FAILED tests/test_add.py::test_sub - RuntimeError: the reduction lost a term
+1 failed in 0.05s
+"""
+
+
+def test_a_pytest_run_names_the_tests_that_failed():
+    from dsbisect.verdict.outcome import pytest_failures
+
+    c = classify(1, False, "", "", PYTEST_TAIL)
+    assert c.outcome is Outcome.FAIL
+    assert c.reason == "FAILED tests/test_add.py::test_add - assert 5 == 4 (and 1 more)"
+    assert pytest_failures("FAILED tests/x.py::t - no summary header\n") == ""  # words alone, out of place
+    assert classify(0, False, "", "", PYTEST_TAIL).outcome is Outcome.PASS  # the exit code decides
+    errored = PYTEST_TAIL.replace("FAILED tests/test_add.py::test_add - assert 5 == 4\nFAILED tests/test_add.py::"
+                                  "test_sub - RuntimeError: the reduction lost a term\n",
+                                  "ERROR tests/test_add.py - ImportError: cannot import name 'add'\n")
+    assert classify(2, False, "", "", errored).reason == "ERROR tests/test_add.py - ImportError: cannot import name 'add'"

@@ -41,6 +41,10 @@ variables are set, and it never raises.
   ``os.environ`` too; set where the base's torch came without bytecode) Python may cache the
   bytecode of what the check imports, also under PYTHONDONTWRITEBYTECODE; the rest of the
   process writes none unless the user's environment lets it.
+- ``DSBISECT_RUN_DIR`` (any process of a run; off with ``DSBISECT_WATCH_CUDA=0``): when
+  ``torch.cuda`` initialises and fails (no driver, no device, a driver error), the error is
+  written to ``<run dir>/machine/cuda.pid<P>.json`` before it raises on: dsbisect takes a run
+  meant for GPUs that failed so for the machine's (a skip), not for the code's.
 - ``DSBISECT_RUN_DIR`` (any process of a run; off with ``DSBISECT_TRACK_IMPORTS=0``): what
   this interpreter used from outside its venv -- the local modules it imported, the files it
   read and wrote, the folders it listed, the programs and files it gave its children, the
@@ -161,6 +165,47 @@ def _timeout_patches(seconds):
             mod.default_pg_timeout = value
 
     return {"torch.distributed.constants": torch_constants, "deepspeed.constants": deepspeed_constants}
+
+
+def _watch_cuda_init(run_dir):
+    """A patch of ``torch.cuda`` (applied once it is imported) that notes a failed CUDA
+    initialisation in ``<run dir>/machine/cuda.pid<P>.json`` before it raises on: the error, the
+    rank, the devices the process was given.  ``_lazy_init`` is what torch.cuda's calls and the
+    C++ side's lazy init (``torch.zeros(device="cuda")``) go through."""
+
+    def patch(mod):
+        real = getattr(mod, "_lazy_init", None)
+        if real is None or getattr(real, "_dsbisect_watch", False):
+            return
+
+        def _lazy_init(*args, **kwargs):
+            try:
+                return real(*args, **kwargs)
+            except BaseException as e:
+                _note_cuda_failure(run_dir, e)
+                raise
+
+        _lazy_init._dsbisect_watch = True
+        mod._lazy_init = _lazy_init
+
+    return patch
+
+
+def _note_cuda_failure(run_dir, error):
+    import json
+
+    try:
+        folder = os.path.join(run_dir, "machine")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"cuda.pid{os.getpid()}.json")
+        text = f"{type(error).__name__}: {error}".splitlines()[0][:400] if str(error) else type(error).__name__
+        note = {"error": text, "rank": os.environ.get("RANK"), "pid": os.getpid(),
+                "devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+        with open(path + ".tmp", "w") as f:
+            json.dump(note, f)
+        os.replace(path + ".tmp", path)
+    except OSError:  # the failure raises on all the same
+        pass
 
 
 def _share_ops(mod):
@@ -588,6 +633,8 @@ def _main():
     measure = _measure(run_dir, os.environ.get("RANK"))
     if measure is not None:
         extra["torch.optim.optimizer"] = measure.watch_steps
+    if run_dir and os.environ.get("DSBISECT_WATCH_CUDA", "1") != "0":  # a failed CUDA init is the machine's
+        extra["torch.cuda"] = _watch_cuda_init(run_dir)
     if compat or extra:
         _install_shims(compat, extra)
     mortal = run_dir or os.environ.get("DSBISECT_DIE_WITH_PARENT") == "1"  # the separate import check

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from dsbisect.bisect.budget import BudgetSpent, Meter, narrowed, new_runs, sides_of, unfinished_message
 from dsbisect.bisect.points import Points, ReleasePoints
 from dsbisect.bisect.probe import Probe, range_note, steps_for
 from dsbisect.core.model import Answer, GitSource, IndexOptions, Outcome, Point, Stage
@@ -91,10 +92,14 @@ class ReleaseSubject:
 class Bisection:
     """The release search of ``request`` (then its commit step, ``--confirm`` and the revert
     proof): its points made by ``points`` (``ReleasePoints`` of the request unless given),
-    tested by a ``Probe`` whose subject is the request's ``ReleaseSubject``."""
+    tested by a ``Probe`` whose subject is the request's ``ReleaseSubject``; within ``meter``'s
+    budget when given (``--max-runs``, ``--deadline``: asked before each round, the answer
+    ``unfinished`` with the range narrowed so far when it runs out)."""
 
-    def __init__(self, runner: Runner, index: IndexOptions, request: Request, points: Points | None = None):
-        self.runner, self.index, self.req = runner, index, request
+    def __init__(self, runner: Runner, index: IndexOptions, request: Request, points: Points | None = None,
+                 meter: Meter | None = None):
+        self.runner, self.index, self.req, self.meter = runner, index, request, meter
+        self._versions: list[str] = []  # the candidates searched, once known (for an unfinished answer)
         self.points = points or ReleasePoints.of(request.case, request.package, request.pins)
         self.subject = ReleaseSubject(request, runner.store)
         self.probe = Probe(runner, request, self.subject)
@@ -109,6 +114,8 @@ class Bisection:
     def run(self, planned: Plan | None = None) -> Result:
         try:
             return self._run(planned)
+        except BudgetSpent as spent:
+            return self._unfinished(spent.reason)
         finally:
             self.runner.stop_ahead()
 
@@ -116,13 +123,13 @@ class Bisection:
         req = self.req
         planned = planned or plan(req, self.index)
         repo, versions = planned.repo, list(planned.versions)
-        good_end = ""
+        self._versions, good_end = versions, ""
         if req.good == AUTO:
             start, good_end = self._walk_back(versions)
             if start is None:
                 return self._finish(versions, Answer.GOOD_END_BAD if good_end.startswith("no ") else
                                     Answer.NOT_REPRODUCED, good_end)
-            versions = versions[start:]
+            versions = self._versions = versions[start:]
         points = [self.points.release(v) for v in versions]
         self._save(BisectionStatus.RUNNING, {"candidates": versions})
         if req.metric is not None:  # a regression as a number: its own search (bisect.numeric)
@@ -134,9 +141,10 @@ class Bisection:
         if req.confidence is not None:  # flaky: the probabilistic search tests the ends itself
             found, conf, problem = self._flaky(versions, points, Stage.RELEASE)
         else:
+            self._afford(points[0], points[-1])
             problem = self.probe.check_ends(versions, points, Stage.RELEASE)
-            found = None if problem else search(
-                len(points), lambda idx: self.probe.test_many(points, idx, Stage.RELEASE), req.width)
+            found = None if problem else search(len(points), lambda idx: self._round(points, idx, Stage.RELEASE),
+                                                req.width)
         if problem:
             return self._finish(versions, *problem)
         result = replace(self._release_result(versions, found), good_end=good_end)
@@ -157,6 +165,7 @@ class Bisection:
         """GOOD auto: test BAD, then releases 1, 2, 4, 8... back from it until one behaves like the
         old end (as cargo-bisect-rustc finds its start).  (index of that release, how it went)."""
         new, probe = len(versions) - 1, self.probe
+        self._afford(self.points.release(versions[new]))
         bad = probe.side(probe.test(self.points.release(versions[new]), Stage.RELEASE,
                                     learn=versions[new] if self.req.mode.defining is Side.NEW else None).verdict)
         if bad is not Side.NEW:
@@ -165,6 +174,7 @@ class Bisection:
         step, i, tried = 1, new, [versions[new]]
         while i > 0:
             i = max(0, i - step)
+            self._afford(self.points.release(versions[i]))
             side = probe.side(probe.test(self.points.release(versions[i]), Stage.RELEASE).verdict)
             tried.append(versions[i])
             if side is Side.OLD:
@@ -212,8 +222,10 @@ class Bisection:
             return [(v, self.points.release(v)) for v in (result.last_good, result.first_bad)]
         return None  # nothing exact to confirm (ambiguous, or the commit step stopped)
 
-    def _finish(self, versions: list[str], verdict: Answer, message: str) -> Result:
-        result = self._with_notes(Result(self.req, tuple(versions), tuple(self.steps), verdict, message=message))
+    def _finish(self, versions: list[str], verdict: Answer, message: str, last_good: str | None = None,
+                maybe: tuple[str, ...] = ()) -> Result:
+        result = self._with_notes(Result(self.req, tuple(versions), tuple(self.steps), verdict, last_good,
+                                         maybe=maybe, message=message))
         self._save(BisectionStatus.DONE, result.to_json())
         return result
 
@@ -232,6 +244,37 @@ class Bisection:
     def _save(self, status: BisectionStatus, result: dict) -> None:
         self.subject.save(status, result, self.probe.rule)
 
+    # ----------------------------------------------------------------- budget
+
+    def _afford(self, *points: Point, want: int | None = None) -> None:
+        """Raise BudgetSpent unless testing ``points`` fits what is left of the budget (none: always)."""
+        if self.meter is None:
+            return
+        self.meter.count(r for s in self.steps for r in s.runs)
+        self.meter.check(new_runs(self.runner, self.req.case, points, self.req.repeat if want is None else want))
+
+    def _round(self, points: list[Point], indices, stage: Stage) -> list[Side]:
+        self._afford(*(points[i] for i in indices))
+        return self.probe.test_many(points, indices, stage)
+
+    def _unfinished(self, reason: str) -> Result:
+        """The release search stopped by the budget: the releases the first bad one may still be."""
+        versions = self._versions
+        lo, maybe = narrowed(sides_of(self.steps, Stage.RELEASE, {v: i for i, v in enumerate(versions)},
+                                      self.probe.side), len(versions))
+        labels = tuple(versions[i] for i in maybe)
+        message = unfinished_message(reason, self.req.mode.new, "release", labels, self.meter.made)
+        return self._finish(versions, Answer.UNFINISHED, message, last_good=versions[lo], maybe=labels)
+
+    def _commits_unfinished(self, result: Result, chain: list[gitrepo.Commit], count: int, reason: str) -> Result:
+        """The commit step stopped by the budget: the release answer stands, the commits left are named."""
+        lo, maybe = narrowed(sides_of(self.steps, Stage.COMMIT, {c.hash: i for i, c in enumerate(chain)},
+                                      self.probe.side), len(chain))
+        cr = CommitResult(chain[lo].hash, None, "", tuple(chain[i].hash for i in maybe), count, Answer.UNFINISHED)
+        message = unfinished_message(reason, self.req.mode.new, "commit", [chain[i].short for i in maybe],
+                                     self.meter.made)
+        return replace(result, verdict=Answer.UNFINISHED, commit=cr, steps=tuple(self.steps), message=message)
+
     # ---------------------------------------------------------------- commits
 
     def _commits(self, result: Result, repo: Path) -> Result:
@@ -249,16 +292,13 @@ class Bisection:
         chain = [gitrepo.commit(repo, start), *commits]
         points = [self.points.commit(_source(req.package, repo, c), result.first_bad) for c in chain]
         self._by_commit.update({c.hash: p for c, p in zip(chain, points)})
-        conf, problem = None, None
-        if req.confidence is not None:  # flaky: both ends are run, for the failure rate
-            found, conf, problem = self._flaky([c.short for c in chain], points, Stage.COMMIT)
-        elif req.verify_commit_ends or note:  # the tags' source builds, or the merge base, must be tested
-            problem = self._check_commit_ends(chain, points, both=req.verify_commit_ends)
+        try:
+            found, conf, problem = self._commit_search(chain, points, note)
+        except BudgetSpent as spent:
+            return self._commits_unfinished(result, chain, len(commits), spent.reason)
         if problem:
             msg = "; ".join(x for x in (note, f"commit step: {problem[1]}") if x)
             return replace(result, steps=tuple(self.steps), commit_message=msg)
-        if conf is None:
-            found = search(len(points), lambda idx: self.probe.test_many(points, idx, Stage.COMMIT), req.width)
         first = chain[found.first_new]
         cr = CommitResult(
             last_good=chain[found.last_old].hash,
@@ -270,6 +310,19 @@ class Bisection:
         )
         result = replace(result, commit=cr, steps=tuple(self.steps), commit_message=note)
         return result if conf is None else _with_confidence(result, conf)
+
+    def _commit_search(self, chain: list[gitrepo.Commit], points: list[Point], note: str):
+        """The commit step's search: (Search, Confidence or None, None), or (None, None, (verdict,
+        message)) when its ends do not behave as declared."""
+        req, conf, problem = self.req, None, None
+        if req.confidence is not None:  # flaky: both ends are run, for the failure rate
+            return self._flaky([c.short for c in chain], points, Stage.COMMIT)
+        if req.verify_commit_ends or note:  # the tags' source builds, or the merge base, must be tested
+            self._afford(*((points[0], points[-1]) if req.verify_commit_ends else (points[0],)))
+            problem = self._check_commit_ends(chain, points, both=req.verify_commit_ends)
+        if problem:
+            return None, None, problem
+        return search(len(points), lambda idx: self._round(points, idx, Stage.COMMIT), req.width), conf, None
 
     def _check_commit_ends(self, chain: list[gitrepo.Commit], points: list[Point],
                            both: bool) -> tuple[Answer, str] | None:
@@ -294,6 +347,7 @@ class Bisection:
         defining = len(points) - 1 if mode.defining is Side.NEW else 0
 
         def one(i: int) -> Side:
+            self._afford(points[i], want=used.get(i, 0) + 1)
             runs = self.runner.runs(self.req.case, points[i], want=used.get(i, 0) + 1)
             new, used[i] = runs[used.get(i, 0):], len(runs)
             if i == defining and any(r.outcome in (Outcome.HANG, Outcome.FAIL) for r in runs):
@@ -329,7 +383,12 @@ class Bisection:
         src = GitSource(req.package, str(repo), onto, f"{tag} with {c.first_bad[:10]} reverted",
                         f'Revert "{c.subject}"', reverted=c.first_bad, tree=rev.tree)
         point = self.points.commit(src, result.first_bad)
-        runs = self.runner.runs(req.case, point, want=max(2, req.repeat, req.confirm, proof_runs(result.confidence)),
+        want = max(2, req.repeat, req.confirm, proof_runs(result.confidence))
+        try:
+            self._afford(point, want=want)
+        except BudgetSpent as spent:  # the answer stands; the proof waits for a run with budget
+            return replace(result, proof=replace(base, detail=f"not run: {spent.reason}"))
+        runs = self.runner.runs(req.case, point, want=want,
                                 enough=lambda rs: any(probe.side(probe.verdict(r)) is Side.NEW for r in rs))
         step = probe.step(point, runs, Stage.PROVE)
         observed = [(probe.side(probe.verdict(r)), r.outcome) for r in runs]

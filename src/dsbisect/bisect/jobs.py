@@ -18,6 +18,7 @@ from typing import Generic, TypeVar
 
 from packaging.version import Version
 
+from dsbisect.bisect.span import CommitSpan
 from dsbisect.core.errors import InputError
 from dsbisect.core.metric import MetricSpec, parse_metric
 from dsbisect.core.mode import Mode
@@ -169,6 +170,7 @@ class BisectRequest:
     include_yanked: bool = False
     manual: bool = False
     pair: EnvPair = field(default_factory=EnvPair)
+    span: CommitSpan = field(default_factory=CommitSpan)  # --commits OLD..NEW (no releases), its budget
 
     @property
     def words(self) -> list[str]:
@@ -177,9 +179,17 @@ class BisectRequest:
 
     def check(self, invocation: Invocation) -> None:
         """The checks before the report file's: --confidence, and two environments given whole
-        and not beside PACKAGE GOOD BAD."""
+        and not beside PACKAGE GOOD BAD; --commits not beside them; a budget not for two
+        environments nor beside --confirm."""
         self.search.check_confidence(self.good, self.pair.given)
         self.search.metric_spec(self.pair.given)
+        if self.span.budgeted and self.pair.given:
+            raise InputError("--max-runs and --deadline bound a search of releases or commits, "
+                             "not of two environments")
+        if self.span.budgeted and self.search.confirm > 1:
+            raise InputError("--confirm with --max-runs or --deadline: give --repeat N or --confidence P instead")
+        if self.span.given and self.pair.given:
+            raise InputError("give either --commits OLD..NEW or --good-env and --bad-env, not both")
         if not self.pair.given:
             return
         self.pair.paths()
@@ -236,11 +246,18 @@ def release_request(request: BisectRequest, invocation: Invocation, settings: Se
 def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Settings,
                     frontend: Frontend) -> tuple[Result, IndexOptions]:
     """`bisect PACKAGE GOOD BAD`: the release (then commit) bisection, everything checked before
-    the store or the cache is touched; its result, and the index settings it read."""
+    the store or the cache is touched; its result, and the index settings it read (with
+    ``--commits``: the search of a clone's commits alone, ``commitjob``)."""
     from dsbisect.bisect.bisection import Bisection, plan
+    from dsbisect.bisect.budget import Meter
 
+    if request.span.given:
+        from dsbisect.bisect.commitjob import bisect_commits
+
+        return bisect_commits(request, invocation, settings, frontend)
     checked = release_request(request, invocation, settings)
     req, executor = checked.request, checked.executor
+    budget = request.span.budget()
     index = settings.sources.resolve()
     env_options = settings.venvs.options(checked.env_defaults)
     planned = plan(req, index)
@@ -254,8 +271,10 @@ def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Se
     if matrix.how_it_runs(req.case):  # a plain `python x.py`: one process as given, or --nproc ranks
         frontend.say(matrix.how_it_runs(req.case))
     req = dataclasses.replace(req, width=len(runner.slots(req.case)))
-    with ui.running():
-        return Bisection(runner, index, req).run(planned), index
+    if budget.given:
+        frontend.say(f"budget: {budget.describe()}")
+    with ui.running():  # the budget counts from here: the checks and the plan took no run
+        return Bisection(runner, index, req, meter=Meter(budget) if budget.given else None).run(planned), index
 
 
 @dataclass(frozen=True)

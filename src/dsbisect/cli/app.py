@@ -37,14 +37,14 @@ METAVARS = {"store": "DIR", "cache_dir": "DIR", "find_links": "DIR", "matrix": "
             "case": "NAME", "python": "PYTHON", "partition": "NAME", "slurm_arg": "ARG", "extra": "REQ",
             "signature": "TEXT", "commits": "OLD..NEW", "package": "NAME", "platform_tag": "TAG",
             "python_version": "X.Y", "master_addr": "HOST", "include": "SPEC", "exclude": "SPEC", "pin": "REQ",
-            "nproc": "N", "repeat": "N", "confirm": "N", "jobs": "N", "num_nodes": "N", "slurm_time": "MINUTES",
-            "gpus_per_job": "N", "lines": "N", "older_than": "DAYS", "index_url": "URL", "extra_index_url": "URL",
-            "metric": "NAME", "worse_if": "RULE", "metric_pattern": "REGEX"}
+            "nproc": "N", "max_runs": "N", "repeat": "N", "confirm": "N", "jobs": "N", "num_nodes": "N",
+            "slurm_time": "MINUTES", "gpus_per_job": "N", "lines": "N", "older_than": "DAYS", "index_url": "URL",
+            "extra_index_url": "URL", "metric": "NAME", "worse_if": "RULE", "metric_pattern": "REGEX"}
 # The options shown apart in --help, by panel (typer's rich_help_panel), in this order after
 # the few most people need; a command with few options shows them all in one panel.
 PANELS = {"What counts as bad; flaky runs": ("any_failure", "signature", "repeat", "confirm", "confidence"),
           "A number that got worse (docs/how-to/numbers.md)": ("metric", "worse_if", "metric_pattern"),
-          "Commits": ("verify_commit_ends", "prove"),
+          "Commits": ("commits", "max_runs", "deadline", "verify_commit_ends", "prove"),
           "Two environments": ("good_env", "bad_env", "hold"),
           "Timeouts": ("timeout", "collective_timeout", "idle_timeout", "no_early_hang"),
           "Where packages come from": ("offline", "find_links", "index_url", "extra_index_url", "pre",

@@ -12,7 +12,9 @@ import typer
 
 from dsbisect.bisect.jobs import BisectRequest, CaseChoice, EnvPair, Invocation, SearchChoice, releases
 from dsbisect.bisect.marks import invocation
+from dsbisect.bisect.span import CommitSpan
 from dsbisect.cli.app import HelpCommand, KeepsWords, app, user_errors
+from dsbisect.cli.github import check_github, emit_github
 from dsbisect.cli.groups import grouped
 from dsbisect.cli.options import MAX_COUNT, RepeatOpt, SettingsOpts, Shown, SourceOpts
 from dsbisect.cli.output import Format, emit, frontend, out, reproduce_line, say_error, say_notes, write_output
@@ -57,6 +59,13 @@ class PairOpts(EnvPair):
 
 
 @dataclass(frozen=True)
+class SpanOpts(CommitSpan):
+    commits: Annotated[Optional[str], typer.Option("--commits", help="Instead of GOOD BAD: the first-parent commits of --git-repo from OLD (good) to NEW (bad), no releases.")] = None
+    max_runs: Annotated[Optional[int], typer.Option("--max-runs", min=1, max=MAX_COUNT, help="At most N new runs (runs the store holds are free), then 'unfinished' (exit 75); run it again to go on.")] = None
+    deadline: Annotated[Optional[str], typer.Option("--deadline", metavar="DURATION", help="No new step after this long (5h, 90m), then 'unfinished' (exit 75); run it again to go on.")] = None
+
+
+@dataclass(frozen=True)
 class BisectOpts(BisectRequest):
     package: Annotated[Optional[str], typer.Argument(metavar="PACKAGE", help="The package whose releases move (deepspeed, transformers, accelerate, ...); not with --good-env.")] = None
     good: Annotated[Optional[str], typer.Argument(metavar="GOOD", help="A release that works (with --find-fix: the old broken one), or 'auto': found by walking back from BAD.")] = None
@@ -68,6 +77,7 @@ class BisectOpts(BisectRequest):
     include_yanked: Annotated[bool, typer.Option("--include-yanked", help="Include yanked releases among the candidates.")] = False
     manual: Annotated[bool, typer.Option("--manual", help="Run nothing: build each point's venv, say how to run the case in it, and ask good/bad/skip.")] = False
     pair: PairOpts = field(default_factory=PairOpts)
+    span: SpanOpts = field(default_factory=SpanOpts)
 
 
 @app.command(cls=KeepsWords)
@@ -84,11 +94,15 @@ def bisect(ctx: typer.Context, *, request: BisectOpts, settings: SettingsOpts, s
       dsbisect bisect transformers 4.36.2 4.39.2 --pin deepspeed==0.9.5 \\
           -- ./repro.sh
       dsbisect bisect --good-env good.txt --bad-env bad.txt -- python train.py
+      dsbisect bisect deepspeed --commits nightly-last-green..HEAD --git-repo . \\
+          --max-runs 12 -- python -m pytest tests/unit/runtime/test_x.py -k y
     """
     called = Invocation(tuple(invocation(ctx)), tuple(ctx.meta.get("dsbisect.words", [])))
     with user_errors():
         request.check(called)
-        shown.check()
+        shown.check(github=True)
+        if shown.fmt is Format.github:
+            check_github(request.pair.given)
         done = run_bisection(request, called, settings, frontend(shown.quiet))
         show_bisected(shown, done, reproduce_line(fallback_line(request, done)))
         if done.exit_code:
@@ -101,6 +115,8 @@ def fallback_line(request: BisectRequest, done: Bisected) -> str:
     """The bisect line to paste into an issue when dsbisect was not started by its own name."""
     if request.pair.given:
         return redact("dsbisect bisect " + shlex.join(done.result.request.argv))
+    if request.span.given:
+        return "dsbisect bisect " + shlex.join([request.package or "", "--commits", request.span.commits or ""])
     return "dsbisect bisect " + shlex.join([request.package or "", request.good or "", request.bad or ""])
 
 
@@ -109,6 +125,9 @@ def show_bisected(shown: Shown, done: Bisected, command: str) -> None:
     table); a release answer's next step under it (not in JSON)."""
     from dsbisect.render import bisected
 
+    if shown.fmt is Format.github:
+        emit_github(done.result, command, shown.output)
+        return
     after = bisected.next_step(done.result, command, done.index)
     if shown.fmt is Format.json:
         emit(bisected.as_json(done.result), shown.output)

@@ -121,8 +121,10 @@ class Shown:
     output: OutputOpt = None
     quiet: QuietOpt = False
 
-    def check(self, html: bool = False) -> None:
+    def check(self, html: bool = False, github: bool = False) -> None:
         """--output checked before anything runs (a bisection's hours are not lost to a typo)."""
+        if self.fmt is Format.github and not github:
+            raise InputError("--format github is for dsbisect bisect (a GitHub Actions step's summary and outputs)")
         if self.fmt is Format.html and not html:
             raise InputError("--format html is for dsbisect report and dsbisect show; run dsbisect report "
                              "--format html -o FILE when this is done")

@@ -42,6 +42,7 @@ class Format(str, Enum):
     markdown = "markdown"
     json = "json"
     html = "html"  # dsbisect report and dsbisect show only (Shown.check)
+    github = "github"  # dsbisect bisect only: a GitHub Actions step's summary, outputs, annotations (cli.github)
 
 
 def say_error(message: str, label: str = "error:") -> None:

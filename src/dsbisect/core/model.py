@@ -149,10 +149,17 @@ class Answer(enum.Enum):
     GOOD_END_BAD = "good-end-bad"  # the good (or broken) end does not behave as declared
     UNTESTABLE = "untestable"  # an end could not be tested at all
     UNCONFIRMED = "unconfirmed"  # --confirm runs disagreed with the answer
+    UNFINISHED = "unfinished"  # --max-runs / --deadline ran out: the range narrowed so far, to go on from
 
     @property
     def exit_code(self) -> int:
+        if self is Answer.UNFINISHED:
+            return UNFINISHED_EXIT
         return 0 if self in (Answer.FOUND, Answer.AMBIGUOUS) else 1
+
+
+# sysexits' EX_TEMPFAIL: not an answer yet, not a failure; the same command (and store) goes on
+UNFINISHED_EXIT = 75
 
 
 # ------------------------------------------------------------------------ points

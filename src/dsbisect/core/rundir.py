@@ -177,6 +177,12 @@ class RunDir:
         return out
 
     @property
+    def machine(self) -> Path:
+        """What the machine did to the run: ``cuda.pid<P>.json`` per process whose CUDA
+        initialisation failed (written by the start-up hook)."""
+        return self.path / "machine"
+
+    @property
     def deepspeed_env(self) -> Path:
         return self.path / ".deepspeed_env"
 

@@ -86,6 +86,10 @@ VOLATILE_PREFIXES = (
     "TERM",  # TERM, TERM_PROGRAM, TERM_SESSION_ID, ...
     "SSH_", "XDG_", "DSBISECT_",  # dsbisect's own: run folder, case, collective timeout, its switches
     "SLURM_",  # the allocation: job and step ids, node lists, times (the hosts are facts of their own)
+    # a CI job's bookkeeping: run and step ids, its output and summary files, its temp folder, its
+    # tokens (a GitHub Actions step's GITHUB_OUTPUT is another file in every step: a store carried
+    # from one job to the next would reuse nothing)
+    "GITHUB_", "RUNNER_", "ACTIONS_",
     "PMI_", "PMIX_", "OMPI_COMM_", "KITTY_", "ITERM_", "VTE_", "WT_", "VSCODE_", "GNOME_", "DESKTOP_",
     "BASH_FUNC_", "LC_", "WEZTERM_", "ALACRITTY_", "KONSOLE_", "TORCHELASTIC_", "STARSHIP_", "POWERLINE_",
     "P9K_", "LMOD_", "__LMOD_", "__MODULES_", "ZSH_", "CONDA_PREFIX_", "DBUS_", "TMUX", "JPY_", "XPC_", "__CF",

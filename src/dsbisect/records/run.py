@@ -122,6 +122,7 @@ class SkipCause(str, enum.Enum):
     SLURM = "slurm"  # Slurm ended the job, or it left no result
     MANUAL = "manual"  # marked skip by hand
     START = "start"  # the launch line could not be started (no such program in the point's venv, not executable)
+    CUDA = "cuda"  # a run meant for GPUs whose CUDA could not be initialised (the driver, the devices)
 
     @property
     def machine(self) -> bool:

@@ -483,9 +483,9 @@ def bisect_summary(result: Result) -> list[str]:
             lines.append(f"{bad_word} commit: {c.first_bad} {c.subject}")
             if result.proof is not None:  # the revert proof, right under the commit it is about
                 lines.append(result.proof.describe())
-        else:
+        elif c.verdict is not Answer.UNFINISHED:  # an unfinished search's message names what is left
             lines.append(f"commit range left ambiguous by untestable commits: {', '.join(h[:10] for h in c.maybe)}")
-        lines.append(f"commits between the releases: {c.count}")
+        lines.append(f"commits between the releases: {c.count}" if result.last_good else f"commits in the range: {c.count}")
     if result.commit_message:
         lines.append(result.commit_message)
     if result.confirm is not None and result.confirm.confirmed:

@@ -9,6 +9,7 @@ command and the files it names with the run.
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from dsbisect.run.executor import Slot
 from dsbisect.run.memory import GateToken
 from dsbisect.run.reuse import Start
 from dsbisect.verdict.identity import package_frames
+from dsbisect.verdict.machine import CudaFailure, machine_verdict
 from dsbisect.verdict.outcome import Classified, classify
 
 
@@ -87,6 +89,7 @@ def judge(job: Job, line: Line, ran: Ran) -> tuple[Classified, str, Evidence]:
     tail, rank_tails = run.tails()
     c = classify(result.exit_code, result.timed_out, result.hang_line, result.why, tail, rank_tails)
     c, oom = _oom_verdict(c, result, run, ran.ooms, job.token)
+    c, cuda = machine_verdict(c, job.accel is Accelerator.CUDA, cuda_failures(run))
     signature, evidence = _evidence(c.outcome, run, ran.capture, result)
     frames = tuple(package_frames(tail, c.reason, _import_names(job.env, job.point))) if c.outcome is Outcome.FAIL \
         else None  # where it failed in the packages under test: the failure's identity
@@ -103,8 +106,25 @@ def judge(job: Job, line: Line, ran: Ran) -> tuple[Classified, str, Evidence]:
         survivors=(*evidence.listed("survivors"), *ran.remote_left, *ran.escaped.survivors), oom=oom or None,
         error_frames=frames, escaped=left_tree or None,
         shm_removed=list(ran.shm) or None,  # DeepSpeed's CPU op never unlinks its workspace: RAM a run must not keep
-        skip_cause=(SkipCause.OOM if oom else SkipCause.EXIT_125) if c.outcome is Outcome.SKIP else None)
+        skip_cause=(SkipCause.OOM if oom else SkipCause.CUDA if cuda else SkipCause.EXIT_125)
+        if c.outcome is Outcome.SKIP else None)
     return c, signature, evidence
+
+
+def cuda_failures(run: RunDir) -> tuple[CudaFailure, ...]:
+    """The failed CUDA initialisations the start-up hook noted in the run (``RunDir.machine``),
+    by rank; a note that cannot be read is passed over (the run's FAIL then stands)."""
+    found = []
+    for path in sorted(run.machine.glob("cuda.pid*.json")) if run.machine.is_dir() else ():
+        try:
+            d = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and isinstance(d.get("error"), str):
+            rank, devices = d.get("rank"), d.get("devices")
+            found.append(CudaFailure(rank if isinstance(rank, str) else None, d["error"][:400],
+                                     devices if isinstance(devices, str) else None))
+    return tuple(sorted(found, key=lambda f: (f.rank is None, f.rank or "")))
 
 
 def _oom_verdict(c: Classified, result: LaunchResult, run: RunDir, before: tuple[memory.OomCount, ...],

@@ -93,7 +93,8 @@ def classify(exit_code: int | None, timed_out: bool, hang_line: str, why: str, t
     if first is not None and first[1] < 0:
         return Classified(Outcome.FAIL, _rank_text(first[0], f"killed by {_signal_name(-first[1])}")
                           + (f" ({fatal})" if (fatal := fatal_error(tail)) else ""))
-    return Classified(Outcome.FAIL, cause_error(tail, ranks or {}) or fatal_error(tail) or _exit_text(exit_code))
+    return Classified(Outcome.FAIL, pytest_failures(tail) or cause_error(tail, ranks or {}) or fatal_error(tail)
+                      or _exit_text(exit_code))
 
 
 def died_of_timeout(tail: str, ranks: Mapping[int, str], first: tuple[int | None, int] | None = None) -> str:
@@ -265,6 +266,24 @@ def _signal_name(num: int) -> str:
         return signal.Signals(num).name
     except ValueError:
         return f"signal {num}"
+
+
+_PYTEST_SUMMARY = re.compile(r"^=+ short test summary info =+$", re.MULTILINE)
+_PYTEST_FAILED = re.compile(r"^(FAILED|ERROR) (\S.*)$")
+
+
+def pytest_failures(text: str) -> str:
+    """What a pytest run that failed says failed, from its short test summary (``FAILED
+    tests/test_x.py::test_y - assert 5 == 4``): the first one, and how many more; "" when the
+    text holds no summary.  The exit code made the run a failure; this names which."""
+    at = [m.end() for m in _PYTEST_SUMMARY.finditer(text)]
+    if not at:
+        return ""
+    found = [m[0] for ln in text[at[-1]:].splitlines() if (m := _PYTEST_FAILED.match(_RANK_PREFIX.sub("", ln)))]
+    if not found:
+        return ""
+    more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+    return _clip(found[0] + more)
 
 
 def first_error(text: str) -> str:
