@@ -230,7 +230,13 @@ timeout = float(os.environ.get("DSBISECT_COLLECTIVE_TIMEOUT", "30"))
 nccl = os.environ.get("DS_ACCELERATOR") != "cpu" and torch.cuda.is_available()
 if nccl:
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-dist.init_process_group("nccl" if nccl else "gloo", timeout=datetime.timedelta(seconds=timeout))
+# The ranks meet (env://) and connect (gloo's full mesh waits out the group's timeout) within a
+# limit that only bounds a failure: on a loaded machine one rank can be a minute late, importing
+# torch.  Once connected, the collectives get the case's timeout.
+meet = datetime.timedelta(seconds=600)
+store, rank, world = next(dist.rendezvous("env://", timeout=meet))
+dist.init_process_group("nccl" if nccl else "gloo", store=store, rank=rank, world_size=world, timeout=meet)
+dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=timeout))
 print(f"rank {dist.get_rank()} of {dist.get_world_size()}: dsb_toy {dsb_toy.__version__}", flush=True)
 dsb_toy.step(dist)
 dist.barrier()

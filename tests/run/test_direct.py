@@ -52,7 +52,7 @@ def _matrix(folder: Path, versions: list[str], extra: str = "") -> None:
     (folder / "one.py").write_text(SCRIPT)
     listed = ", ".join(f'"{v}"' for v in versions)
     (folder / "matrix.yaml").write_text(f"""\
-defaults: {{accelerator: cpu, nproc: 1, timeout: 120, collective_timeout: 30, env: {{OMP_NUM_THREADS: "1"}}}}
+defaults: {{accelerator: cpu, nproc: 1, timeout: 600, collective_timeout: 30, env: {{OMP_NUM_THREADS: "1"}}}}
 cases:
   one:
     script: one.py

@@ -271,14 +271,19 @@ def test_slurm_failures_name_the_job_and_its_state(tmp_path, state, reason):
 # ----------------------------------------------------------- the srun launch line, for real
 
 SRUN_TRAIN = """\
-import json, os
+import datetime, json, os
 import torch.distributed as dist
 import dsb_toy
 
 keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID",
         "SLURM_NTASKS", "DSBISECT_RUN_DIR")
 print("env " + json.dumps({k: os.environ.get(k) for k in keys}), flush=True)
-dist.init_process_group("gloo")  # env://: what the srun line mapped from SLURM_*
+# env://: what the srun line mapped from SLURM_*; the ranks meet within a limit that only bounds
+# a failure (a task late on a loaded machine), the collectives keep the case's timeout
+meet = datetime.timedelta(seconds=600)  # gloo's full mesh connects within the group's timeout
+store, rank, world = next(dist.rendezvous("env://", timeout=meet))
+dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=meet)
+dist.distributed_c10d._set_pg_timeout(datetime.timedelta(seconds=float(os.environ["DSBISECT_COLLECTIVE_TIMEOUT"])))
 dsb_toy.step(dist)
 dist.barrier()
 dist.destroy_process_group()

@@ -23,6 +23,9 @@ load both).
   (a signal N: 128 + N).  When every rank exits 0, it exits 0.
 - SIGINT, SIGTERM and SIGHUP are passed on to every rank; once they have ended (SIGKILL after
   5 s) it exits 128 + N.
+- A rank still running when its 5 s are over is named before it is killed:
+  ``dsbisect: rank R still running 5 s after SIGTERM: SIGKILL``; a rank that had ended by
+  then is reaped first, never named (this process may look late on a loaded machine).
 """
 
 import os
@@ -109,6 +112,13 @@ def _say(rank, said):
     sys.stdout.flush()
 
 
+def _kill_all(children, sent):
+    """SIGKILL to the ranks still running ``GRACE_S`` after ``sent``, each named first."""
+    for rank in sorted(children.values()):
+        _say(rank, f"still running {GRACE_S:g} s after {signal.Signals(sent).name}: SIGKILL")
+    _signal_all(children, signal.SIGKILL)
+
+
 def _signal_all(children, sig):
     for pid in children:
         try:
@@ -139,19 +149,20 @@ def main(args):
             _start(range(1, nproc), ranks_dir, argv, children)
     else:
         _start(range(nproc), ranks_dir, argv, children)
-    code, stop_at, passed_on = 0, None, False
+    code, stop_at, passed_on, sent = 0, None, False, signal.SIGTERM
     while children:
         if asked and not passed_on:
             _signal_all(children, asked[0])
-            passed_on, stop_at = True, time.monotonic() + GRACE_S
-        if stop_at is not None and time.monotonic() > stop_at:
-            _signal_all(children, signal.SIGKILL)
-            stop_at = float("inf")
+            passed_on, stop_at, sent = True, time.monotonic() + GRACE_S, asked[0]
+        late = stop_at is not None and time.monotonic() > stop_at  # looked at before the reaping
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             break
-        if pid == 0:
+        if pid == 0:  # every rank that ended is reaped: those left were still running when late
+            if late:
+                _kill_all(children, sent)
+                stop_at = float("inf")
             time.sleep(0.05)
             continue
         rank = children.pop(pid, None)
