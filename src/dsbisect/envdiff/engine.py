@@ -155,11 +155,26 @@ class EnvBisection:
 
     def run(self) -> EnvResult:
         mgr: EnvManager = self.runner.envs
+        self._keep_freezes()
         with Resolver(mgr.uv, mgr.base, mgr.mode is BaseMode.LAYERED) as self.resolver:
             try:
                 return self._run()
             finally:
                 self.runner.stop_ahead()
+
+    def _keep_freezes(self) -> None:
+        """The environments resolved for this request (a date, a commit, this one) written as freezes
+        in the bisection's folder of the store, so that the run can be repeated from files."""
+        written = []
+        folder = self.runner.store.dir / "bisections" / self.req.key[:16]
+        for name, text in zip(("good-env.txt", "bad-env.txt"), self.req.freezes):
+            if text:
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / name).write_text(text)
+                written.append(str(folder / name))
+        if written:
+            note = "resolved environments kept as freezes (--good-env/--bad-env repeat the run): " + ", ".join(written)
+            self.plan = dataclasses.replace(self.plan, notes=(*self.plan.notes, note))
 
     def _run(self) -> EnvResult:
         probe = self.probe
