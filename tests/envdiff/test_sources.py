@@ -95,6 +95,8 @@ def test_a_file_from_history_is_read_as_it_was(tmp_path, monkeypatch):
 
 DAYS = {"a": {"1.0": "2026-06-01", "1.1": "2026-08-01", "1.2": "2026-10-01", "1.3": "2026-11-01"},
         "b": {"1.0": "2026-06-01", "2.0": "2026-09-01"}}
+# dsb-hd-a is the toy the repro imports (dsb_toy): 1.1 breaks it (rank 0 raises), 1.3 fixes it
+BEHAVIOUR = {("a", "1.1"): "raise", ("a", "1.2"): "raise"}
 
 
 @pytest.fixture
@@ -104,7 +106,10 @@ def dated_index(tmp_path_factory):
     for name, versions in DAYS.items():
         for version, day in versions.items():
             dist = f"dsb-hd-{name}"
-            index.add(toypkg.build_wheel(root / "wh", version, "ok", dist=dist, module=dist.replace("-", "_")), day)
+            module = "dsb_toy" if name == "a" else dist.replace("-", "_")
+            wheel = toypkg.build_wheel(root / "wh", version, BEHAVIOUR.get((name, version), "ok"), dist=dist,
+                                       module=module)
+            index.add(wheel, day)
     yield index
     index.close()
 
@@ -132,3 +137,34 @@ def test_a_date_resolves_what_was_uploaded_by_then(tmp_path, dated_index, monkey
         _resolve(tmp_path, dated_index, "requirements.in@2026-05-01")  # before any release of it
     with pytest.raises(InputError, match="nothing resolves as of 2026-08-02"):
         _resolve(tmp_path, dated_index, "dsb-hd-b>=2@2026-08-01")  # a requirement that did not exist then
+
+
+@pytest.mark.slow
+def test_bisect_from_two_dates_answers_with_the_remedy_first(tmp_path, dated_index, cli, cache_dir):
+    """requirements.in resolved on 2026-07-01 (a 1.0, b 1.0) and on 2026-10-15 (a 1.2, b 2.0), a
+    2-rank toy job: the culprit is a, first bad 1.1; the pin a==1.0 and the fix (1.3) are run."""
+    (tmp_path / "requirements.in").write_text("dsb-hd-a\ndsb-hd-b\n")
+    toypkg.write_repro(tmp_path)
+    res = cli("bisect", "--good-env", "requirements.in@2026-07-01", "--bad-env", "requirements.in@2026-10-15",
+              "--script", "toy_repro.py", "--nproc", "2", "--accelerator", "cpu", "--regress-on", "fail",
+              "--index-url", dated_index.url, "--cache-dir", str(cache_dir), "--store", str(tmp_path / "store"),
+              "-q", "--format", "json", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["env_diff"]["culprits"] == ["dsb-hd-a"]
+    assert (out["releases"][0]["last_good"], out["releases"][0]["first_bad"]) == ("1.0", "1.1")
+    [fix] = out["remedy"]
+    assert (fix["pin"], fix["pin_holds"], fix["latest"], fix["fixed_in"], fix["still_bad"]) == \
+        ("dsb-hd-a==1.0", True, "1.3", "1.3", False)
+    assert fix["lines"][0].startswith("pin: dsb-hd-a==1.0   (uv pip install 'dsb-hd-a==1.0'")
+    pin_runs = {s["version"]: s["outcome"] for s in fix["pin_bisection"]["steps"]}
+    assert pin_runs == {"1.0": "pass", "1.1": "fail"}  # others held at the bad env (b 2.0)
+    assert fix["pin_bisection"]["request"]["pins"] == ["dsb-hd-b==2.0"]
+    kept = list((tmp_path / "store" / "bisections").glob("*/*.txt"))
+    assert sorted(p.read_text() for p in kept) == ["dsb-hd-a==1.0\ndsb-hd-b==1.0\n", "dsb-hd-a==1.2\ndsb-hd-b==2.0\n"]
+    text = cli("bisect", "--good-env", "requirements.in@2026-07-01", "--bad-env", "requirements.in@2026-10-15",
+               "--script", "toy_repro.py", "--nproc", "2", "--accelerator", "cpu", "--regress-on", "fail",
+               "--index-url", dated_index.url, "--cache-dir", str(cache_dir), "--store", str(tmp_path / "store"),
+               "-q", cwd=tmp_path)
+    assert text.exit_code == 0 and text.stdout.lstrip().startswith("pin: dsb-hd-a==1.0"), text.stdout
+    assert text.stdout.index("fixed in dsb-hd-a 1.3: upgrade") < text.stdout.index("2 changes; culprit")

@@ -43,6 +43,7 @@ from dsbisect.envdiff.plan import (
     plan_envs,
     requirements,
 )
+from dsbisect.envdiff.remedy import Remedy, remedy
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.search.changes import EnvSearch, find_culprits
 from dsbisect.core.errors import DsbisectError, InputError
@@ -74,6 +75,7 @@ class EnvResult:
     confounders: tuple[Confounder, ...] = ()
     notes: tuple[str, ...] = ()
     steps: tuple[Step, ...] = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
+    remedies: tuple[Remedy, ...] = ()  # per culprit with a first bad release: the pin and the fix, run
 
     @property
     def exit_code(self) -> int:
@@ -192,7 +194,20 @@ class EnvBisection:
         result = self._level1(found, units)
         if result.culprits:
             result = self._level2(result)
+            result = dataclasses.replace(result, remedies=self._remedies(result))
         return self._finish(result)
+
+    def _remedies(self, result: EnvResult) -> tuple[Remedy, ...]:
+        """For each culprit whose first bad release was found (an upgrade, not a downgrade): the pin
+        that avoids it and the release that fixes it, each run in the bad environment."""
+        bad_pins = requirements(self.req.bad_env, (), self.plan.hold, self.plan.held_names)
+        versions = {c.name: c.bad.version for c in self.changes if c.bad is not None and c.bad.version}
+        out = []
+        for res in result.releases:
+            if res.verdict is Answer.FOUND and res.request.mode is self.req.mode and res.last_good and res.first_bad:
+                self.runner.progress("note", f"remedy: {res.request.package} (the pin, then the latest release)")
+                out.append(remedy(self.runner, self.index, res, bad_pins, versions[res.request.package]))
+        return tuple(out)
 
     def _level1(self, found: EnvSearch, units) -> EnvResult:
         required = self._required(found)
@@ -462,4 +477,5 @@ def env_json(r: EnvResult) -> dict:
         "not_bisected": list(r.skipped),
         "confounders": [x.to_json() for x in r.confounders],
         "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps],
+        "remedy": [m.to_json() for m in r.remedies],
     }
