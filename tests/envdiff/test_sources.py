@@ -159,7 +159,7 @@ def test_bisect_from_two_dates_answers_with_the_remedy_first(tmp_path, dated_ind
     assert fix["lines"][0].startswith("pin: dsb-hd-a==1.0   (uv pip install 'dsb-hd-a==1.0'")
     pin_runs = {s["version"]: s["outcome"] for s in fix["pin_bisection"]["steps"]}
     assert pin_runs == {"1.0": "pass", "1.1": "fail"}  # others held at the bad env (b 2.0)
-    assert fix["pin_bisection"]["request"]["pins"] == ["dsb-hd-b==2.0"]
+    assert fix["pin_bisection"]["pins"] == ["dsb-hd-b==2.0"]
     kept = list((tmp_path / "store" / "bisections").glob("*/*.txt"))
     assert sorted(p.read_text() for p in kept) == ["dsb-hd-a==1.0\ndsb-hd-b==1.0\n", "dsb-hd-a==1.2\ndsb-hd-b==2.0\n"]
     text = cli("bisect", "--good-env", "requirements.in@2026-07-01", "--bad-env", "requirements.in@2026-10-15",
@@ -168,3 +168,16 @@ def test_bisect_from_two_dates_answers_with_the_remedy_first(tmp_path, dated_ind
                "-q", cwd=tmp_path)
     assert text.exit_code == 0 and text.stdout.lstrip().startswith("pin: dsb-hd-a==1.0"), text.stdout
     assert text.stdout.index("fixed in dsb-hd-a 1.3: upgrade") < text.stdout.index("2 changes; culprit")
+
+
+def test_a_held_package_holds_what_it_requires_in_the_base():
+    """--hold torch with a date: torch's own requirements stay at the base's versions too (a date
+    before today's sympy would otherwise leave the held torch no resolution)."""
+    from dsbisect.envdiff.sources import held_pins
+    from dsbisect.envs.base import inspect_base
+
+    base = inspect_base(None)
+    held = dict(p.split("==") for p in held_pins(["torch"], base))
+    assert held["torch"] == base.version_of("torch")
+    assert held["sympy"] == base.version_of("sympy") and "typing-extensions" in held
+    assert "numpy" not in held  # torch does not require it

@@ -167,7 +167,7 @@ class EnvBisection:
     def _keep_freezes(self) -> None:
         """The environments resolved for this request (a date, a commit, this one) written as freezes
         in the bisection's folder of the store, so that the run can be repeated from files."""
-        written = []
+        written, notes = [], list(self.req.source_notes)
         folder = self.runner.store.dir / "bisections" / self.req.key[:16]
         for name, text in zip(("good-env.txt", "bad-env.txt"), self.req.freezes):
             if text:
@@ -175,8 +175,9 @@ class EnvBisection:
                 (folder / name).write_text(text)
                 written.append(str(folder / name))
         if written:
-            note = "resolved environments kept as freezes (--good-env/--bad-env repeat the run): " + ", ".join(written)
-            self.plan = dataclasses.replace(self.plan, notes=(*self.plan.notes, note))
+            notes.append("resolved environments kept as freezes (--good-env/--bad-env repeat the run): "
+                         + ", ".join(written))
+        self.plan = dataclasses.replace(self.plan, notes=(*self.plan.notes, *notes))
 
     def _run(self) -> EnvResult:
         probe = self.probe

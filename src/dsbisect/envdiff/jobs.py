@@ -74,7 +74,7 @@ def env_request(request: BisectRequest, invocation: Invocation, settings: Settin
     req = EnvRequest(good.environment, bad.environment, case, hold=hold, argv=tuple(argv), regress_on=s.regress_on,
                      mode=s.mode, repeat=s.repeat, confirm=s.confirm, signature=s.signature,
                      git_repo=s.git_repo, verify_commit_ends=s.verify_commit_ends, any_failure=s.any_failure,
-                     prove=s.prove, freezes=(good.freeze, bad.freeze))
+                     prove=s.prove, freezes=(good.freeze, bad.freeze), source_notes=good.notes + bad.notes)
     return Checked(req, env_defaults, executor)
 
 
@@ -94,7 +94,7 @@ def resolve_ends(pair: EnvPair, hold: tuple[str, ...], settings: Settings, optio
     with tempfile.TemporaryDirectory(prefix="dsbisect-resolve-") as tmp:
         cache = CachePaths(settings.venvs.root()).uv_cache
         uv = Uv(cache if cache.is_dir() else Path(tmp) / "uv", settings.sources.resolve())
-        how = sources.Resolving(uv, base.python, sources.held_pins(hold, base.version_of), Path.cwd(), now)
+        how = sources.Resolving(uv, base.python, sources.held_pins(hold, base), Path.cwd(), now)
         good, bad = (sources.resolve_env(x, how) for x in (good_spec, bad_spec))
     if bad_spec.origin is sources.Origin.CURRENT and _layered(options, base):
         bad = sources.without_base_only(bad, good.environment)

@@ -26,17 +26,20 @@ import enum
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 
 from dsbisect.core import proc
 from dsbisect.core.errors import EnvBuildError, InputError
+from dsbisect.core.files import read_small_text
 from dsbisect.core.model import IndexOptions
 from dsbisect.envdiff.environments import Environment, read_environment
 from dsbisect.envs import gitrepo
+from dsbisect.envs.base import Base
 from dsbisect.envs.uv import Uv
 
 CURRENT = "current"  # what the report calls the environment dsbisect runs in, as the bad end
@@ -74,6 +77,7 @@ class Resolved:
     spec: EnvSpec
     environment: Environment
     freeze: str = ""
+    notes: tuple[str, ...] = ()  # what a report should say of how it was made
 
 
 def parse_spec(text: str, now: datetime) -> EnvSpec:
@@ -143,7 +147,7 @@ class Resolving:
     python: str
     held: tuple[str, ...] = ()
     repo: Path = Path(".")
-    now: datetime = datetime.now(timezone.utc)
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
 
 
 def resolve_env(spec: EnvSpec, how: Resolving) -> Resolved:
@@ -205,6 +209,7 @@ def _compile(spec: EnvSpec, src: Path, how: Resolving, tmp: Path) -> Path:
         args += ["--constraint", str(constraints)]
         now = how.now.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         args += [a for h in how.held for a in ("--exclude-newer-package", f"{Requirement(h).name}={now}")]
+        # (a held package and what it requires: constraints at the base's versions, exempt from the date)
     try:
         how.uv.run(args)
     except EnvBuildError as e:
@@ -217,9 +222,38 @@ def specs(good: str, bad: str | None, now: datetime) -> tuple[EnvSpec, EnvSpec]:
     return parse_spec(good, now), (parse_spec(bad, now) if bad else EnvSpec(CURRENT, Origin.CURRENT))
 
 
-def held_pins(names: Sequence[str], version_of) -> tuple[str, ...]:
-    """``name==version`` of each held name the base has (those it lacks are refused later, by the plan)."""
-    return tuple(f"{n}=={version_of(n)}" for n in names if version_of(n))
+def held_pins(names: Sequence[str], base: Base) -> tuple[str, ...]:
+    """``name==version`` at the base's version of each held name and of everything it requires
+    there (torch held holds the sympy and typing-extensions it runs with: a date before them
+    would otherwise have no resolution); names the base lacks are refused later, by the plan."""
+    versions = {canonicalize_name(n): v for n, v, _ in base.dists}
+    infos = {canonicalize_name(n): Path(info) for n, _, info in base.dists}
+    todo, seen = [canonicalize_name(n) for n in names if canonicalize_name(n) in versions], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        todo += [d for d in _requires(infos[name]) if d in versions and d not in seen]
+    return tuple(f"{n}=={versions[n]}" for n in sorted(seen))
+
+
+def _requires(info: Path) -> list[str]:
+    """The names a dist-info's METADATA requires here (markers evaluated, extras left out)."""
+    try:
+        text = read_small_text(info / "METADATA", errors="replace")
+    except OSError:
+        return []
+    out = []
+    for line in text.split("\n\n", 1)[0].splitlines():
+        if line.startswith("Requires-Dist:"):
+            try:
+                req = Requirement(line.split(":", 1)[1].strip())
+            except InvalidRequirement:
+                continue
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                out.append(canonicalize_name(req.name))
+    return out
 
 
 def without_base_only(bad: Resolved, good: Environment) -> Resolved:
@@ -233,4 +267,4 @@ def without_base_only(bad: Resolved, good: Environment) -> Resolved:
         return bad
     note = (f"{dropped} package(s) only {env.source} has are in the base every trial is layered on: importable in "
             "every trial, so not changes to bisect (their versions are in the freeze beside the result)")
-    return dataclasses.replace(bad, environment=dataclasses.replace(env, pins=kept, notes=(*env.notes, note)))
+    return dataclasses.replace(bad, environment=dataclasses.replace(env, pins=kept), notes=(*bad.notes, note))
