@@ -207,8 +207,13 @@ class EnvBisection:
         for res in result.releases:
             if res.verdict is Answer.FOUND and res.request.mode is self.req.mode and res.last_good and res.first_bad:
                 self.runner.progress("note", f"remedy: {res.request.package} (the pin, then the latest release)")
-                out.append(remedy(self.runner, self.index, res, bad_pins, versions[res.request.package]))
+                out.append(remedy(self.runner, self.index, res, bad_pins, versions[res.request.package], self._points))
         return tuple(out)
+
+    def _points(self, name: str, planned: Plan, pins: tuple[str, ...]) -> tuple[CulpritPoints, list[Confounder]]:
+        """The release points of ``name`` with ``pins`` held, each release's pins moved as uv needs."""
+        per, moved = self._release_pins(name, planned, pins)
+        return CulpritPoints(ReleasePoints(name, pins), per), moved
 
     def _level1(self, found: EnvSearch, units) -> EnvResult:
         required = self._required(found)
@@ -355,7 +360,7 @@ class EnvBisection:
                      any_failure=self.req.any_failure, prove=self.req.prove)
         planned = plan(rq, self.index)
         self.runner.progress("note", f"level 2: {c.describe()}: {len(planned.versions)} releases")
-        pins, confounders = self._release_pins(c, planned, rq.pins)
+        pins, confounders = self._release_pins(c.name, planned, rq.pins)
         points = CulpritPoints(ReleasePoints(rq.package, rq.pins), pins)  # the environment's pins, not the case's
         result = Bisection(self.runner, self.index, rq, points).run(planned)
         ends = {result.last_good, result.first_bad}
@@ -369,11 +374,11 @@ class EnvBisection:
         reqs = requirements(self.req.good_env, partners, self.plan.hold, self.plan.held_names)
         return tuple(r for r in reqs if canonicalize_name(Requirement(r).name) != canonicalize_name(c.name))
 
-    def _release_pins(self, c: Change, planned: Plan, pins: tuple[str, ...]):
+    def _release_pins(self, name: str, planned: Plan, pins: tuple[str, ...]):
         """Per release, the held pins uv can satisfy with it: those its error names are moved to
         the bad environment's version, else left to uv (recorded as confounders)."""
         def one(version: str):
-            return version, self._relax(c.name, version, pins)
+            return version, self._relax(name, version, pins)
 
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dsbisect-resolve") as pool:
             found = list(pool.map(one, planned.versions))

@@ -18,17 +18,18 @@ is still bad, a few more when it is not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from dsbisect.bisect.bisection import Bisection, plan
-from dsbisect.bisect.points import ReleasePoints
+from dsbisect.bisect.bisection import Bisection, Plan, plan
+from dsbisect.bisect.points import Points
 from dsbisect.core.errors import DsbisectError
 from dsbisect.core.mode import Mode
 from dsbisect.core.model import Answer, IndexOptions
-from dsbisect.records.results import Request, Result
+from dsbisect.records.results import Confounder, Request, Result
 from dsbisect.run.runner import Runner
 
 
@@ -44,6 +45,7 @@ class Remedy:
     latest: str | None = None
     fix: Result | None = None       # find-fix from bad_version to latest (None: bad_version is the latest)
     note: str = ""                  # why a remedy could not be run
+    moved: tuple[Confounder, ...] = ()  # pins uv had to move for a release of the culprit (what it drags along)
 
     @property
     def pin_holds(self) -> bool:
@@ -61,21 +63,28 @@ class Remedy:
             return False
         return self.fix is None or self.fix.verdict is Answer.NOT_REPRODUCED
 
+    def _drags(self, version: str | None) -> str:
+        moved = [m for x in self.moved if x.version == version for m in x.moved]
+        return f"; it moves {', '.join(moved)}" if moved else ""
+
     def lines(self) -> tuple[str, ...]:
         """The remedy in words, each a line a user can act on (pasteable pins first)."""
         out = []
         pin = f"{self.package}=={self.last_good}"
         if self.pin_holds:
             out.append(f"pin: {pin}   (uv pip install '{pin}'; the bad environment with only this changed "
-                       f"passed: run {_run_of(self.pin, self.last_good)})")
+                       f"passed: run {_run_of(self.pin, self.last_good)}{self._drags(self.last_good)})")
         elif self.pin is not None:
             out.append(f"pin {pin} does not avoid it alone: {self.pin.message or self.pin.verdict.value}")
         if self.fixed_in:
             out.append(f"fixed in {self.package} {self.fixed_in}: upgrade   (uv pip install "
-                       f"'{self.package}>={self.fixed_in}'; passed: run {_run_of(self.fix, self.fixed_in)})")
+                       f"'{self.package}>={self.fixed_in}'; passed: run {_run_of(self.fix, self.fixed_in)}"
+                       f"{self._drags(self.fixed_in)})")
         elif self.still_bad:
             where = "the bad environment's own" if self.fix is None else f"run {_run_of(self.fix, self.bad_version, self.latest)}"
             out.append(f"still broken in the latest release, {self.package} {self.latest} ({where})")
+        elif self.fix is not None:
+            out.append(f"fixed in a later release? not known: {self.fix.verdict.value}: {self.fix.message}")
         if self.note:
             out.append(self.note)
         return tuple(out)
@@ -86,7 +95,8 @@ class Remedy:
                 "pin_holds": self.pin_holds, "latest": self.latest, "fixed_in": self.fixed_in,
                 "still_bad": self.still_bad, "lines": list(self.lines()),
                 "pin_bisection": self.pin.to_json() if self.pin else None,
-                "fix_bisection": self.fix.to_json() if self.fix else None, "note": self.note}
+                "fix_bisection": self.fix.to_json() if self.fix else None, "note": self.note,
+                "moved": [x.to_json() for x in self.moved]}
 
 
 def _run_of(result: Result, *versions: str) -> str:
@@ -98,33 +108,33 @@ def _run_of(result: Result, *versions: str) -> str:
     return "?"
 
 
+MakePoints = Callable[[str, Plan, tuple[str, ...]], tuple[Points, list[Confounder]]]
+
+
 def remedy(runner: Runner, index: IndexOptions, found: Result, bad_pins: tuple[str, ...],
-           bad_version: str) -> Remedy:
+           bad_version: str, points: MakePoints) -> Remedy:
     """The remedies of the culprit ``found`` names (a release bisection that answered), every
-    other package at ``bad_pins`` (the bad environment's, the culprit's own left out here)."""
+    other package at ``bad_pins`` (the bad environment's, the culprit's own left out here);
+    ``points`` makes a release's point with the pins uv must move for it moved (and says which)."""
     name = found.request.package
     context = tuple(p for p in bad_pins if canonicalize_name(Requirement(p).name) != canonicalize_name(name))
     base = Request(package=name, good=found.last_good, bad=found.first_bad, case=found.request.case,
                    pins=context, regress_on=found.request.regress_on, mode=Mode.REGRESSION,
                    repeat=found.request.repeat, signature=found.request.signature, width=found.request.width,
                    any_failure=found.request.any_failure)
-    out = Remedy(name, found.last_good, found.first_bad, bad_version)
-    pin = _bisect(runner, index, base)
+    pin, moved = _bisect(runner, index, base, points)
+    out = Remedy(name, found.last_good, found.first_bad, bad_version, pin, moved=tuple(moved))
     try:
-        latest = plan(Request(**{**_fields(base), "good": bad_version, "bad": "latest"}), index).versions[-1]
+        latest = plan(replace(base, good=bad_version, bad="latest"), index).versions[-1]
     except DsbisectError as e:
-        return Remedy(name, found.last_good, found.first_bad, bad_version, pin, note=f"latest release unknown: {e}")
+        return replace(out, note=f"latest release unknown: {e}")
     if latest == bad_version:
-        return Remedy(name, found.last_good, found.first_bad, bad_version, pin, latest)
-    fix_req = Request(**{**_fields(base), "good": bad_version, "bad": latest, "mode": Mode.FIND_FIX,
-                         "git_repo": None})
-    return Remedy(out.package, out.last_good, out.first_bad, bad_version, pin, latest, _bisect(runner, index, fix_req))
+        return replace(out, latest=latest)
+    fix, more = _bisect(runner, index, replace(base, good=bad_version, bad=latest, mode=Mode.FIND_FIX), points)
+    return replace(out, latest=latest, fix=fix, moved=(*out.moved, *more))
 
 
-def _fields(req: Request) -> dict:
-    return {f: getattr(req, f) for f in req.__dataclass_fields__}
-
-
-def _bisect(runner: Runner, index: IndexOptions, req: Request) -> Result:
+def _bisect(runner: Runner, index: IndexOptions, req: Request, points: MakePoints) -> tuple[Result, list[Confounder]]:
     planned = plan(req, index)
-    return Bisection(runner, index, req, ReleasePoints(req.package, req.pins)).run(planned)
+    made, moved = points(req.package, planned, req.pins)
+    return Bisection(runner, index, req, made).run(planned), moved
