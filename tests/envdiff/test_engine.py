@@ -178,9 +178,8 @@ def _nothing_created(tmp_path: Path) -> None:
 @pytest.mark.parametrize("words, expected", [
     (["--good-env", "nothere.txt", "--bad-env", "bad.txt"], "nothere.txt: no such file or folder"),
     (["--good-env", "good.txt", "--bad-env", "good.txt"], "no difference"),
-    (["--good-env", "good.txt"], "give both --good-env and --bad-env"),
-    (["--bad-env", "bad.txt"], "give both --good-env and --bad-env"),
-    (["--hold", "torch"], "--hold needs --good-env and --bad-env"),
+    (["--bad-env", "bad.txt"], "--bad-env needs --good-env"),  # (--good-env alone: the bad end is this env)
+    (["--hold", "torch"], "--hold needs --good-env"),
     (["dsb-ev-a", "1.0", "2.0", "--good-env", "good.txt", "--bad-env", "bad.txt"], "not both"),
     (["--good-env", "good.txt", "--bad-env", "bad.txt", "--pin", "dsb-ev-a==1.0"], "--pin, --pre and --include-yanked"),
     (["--good-env", "good.txt", "--bad-env", "bad.txt", "--hold", "dsb-nowhere"], "--hold dsb-nowhere: the base"),
