@@ -181,3 +181,22 @@ def test_a_held_package_holds_what_it_requires_in_the_base():
     assert held["torch"] == base.version_of("torch")
     assert held["sympy"] == base.version_of("sympy") and "typing-extensions" in held
     assert "numpy" not in held  # torch does not require it
+
+
+def test_a_uv_lock_from_history_is_read_by_the_lock_reader(tmp_path):
+    """git:REV:uv.lock: the lock as it was, parsed by envdiff's lock reader (kept under its own
+    name, so it is told as a lock), not the one in the work tree."""
+    from dsbisect.envdiff.pins import EnvFormat
+    from dsbisect.envdiff.sources import Resolving, resolve_env
+    from dsbisect.envs.uv import Uv
+
+    repo = _repo(tmp_path)
+    lock = ('version = 1\nrequires-python = ">=3.10"\n\n[[package]]\nname = "dsb-hs-a"\nversion = "{v}"\n'
+            'source = {{ registry = "https://pypi.org/simple" }}\n')
+    (repo / "uv.lock").write_text(lock.format(v="1.5"))
+    git(repo, "add", "uv.lock")
+    git(repo, "commit", "-q", "-m", "lock")
+    (repo / "uv.lock").write_text(lock.format(v="9.9"))  # the work tree moved on; the commit did not
+    got = resolve_env(parse_spec("git:HEAD:uv.lock", NOW), Resolving(Uv(tmp_path / "uv"), "python3", repo=repo))
+    assert got.environment.format is EnvFormat.UV_LOCK
+    assert got.freeze == "dsb-hs-a==1.5\n"
