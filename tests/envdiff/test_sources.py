@@ -200,3 +200,17 @@ def test_a_uv_lock_from_history_is_read_by_the_lock_reader(tmp_path):
     got = resolve_env(parse_spec("git:HEAD:uv.lock", NOW), Resolving(Uv(tmp_path / "uv"), "python3", repo=repo))
     assert got.environment.format is EnvFormat.UV_LOCK
     assert got.freeze == "dsb-hs-a==1.5\n"
+
+
+def test_this_environment_as_the_bad_end_leaves_out_what_only_the_base_has():
+    """Layered trials see the base's packages in every venv: an 'added' package of this
+    environment is no change a trial could make, so it is left out (and said)."""
+    from dsbisect.envdiff.environments import Environment
+    from dsbisect.envdiff.pins import make_pin
+    from dsbisect.envdiff.sources import CURRENT, EnvSpec, Resolved, without_base_only
+
+    good = Environment("r.in@2026-10-01", (make_pin("a", "1.0"),))
+    here = Environment(CURRENT, (make_pin("a", "2.0"), make_pin("pytest", "9.0"), make_pin("rich", "14.0")))
+    got = without_base_only(Resolved(EnvSpec(CURRENT, Origin.CURRENT), here, "freeze"), good)
+    assert [p.requirement for p in got.environment.pins] == ["a==2.0"]
+    assert got.freeze == "freeze" and got.notes[0].startswith("2 package(s) only current has")
