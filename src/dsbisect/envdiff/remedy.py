@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from dsbisect.bisect.bisection import Bisection, Plan, plan
 from dsbisect.bisect.points import Points
@@ -30,6 +31,7 @@ from dsbisect.core.errors import DsbisectError
 from dsbisect.core.mode import Mode
 from dsbisect.core.model import Answer, IndexOptions
 from dsbisect.records.results import Confounder, Request, Result
+from dsbisect.envs.versions import listed
 from dsbisect.run.runner import Runner
 
 
@@ -125,10 +127,10 @@ def remedy(runner: Runner, index: IndexOptions, found: Result, bad_pins: tuple[s
     pin, moved = _bisect(runner, index, base, points)
     out = Remedy(name, found.last_good, found.first_bad, bad_version, pin, moved=tuple(moved))
     try:
-        latest = plan(replace(base, good=bad_version, bad="latest"), index).versions[-1]
+        latest = str(listed(name, index)[-1])
     except DsbisectError as e:
         return replace(out, note=f"latest release unknown: {e}")
-    if latest == bad_version:
+    if Version(latest) <= Version(bad_version):
         return replace(out, latest=latest)
     fix, more = _bisect(runner, index, replace(base, good=bad_version, bad=latest, mode=Mode.FIND_FIX), points)
     return replace(out, latest=latest, fix=fix, moved=(*out.moved, *more))
