@@ -482,6 +482,7 @@ def env_json(r: EnvResult) -> dict:
         "releases": [x.to_json() for x in r.releases],
         "not_bisected": list(r.skipped),
         "confounders": [x.to_json() for x in r.confounders],
-        "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps],
+        "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps]
+        + [s.to_json() for m in r.remedies for x in (m.pin, m.fix) if x is not None for s in x.steps],  # for `log`
         "remedy": [m.to_json() for m in r.remedies],
     }
