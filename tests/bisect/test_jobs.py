@@ -28,8 +28,8 @@ from dsbisect.run.settings import ExecutorKind, Placement, Settings, Sources
     (BisectRequest(good="auto", search=SearchChoice(confidence=0.9)), (), "--confidence needs a GOOD release"),
     (BisectRequest(pair=EnvPair(good_env=Path("a")), search=SearchChoice(confidence=0.9)), (),
      "--confidence is for PACKAGE GOOD BAD"),
-    (BisectRequest(pair=EnvPair(good_env=Path("a"))), (), "give both --good-env and --bad-env"),
-    (BisectRequest(pair=EnvPair(hold=["torch"])), (), "--hold needs --good-env and --bad-env"),
+    (BisectRequest(pair=EnvPair(bad_env="b")), (), "--bad-env needs --good-env"),
+    (BisectRequest(pair=EnvPair(hold=["torch"])), (), "--hold needs --good-env"),
     (BisectRequest(package="x", command=["python", "t.py"], pair=EnvPair(Path("a"), Path("b"))),
      ("x", "--good-env", "a", "--bad-env", "b", "--", "python", "t.py"), "not both"),
 ])

@@ -87,7 +87,7 @@ def test_one_culprit_among_eight_changes_then_its_release(tmp_path, cli, cache_d
     # the other packages were held at the good environment's versions during level 2
     assert "dsb-ea-a==1.0" in rel["pins"] and "dsb-ea-old==1.0" in rel["pins"]
     assert list(out)[:8] == ["kind", "good_env", "bad_env", "case", "regress_on", "hold", "verdict", "message"]
-    assert list(out)[8:] == ["env_diff", "releases", "not_bisected", "confounders", "steps"]
+    assert list(out)[8:] == ["env_diff", "releases", "not_bisected", "confounders", "steps", "remedy"]
     assert set(diff) >= {"changes", "ends", "trials", "culprits", "exact", "note", "units", "notes"}
     assert set(diff["trials"][0]) == {"applied", "side", "label", "outcome", "run_ids", "detail"}
     ran = {i for s in out["steps"] for i in s["run_ids"]}
@@ -215,9 +215,8 @@ def _nothing_created(tmp_path: Path) -> None:
 @pytest.mark.parametrize("words, expected", [
     (["--good-env", "nothere.txt", "--bad-env", "bad.txt"], "nothere.txt: no such file or folder"),
     (["--good-env", "good.txt", "--bad-env", "good.txt"], "no difference"),
-    (["--good-env", "good.txt"], "give both --good-env and --bad-env"),
-    (["--bad-env", "bad.txt"], "give both --good-env and --bad-env"),
-    (["--hold", "torch"], "--hold needs --good-env and --bad-env"),
+    (["--bad-env", "bad.txt"], "--bad-env needs --good-env"),  # (--good-env alone: the bad end is this env)
+    (["--hold", "torch"], "--hold needs --good-env"),
     (["dsb-ev-a", "1.0", "2.0", "--good-env", "good.txt", "--bad-env", "bad.txt"], "not both"),
     (["--good-env", "good.txt", "--bad-env", "bad.txt", "--pin", "dsb-ev-a==1.0"], "--pin, --pre and --include-yanked"),
     (["--good-env", "good.txt", "--bad-env", "bad.txt", "--hold", "dsb-nowhere"], "--hold dsb-nowhere: the base"),
@@ -317,7 +316,11 @@ def test_the_chain_goes_on_to_the_commit_with_git_repo(tmp_path_factory, tmp_pat
               *offline(wh), "--git-repo", str(repo), "--cache-dir", str(cache_dir),
               "--store", str(tmp_path / "store"), "-q", "--format", "markdown", cwd=tmp_path)
     assert res.exit_code == 0, res.output
-    first = res.stdout.splitlines()[2]  # the chain, before the tables
+    lines = res.stdout.splitlines()
+    # the issue body says first what the maintainer must hear: the latest release (the bad env's) still fails
+    assert lines[0] == "**Still broken in the latest release: dsb-eg-toy 1.1.0.**", lines[:6]
+    assert "- **pin: dsb-eg-toy==1.0.0   (uv pip install 'dsb-eg-toy==1.0.0'" in res.stdout
+    first = next(line for line in lines if line.startswith("**2 changes"))  # the chain, after the remedy
     assert first.startswith("**2 changes; culprit dsb-eg-toy 1.0.0 -> 1.1.0 (") and \
         f"first bad release 1.1.0 (level 1's runs); first bad commit {hashes[2][:10]} change 3 (" in first, first
     assert "<details><summary>2 changes</summary>" in res.stdout

@@ -124,21 +124,24 @@ class SearchChoice:
 
 @dataclass(frozen=True)
 class EnvPair:
-    """``--good-env A --bad-env B`` (environment files, venvs or pythons), and the packages held."""
+    """``--good-env A --bad-env B`` (files, venvs or pythons as they are; ``SPEC@DATE``; ``git:REV:PATH``:
+    see ``envdiff.sources``), and the packages held.  Without ``--bad-env`` the bad end is the
+    environment dsbisect runs in."""
 
-    good_env: Path | None = None
-    bad_env: Path | None = None
+    good_env: str | None = None
+    bad_env: str | None = None
     hold: Sequence[str] | None = None
 
     @property
     def given(self) -> bool:
         return self.good_env is not None or self.bad_env is not None or bool(self.hold)
 
-    def paths(self) -> tuple[Path, Path]:
-        """The good and the bad environment; an InputError unless both are given."""
-        if self.good_env is None or self.bad_env is None:
-            raise InputError("give both --good-env and --bad-env" if self.good_env or self.bad_env
-                             else "--hold needs --good-env and --bad-env")
+    def paths(self) -> tuple[str, str | None]:
+        """The good and the bad ENV as given (the bad one None: this environment); an InputError
+        without the good one."""
+        if self.good_env is None:
+            raise InputError("--bad-env needs --good-env (the environment that worked)" if self.bad_env
+                             else "--hold needs --good-env")
         return self.good_env, self.bad_env
 
 

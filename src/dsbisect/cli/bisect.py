@@ -53,8 +53,8 @@ class SearchOpts(SearchChoice):
 
 @dataclass(frozen=True)
 class PairOpts(EnvPair):
-    good_env: Annotated[Optional[Path], typer.Option("--good-env", metavar="ENV", help="Instead of PACKAGE GOOD BAD: an environment that works (pip freeze, requirements of == pins, uv.lock, pylock.toml, a venv or its python); with --bad-env.")] = None
-    bad_env: Annotated[Optional[Path], typer.Option("--bad-env", metavar="ENV", help="The environment that is broken: which change(s) do it (level 1), which release of each (level 2), which commit (level 3, --git-repo).")] = None
+    good_env: Annotated[Optional[str], typer.Option("--good-env", metavar="ENV", help="Instead of PACKAGE GOOD BAD: an environment that works (pip freeze, requirements of == pins, uv.lock, pylock.toml, a venv or its python); SPEC@DATE: a requirements file, pyproject.toml or 'pkg pkg>=1' as resolved on DATE (YYYY-MM-DD, or today); git:REV:PATH: a file as it was in a commit of this repository.")] = None
+    bad_env: Annotated[Optional[str], typer.Option("--bad-env", metavar="ENV", help="The environment that is broken (as --good-env; default: the one dsbisect runs in): which change(s) do it (level 1), which release of each (level 2), which commit (level 3, --git-repo).")] = None
     hold: Annotated[Optional[list[str]], typer.Option("--hold", metavar="NAME", help="With --good-env: keep this package at the base's version instead of bisecting its change, e.g. torch (repeatable).")] = None
 
 

@@ -31,6 +31,9 @@ def _values(value: object) -> Iterator[object]:
         yield value
 
 
+ENVS = ("good_env", "bad_env")
+
+
 def _current_context():
     """The click context of the command being run (typer's click, vendored or not), or None."""
     click_context = next(c for c in typer.Context.__mro__ if c.__module__.endswith(".core"))
@@ -53,8 +56,8 @@ def guarded(params: dict | None = None) -> outputs.Guarded:
                 stores.append((KEPT[name], Path(v)))
             elif name not in READ_IN_PART:
                 inputs += outputs.existing_files([v])
-                if isinstance(v, Path) and v.is_dir():
-                    dirs.append(v)
+                if isinstance(v, Path) and v.is_dir() or name in ENVS and isinstance(v, str) and Path(v).is_dir():
+                    dirs.append(Path(v))  # --good-env/--bad-env are words (a date, git:REV:PATH) or a venv
     for f in list(inputs):
         if f.suffix in (".yaml", ".yml"):
             inputs += matrix_files(f)

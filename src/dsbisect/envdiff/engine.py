@@ -44,6 +44,7 @@ from dsbisect.envdiff.plan import (
     plan_envs,
     requirements,
 )
+from dsbisect.envdiff.remedy import Remedy, remedy
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.search.changes import EnvSearch, find_culprits
 from dsbisect.core.errors import DsbisectError, InputError
@@ -76,6 +77,7 @@ class EnvResult:
     confounders: tuple[Confounder, ...] = ()
     notes: tuple[str, ...] = ()
     steps: tuple[Step, ...] = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
+    remedies: tuple[Remedy, ...] = ()  # per culprit with a first bad release: the pin and the fix, run
 
     @property
     def exit_code(self) -> int:
@@ -175,11 +177,27 @@ class EnvBisection:
 
     def run(self) -> EnvResult:
         mgr: EnvManager = self.runner.envs
+        self._keep_freezes()
         with Resolver(mgr.uv, mgr.base, mgr.mode is BaseMode.LAYERED) as self.resolver:
             try:
                 return self._run()
             finally:
                 self.runner.stop_ahead()
+
+    def _keep_freezes(self) -> None:
+        """The environments resolved for this request (a date, a commit, this one) written as freezes
+        in the bisection's folder of the store, so that the run can be repeated from files."""
+        written, notes = [], list(self.req.source_notes)
+        folder = self.runner.store.dir / "bisections" / self.req.key[:16]
+        for name, text in zip(("good-env.txt", "bad-env.txt"), self.req.freezes):
+            if text:
+                folder.mkdir(parents=True, exist_ok=True)
+                (folder / name).write_text(text)
+                written.append(str(folder / name))
+        if written:
+            notes.append("resolved environments kept as freezes (--good-env/--bad-env repeat the run): "
+                         + ", ".join(written))
+        self.plan = dataclasses.replace(self.plan, notes=(*self.plan.notes, *notes))
 
     def _run(self) -> EnvResult:
         probe = self.probe
@@ -197,7 +215,25 @@ class EnvBisection:
         result = self._level1(found, units)
         if result.culprits:
             result = self._level2(result)
+            result = dataclasses.replace(result, remedies=self._remedies(result))
         return self._finish(result)
+
+    def _remedies(self, result: EnvResult) -> tuple[Remedy, ...]:
+        """For each culprit whose first bad release was found (an upgrade, not a downgrade): the pin
+        that avoids it and the release that fixes it, each run in the bad environment."""
+        bad_pins = requirements(self.req.bad_env, (), self.plan.hold, self.plan.held_names)
+        versions = {c.name: c.bad.version for c in self.changes if c.bad is not None and c.bad.version}
+        out = []
+        for res in result.releases:
+            if res.verdict is Answer.FOUND and res.request.mode is self.req.mode and res.last_good and res.first_bad:
+                self.runner.progress("note", f"remedy: {res.request.package} (the pin, then the latest release)")
+                out.append(remedy(self.runner, self.index, res, bad_pins, versions[res.request.package], self._points))
+        return tuple(out)
+
+    def _points(self, name: str, planned: Plan, pins: tuple[str, ...]) -> tuple[CulpritPoints, list[Confounder]]:
+        """The release points of ``name`` with ``pins`` held, each release's pins moved as uv needs."""
+        per, moved = self._release_pins(name, planned, pins)
+        return CulpritPoints(ReleasePoints(name, pins), per), moved
 
     def _level1(self, found: EnvSearch, units) -> EnvResult:
         required = self._required(found)
@@ -344,7 +380,7 @@ class EnvBisection:
                      any_failure=self.req.any_failure, prove=self.req.prove)
         planned = plan(rq, self.index)
         self.runner.progress("note", f"level 2: {c.describe()}: {len(planned.versions)} releases")
-        pins, confounders = self._release_pins(c, planned, rq.pins)
+        pins, confounders = self._release_pins(c.name, planned, rq.pins)
         points = CulpritPoints(ReleasePoints(rq.package, rq.pins), pins)  # the environment's pins, not the case's
         result = Bisection(self.runner, self.index, rq, points).run(planned)
         ends = {result.last_good, result.first_bad}
@@ -358,11 +394,11 @@ class EnvBisection:
         reqs = requirements(self.req.good_env, partners, self.plan.hold, self.plan.held_names)
         return tuple(r for r in reqs if canonicalize_name(Requirement(r).name) != canonicalize_name(c.name))
 
-    def _release_pins(self, c: Change, planned: Plan, pins: tuple[str, ...]):
+    def _release_pins(self, name: str, planned: Plan, pins: tuple[str, ...]):
         """Per release, the held pins uv can satisfy with it: those its error names are moved to
         the bad environment's version, else left to uv (recorded as confounders)."""
         def one(version: str):
-            return version, self._relax(c.name, version, pins)
+            return version, self._relax(name, version, pins)
 
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dsbisect-resolve") as pool:
             found = list(pool.map(one, planned.versions))
@@ -466,5 +502,7 @@ def env_json(r: EnvResult) -> dict:
         "releases": [x.to_json() for x in r.releases],
         "not_bisected": list(r.skipped),
         "confounders": [x.to_json() for x in r.confounders],
-        "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps],
+        "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps]
+        + [s.to_json() for m in r.remedies for x in (m.pin, m.fix) if x is not None for s in x.steps],  # for `log`
+        "remedy": [m.to_json() for m in r.remedies],
     }

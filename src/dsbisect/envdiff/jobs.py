@@ -6,12 +6,15 @@ is touched, and run.
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 import typing
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
 
-from dsbisect.bisect.jobs import BisectRequest, Checked, Invocation, bisect_releases, manual_executor
+from dsbisect.bisect.jobs import BisectRequest, Checked, EnvPair, Invocation, bisect_releases, manual_executor
 from dsbisect.core.errors import InputError
-from dsbisect.core.model import Answer, IndexOptions
+from dsbisect.core.model import Answer, BaseMode, EnvOptions, IndexOptions
 from dsbisect.records.results import Result
 from dsbisect.run import matrix
 from dsbisect.run.settings import Frontend, Settings, open_session
@@ -51,10 +54,10 @@ def bisect(request: BisectRequest, invocation: Invocation, settings: Settings, f
 
 
 def env_request(request: BisectRequest, invocation: Invocation, settings: Settings) -> Checked[EnvRequest]:
-    """The bisection of two environments ``request`` asks for, checked (the environments read);
-    its ``argv`` is the command line a mark line repeats: options, then ``-- COMMAND``."""
+    """The bisection of two environments ``request`` asks for, checked (the environments read, or
+    resolved: a date, a commit, this environment); its ``argv`` is the command line a mark line
+    repeats: options, then ``-- COMMAND``."""
     from dsbisect.envdiff.engine import EnvRequest
-    from dsbisect.envdiff.environments import read_environment
 
     if request.what.pin or request.pre or request.include_yanked:
         raise InputError("--pin, --pre and --include-yanked are for PACKAGE GOOD BAD; the environments pin "
@@ -66,15 +69,43 @@ def env_request(request: BisectRequest, invocation: Invocation, settings: Settin
     request.search.check_signature()
     inv = list(invocation.argv)  # Click's PACKAGE GOOD BAD (the command's first words) first, then the options
     argv = (inv[:inv.index("--")] if "--" in inv else inv)[min(3, len(words)):] + (["--", *words] if words else [])
-    good, bad = request.pair.paths()
+    hold = tuple(dict.fromkeys(request.pair.hold or ()))
+    good, bad = resolve_ends(request.pair, hold, settings, settings.venvs.options(env_defaults))
     s = request.search
-    req = EnvRequest(read_environment(good), read_environment(bad), case,
-                     hold=tuple(dict.fromkeys(request.pair.hold or ())), argv=tuple(argv), regress_on=s.regress_on,
+    req = EnvRequest(good.environment, bad.environment, case, hold=hold, argv=tuple(argv), regress_on=s.regress_on,
                      mode=s.mode, repeat=s.repeat, confirm=s.confirm, signature=s.signature,
                      git_repo=s.git_repo, verify_commit_ends=s.verify_commit_ends, any_failure=s.any_failure,
-                     prove=s.prove)
+                     prove=s.prove, freezes=(good.freeze, bad.freeze), source_notes=good.notes + bad.notes)
     return Checked(req, env_defaults, executor)
 
+
+def resolve_ends(pair: EnvPair, hold: tuple[str, ...], settings: Settings, options: EnvOptions):
+    """The good and the bad environment (``sources.Resolved``) of ``--good-env``/``--bad-env``: a
+    date resolved against the index with the held packages at the base's version, a file read
+    from a commit of the current folder's repository, this environment when no bad one is given
+    (less, in layered venvs, what only it has: the base every trial sees anyway)."""
+    from dsbisect.envdiff import sources
+    from dsbisect.envs.base import inspect_base
+    from dsbisect.envs.cache import CachePaths
+    from dsbisect.envs.uv import Uv
+
+    now = datetime.now(timezone.utc)
+    good_spec, bad_spec = sources.specs(*pair.paths(), now)
+    base = inspect_base(options.python)
+    with tempfile.TemporaryDirectory(prefix="dsbisect-resolve-") as tmp:
+        cache = CachePaths(settings.venvs.root()).uv_cache
+        uv = Uv(cache if cache.is_dir() else Path(tmp) / "uv", settings.sources.resolve())
+        how = sources.Resolving(uv, base.python, sources.held_pins(hold, base), Path.cwd(), now)
+        good, bad = (sources.resolve_env(x, how) for x in (good_spec, bad_spec))
+    if bad_spec.origin is sources.Origin.CURRENT and _layered(options, base):
+        bad = sources.without_base_only(bad, good.environment)
+    return good, bad
+
+
+def _layered(options: EnvOptions, base) -> bool:
+    if options.base is not BaseMode.AUTO:
+        return options.base is BaseMode.LAYERED
+    return base.version_of("torch") is not None
 
 def bisect_envs(request: BisectRequest, invocation: Invocation, settings: Settings, frontend: Frontend) -> Bisected:
     """`bisect --good-env A --bad-env B`: which change(s) break the case, then their release and commit."""

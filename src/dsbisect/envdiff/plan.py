@@ -53,6 +53,8 @@ class EnvRequest:
     any_failure: bool = False  # as bisect's: every failure of the rule's kind counts, not only the bad end's own
     prove: bool = True  # as bisect's: the revert proof after level 3
     argv: tuple[str, ...] = ()  # the command line, for `dsbisect log`; not in the key
+    freezes: tuple[str, str] = ("", "")  # the good and bad env resolved (a date, a commit, this env): kept beside the result
+    source_notes: tuple[str, ...] = ()  # how they were resolved, for the report's notes
 
     @property
     def key(self) -> str:

@@ -100,7 +100,7 @@ def reason(text: str) -> str:
     do about a pin that a kept package's own requirement excludes: conflict_hint)."""
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     keep = [ln for ln in lines if not ln.startswith(("hint:", "Using Python", "warning:"))]
-    hint = conflict_hint(" ".join(lines))
+    hint = conflict_hint(" ".join(lines)) + newer_hint(text)
     for i, ln in enumerate(keep):
         if ln.startswith(("×", "error:", "ERROR:")) or "No solution" in ln or "not found" in ln:
             return clip(" ".join(keep[i : i + 4]), 600) + hint
@@ -122,3 +122,17 @@ def conflict_hint(text: str) -> str:
             return (f"; {m['a']}=={m['v']} needs {b}{m['spec']}, which the pins exclude: with --good-env/--bad-env, "
                     f"--hold {b} keeps the base's {b}; else pin a {b} that fits")
     return ""
+
+
+_FILTERED = re.compile(r"`(?P<name>[^`]+)` was filtered by `exclude-newer`[^.]*\.(?: The latest version satisfying "
+                       r"the requirement is (?P<v>\S+), published at (?P<at>\S+?)\.)?")
+
+
+def newer_hint(text: str) -> str:
+    """'; accelerate: nothing that fits was uploaded by then (the first: v0.20.0, 2023-06-07)' when
+    uv says a package was filtered by ``--exclude-newer`` (a date before it existed); '' otherwise."""
+    m = _FILTERED.search(" ".join(text.split()))
+    if not m:
+        return ""
+    first = f" (its latest release that fits, {m['v']}, was uploaded {m['at'][:10]})" if m['v'] else ""
+    return f"; {m['name']}: nothing that fits was uploaded by then{first}"

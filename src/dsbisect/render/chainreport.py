@@ -56,6 +56,11 @@ def _numbered(r: EnvResult) -> list[tuple[str, TrialRun]]:
         (str(k + 1), t) for k, t in enumerate(r.trials)]
 
 
+def remedy_lines(r: EnvResult) -> list[str]:
+    """What to do today, first in every report: each culprit's pin and fix, as run."""
+    return [safe(line) for m in r.remedies for line in m.lines()]
+
+
 def notes(r: EnvResult) -> list[str]:
     lines = list(r.notes)
     if r.note:
@@ -69,7 +74,8 @@ def notes(r: EnvResult) -> list[str]:
 
 def env_renderable(r: EnvResult, command: str) -> Group:
     style = {Answer.FOUND: "bold green", Answer.AMBIGUOUS: "bold yellow"}.get(r.verdict, "bold red")
-    parts: list = [safe_text(chain(r), style=style), changes_table(r), trials_table(r)]
+    parts: list = [safe_text(x, style="bold") for x in remedy_lines(r)]
+    parts += [safe_text(chain(r), style=style), changes_table(r), trials_table(r)]
     parts += [safe_text(x, style="dim") for x in notes(r)]
     if r.releases:
         parts += [rep.bisect_renderable(res, command) for res in r.releases]
@@ -89,8 +95,13 @@ def env_markdown(r: EnvResult, command: str) -> str:
     the changes and the trials folded (short cells: a trial named by the changes it applies, a
     few and a count), then each culprit's release bisection as ``bisect`` gives it."""
     req = r.request
-    lines = [f"### dsbisect: {_md(req.good_env.source)} → {_md(req.bad_env.source)} "
-             f"(environments, regress on {req.regress_on.value})", "", f"**{_md(chain(r))}**", ""]
+    first = [m for m in r.remedies if m.still_bad][:1]
+    lines = [f"**Still broken in the latest release: {_md(safe(m.package))} {_md(safe(m.latest or ''))}.**"
+             for m in first] + [""] * bool(first)
+    lines += [f"### dsbisect: {_md(req.good_env.source)} → {_md(req.bad_env.source)} "
+              f"(environments, regress on {req.regress_on.value})", ""]
+    lines += [f"- **{_md(x)}**" for x in remedy_lines(r)] + [""] * bool(r.remedies)
+    lines += [f"**{_md(chain(r))}**", ""]
     said = notes(r)
     if len(said) > NOTES_SHOWN:
         lines += [f"<details><summary>{len(said)} notes</summary>", ""] + [f"- {_md(x)}" for x in said] + [
