@@ -36,7 +36,6 @@ from packaging.utils import canonicalize_name
 from dsbisect.core import proc
 from dsbisect.core.errors import EnvBuildError, InputError
 from dsbisect.core.files import read_small_text
-from dsbisect.core.model import IndexOptions
 from dsbisect.envdiff.environments import Environment, read_environment
 from dsbisect.envs import gitrepo
 from dsbisect.envs.base import Base
