@@ -22,9 +22,11 @@ OUT=${OUT:-/tmp/dsbisect-cuda-init}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/cuda-init.log") 2>&1
 [ -x /tmp/site/bin/uv ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu/tool/*.whl || exit 1
-export PYTHONPATH=/tmp/site:$PWD/src PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site:$PWD/src:$PWD/tests PATH=/tmp/site/bin:$PATH PYTHONUNBUFFERED=1
 nvidia-smi -L
 work=/tmp/cuda-init && rm -rf "$work" && mkdir -p "$work/house" && cd "$work" || exit 1
+# A versioned point for the run (a command line needs one): a toy release built here, offline.
+python3 -c "import sys, toypkg; from pathlib import Path; toypkg.build_wheelhouse(Path(sys.argv[1]), {'3.0.0': 'ok'}, dist='dsb-cuda')" "$work/house" || exit 1
 cat > gone.py <<'PY'
 import os
 os.environ["CUDA_VISIBLE_DEVICES"] = "99"  # a device the driver cannot give, as on a broken node
@@ -35,7 +37,7 @@ cat > fine.py <<'PY'
 import torch
 print(torch.zeros(1, device="cuda"))
 PY
-common=(--accelerator cuda --nproc 1 --store "$work/store" --cache-dir "$work/cache" --offline --find-links "$work/house")
+common=(--versions dsb-cuda=3.0.0 --accelerator cuda --nproc 1 --store "$work/store" --cache-dir "$work/cache" --offline --find-links "$work/house")
 for s in gone fine; do
   python3 -m dsbisect run "${common[@]}" --format json -- python "$s.py" > "$OUT/$s.json"
   echo "$s: exit $?"

@@ -73,7 +73,7 @@ import json, sys
 out = json.load(open(sys.argv[1]))
 print("verdict", out["verdict"], "last good", out["last_good"], "first bad", out["first_bad"])
 for p in out["numbers"]["points"]:
-    print(f"  {p['label']}: peak_gpu_mem median {p['median'] / 2**20:.1f} MiB over {len(p['values'])} runs, {p['call']}")
+    print(f"  {p['label']}: peak_gpu_mem median {p['median']:.1f} {out['numbers']['unit']} over {len(p['values'])} runs, {p['call']}")
 ok = (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "3.1.0", "3.2.0")
 print("AS EXPECTED" if ok else "NOT AS EXPECTED")
 sys.exit(0 if ok else 1)

@@ -65,10 +65,10 @@ def _base(tmp_path: Path, with_torch: bool = True) -> Path:
     return folder / "bin" / "python"
 
 
-def _run(tmp_path: Path, house: Path, cache_dir: Path, python: Path, *line: str) -> tuple[dict, str]:
+def _run(tmp_path: Path, house: Path, cache_dir: Path, python: Path, *line: str, opts: tuple = ()) -> tuple[dict, str]:
     toypkg.write_repro(tmp_path)
     cmd = [sys.executable, "-m", "dsbisect", "run", "--versions", "dsb-lm=1.0.0", "--python", str(python),
-           "--base", "layered", "--accelerator", "cpu", *offline(house, cache_dir), "--format", "json", "--", *line]
+           "--base", "layered", "--accelerator", "cpu", *offline(house, cache_dir), "--format", "json", *opts, "--", *line]
     out = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     (run,) = json.loads(out.stdout)["runs"]
@@ -81,10 +81,15 @@ def house(tmp_path_factory):
 
 
 def test_a_script_runs_under_a_launcher_the_venv_has(tmp_path, house, cache_dir):
-    """torch, no DeepSpeed: the script case runs under torchrun and passes (before: FAIL exit 1)."""
-    run, err = _run(tmp_path, house, cache_dir, _base(tmp_path, with_torch=True), "python", "toy_repro.py")
+    """torch, no DeepSpeed: 2 ranks of the script run under torchrun and pass (before: FAIL exit 1);
+    one process as given needs no launcher, so none is said to be swapped."""
+    base = _base(tmp_path, with_torch=True)
+    run, err = _run(tmp_path, house, cache_dir, base, "python", "toy_repro.py", opts=("--nproc", "2"))
     assert run["outcome"] == "pass", (run, err[-2000:])
     assert "the deepspeed launcher is not installed in the point venv" in err, err[-2000:]
+    run, err = _run(tmp_path / "one", house, cache_dir, base, "python", "toy_repro.py")
+    assert run["outcome"] == "pass", (run, err[-2000:])
+    assert "not installed in the point venv" not in err and "no launcher" in err, err[-2000:]
 
 
 def test_a_launcher_that_starts_no_rank_makes_the_run_untestable(tmp_path, house, cache_dir):

@@ -337,12 +337,14 @@ class LocalExecutor:
             variables["DSBISECT_CHECK_IMPORTS"] = ",".join(check_wanted(job.point))
             if self.envs.caches_bytecode(env):  # and caches what it imports (EnvManager.caches_bytecode)
                 variables["DSBISECT_CHECK_BYTECODE"] = "1"
-        case, chosen = installed_launcher(case, env.path)
+        target = Target(env.python, run, port, devices)
+        p = plan(case, target, cuda, variables.get("CUDA_VISIBLE_DEVICES"))
+        case, chosen = installed_launcher(case, env.path) if not p.line.direct else (case, "")  # no launcher: none to swap
         if chosen:
             with open(run.launcher_log, "a") as note:
                 note.write(f"dsbisect: {chosen}\n")
             self.progress("note", f"{case.name} · {job.point.label}: {chosen}")
-        p = plan(case, Target(env.python, run, port, devices), cuda, variables.get("CUDA_VISIBLE_DEVICES"))
+            p = plan(case, target, cuda, variables.get("CUDA_VISIBLE_DEVICES"))
         variables |= p.env
         run.ranks.mkdir(parents=True, exist_ok=True)
         direct, ranks = p.line.direct, p.line.ranks(case, cuda)
