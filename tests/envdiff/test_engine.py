@@ -163,10 +163,14 @@ def test_a_tie_both_ways_is_one_unit_and_the_answer_is_a_sentence_and_fields(tmp
                            "maybe": [], "commit": None, "subject": ""}]
     md = cli("report", "--store", str(tmp_path / "store"), "--format", "markdown", cwd=tmp_path).stdout
     assert md.count("- **bisection ") == 1 and str(tmp_path) not in md
-    # the issue body: the chain in bold first, the changes and trials folded, every table cell short
+    # the issue body: the remedy first (issue 39), then the chain in bold before any table, the
+    # changes and trials folded, every table cell short
     body = cli("bisect", "--good-env", "good.txt", "--bad-env", "bad.txt", *args, "--cache-dir", str(cache_dir),
                "--store", str(tmp_path / "store"), "-q", "--format", "markdown", cwd=tmp_path).stdout
-    assert body.splitlines()[2] == f"**{out['message']}**"
+    lines = body.splitlines()
+    chain_at = lines.index(f"**{out['message']}**")
+    assert lines[chain_at - 2].startswith("### dsbisect: good.txt → bad.txt") or lines[chain_at - 2].startswith("- **")
+    assert not any(ln.startswith("|") for ln in lines[:chain_at])
     assert "<details><summary>3 changes</summary>" in body and "<details><summary>level 1: " in body
     cells = [c for ln in body.splitlines() if ln.startswith("| ") for c in ln.split(" | ")]
     assert max(len(c) for c in cells) <= 125 and str(tmp_path) not in body and str(cache_dir) not in body
