@@ -14,12 +14,12 @@ from pathlib import Path
 from dsbisect.bisect.budget import BudgetSpent, Meter, narrowed, new_runs, sides_of, unfinished_message
 from dsbisect.bisect.points import Points, ReleasePoints
 from dsbisect.bisect.probe import Probe, range_note, steps_for
+from dsbisect.bisect.revert import Onto, prove
 from dsbisect.core.model import Answer, GitSource, IndexOptions, Outcome, Point, Stage
 from dsbisect.core.redact import redact_tree
 from dsbisect.envs import gitrepo
 from dsbisect.envs.versions import AUTO, candidates, gaps
 from dsbisect.records.bisections import AskedFor, BisectionStatus
-from dsbisect.records.proof import Proof, ProofVerdict, judge
 from dsbisect.records.results import Agreement, CommitResult, Confirmation, Request, Result, Step
 from dsbisect.run.runner import Runner
 from dsbisect.search import bayes
@@ -368,34 +368,13 @@ class Bisection:
     # ------------------------------------------------------------------ proof
 
     def _prove(self, result: Result, repo: Path) -> Result:
-        """Revert the first bad commit on top of the first bad release's tag and run that tree:
-        the answer stands whatever it shows (the search's boundary was tested); the proof says
-        whether the commit is what the release's regression comes from."""
-        req, c, probe = self.req, result.commit, self.probe
+        """Revert the first bad commit on top of the first bad release's tag and run that tree
+        (``revert.prove``)."""
+        req = self.req
         tag = gitrepo.tag_for(repo, req.package, result.first_bad)
-        onto = gitrepo.resolve(repo, tag)
-        self.runner.progress("note", f"proof: reverting {c.first_bad[:10]} on top of {tag}")
-        rev = gitrepo.revert_tree(repo, c.first_bad, onto)
-        base = Proof(c.first_bad, tag, onto, ProofVerdict.UNTESTABLE, req.mode, rev.merge)
-        if not rev.clean:
-            verdict_ = ProofVerdict.CONFLICT if rev.conflicts else ProofVerdict.UNTESTABLE
-            return replace(result, proof=replace(base, verdict=verdict_, conflicts=rev.conflicts, detail=rev.error))
-        src = GitSource(req.package, str(repo), onto, f"{tag} with {c.first_bad[:10]} reverted",
-                        f'Revert "{c.subject}"', reverted=c.first_bad, tree=rev.tree)
-        point = self.points.commit(src, result.first_bad)
         want = max(2, req.repeat, req.confirm, proof_runs(result.confidence))
-        try:
-            self._afford(point, want=want)
-        except BudgetSpent as spent:  # the answer stands; the proof waits for a run with budget
-            return replace(result, proof=replace(base, detail=f"not run: {spent.reason}"))
-        runs = self.runner.runs(req.case, point, want=want,
-                                enough=lambda rs: any(probe.side(probe.verdict(r)) is Side.NEW for r in rs))
-        step = probe.step(point, runs, Stage.PROVE)
-        observed = [(probe.side(probe.verdict(r)), r.outcome) for r in runs]
-        verdict_, outcome, agree = judge(observed)
-        detail = step.detail if verdict_ is not ProofVerdict.PROVEN else ""
-        proof = replace(base, verdict=verdict_, outcome=outcome, runs=len(runs), agree=agree, detail=detail,
-                        run_ids=tuple(r.id for r in runs))
+        at = Onto(repo, tag, gitrepo.resolve(repo, tag), result.first_bad, want)
+        proof = prove(result, at, self.probe, self.points, self._afford)
         return replace(result, steps=tuple(self.steps), proof=proof)
 
 

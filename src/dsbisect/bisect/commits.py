@@ -18,12 +18,11 @@ from dsbisect.bisect.bisection import ReleaseSubject
 from dsbisect.bisect.budget import BudgetSpent, Meter, narrowed, new_runs, sides_of, unfinished_message
 from dsbisect.bisect.points import Points, ReleasePoints
 from dsbisect.bisect.probe import Probe
+from dsbisect.bisect.revert import Onto, prove
 from dsbisect.bisect.span import Span
 from dsbisect.core.model import Answer, GitSource, Outcome, Point, Stage
-from dsbisect.envs import gitrepo
 from dsbisect.envs.gitrepo import Commit
 from dsbisect.records.bisections import BisectionStatus
-from dsbisect.records.proof import Proof, ProofVerdict, judge
 from dsbisect.records.results import CommitResult, Request, Result
 from dsbisect.run.runner import Runner
 from dsbisect.search import bayes
@@ -158,30 +157,11 @@ class CommitBisection:
 
     def _prove(self, result: Result) -> Result:
         """Revert the first bad commit on top of the bad end and run that tree (up to two runs,
-        asked of the budget): the answer stands whatever it shows."""
-        c, probe, req, new = result.commit, self.probe, self.req, self.span.new
-        self.runner.progress("note", f"proof: reverting {c.first_bad[:10]} on top of {new.short}")
-        rev = gitrepo.revert_tree(self.span.repo, c.first_bad, new.hash)
-        base = Proof(c.first_bad, new.short, new.hash, ProofVerdict.UNTESTABLE, req.mode, rev.merge)
-        if not rev.clean:
-            verdict = ProofVerdict.CONFLICT if rev.conflicts else ProofVerdict.UNTESTABLE
-            return replace(result, proof=replace(base, verdict=verdict, conflicts=rev.conflicts, detail=rev.error))
-        src = GitSource(req.package, str(self.span.repo), new.hash, f"{new.short} with {c.first_bad[:10]} reverted",
-                        f'Revert "{c.subject}"', reverted=c.first_bad, tree=rev.tree)
-        point = self.points.commit(src, self.pts[-1].version_of(req.package) or new.short)
+        asked of the budget; ``revert.prove``): the answer stands whatever it shows."""
+        req, new = self.req, self.span.new
         want = max(2, req.repeat, proof_runs(result.confidence))
-        try:
-            self._afford(point, want=want)
-        except BudgetSpent as spent:
-            return replace(result, proof=replace(base, detail=f"not run: {spent.reason}"))
-        runs = self.runner.runs(req.case, point, want=want,
-                                enough=lambda rs: any(probe.side(probe.verdict(r)) is Side.NEW for r in rs))
-        step = probe.step(point, runs, Stage.PROVE)
-        verdict, outcome, agree = judge([(probe.side(probe.verdict(r)), r.outcome) for r in runs])
-        proof = replace(base, verdict=verdict, outcome=outcome, runs=len(runs), agree=agree,
-                        detail=step.detail if verdict is not ProofVerdict.PROVEN else "",
-                        run_ids=tuple(r.id for r in runs))
-        return replace(result, proof=proof)
+        at = Onto(self.span.repo, new.short, new.hash, self.pts[-1].version_of(req.package) or new.short, want)
+        return replace(result, proof=prove(result, at, self.probe, self.points, self._afford))
 
 
 def _source(package: str, repo, c: Commit) -> GitSource:

@@ -14,7 +14,7 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from packaging.version import Version
 
@@ -28,6 +28,9 @@ from dsbisect.run import matrix
 from dsbisect.run.executor import Place
 from dsbisect.verdict.readings import compile_pattern
 from dsbisect.run.settings import Display, ExecutorKind, Frontend, Settings, Sources, open_session
+
+if TYPE_CHECKING:
+    from dsbisect.run.runner import Runner
 
 
 @dataclass(frozen=True)
@@ -227,6 +230,20 @@ class Checked(Generic[R]):
     executor: Place
 
 
+def open_bisection(request: BisectRequest, checked: Checked[R], settings: Settings, frontend: Frontend,
+                   env_options: EnvOptions, index: IndexOptions) -> tuple[Display, Runner, R]:
+    """What every bisection does once its request is checked and planned: the display, the
+    session (``--manual``: each point answered by the user), the line saying how a plain command
+    runs, and the request with its width (runs at once: the session's slots for its case)."""
+    ui = frontend.display(0)
+    executor = manual_executor(settings, frontend, ui) if request.manual else checked.executor
+    runner = open_session(settings, env_options, index, ui, executor=executor)
+    req = checked.request
+    if matrix.how_it_runs(req.case):  # a plain `python x.py`: one process as given, or --nproc ranks
+        frontend.say(matrix.how_it_runs(req.case))
+    return ui, runner, dataclasses.replace(req, width=len(runner.slots(req.case)))
+
+
 def release_request(request: BisectRequest, invocation: Invocation, settings: Settings) -> Checked[Request]:
     """The release bisection ``request`` asks for, checked in the order a user reads the errors."""
     if request.package is None or request.good is None or request.bad is None:
@@ -259,21 +276,15 @@ def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Se
 
         return bisect_commits(request, invocation, settings, frontend)
     checked = release_request(request, invocation, settings)
-    req, executor = checked.request, checked.executor
+    req = checked.request
     budget = request.span.budget()
     index = settings.sources.resolve()
     env_options = settings.venvs.options(checked.env_defaults)
     planned = plan(req, index)
     if req.bad == "latest":
-        req = dataclasses.replace(req, bad=planned.versions[-1])
-        frontend.say(f"latest release of {req.package}: {req.bad}")
-    ui = frontend.display(0)
-    if request.manual:
-        executor = manual_executor(settings, frontend, ui)
-    runner = open_session(settings, env_options, index, ui, executor=executor)
-    if matrix.how_it_runs(req.case):  # a plain `python x.py`: one process as given, or --nproc ranks
-        frontend.say(matrix.how_it_runs(req.case))
-    req = dataclasses.replace(req, width=len(runner.slots(req.case)))
+        checked = dataclasses.replace(checked, request=dataclasses.replace(req, bad=planned.versions[-1]))
+        frontend.say(f"latest release of {req.package}: {checked.request.bad}")
+    ui, runner, req = open_bisection(request, checked, settings, frontend, env_options, index)
     if budget.given:
         frontend.say(f"budget: {budget.describe()}")
     with ui.running():  # the budget counts from here: the checks and the plan took no run

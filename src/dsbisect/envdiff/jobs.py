@@ -5,19 +5,17 @@ is touched, and run.
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 import typing
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dsbisect.bisect.jobs import BisectRequest, Checked, EnvPair, Invocation, bisect_releases, manual_executor
+from dsbisect.bisect.jobs import BisectRequest, Checked, EnvPair, Invocation, bisect_releases, open_bisection
 from dsbisect.core.errors import InputError
 from dsbisect.core.model import Answer, BaseMode, EnvOptions, IndexOptions
 from dsbisect.records.results import Result
-from dsbisect.run import matrix
-from dsbisect.run.settings import Frontend, Settings, open_session
+from dsbisect.run.settings import Frontend, Settings
 
 if typing.TYPE_CHECKING:  # the engine is imported when a bisection of environments runs
     from dsbisect.envdiff.engine import EnvRequest, EnvResult
@@ -112,16 +110,10 @@ def bisect_envs(request: BisectRequest, invocation: Invocation, settings: Settin
     from dsbisect.envdiff.engine import EnvBisection, plan_envs
 
     checked = env_request(request, invocation, settings)
-    req, executor = checked.request, checked.executor
+    req = checked.request
     index, env_options = settings.sources.resolve(), settings.venvs.options(checked.env_defaults)
     planned = plan_envs(req, index, env_options, settings.venvs.root())  # nothing created before this
-    ui = frontend.display(0)
-    if request.manual:
-        executor = manual_executor(settings, frontend, ui)
-    runner = open_session(settings, env_options, index, ui, executor=executor)
-    if matrix.how_it_runs(req.case):  # a plain `python x.py`: one process as given, or --nproc ranks
-        frontend.say(matrix.how_it_runs(req.case))
-    req = dataclasses.replace(req, width=len(runner.slots(req.case)))
+    ui, runner, req = open_bisection(request, checked, settings, frontend, env_options, index)
     for note in planned.notes:
         frontend.say(f"note: {note}")
     with ui.running():
