@@ -18,23 +18,25 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from dsbisect.core.model import Accelerator, Case, Outcome, Point
-from dsbisect.core.redact import scrub_folder
-from dsbisect.core.rundir import RunDir
+from dsbisect.core.redact import redact, scrub_folder
+from dsbisect.core.rundir import RunDir, read_tail
 from dsbisect.envs.venvs import Env
 from dsbisect.forensics.evidence import Capture
 from dsbisect.forensics.stuck import analyze, hang_record
 from dsbisect.launch import reaper
 from dsbisect.launch.launchers import Ranks
 from dsbisect.launch.supervise import LaunchResult, LaunchSpec
+from dsbisect.records import readings
 from dsbisect.records.conditions import Conditions
 from dsbisect.records.run import Evidence, RunFacts, RunRecord, SkipCause
 from dsbisect.run import memory
+from dsbisect.run import readings as run_readings
 from dsbisect.run.executor import Slot
 from dsbisect.run.memory import GateToken
 from dsbisect.run.reuse import Start
 from dsbisect.verdict.identity import package_frames
 from dsbisect.verdict.machine import CudaFailure, machine_verdict
-from dsbisect.verdict.outcome import Classified, classify
+from dsbisect.verdict.outcome import Classified, classify, first_error
 
 
 @dataclass(frozen=True)
@@ -202,3 +204,24 @@ def record_inputs(case: Case, run: RunDir) -> RunFacts:
         items.append(item)
     line = case.command.argv if case.command else case.line  # a `-- python x.py` case: the line as given
     return RunFacts.of(command=list(line) or None, inputs=items or None)
+
+
+def no_rank_started(job: Job, line: Line, result: LaunchResult) -> str:
+    """Why a failed run tested nothing ("" when a rank started): a launcher line whose launcher
+    ended before any process of the point venv's Python ran as a rank (the start-up hook leaves
+    a file for each), e.g. a launcher the venv lacks (``No module named 'deepspeed'``)."""
+    if line.direct or not line.ranks.count or job.run.ranks_started():
+        return ""
+    text = read_tail(job.run.launcher_log, 1 << 16)
+    own = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("dsbisect:")]
+    said = redact((first_error(text) or (own[-1] if own else ""))[:300]) or f"exit {result.exit_code}"
+    kind = job.case.command.kind.value if job.case.command is not None else job.case.launcher.value
+    return (f"no rank of the job started: the {kind} launcher ended before starting any ({said}); "
+            "use a launcher installed in the point venv (torchrun comes with torch; or `launcher: direct`), "
+            "or install it in the base")
+
+
+def numbers_evidence(run: RunDir, seconds: float) -> Evidence:
+    """The run's numbers (``run.readings``) as its evidence keeps them."""
+    found = run_readings.collect(run, seconds)
+    return Evidence.of(readings=readings.to_json(found.readings) or None, readings_dropped=found.dropped or None)

@@ -11,17 +11,16 @@ What a point costs besides its script: the import check is made inside the run b
 start-up hook (``DSBISECT_CHECK_IMPORTS``: the first interpreter, the launcher or the one rank,
 imports the point's packages, writes the facts into the run folder, and exits 125 when one
 fails), except where the run's first interpreter may not be the venv's (an executable command
-line) or the check must come before the launch (multi-node); and a 1-rank case runs its script
-with the venv's python as rank 0 of 1, without the launcher's processes (``launchers.direct_run``).
+line) or the check must come before the launch (multi-node) (``importcheck``); and a 1-rank case
+runs its script with the venv's python as rank 0 of 1, without the launcher's processes
+(``launchers.direct_run``).  The launch line (argv, environment, port) is ``launchline``'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import os
-import shlex
 import signal
 import threading
 import time
@@ -30,30 +29,25 @@ from pathlib import Path
 
 from dsbisect.core import eta
 from dsbisect.core.errors import DiskFull, EnvBuildError, Interrupted, StoreError, signal_of
-from dsbisect.core.model import Accelerator, Case, Launcher, Outcome, Point, RunStatus, check_wanted, digest
-from dsbisect.core.proc import clean_env, writes_bytecode
-from dsbisect.core.redact import redact, remember, scrub_folder, secret_values
-from dsbisect.core.rundir import RunDir, read_tail
+from dsbisect.core.model import Accelerator, Case, Outcome, Point, RunStatus, check_wanted
+from dsbisect.core.redact import scrub_folder
+from dsbisect.core.rundir import RunDir
 from dsbisect.envs import conditions, facts
-from dsbisect.envs.base import has_module
-from dsbisect.envs.toolchain import first_on_path, ninja_dir
-from dsbisect.envs.venvs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
+from dsbisect.envs.venvs import EXTENSIONS, Env, EnvManager
 from dsbisect.forensics.evidence import Capture
 from dsbisect.launch import reaper
-from dsbisect.launch.launchers import Target, line_for, plan
 from dsbisect.launch.guard import GuardLost
-from dsbisect.launch.supervise import LaunchResult, LaunchSpec, StartError, free_port, launch
-from dsbisect.records import readings
+from dsbisect.launch.supervise import StartError, free_port, launch
 from dsbisect.records.run import Evidence, ImportCheck, RunFacts, RunRecord, SkipCause
-from dsbisect.run import memory, multinode
-from dsbisect.run import readings as run_readings
+from dsbisect.run import importcheck, memory, multinode
 from dsbisect.run.executor import Progress, RunSpec, Site, Slot
-from dsbisect.run.launched import Job, Line, Ran, judge, record_inputs
+from dsbisect.run.launched import Job, Line, Ran, judge, no_rank_started, numbers_evidence, record_inputs
+from dsbisect.run.launchline import launch_line
 from dsbisect.run.memory import GateToken, PointGate
 from dsbisect.run.phases import PhaseWatch
 from dsbisect.run.reuse import Reuse, stale
 from dsbisect.store.store import Store
-from dsbisect.verdict.outcome import Classified, first_error
+from dsbisect.verdict.outcome import Classified
 
 
 def accelerator(site: Site, case: Case) -> Accelerator:
@@ -239,10 +233,10 @@ class LocalExecutor:
             env = self.envs.ensure(point)
         except EnvBuildError as e:
             return self._skip(run, f"venv could not be built: {e}", SkipCause.VENV, case=case)
-        if folds_check(case):  # made in the run, unless this venv's is recorded
-            check = self.store.import_check(env.key, import_check_key(case, accel, check_wanted(point)))
+        if importcheck.folds_check(case):  # made in the run, unless this venv's is recorded
+            check = self.store.import_check(env.key, importcheck.import_check_key(case, accel, check_wanted(point)))
         else:
-            check = self._import_check(env, case, point, accel)
+            check = importcheck.separate(self.site, env, case, point, accel)
         if check is not None and not check.ok:
             return self._skip(run, check.reason, SkipCause.IMPORT, env_key=env.key, found=check.facts, case=case,
                               env=env)
@@ -264,36 +258,6 @@ class LocalExecutor:
         self.progress("unrunnable" if cause.machine else "done", f"{run.case_name} · {run.point.label}: skip ({reason})")
         return done
 
-    def _import_check(self, env: Env, case: Case, point: Point, accel: Accelerator) -> ImportCheck:
-        """Import the point's packages in its venv, once per venv and import environment."""
-        wanted = check_wanted(point)
-        key = import_check_key(case, accel, wanted)
-        cached = self.store.import_check(env.key, key)
-        if cached:
-            return cached
-        self.progress("env", f"{case.name} · {point.label}: importing {', '.join(wanted)}")
-        variables = self._base_env(case, accel) | dict(case.env)
-        if self.envs.caches_bytecode(env):  # what it imports is cached (EnvManager.caches_bytecode)
-            variables = writes_bytecode(variables)
-        check = facts.import_check(env.python, wanted, variables)
-        if not check.ok:
-            check = ImportCheck(False, f"import check: {check.reason}", check.facts)
-        self.store.put_import_check(env.key, key, check)
-        return check
-
-    def _check_of_run(self, run: RunDir, env: Env, case: Case, point: Point, accel: Accelerator) -> ImportCheck:
-        """The import check the run made (recorded for the venv like a separate one), or, when the
-        run left none, a separate one."""
-        found = facts.hook_check(run.import_facts)
-        if found is None:
-            return self._import_check(env, case, point, accel)
-        if accel is Accelerator.CUDA and found.facts.gpus is None:  # the hook leaves CUDA uninitialized
-            found = ImportCheck(found.ok, found.reason, found.facts | RunFacts.of(gpus=self.gpus))
-        if not found.ok:
-            found = ImportCheck(False, f"import check: {found.reason}", found.facts)
-        self.store.put_import_check(env.key, import_check_key(case, accel, check_wanted(point)), found)
-        return found
-
     def _launch(self, job: Job, check: ImportCheck | None) -> RunRecord:
         """The run pipeline past the venv: the launch line, the launch under watch, the import
         check the run made, the verdict and its evidence, the record."""
@@ -307,7 +271,7 @@ class LocalExecutor:
             return self._skip(job.record, f"could not start {e.program}: {e.why} ({where})", SkipCause.START,
                               env_key=job.env.key, case=job.case, env=job.env)
         if check is None:
-            check = self._check_of_run(job.run, job.env, job.case, job.point, job.accel)
+            check = importcheck.of_run(self.site, job.run, job.env, job.case, job.point, job.accel)
             if not check.ok:
                 return self._skip(job.record, check.reason, SkipCause.IMPORT, env_key=job.env.key,
                                   found=check.facts, case=job.case, env=job.env)
@@ -323,56 +287,10 @@ class LocalExecutor:
 
     def _launch_line(self, job: Job, checks: bool) -> Line:
         """The run's argv, environment and port (taken here, given back by ``_supervise``)."""
-        case, run, env = job.case, job.run, job.env
         with self._lock:
             port = free_port(self._ports)
             self._ports.add(port)
-        cuda = job.accel is Accelerator.CUDA
-        devices = job.slot.devices if cuda else None
-        variables = self._base_env(case, job.accel, env)
-        for lock in clear_stale_build_locks(env.path):  # a killed build's; it would read as a hang
-            with open(run.launcher_log, "a") as note:
-                note.write(f"dsbisect: removed {lock}, left by a just-in-time build that was stopped\n")
-        if checks:  # the run's first interpreter makes the import check
-            variables["DSBISECT_CHECK_IMPORTS"] = ",".join(check_wanted(job.point))
-            if self.envs.caches_bytecode(env):  # and caches what it imports (EnvManager.caches_bytecode)
-                variables["DSBISECT_CHECK_BYTECODE"] = "1"
-        target = Target(env.python, run, port, devices)
-        p = plan(case, target, cuda, variables.get("CUDA_VISIBLE_DEVICES"))
-        case, chosen = installed_launcher(case, env.path) if not p.line.direct else (case, "")  # no launcher: none to swap
-        if chosen:
-            with open(run.launcher_log, "a") as note:
-                note.write(f"dsbisect: {chosen}\n")
-            self.progress("note", f"{case.name} · {job.point.label}: {chosen}")
-            p = plan(case, target, cuda, variables.get("CUDA_VISIBLE_DEVICES"))
-        variables |= p.env
-        run.ranks.mkdir(parents=True, exist_ok=True)
-        direct, ranks = p.line.direct, p.line.ranks(case, cuda)
-        if direct:
-            with open(run.launcher_log, "a") as note:  # launch appends; show and forensics read both logs
-                program = redact(" ".join(p.line.program(p.argv)))
-                if case.nproc == 1:
-                    note.write(f"dsbisect: 1 rank, run without a launcher (rank 0 of 1, output in "
-                               f"{run.rank_log(0).relative_to(run.path)}): {program}\n")
-                else:
-                    note.write(f"dsbisect: {case.nproc} ranks, started by dsbisect without a launcher (output "
-                               f"in {run.ranks.relative_to(run.path)}/rank<R>.log): {program}\n")
-        elif ranks.said():
-            with open(run.launcher_log, "a") as note:
-                note.write(f"dsbisect: {ranks.describe()}, {ranks.said()}: {redact(shlex.join(p.argv))}\n")
-        secrets = secret_values(variables, [*p.argv, *(case.command.argv if case.command else ())])
-        remember(secrets)  # the ranks' and the command line's: whatever this process shows from now on masks them
-        spec = LaunchSpec(
-            argv=p.argv,
-            env=variables,
-            cwd=p.cwd,
-            run=run,
-            wall_timeout=case.timeout,
-            idle_timeout=case.idle_timeout,
-            quiet_after=max(1.0, case.collective_timeout * 0.4),
-            early_hang=case.early_hang,
-        )
-        return Line(spec, port, direct, secrets, ranks)
+        return launch_line(job, port, checks, self.envs, self.progress)
 
     def _supervise(self, job: Job, line: Line) -> Ran:
         """Launch and watch the run, then give its port back and stop what escaped its tree."""
@@ -428,75 +346,3 @@ class LocalExecutor:
         self.progress("done", f"{case.name} · {point.label}: {c.outcome.value} in {eta.seconds_text(done.seconds or 0.0)}"
                               f"{said}")  # the record's time, as the grid shows it
         return done
-
-    def _base_env(self, case: Case, accel: Accelerator, venv: Env | None = None) -> dict[str, str]:
-        env = clean_env({"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
-        if venv is not None and case.command:  # python, deepspeed, torchrun, accelerate: the point's
-            env["PATH"] = f"{venv.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-        if venv is not None:  # ops compiled just in time (DeepSpeed's) are built once per venv, then loaded
-            env.setdefault("TORCH_EXTENSIONS_DIR", str(venv.path / EXTENSIONS))
-            env.setdefault("DSBISECT_OPS_DIR", str(self.envs.paths.ops))  # shared by digest of sources+toolchain
-            env = first_on_path(env, ninja_dir(self.envs.paths.root))  # one ninja, whatever the caller's PATH
-        if case.compat:
-            env["DSBISECT_COMPAT"] = ",".join(case.compat)
-        if accel is Accelerator.CPU:
-            env |= {"DS_ACCELERATOR": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-        # On GPUs DeepSpeed detects the accelerator itself, as in the user's job: setting
-        # DS_ACCELERATOR=cuda sends 0.12.4's get_accelerator() into endless recursion.
-        return env
-
-
-# ------------------------------------------------------------------- helpers
-
-
-def installed_launcher(case: Case, venv: Path) -> tuple[Case, str]:
-    """The case to launch, with a launcher the point venv has, and what was chosen instead ("" when
-    nothing was): a script under DeepSpeed's launcher (the default) in a venv without DeepSpeed (a
-    Transformers or Accelerate user's) runs under torchrun, which comes with torch; without torch
-    either, dsbisect starts the ranks itself.  A command line's own launcher is never changed."""
-    if case.command is not None or case.launcher is not Launcher.DEEPSPEED or has_module(venv, "deepspeed"):
-        return case, ""
-    other = Launcher.TORCHRUN if has_module(venv, "torch") else Launcher.DIRECT
-    return (dataclasses.replace(case, launcher=other, launcher_args=()),
-            f"the deepspeed launcher is not installed in the point venv (no deepspeed): the script runs under "
-            f"{'torchrun' if other is Launcher.TORCHRUN else 'no launcher (dsbisect starts the ranks)'} instead")
-
-
-def no_rank_started(job: Job, line: Line, result: LaunchResult) -> str:
-    """Why a failed run tested nothing ("" when a rank started): a launcher line whose launcher
-    ended before any process of the point venv's Python ran as a rank (the start-up hook leaves
-    a file for each), e.g. a launcher the venv lacks (``No module named 'deepspeed'``)."""
-    if line.direct or not line.ranks.count or job.run.ranks_started():
-        return ""
-    text = read_tail(job.run.launcher_log, 1 << 16)
-    own = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("dsbisect:")]
-    said = redact((first_error(text) or (own[-1] if own else ""))[:300]) or f"exit {result.exit_code}"
-    kind = job.case.command.kind.value if job.case.command is not None else job.case.launcher.value
-    return (f"no rank of the job started: the {kind} launcher ended before starting any ({said}); "
-            "use a launcher installed in the point venv (torchrun comes with torch; or `launcher: direct`), "
-            "or install it in the base")
-
-
-def numbers_evidence(run: RunDir, seconds: float) -> Evidence:
-    """The run's numbers (``run.readings``) as its evidence keeps them."""
-    found = run_readings.collect(run, seconds)
-    return Evidence.of(readings=readings.to_json(found.readings) or None, readings_dropped=found.dropped or None)
-
-
-def folds_check(case: Case) -> bool:
-    """Whether the import check is made inside the run by the start-up hook: where the case's
-    launch line says its first interpreter is the point venv's (not an executable or srun's
-    tasks), not for a multi-node case (every node's venv is checked before the launch), not
-    with ``DSBISECT_CHECK_IMPORTS=0`` in the case's env."""
-    if case.nodes.multi or dict(case.env).get("DSBISECT_CHECK_IMPORTS") == "0":
-        return False
-    return line_for(case).folds_check
-
-
-def import_check_key(case: Case, accel: Accelerator, wanted: list[str]) -> tuple[str, ...]:
-    """What an import check depends on besides the venv: shims, case env, accelerator, dsbisect."""
-    from dsbisect import __version__
-    from dsbisect.envs.base import hook_source
-
-    return (*case.compat, digest({"env": [list(e) for e in case.env], "accel": accel.value, "wanted": wanted,
-                                  "dsbisect": __version__, "hook": hook_source()}))
