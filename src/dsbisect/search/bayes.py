@@ -17,8 +17,8 @@ Each next probe is the index whose one run carries the most expected information
 entropy); the search stops when one boundary holds probability ``>= P``, or at a cap of runs.
 That probability is taken with ``q`` fixed at a low quantile (``TAIL``) of what the flaky end's
 own runs say of it (``Belief.sure``): a few lucky early failures would otherwise make every pass
-look like strong evidence of a good point, and the figure would flatter (measured: at a 30 %
-rate, the plain posterior stopped at 0.95 was right in 90-93 % of the runs; this, in 95-97 %).
+look like strong evidence of a good point, and the figure would flatter (docs/benchmarks.md, "A
+flaky regression", has how often each is right).
 
 First the flaky end is run until it has failed ``end_fails`` times in at least ``end_min`` runs
 (at most ``end_runs`` runs), so that the rate has an estimate; then the other end once (it is

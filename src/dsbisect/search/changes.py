@@ -21,9 +21,9 @@ of its changes gives OLD.  The search:
 Costs without untestable trials, at width 1: one culprit at most ``ceil(log2 n) + 1`` trials
 (the prefix search, the culprit alone); an interaction pair at most ``2 ceil(log2 n) + 3`` (two
 prefix searches, the culprit found first alone, the pair, the other one alone). At width w the
-rounds are about ``log_(w+1) n`` per culprit (at most ``ceil(log_(w+1) n) + 1`` for one,
-measured for n < 130): once the culprit is one of at most w items, each is tried alone in the
-round of the last prefixes.
+rounds are about ``log_(w+1) n`` per culprit (at most ``ceil(log_(w+1) n) + 1`` for one; how
+far that was checked is in docs/benchmarks.md): once the culprit is one of at most w items, each
+is tried alone in the round of the last prefixes.
 
 Untestable (SKIP) prefixes are stepped around as ``git bisect skip`` does, but the untestable run
 is bounded from both sides by binary search rather than walked one length at a time.  The change

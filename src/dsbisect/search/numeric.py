@@ -139,7 +139,7 @@ class Exploration:
 
 def default_cap(n: int) -> int:
     """Runs a search may use: the ends' and about eight runs for each bisection step, twice over
-    (benchmarks/metric_search.py measures what it takes: 110 for 32 candidates)."""
+    (what that takes: benchmarks/metric_search.py, docs/benchmarks.md)."""
     return 30 + 16 * max(1, math.ceil(math.log2(max(2, n - 1))))
 
 
