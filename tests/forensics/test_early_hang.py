@@ -393,6 +393,7 @@ def test_ranks_loading_a_model_at_different_speeds_is_no_hang(tmp_path, hook_pat
         assert any("rank 0: BROADCAST" in r and "outside any collective" in r for r in rounds), rounds
 
 
+@pytest.mark.xdist_group("memory")  # GiBs of tensors: one worker with test_memory's small cgroups
 @pytest.mark.parametrize("backend", ["gloo", pytest.param("nccl", marks=pytest.mark.gpu)])
 def test_one_large_all_reduce_is_no_hang(tmp_path, hook_path, backend):
     cap = int(os.environ.get("DSBISECT_TEST_BIG_CAP", str(1 << 30)))
