@@ -108,7 +108,7 @@ class _Slow(http.server.SimpleHTTPRequestHandler):
 
     def do_GET(self):
         if any(h in self.path for h in self.held):
-            self.gate.wait(120)
+            self.gate.wait(900)
         super().do_GET()
 
     def log_message(self, *args):
@@ -144,13 +144,13 @@ def test_a_dsbisect_waiting_for_another_ones_venv_says_so_and_stops_on_ctrl_c(tm
     b = None
     try:
         wait_until(lambda: list(cache.glob("locks/*.lock")) and waits.holders(next(cache.glob("locks/*.lock"))),
-                   120, "A to hold the venv lock of dsb-wait 1.1.0")
+                   900, "A to hold the venv lock of dsb-wait 1.1.0")
         b = _dsbisect(["bisect", "dsb-wait", "1.0.0", "1.4.0", "--case", "toy", "--regress-on", "fail", "--jobs", "1",
                        "--store", str(tmp_path / "b"), *common], tmp_path, cache)
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(iter(b.stderr.readline, "")), daemon=True)
         reader.start()
-        said = wait_until(lambda: next((ln for ln in lines if ln.startswith("waiting for the venv of")), None), 240,
+        said = wait_until(lambda: next((ln for ln in lines if ln.startswith("waiting for the venv of")), None), 900,
                           "B to say it waits for the venv")
         assert "dsb-wait 1.1.0" in said and f"held by pid {a.pid} (" in said and "dsbisect run" in said, said
         before = "".join(lines[:lines.index(said)])

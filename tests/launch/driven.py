@@ -23,7 +23,7 @@ class Driven:
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, args=(spec, hooks), daemon=True)
         self.thread.start()
-        self.clock.sleepers(1)  # the watch loop's first look is done
+        self.clock.sleepers(thread=self.thread)  # the watch loop's first look is done (not another thread's)
 
     def _run(self, spec: LaunchSpec, hooks: dict) -> None:
         try:

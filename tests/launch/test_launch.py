@@ -294,3 +294,34 @@ def test_the_words_then_another_error_is_no_hang_however_slow_the_exit(tmp_path)
     res = launch(_spec(tmp_path, WORDS_THEN_ANOTHER_ERROR))
     assert not res.timed_out and res.exit_code == 1, res
     assert res.hang_line  # the words are still evidence for the verdict to weigh
+
+
+# The rank spins in one line, silently, for ever (NCCL's waits spin too); it writes its pid.
+SPINNING = """\
+import os, subprocess, sys
+spin = "import os\\nopen('rank.pid', 'w').write(str(os.getpid()))\\nprint('spinning', flush=True)\\nwhile True: pass\\n"
+sys.exit(subprocess.call([sys.executable, "-c", spin], env=dict(os.environ, RANK="0")))
+"""
+
+
+@pytest.mark.parametrize("parked", [False, True], ids=["computing", "parked-in-a-collective"])
+def test_a_silent_rank_that_uses_cpu_is_idle_only_when_parked_in_a_wait(tmp_path, parked):
+    """Past the idle limit, with a still stack (``on_idle`` says so), a rank that used CPU since
+    the output last grew is busy, unless its stack waits inside torch.distributed
+    (``on_parked``): then the CPU is a spinning wait and the run is a hang. On the driven
+    clock: the test lets the rank use half a CPU-second first, then moves the clock past the
+    idle limit (2 s), and the wall timeout (2.75 s) comes before a second idle check."""
+    import psutil
+
+    run = Driven(_spec(tmp_path, SPINNING, idle_timeout=2.0, wall_timeout=2.75),
+                 on_idle=lambda procs: True, on_parked=lambda procs: parked)
+    run.until(lambda: _logged(tmp_path, "spinning"), "the rank's line")
+    rank = psutil.Process(int((tmp_path / "rank.pid").read_text()))
+    run.until(lambda: sum(rank.cpu_times()[:2]) >= 0.5, "the rank to use half a CPU-second")
+    res = run.finish()
+    if parked:
+        assert "no output and no rank's stack moved for 2 s" in res.why, res
+        assert 2.0 < res.seconds <= 2.5, res
+    else:
+        assert "wall timeout" in res.why and res.seconds == 3.0, res
+    assert res.survivors == ()

@@ -301,7 +301,7 @@ def _start(tmp_path: Path, house: Path, cache_dir: Path, version: str, *extra: s
                             env=dict(os.environ, **(env or {})))
 
 
-def _wait_for_ranks(tmp_path: Path, n: int = 2, limit: float = 180) -> list[psutil.Process]:
+def _wait_for_ranks(tmp_path: Path, n: int = 2, limit: float = 900) -> list[psutil.Process]:
     """The run's rank processes, once ``n`` of them are up (found by their tag)."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:

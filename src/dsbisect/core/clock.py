@@ -97,12 +97,18 @@ class ManualClock:
                     self._settle()
                     return
 
-    def sleepers(self, n: int = 1) -> None:
-        """Wait (in real time, up to ``settle_s``) until ``n`` threads wait on this clock: a
-        thread just started has not looked yet."""
+    def sleepers(self, n: int = 1, thread: threading.Thread | None = None) -> None:
+        """Wait (in real time, up to ``settle_s``) until ``n`` threads wait on this clock (or
+        ``thread`` does): a thread just started has not looked yet, and the clock must not move
+        before it waits (its own times count from its first wait)."""
+        def waiting() -> int:
+            if thread is not None:
+                return int(self.waiting.get(thread) is not None or not thread.is_alive()) * n
+            return sum(due is not None and t.is_alive() for t, due in self.waiting.items())
+
         with self.cond:
             deadline = time.monotonic() + self.settle_s
-            while sum(due is not None and t.is_alive() for t, due in self.waiting.items()) < n:
+            while waiting() < n:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"fewer than {n} threads wait on the clock after {self.settle_s:g} s")
                 self.cond.wait(self.POLL_S)
