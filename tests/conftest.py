@@ -24,9 +24,8 @@ from helpers import (ToyHang, cli_json, git, invoke_cli, live_pids, make_case, o
                      toy_hang, wait_until, write_matrix)  # the tests import these from conftest
 from indexes import DatedIndex, SimpleIndex  # noqa: E402,F401
 
-# A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment: a console made
-# when dsbisect.cli is imported would keep 80 columns for every test (the CLI runner's
-# COLUMNS=220 comes later). A worker's environment is a plain run's.
+# A pytest-xdist worker starts with COLUMNS=80, LINES=24: a console made when dsbisect.cli is
+# imported would keep 80 columns for every test. A worker's environment is a plain run's.
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)
@@ -41,9 +40,8 @@ def pytest_sessionstart(session):
     base_env.cache_bytecode(base_env.inspect_base(sys.executable))
 
 
-# The releases of dsb-toy that most tests use: 1.3.0 introduces the hang.
 TOY_RELEASES = {"1.0.0": "ok", "1.1.0": "ok", "1.2.0": "ok", "1.3.0": "skip", "1.4.0": "skip", "1.5.0": "skip",
-                "1.6.0": "skip", "1.7.0": "skip"}
+                "1.6.0": "skip", "1.7.0": "skip"}  # the toy releases most tests use: 1.3.0 hangs
 
 
 def _cuda_gpus() -> int:
