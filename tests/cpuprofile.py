@@ -6,7 +6,7 @@ writes one JSON line per test (setup, call and teardown together): ``id``, ``wal
 ``self_cpu`` (this process: the in-process CLI), ``child_cpu`` (the processes it started and
 reaped: launchers, ranks, uv, subprocess CLIs; not what Slurm or an sshd ran), ``load0`` and
 ``load1`` (the 1-minute load average before and after), ``worker`` (pytest-xdist's, or ""),
-``kind`` (``alone``, ``light``, ``slow`` or ``fast``: the lane it belongs to, tests/conftest.py),
+``kind`` (``slow`` or ``fast``),
 ``start`` (its monotonic start, to lay the workers' lanes side by side).
 CPU seconds carry over between machines and loads; wall seconds only say the load beside them.
 """
@@ -37,7 +37,7 @@ def pytest_runtest_protocol(item, nextitem):
     record = {"id": item.nodeid, "wall": round(time.monotonic() - wall, 2), "self_cpu": round(own2 - own, 2),
               "child_cpu": round(children2 - children, 2), "load0": load, "load1": os.getloadavg()[0],
               "worker": os.environ.get("PYTEST_XDIST_WORKER", ""),
-              "kind": next((k for k in ("alone", "light", "slow") if item.get_closest_marker(k)), "fast"),
+              "kind": "slow" if item.get_closest_marker("slow") else "fast",
               "start": round(wall, 2)}
     with open(OUT, "a") as f:
         f.write(json.dumps(record) + "\n")

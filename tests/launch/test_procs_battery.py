@@ -2,9 +2,11 @@
 
 - kill -9 of a real ``dsbisect run`` whose rank started a ``sleep``, an ``os.fork`` child, a
   ``multiprocessing`` fork child and a double-forked, setsid, signal-ignoring daemon: every
-  one is gone within 5 s (the run's guard, a child subreaper, kills its whole tree).
-- SIGTERM to ``dsbisect run`` while its rank has 50 such daemons: all gone within 5 s of the
-  signal, exit 143, the run recorded interrupted.
+  one is gone (the run's guard, a child subreaper, kills its whole tree; nothing else would).
+- SIGTERM to ``dsbisect run`` while its rank has 50 such daemons: all gone, exit 143, the run
+  recorded interrupted. How soon (within 5 s on a quiet machine) is printed, not asserted:
+  the tests wait for the processes to be gone for up to ``GONE_S``, so a loaded machine fails
+  none, and a daemon that nothing kills still fails them.
 - A 1.5 GB (sparse) file named on the command line is digested with bounded memory; a package
   that prints hundreds of MB at import, and any command that prints as much, is read with
   bounded memory and kept as head and tail; files read whole are refused past a limit.
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import toypkg
-from conftest import live_pids, offline
+from conftest import live_pids, offline, wait_until
 
 from dsbisect.core import proc
 from dsbisect.launch import reaper
@@ -30,6 +32,7 @@ from dsbisect.core.model import RunStatus
 from dsbisect.store.store import Store
 
 SRC = str(Path(__file__).parents[2] / "src")
+GONE_S = 120.0  # the longest a test waits for processes to be gone (a guard against a test that hangs)
 
 # A rank that leaves every kind of child a rank can leave.  PROCS_DAEMONS of them are setsid
 # daemons that ignore INT, TERM and HUP, every second one double-forked (its parent exits, so
@@ -139,30 +142,30 @@ def test_kill_9_of_dsbisect_leaves_no_child_of_a_rank(tmp_path, house, cache_dir
     run.kill()
     t0 = time.monotonic()
     run.communicate()
-    left = _left_after(pids, t0, 5.0)
-    print(f"kill -9: {len(pids)} processes, {len(left)} left after 5 s ({time.monotonic() - t0:.2f} s)")
-    assert left == [], f"still running 5 s after kill -9 of dsbisect: {left}"
-    # ...and nothing else of the run (its launcher's interpreters) within the same 5 s: the guard
-    # SIGKILLs them at once, but a large process is torn down by the kernel for a while, running
-    # in /proc until it is a zombie (seen under four pytest workers: one left 0.02 s after the kill)
-    tagged = _still_after(lambda: reaper.tagged(run_dir), t0, 5.0)
-    assert tagged == [], f"still running 5 s after kill -9 of dsbisect: {tagged}"
+    left = _left_after(pids, t0, GONE_S)  # signal-ignoring daemons: without the guard, never
+    print(f"kill -9: {len(pids)} processes, {len(left)} left ({time.monotonic() - t0:.2f} s)")
+    assert left == [], f"still running {GONE_S:g} s after kill -9 of dsbisect: {left}"
+    # ...and nothing else of the run (its launcher's interpreters): the guard SIGKILLs them at
+    # once, but a large process is torn down by the kernel for a while, running in /proc until
+    # it is a zombie (seen under four pytest workers: one left 0.02 s after the kill)
+    tagged = _still_after(lambda: reaper.tagged(run_dir), t0, GONE_S)
+    assert tagged == [], f"still running {GONE_S:g} s after kill -9 of dsbisect: {tagged}"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code, points", [(signal.SIGTERM, 143, 1), (signal.SIGINT, 130, 1), (signal.SIGHUP, 129, 2)],
                          ids=["TERM", "INT", "HUP-two-runs-at-once"])
-def test_a_signal_stops_50_signal_ignoring_daemons_within_5_s(tmp_path, house, cache_dir, sig, code, points):
+def test_a_signal_stops_50_signal_ignoring_daemons(tmp_path, house, cache_dir, sig, code, points):
     versions = ("1.0.0", "1.1.0")[:points]  # two: each run's teardown is on a worker thread of its own
     run, pids_file = _start(tmp_path, house, cache_dir, daemons=50 // points, versions=versions)
     pids = _started(run, pids_file, points)
     run.send_signal(sig)
     t0 = time.monotonic()
-    left = _left_after(pids, t0, 5.0)
+    left = _left_after(pids, t0, GONE_S)
     took = time.monotonic() - t0
-    _, err = run.communicate(timeout=60)
-    print(f"{sig.name}: {len(pids)} processes, {len(left)} left after 5 s (all gone in {took:.2f} s)")
-    assert left == [], f"{len(left)} of {len(pids)} still running 5 s after {sig.name}"
+    _, err = run.communicate(timeout=GONE_S)
+    print(f"{sig.name}: {len(pids)} processes, {len(left)} left (all gone in {took:.2f} s)")
+    assert left == [], f"{len(left)} of {len(pids)} still running {GONE_S:g} s after {sig.name}"
     assert run.returncode == code, err
     records = Store(tmp_path / ".dsbisect").runs(include_unfinished=True)
     assert len(records) == points and all(r.status is RunStatus.INTERRUPTED for r in records), records
@@ -312,9 +315,10 @@ time.sleep(600)
 
 
 @pytest.mark.slow
-def test_a_signal_while_a_stack_snapshot_holds_the_launch_still_stops_the_tree_within_5_s(tmp_path):
+def test_a_signal_while_a_stack_snapshot_holds_the_launch_still_stops_the_tree(tmp_path):
     """A signal sets the runner's cancel while the launch's thread is inside a slow hook (a py-spy
-    dump of a stuck rank can take 20 s): the guard kills the tree all the same."""
+    dump of a stuck rank can take 20 s): the guard kills the tree all the same, while the hook
+    still holds the thread (it is released only once the tree is gone)."""
     import threading
 
     from dsbisect.launch.supervise import LaunchSpec, launch
@@ -326,22 +330,23 @@ def test_a_signal_while_a_stack_snapshot_holds_the_launch_still_stops_the_tree_w
     cancel, release, signalled = threading.Event(), threading.Event(), []
 
     def slow_snapshot(procs, why):
+        wait_until(lambda: (tmp_path / "pids").is_file(), GONE_S, "the launcher's pids")
         signalled.append(time.monotonic())
         cancel.set()  # what the runner does on SIGTERM
-        release.wait(30)
+        release.wait(600)  # held until the test saw the tree gone: only the backstop can kill it
 
     results = []
     worker = threading.Thread(target=lambda: results.append(launch(spec, on_hang=slow_snapshot, cancel=cancel)))
     worker.start()
-    deadline = time.monotonic() + 60
-    while not signalled and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: signalled, GONE_S, "the slow snapshot")
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
-    left = _left_after(pids, signalled[0], 5.0)
+    left = _left_after(pids, signalled[0], GONE_S)
     gone_in = time.monotonic() - signalled[0]
+    held = not release.is_set() and worker.is_alive()
     release.set()
-    worker.join(30)
-    assert left == [] and gone_in < 5.0, f"{left} still running {gone_in:.1f} s after the cancel"
+    worker.join(GONE_S)
+    print(f"the tree gone {gone_in:.1f} s after the cancel, the hook still holding the thread")
+    assert left == [] and held, f"{left} still running {gone_in:.1f} s after the cancel"
     assert results and not live_pids(pids)
 
 

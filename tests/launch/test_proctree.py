@@ -7,6 +7,7 @@ import sys
 import time
 
 import psutil
+from conftest import wait_until
 
 from dsbisect.core.proc import is_live
 from dsbisect.launch.proctree import rank_processes, stop_tree, teardown, track
@@ -15,13 +16,13 @@ from dsbisect.launch.guard import Guarded
 # rank 0 and rank 1 (RANK in their environment), and a worker that rank 0 forks (it inherits RANK)
 TREE = """
 import os, subprocess, sys, time
-code = "import os, sys, time\\nif os.environ['RANK'] == '0': os.fork()\\ntime.sleep(60)"
+code = "import os, sys, time\\nif os.environ['RANK'] == '0': os.fork()\\ntime.sleep(600)"
 for r in (0, 1):
     subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, RANK=str(r)))
-time.sleep(60)
+time.sleep(600)
 """
 STUBBORN = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nsignal.signal(signal.SIGTERM, " \
-           "signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(60)"
+           "signal.SIG_IGN)\nprint('ready', flush=True)\ntime.sleep(600)"
 
 
 def _start(tmp_path, code: str) -> Guarded:
@@ -30,7 +31,7 @@ def _start(tmp_path, code: str) -> Guarded:
 
 
 def _tracked(proc: Guarded, want: int, seen: dict) -> None:
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # a guard: the loop ends once the processes are seen
     while len(seen) < want and time.monotonic() < deadline:
         track(proc.pid, seen)
         time.sleep(0.1)
@@ -54,10 +55,10 @@ def test_the_ranks_are_the_top_processes_with_rank_and_the_teardown_stops_every_
 # job), below it a second launcher process that inherited it too (DeepSpeed's runner -> launch.py)
 NESTED = """
 import os, subprocess, sys, time
-code = "import os, sys, time\\nif os.environ['RANK'] == '0': os.fork()\\nopen('ready', 'a').write('r\\\\n')\\ntime.sleep(60)"
-inner = "import os, subprocess, sys, time\\nfor r in (0, 1): subprocess.Popen([sys.executable, '-c', %r], env=dict(os.environ, RANK=str(r)))\\ntime.sleep(60)" % code
+code = "import os, sys, time\\nif os.environ['RANK'] == '0': os.fork()\\nopen('ready', 'a').write('r\\\\n')\\ntime.sleep(600)"
+inner = "import os, subprocess, sys, time\\nfor r in (0, 1): subprocess.Popen([sys.executable, '-c', %r], env=dict(os.environ, RANK=str(r)))\\ntime.sleep(600)" % code
 subprocess.Popen([sys.executable, "-c", inner])
-time.sleep(60)
+time.sleep(600)
 """
 
 
@@ -65,10 +66,8 @@ def test_a_launcher_that_carries_rank_is_never_counted_as_a_rank(tmp_path):
     with open(tmp_path / "log", "ab") as log:
         proc = Guarded.start((sys.executable, "-c", NESTED), {"PATH": "/usr/bin:/bin", "RANK": "2"}, tmp_path, log)
     seen: dict[int, psutil.Process] = {}
-    deadline = time.monotonic() + 60  # each rank and the worker write a line once started: an event
-    while time.monotonic() < deadline and (not (tmp_path / "ready").exists()
-                                           or len((tmp_path / "ready").read_text().split()) < 3):
-        time.sleep(0.05)
+    wait_until(lambda: (tmp_path / "ready").exists() and len((tmp_path / "ready").read_text().split()) >= 3, 120,
+               "each rank and the worker to write a line once started")
     _tracked(proc, 5, seen)  # two launcher processes, two ranks, rank 0's worker
     try:
         assert len(seen) == 5, seen
@@ -81,12 +80,9 @@ def test_a_launcher_that_carries_rank_is_never_counted_as_a_rank(tmp_path):
 
 def test_stop_tree_ends_with_sigkill_what_ignores_int_and_term(tmp_path):
     proc = _start(tmp_path, STUBBORN)
-    deadline = time.monotonic() + 20
-    while b"ready" not in (tmp_path / "log").read_bytes() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: b"ready" in (tmp_path / "log").read_bytes(), 120, "the stubborn process to be ready")
     seen: dict[int, psutil.Process] = {}
-    t0 = time.monotonic()
     assert stop_tree(proc.pid, seen, grace=(0.2, 0.2)) == ()
-    assert time.monotonic() - t0 < 5 and not is_live(seen[proc.pid])
+    assert not is_live(seen[proc.pid])
     assert proc.poll() == -9
     proc.close()

@@ -10,7 +10,6 @@ import io
 import json
 import math
 import re
-import time
 
 import pytest
 from rich.console import Console
@@ -18,6 +17,7 @@ from rich.console import Console
 import toypkg
 from conftest import offline, write_matrix
 from dsbisect.core import eta
+from dsbisect.core.clock import ManualClock
 from dsbisect.run import phases
 from dsbisect.bisect.bisection import range_note, steps_for
 from dsbisect.core.errors import InputError
@@ -103,22 +103,23 @@ def test_an_op_build_is_said_once_its_lock_is_held_for_two_looks():
     assert phases.next_phase("", mine, mine, none).startswith("compiling the my_ext extension")
 
 
-class _Quick(phases.PhaseWatch):
-    EVERY_S = 0.05
-
-
 def test_phase_watch_says_a_real_build_folder_s_phases(tmp_path):
     said: list[str] = []
     op = tmp_path / "deepspeed_shm_comm"
-    with _Quick(tmp_path, said.append):
-        time.sleep(0.3)
+    clock = ManualClock()
+    with phases.PhaseWatch(tmp_path, said.append, clock=clock):
+        clock.sleepers(1)
+        clock.advance(3)  # three looks
         assert said == []  # nothing to say about a run that builds nothing
         op.mkdir()
         (op / "lock").write_text("")
-        _wait(lambda: said)
+        clock.advance(1)
+        assert said == []  # the lock held at one look only: torch takes it to find a built op, too
+        clock.advance(1)
+        assert len(said) == 1
         (op / "deepspeed_shm_comm.so").write_bytes(b"")
         (op / "lock").unlink()
-        _wait(lambda: len(said) > 1)
+        clock.advance(1)
     assert said == ["compiling DeepSpeed's shm_comm op (first run of this venv; later runs load it)",
                     "running (the op is built)"]
 
@@ -133,29 +134,25 @@ def test_phase_watch_says_this_run_s_shared_op_build_and_not_another_job_s(tmp_p
     venv_ext, shared, run_dir = tmp_path / "torch_extensions", tmp_path / "ops", tmp_path / "run"
     shared.mkdir()
     run_dir.mkdir()
-    with _Quick(venv_ext, said.append, run_dir):
+    clock = ManualClock()
+    with phases.PhaseWatch(venv_ext, said.append, run_dir, clock=clock):
+        clock.sleepers(1)
         (shared / "deepspeed_shm_comm-4567ef01.tmp" / "build").mkdir(parents=True)  # another job's build
-        time.sleep(0.3)
+        clock.advance(3)
         assert said == []
         claim = run_dir / "ops-building" / "deepspeed_shm_comm.4242"
         claim.parent.mkdir()
         claim.write_text("")  # a rank of this run makes (or waits for) the shared build
-        _wait(lambda: said)
+        clock.advance(2)
+        assert len(said) == 1
         claim.unlink()
-        _wait(lambda: len(said) > 1)
+        clock.advance(1)
     assert said[0].startswith("compiling DeepSpeed's shm_comm op")
     assert said[1] == "running (the op is built)"
     assert phases.look_claims(tmp_path / "missing") == phases.Builds()
     (run_dir / "ops-building" / "cpu_adam.7").write_text("")
     (run_dir / "ops-building" / "cpu_adam.8").write_text("")  # two ranks of one run: one op
     assert phases.look_claims(run_dir) == phases.Builds(building=("cpu_adam",))
-
-
-def _wait(cond, timeout: float = 5.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < end, "timed out"
-        time.sleep(0.02)
 
 
 def test_a_look_ahead_build_is_worded_as_one():
@@ -194,69 +191,90 @@ def test_points_this_machine_cannot_run_are_no_part_of_the_time_left():
     assert ui.rounds[0] >= 40 and len(ui.rounds) == 2
 
 
+def _beats(buf: io.StringIO) -> list[str]:
+    return [ln for ln in buf.getvalue().splitlines() if ln.startswith("  … still ")]
+
+
 def test_piped_a_heartbeat_line_comes_while_nothing_else_is_printed():
     console, buf = _piped()
-    ui = ProgressUI(heartbeat=0.2, console=console)
+    clock = ManualClock()
+    ui = ProgressUI(heartbeat=2, console=console, clock=clock)
     with ui.running():
+        clock.sleepers(1)
         ui("run", "toy · 1.0.0: compiling DeepSpeed's shm_comm op (first run of this venv; later runs load it)")
-        time.sleep(0.9)
-        ui("done", "toy · 1.0.0: pass in 1.5 s")
-        time.sleep(0.5)  # nothing under way: no heartbeat
+        clock.advance(1.9)
+        assert _beats(buf) == []  # not yet 2 s of quiet
+        clock.advance(0.1)
+        assert len(_beats(buf)) == 1
+        clock.advance(5)  # one more at 4 s and at 6 s, each 2 s after the last line printed
+        assert len(_beats(buf)) == 3
+        ui("done", "toy · 1.0.0: pass in 7.0 s")
+        clock.advance(10)  # nothing under way: no heartbeat
     lines = buf.getvalue().splitlines()
-    beats = [ln for ln in lines if ln.startswith("  … still ")]
-    assert 2 <= len(beats) <= 5, lines  # one per 0.2 s of quiet
-    for ln in beats:
-        assert re.search(r"compiling DeepSpeed's shm_comm op \(first run of this venv; later runs load it\)  "
-                         r"0:0\d  \(0:0\d in all\)$", ln), ln
-    assert lines[-1] == "  toy · 1.0.0: pass in 1.5 s"
+    assert [re.sub(r".*  (\S+)  \((\S+) in all\)$", r"\1 \2", ln) for ln in _beats(buf)] == \
+        ["0:02 0:02", "0:04 0:04", "0:06 0:06"], lines
+    assert all("compiling DeepSpeed's shm_comm op (first run of this venv; later runs load it)" in ln
+               for ln in _beats(buf))
+    assert lines[-1] == "  toy · 1.0.0: pass in 7.0 s"
 
 
 def test_piped_the_heartbeat_is_quiet_while_other_lines_come():
     console, buf = _piped()
-    ui = ProgressUI(heartbeat=0.4, console=console)
+    clock = ManualClock()
+    ui = ProgressUI(heartbeat=4, console=console, clock=clock)
     with ui.running():
+        clock.sleepers(1)
         ui("run", "toy · 1.0.0: running")
         for _ in range(6):
-            time.sleep(0.1)
+            clock.advance(3)
             ui("note", "something else")
-    assert "still" not in buf.getvalue()
+        assert "still" not in buf.getvalue()
+        clock.advance(4)  # and once the other lines stop, it comes
+    assert len(_beats(buf)) == 1
 
 
 def test_no_heartbeat_when_it_is_off():
     console, buf = _piped()
-    ui = ProgressUI(heartbeat=0, console=console)
+    clock = ManualClock()
+    ui = ProgressUI(heartbeat=0, console=console, clock=clock)
     with ui.running():
         ui("run", "toy · 1.0.0: running")
-        time.sleep(0.3)
+        clock.advance(100)
     assert "still" not in buf.getvalue()
 
 
 def test_on_a_terminal_the_clock_ticks_with_no_new_event():
+    from conftest import wait_until
+
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=160, markup=False, highlight=False)
-    ui = ProgressUI(console=console)
+    clock = ManualClock()
+    ui = ProgressUI(console=console, clock=clock)
     with ui.running():
         ui("run", "toy · 1.0.0: compiling DeepSpeed's shm_comm op")
         ui("ahead", "look-ahead for toy · 1.1.0 (the next point): building env 1a2b (dsb-toy==1.1.0)")
-        time.sleep(1.4)
+        wait_until(lambda: "compiling DeepSpeed's shm_comm op  0:00" in buf.getvalue(), 60, "the first frame")
+        clock.advance(1)  # no event: Live's own refresh shows the clock moved
+        wait_until(lambda: "compiling DeepSpeed's shm_comm op  0:01" in buf.getvalue(), 60, "a frame at 0:01")
     out = buf.getvalue()
-    assert "compiling DeepSpeed's shm_comm op  0:00" in out and "compiling DeepSpeed's shm_comm op  0:01" in out
     assert "(0:01 in all)" in out
     assert "look-ahead for toy · 1.1.0 (the next point): building env 1a2b (dsb-toy==1.1.0)  0:01" in out
 
 
 def test_a_matrix_says_the_time_left_once_a_point_has_run():
     console, buf = _piped()
-    ui = ProgressUI(total=4, heartbeat=0, console=console)
+    clock = ManualClock()
+    ui = ProgressUI(total=4, heartbeat=0, console=console, clock=clock)
     with ui.running():
         ui("reused", "toy · 1.0.0: pass (run 1, recorded)")  # recorded: no pace from it
-        time.sleep(0.3)
-        ui("done", "toy · 1.1.0: pass in 0.3 s")
-        ui("done", "toy · 1.2.0: pass in 0.3 s")
+        clock.advance(5)
+        ui("done", "toy · 1.1.0: pass in 5 s")
+        clock.advance(7)
+        ui("done", "toy · 1.2.0: pass in 7 s")
     lines = buf.getvalue().splitlines()
     assert lines[0] == "  [point 1 of 4] toy · 1.0.0: pass (run 1, recorded)"
-    assert lines[1] == "  [point 2 of 4] toy · 1.1.0: pass in 0.3 s · about 10 s left"
-    assert lines[2].startswith("  [point 3 of 4] toy · 1.2.0: pass in 0.3 s · about ")
+    assert lines[1] == "  [point 2 of 4] toy · 1.1.0: pass in 5 s · about 10 s left"
+    assert lines[2] == "  [point 3 of 4] toy · 1.2.0: pass in 7 s · about 10 s left", lines  # median 6 s
 
 
 @pytest.mark.parametrize("raw, value", [("", 30.0), ("5", 5.0), ("0", 0.0), (" 12.5 ", 12.5)])
@@ -317,11 +335,15 @@ def test_a_piped_bisection_says_its_range_look_ahead_pace_and_one_time_per_run(t
 
 def test_no_heartbeat_under_a_question_to_the_user():
     console, buf = _piped()
-    ui = ProgressUI(heartbeat=0.2, console=console)
+    clock = ManualClock()
+    ui = ProgressUI(heartbeat=2, console=console, clock=clock)
     with ui.running():
+        clock.sleepers(1)
         ui("run", "toy · 1.0.0: preparing venv")
         with ui.paused():  # bisect --manual asks "good, bad or skip"
-            time.sleep(0.5)
+            clock.advance(10)
         assert "still" not in buf.getvalue()
-        time.sleep(0.6)
+        clock.advance(1.9)
+        assert "still" not in buf.getvalue()  # the quiet counts from the answer
+        clock.advance(0.1)
     assert "  … still toy · 1.0.0: preparing venv" in buf.getvalue()

@@ -173,7 +173,7 @@ def test_a_build_lock_left_by_a_killed_run_is_no_hang(tmp_path, cli, house, cach
     (nobody runs from the venv), so that run passes instead of timing out as a HANG."""
     (tmp_path / "one.py").write_text(BATON)
     (tmp_path / "matrix.yaml").write_text("""\
-defaults: {accelerator: cpu, nproc: 1, timeout: 60, idle_timeout: 20, env: {OMP_NUM_THREADS: "1"}}
+defaults: {accelerator: cpu, nproc: 1, timeout: 600, idle_timeout: 20, env: {OMP_NUM_THREADS: "1"}}
 cases:
   baton: {script: one.py, axes: {dsb-direct: ["1.0.0"]}}
 """)

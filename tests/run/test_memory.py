@@ -321,6 +321,7 @@ def _seeded(tmp_path: Path, cgroup: Path, house: Path, cache_dir: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("memory")  # small cgroups: one worker with the GiB all_reduce
 def test_in_a_small_cgroup_points_run_one_at_a_time_and_an_oom_kill_runs_again_alone(
         tmp_path, cache_dir, hog_house):
     with memory_cgroup(LIMIT) as cgroup:
@@ -343,6 +344,7 @@ def test_in_a_small_cgroup_points_run_one_at_a_time_and_an_oom_kill_runs_again_a
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("memory")  # small cgroups: one worker with the GiB all_reduce
 def test_a_point_killed_alone_too_stays_untestable_and_says_so(tmp_path, cache_dir, hog_house):
     with memory_cgroup(LIMIT) as cgroup:
         _seeded(tmp_path, cgroup, hog_house, cache_dir)

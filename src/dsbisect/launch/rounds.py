@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from dsbisect.core.clock import REAL, Clock
 from dsbisect.forensics import deadlock
 from dsbisect.forensics.proofrecord import ProofRecord
 from dsbisect.core.files import DATA_LIMIT, read_small
@@ -58,8 +58,8 @@ class Rounds:
     nothing, after ``every`` seconds.  The answers of a round that proved nothing stay
     until the next round begins."""
 
-    def __init__(self, run: RunDir, times: RoundTimes, t0: float) -> None:
-        self.run, self.times, self.t0 = run, times, t0
+    def __init__(self, run: RunDir, times: RoundTimes, t0: float, clock: Clock = REAL) -> None:
+        self.run, self.times, self.t0, self.clock = run, times, t0, clock
         self.ranks = RankTable()
         self.thread: threading.Thread | None = None
         self.stopped = threading.Event()
@@ -99,7 +99,7 @@ class Rounds:
 
     def keep(self, found: Found) -> None:
         """Write the proof beside the answers it stands on, for ``dsbisect show``."""
-        record = ProofRecord.of(found.proof, found.requests, found.snapshots, time.time())
+        record = ProofRecord.of(found.proof, found.requests, found.snapshots, self.clock.time())
         try:
             _write_json(self.run.deadlock_proof, record.to_json())
         except OSError:
@@ -113,7 +113,7 @@ class Rounds:
             if first is None:
                 pause = 1.0
                 return
-            if self.stopped.wait(self.times.gap):
+            if self.clock.wait(self.stopped, self.times.gap):
                 return
             second = self._snapshot()
             if second is None:
@@ -128,9 +128,9 @@ class Rounds:
                                                            for s in second[1].ranks))
         except Exception as e:  # noqa: BLE001 - the early verdict is optional; the timeout still stands
             self.error = f"{type(e).__name__}: {e}"
-            self._log(f"at {time.monotonic() - self.t0:.1f} s: round failed: {self.error}")
+            self._log(f"at {self.clock.monotonic() - self.t0:.1f} s: round failed: {self.error}")
         finally:
-            self.next_at = time.monotonic() + pause
+            self.next_at = self.clock.monotonic() + pause
 
     def _snapshot(self) -> tuple[int, deadlock.Snapshot, float] | None:
         """Ask every rank once: (request, snapshot, monotonic time it was complete); None when no
@@ -141,25 +141,25 @@ class Rounds:
         self.n += 1
         n = self.n
         run.fr_dir.mkdir(parents=True, exist_ok=True)
-        _write_json(run.fr_request(n), {"n": n, "time": time.time()})
-        deadline = time.monotonic() + self.times.answer
+        _write_json(run.fr_request(n), {"n": n, "time": self.clock.time()})
+        deadline = self.clock.monotonic() + self.times.answer
         while True:
-            look = time.monotonic()
+            look = self.clock.monotonic()
             answers = _read_answers(run, n)
             world = max((s.world_size or 0 for s in answers.values()), default=0)
-            now = time.monotonic()
+            now = self.clock.monotonic()
             gone = {r: self.ranks.gone_for(r, now) for r in range(world)}
             if world and all(r in answers or gone[r] is not None for r in range(world)):
                 break
-            if now > deadline or self.stopped.wait(0.1):
+            if now > deadline or self.clock.wait(self.stopped, 0.1):
                 break
         if not answers:
-            self._log(f"at {time.monotonic() - self.t0:.1f} s, request {n}: no rank answered")
+            self._log(f"at {self.clock.monotonic() - self.t0:.1f} s, request {n}: no rank answered")
             return None
         ranks = tuple(answers[r] if r in answers else
                       deadlock.gone_snapshot(r, gone[r]) if gone.get(r) is not None else
                       deadlock.missing_snapshot(r) for r in range(world))
-        return n, deadlock.Snapshot(at=time.monotonic() - self.t0, ranks=ranks), look
+        return n, deadlock.Snapshot(at=self.clock.monotonic() - self.t0, ranks=ranks), look
 
     def _log(self, line: str) -> None:
         try:

@@ -38,13 +38,13 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import psutil
 
+from dsbisect.core.clock import REAL, Clock
 from dsbisect.forensics import deadlock
 from dsbisect.launch.guard import Guarded
 from dsbisect.verdict.outcome import HANG_PATTERNS, is_hang_text  # noqa: F401 - HANG_PATTERNS: its old home
@@ -95,9 +95,13 @@ class _Watch:
     """Incremental reader of every log of the run."""
 
     run: RunDir
+    clock: Clock = REAL
     offsets: dict[Path, int] = field(default_factory=dict)
-    last_growth: float = field(default_factory=time.monotonic)
+    last_growth: float = 0.0
     partial: dict[Path, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.last_growth = self.clock.monotonic()
 
     def new_lines(self) -> Iterator[str]:
         """The lines written since the last call, read a bounded chunk at a time: a rank that
@@ -110,7 +114,7 @@ class _Watch:
             start = self.offsets.get(path, 0)
             if size <= start:
                 continue
-            self.last_growth = time.monotonic()
+            self.last_growth = self.clock.monotonic()
             with open(path, "rb") as f:
                 f.seek(start)
                 while start < size:
@@ -152,12 +156,13 @@ class StartError(Exception):
 
 def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook | None = None,
            on_idle: IdleCheck | None = None, cancel: threading.Event | None = None,
-           on_parked: IdleCheck | None = None) -> LaunchResult:
+           on_parked: IdleCheck | None = None, clock: Clock = REAL) -> LaunchResult:
     """Run ``spec`` to its end; ``cancel`` (set from another thread) stops it like Ctrl-C.
     ``on_parked``: whether every rank's stack, as ``on_idle`` last took it, waits inside
-    torch.distributed (without it, a rank that uses CPU is never idle)."""
+    torch.distributed (without it, a rank that uses CPU is never idle). ``clock``: what the
+    deadlines, the idle limit and the early verdict's rounds are timed by (a test drives one)."""
     spec.run.path.mkdir(parents=True, exist_ok=True)
-    t0 = time.monotonic()
+    t0 = clock.monotonic()
     with open(spec.run.launcher_log, "ab") as log:
         try:
             proc = Guarded.start(spec.argv, spec.env, spec.cwd, log)
@@ -168,7 +173,7 @@ def launch(spec: LaunchSpec, on_hang: RankHook | None = None, on_quiet: RankHook
     if cancel is not None:
         threading.Thread(target=_backstop, args=(proc, cancel, done), name="dsbisect-backstop", daemon=True).start()
     try:
-        result = _watch(_Hooks(on_hang, on_quiet, on_idle, cancel, on_parked), proc, spec, seen, t0)
+        result = _watch(_Hooks(on_hang, on_quiet, on_idle, cancel, on_parked, clock), proc, spec, seen, t0)
     except BaseException:
         teardown(proc, seen)
         raise
@@ -201,6 +206,7 @@ class _Hooks:
     on_idle: IdleCheck | None
     cancel: threading.Event | None
     on_parked: IdleCheck | None = None
+    clock: Clock = REAL
 
 
 @dataclass(frozen=True)
@@ -217,8 +223,12 @@ class _Loop:
     rounds: Rounds | None  # the early deadlock verdict's, when asked for
     words: _Words
     rss: _Rss
-    work: _ChildWork = field(default_factory=lambda: _ChildWork())
-    cpu: _RankCpu = field(default_factory=lambda: _RankCpu())
+    work: _ChildWork
+    cpu: _RankCpu
+
+    @property
+    def clock(self) -> Clock:
+        return self.hooks.clock
 
     def ended(self, now: float, code: int | None = None, hang_line: str = "", hang_at: float | None = None,
               why: str = "", proof: deadlock.Proof | None = None) -> LaunchResult:
@@ -229,8 +239,10 @@ class _Loop:
 
 def _watch(hooks: _Hooks, proc: Guarded, spec: LaunchSpec, seen: dict[int, psutil.Process],
            t0: float) -> LaunchResult:
-    rounds = Rounds(spec.run, spec.rounds, t0) if spec.early_hang else None
-    loop = _Loop(proc, spec, seen, t0, hooks, _Watch(spec.run), _Snapshot(hooks.on_quiet), rounds, _Words(), _Rss())
+    clock = hooks.clock
+    rounds = Rounds(spec.run, spec.rounds, t0, clock) if spec.early_hang else None
+    loop = _Loop(proc, spec, seen, t0, hooks, _Watch(spec.run, clock), _Snapshot(hooks.on_quiet), rounds, _Words(),
+                 _Rss(clock), _ChildWork(clock), _RankCpu(clock))
     try:
         return _watch_loop(loop)
     finally:
@@ -246,7 +258,7 @@ def _watch_loop(loop: _Loop) -> LaunchResult:
             raise KeyboardInterrupt
         code = loop.proc.poll()
         _look(loop)
-        now = time.monotonic()
+        now = loop.clock.monotonic()
         if code is not None:  # the snapshot's py-spy and faulthandler end with the ranks
             loop.snapshot.wait(timeout=1.0)
             return loop.ended(now, code, hang_line=loop.words.first, hang_at=loop.words.first_at)
@@ -258,7 +270,7 @@ def _watch_loop(loop: _Loop) -> LaunchResult:
             quiet_taken = loop.snapshot.start(loop.seen)
         if quiet_taken and quiet < 1:
             quiet_taken = False
-        time.sleep(POLL_S)
+        loop.clock.sleep(POLL_S)
 
 
 def _idle(loop: _Loop, now: float) -> LaunchResult | None:
@@ -268,7 +280,7 @@ def _idle(loop: _Loop, now: float) -> LaunchResult | None:
         return None
     if (loop.work.busy(loop.seen) or not _stuck(loop.hooks.on_idle, loop.seen, loop.snapshot)
             or loop.cpu.busy(loop.seen) and not _parked(loop.hooks.on_parked, loop.seen)):
-        loop.logs.last_growth = time.monotonic()  # the ranks are busy, only silent
+        loop.logs.last_growth = loop.clock.monotonic()  # the ranks are busy, only silent
         loop.cpu.mark(loop.seen)
         return None
     return loop.ended(now, hang_line=loop.words.first, hang_at=now,
@@ -291,11 +303,15 @@ class _ChildWork:
     workers, a subprocess the script waits on): a rank that waits on a child that works is not
     stuck, however still its own stack.  A rank's own CPU does not count (NCCL's waits spin)."""
 
+    clock: Clock = REAL
     last: float = 0.0
-    since: float = field(default_factory=time.monotonic)
+    since: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.since = self.clock.monotonic()
 
     def busy(self, seen: dict[int, psutil.Process]) -> bool:
-        used, now = children_cpu(seen), time.monotonic()
+        used, now = children_cpu(seen), self.clock.monotonic()
         share = (used - self.last) / max(now - self.since, 1e-3)
         self.last, self.since = used, now
         return share >= BUSY_SHARE
@@ -322,17 +338,21 @@ class _RankCpu:
     """The CPU time the ranks themselves used since the output last grew (``mark``): a silent
     rank that computes in one line (its stack still) is busy, not idle."""
 
+    clock: Clock = REAL
     base: dict[int, float] = field(default_factory=dict)
-    at: float = field(default_factory=time.monotonic)
+    at: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.at = self.clock.monotonic()
 
     def mark(self, seen: dict[int, psutil.Process]) -> None:
         self.base = {p.pid: t for p in rank_processes(seen) if (t := _cpu(p)) is not None}
-        self.at = time.monotonic()
+        self.at = self.clock.monotonic()
 
     def busy(self, seen: dict[int, psutil.Process]) -> bool:
         """Whether some rank used BUSY_SHARE of a core or more since the mark (a rank not seen
         at the mark: since the mark, with all it used)."""
-        span = max(time.monotonic() - self.at, 1e-3)
+        span = max(self.clock.monotonic() - self.at, 1e-3)
         return any((t := _cpu(p)) is not None and t - self.base.get(p.pid, 0.0) >= BUSY_SHARE * span
                    for p in rank_processes(seen))
 
@@ -352,12 +372,12 @@ def _look(loop: _Loop) -> None:
     loop.rss.sample(loop.seen)
     grew = loop.logs.last_growth
     for line in loop.logs.new_lines():
-        if is_hang_text(line) and loop.words.see(line, time.monotonic()):
+        if is_hang_text(line) and loop.words.see(line, loop.clock.monotonic()):
             loop.snapshot.wait()
             _call(loop.hooks.on_hang, loop.seen, "watchdog")
             if loop.rounds is not None:
                 loop.rounds.hurry()
-    if loop.logs.last_growth != grew and loop.spec.idle_timeout and time.monotonic() - loop.cpu.at > 1.0:
+    if loop.logs.last_growth != grew and loop.spec.idle_timeout and loop.clock.monotonic() - loop.cpu.at > 1.0:
         loop.cpu.mark(loop.seen)
 
 
@@ -410,11 +430,12 @@ class _Rss:
     """The peak of the run's memory: the RSS of its live processes, summed (shared pages count
     once per process, so this errs high: what a slot count wants)."""
 
+    clock: Clock = REAL
     peak: int = 0
-    at: float = 0.0
+    at: float = float("-inf")
 
     def sample(self, seen: dict[int, psutil.Process]) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if now - self.at < RSS_EVERY_S:
             return
         self.at = now

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from dsbisect.core import eta
+from dsbisect.core.clock import REAL, Clock
 from dsbisect.core.errors import InputError
 from dsbisect.core.outside import safe
 
@@ -66,11 +66,12 @@ class ProgressUI:
     """The progress callback of the runner (``kind, text``) and its display; see the module."""
 
     def __init__(self, quiet: bool = False, total: int = 0, heartbeat: float | None = None,
-                 console: Console | None = None):
+                 console: Console | None = None, clock: Clock = REAL):
+        self.clock = clock  # what the heartbeat and every "since" are timed by
         self.quiet, self.total, self.finished = quiet, total, 0
         self.console = console or err
         self.heartbeat = heartbeat_seconds(os.environ) if heartbeat is None else heartbeat
-        self.t0 = time.monotonic()
+        self.t0 = self.clock.monotonic()
         self.status: Live | None = None  # the live display, on a terminal while running (stop/start)
         self.main: Doing | None = None
         self.ahead: Doing | None = None
@@ -92,7 +93,7 @@ class ProgressUI:
     def __call__(self, kind: str, text: str) -> None:
         if self.quiet:
             return
-        text, now = safe(text), time.monotonic()
+        text, now = safe(text), self.clock.monotonic()
         with self.lock:
             if kind in ("done", "reused", "unrunnable"):
                 text = self._finished(kind, text, now)
@@ -168,7 +169,7 @@ class ProgressUI:
             yield
         finally:
             self.asking = False
-            self.printed = time.monotonic()
+            self.printed = self.clock.monotonic()
             if live is not None:
                 live.start()
 
@@ -197,7 +198,7 @@ class _Ticking:
         self.spinner = Spinner("dots")
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        shown = self.ui.lines(time.monotonic())
+        shown = self.ui.lines(self.ui.clock.monotonic())
         if not shown:
             return
         self.spinner.update(text=Text(shown[0]))
@@ -223,8 +224,9 @@ class _Heartbeat:
             self.thread.join(timeout=5)
 
     def _loop(self) -> None:
-        while not self.stopped.wait(min(1.0, self.ui.heartbeat / 4)):
+        clock = self.ui.clock
+        while not clock.wait(self.stopped, min(1.0, self.ui.heartbeat / 4)):
             with self.ui.lock:
-                line = self.ui.beat(time.monotonic())
+                line = self.ui.beat(clock.monotonic())
                 if line is not None:
-                    self.ui.print_line(Text(line, style="dim"), time.monotonic())
+                    self.ui.print_line(Text(line, style="dim"), clock.monotonic())

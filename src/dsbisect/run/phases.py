@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dsbisect.core import waits
+from dsbisect.core.clock import REAL, Clock
 
 # DeepSpeed's just-in-time op names (op_builder's NAME values; "deepspeed_" prefixed ones too)
 _DEEPSPEED_OPS = ("shm_comm", "cpu_adam", "cpu_adagrad", "cpu_lion", "fused_adam", "fused_lamb", "fused_lion",
@@ -125,8 +126,9 @@ class PhaseWatch:
 
     EVERY_S = 1.0
 
-    def __init__(self, extensions: Path, say: Callable[[str], None], run_dir: Path | None = None) -> None:
-        self.extensions, self.say, self.run_dir = extensions, say, run_dir
+    def __init__(self, extensions: Path, say: Callable[[str], None], run_dir: Path | None = None,
+                 clock: Clock = REAL) -> None:
+        self.extensions, self.say, self.run_dir, self.clock = extensions, say, run_dir, clock
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="dsbisect-phase", daemon=True)
 
@@ -145,7 +147,7 @@ class PhaseWatch:
 
     def _loop(self) -> None:
         shown, last, told = "", self.before, set()
-        while not self.stopped.wait(self.EVERY_S):
+        while not self.clock.wait(self.stopped, self.EVERY_S):
             seen = self._look()
             text = next_phase(shown, seen, last, self.before)
             last = seen
