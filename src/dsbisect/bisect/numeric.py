@@ -33,7 +33,7 @@ from dsbisect.search import numeric
 from dsbisect.verdict.numbers import Judge, Shape, StepReport, Summary, describe, find_steps
 from dsbisect.verdict.readings import compile_pattern
 
-__all__ = ["bisect_numbers"]
+__all__ = ["Measure", "bisect_numbers", "readings_of"]
 
 _TIMING_UNITS = ("s", "ms", "us", "ns", "min", "h", "samples/s", "steps/s")
 _CALLS = {Call.BAD: WORSE, Call.GOOD: NOT_WORSE, Call.UNKNOWN: UNSURE}
@@ -56,7 +56,7 @@ def readings_of(run: RunRecord, spec: MetricSpec, pattern: re.Pattern | None) ->
     return found
 
 
-class _Measure:
+class Measure:
     """``probe(i)`` for ``search.numeric``: one more run of point ``i``, and its number."""
 
     def __init__(self, runner: Runner, req: Request, points: Sequence[Point], labels: Sequence[str]):
@@ -100,7 +100,7 @@ def bisect_numbers(runner: Runner, req: Request, labels: Sequence[str], points: 
     spec = req.metric
     assert spec is not None, "bisect_numbers needs a request with a metric"
     judge = Judge(spec)
-    measure = _Measure(runner, req, points, labels)
+    measure = Measure(runner, req, points, labels)
     cap = numeric.POINT_RUNS if req.repeat <= 1 else max(3, req.repeat)
     found = numeric.search(len(points), measure, judge, spec.threshold.amount,
                            point_runs=cap, end_runs=max(cap, 3) if req.repeat > 1 else numeric.END_RUNS)
@@ -184,7 +184,9 @@ def _steps(found: numeric.Exploration, probed: _Probed, labels: Sequence[str], p
         else:
             c = judge(good, values, judge.spec.threshold.amount, good).call if good else Call.UNKNOWN
             v = {Call.BAD: Verdict.BAD, Call.GOOD: Verdict.GOOD}.get(c, Verdict.SKIP)
-        yield Step(stage, labels[i], points[i].version_of(req.package) or "", None, "", v, tuple(probed.runs[i]))
+        src = points[i].source
+        yield Step(stage, labels[i], points[i].version_of(req.package) or "", src.commit if src else None,
+                   src.subject if src else "", v, tuple(probed.runs[i]))
 
 
 def _untestable(spec: MetricSpec, label: str, i: int, probed: _Probed) -> str:
