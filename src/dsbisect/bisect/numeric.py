@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dsbisect.core.errors import InputError
-from dsbisect.core.metric import Call, MetricSpec, Reading, run_value
+from dsbisect.core.metric import Call, MetricSpec, Reading, percent_undefined, run_value
 from dsbisect.core.model import Answer, Outcome, Point, Stage, Verdict
 from dsbisect.core.rundir import RunDir
 from dsbisect.records.conditions import LOAD_SLACK, Conditions, differences
@@ -200,7 +200,24 @@ def _untestable(spec: MetricSpec, label: str, i: int, probed: _Probed) -> str:
 
 
 def _notes(report: StepReport, spec: MetricSpec, probed: _Probed) -> list[str]:
-    """A loaded machine's note for a time metric."""
+    """A good end of ~0 under a relative threshold; a loaded machine's note for a time metric."""
+    return _zero_note(report, spec, probed.unit) + _load_note(spec, probed)
+
+
+def _zero_note(report: StepReport, spec: MetricSpec, unit: str) -> list[str]:
+    """Under a relative threshold, a good end of ~0 makes a percentage meaningless: said, with
+    how the points were judged."""
+    if not spec.threshold.relative or len(report.points) < 2:
+        return []
+    good, bad = report.points[0][1].median, report.points[-1][1].median
+    if not percent_undefined(good, bad - good):
+        return []
+    return [f"the good end's {spec.label} is {good:.4g} {unit}".rstrip() + f", ~0: a percentage of it is undefined, "
+            f"so changes are shown as amounts and any change beyond the noise counts as over "
+            f"{spec.threshold.describe()}; give --worse-if an amount in a unit to set a size"]
+
+
+def _load_note(spec: MetricSpec, probed: _Probed) -> list[str]:
     timing = probed.unit in _TIMING_UNITS or spec.name in ("wall_time", "step_time") or "per_sec" in spec.name
     busy = [c.busy for runs in probed.runs.values() for r in runs
             if (c := Conditions.from_json(r.facts.conditions)).busy is not None]

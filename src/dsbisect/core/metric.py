@@ -232,3 +232,24 @@ def median(values) -> float:
         raise ValueError("the median of nothing")
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+# ------------------------------------------------------------------ a change in words
+
+PERCENT_LIMIT = 1000.0  # a change over this many times its reference (100000 %) is shown as an amount
+
+
+def percent_undefined(reference: float, change: float) -> bool:
+    """A percentage of ``reference`` means nothing: it is 0, or ``change`` is over
+    ``PERCENT_LIMIT`` times it (the reference is ~0 next to the values compared)."""
+    return reference == 0 or abs(change) > PERCENT_LIMIT * abs(reference)
+
+
+def change_text(before: float, after: float, reference: float, unit: str = "") -> str:
+    """``+10.0 %`` of ``reference``; where a percentage of it is undefined (``percent_undefined``),
+    the amount: ``+1.34e+08 B (% undefined: the good end is ~0)``."""
+    change = after - before
+    if percent_undefined(reference, change):
+        return (f"{change:+.3g}{' ' + unit if unit else ''} (% undefined: the good end is "
+                f"{'0' if reference == 0 else '~0'})").replace("-", "−", 1)
+    return f"{100 * change / abs(reference):+.1f} %".replace("-", "−")
