@@ -89,7 +89,7 @@ class SearchChoice:
             compile_pattern(self.metric_pattern)
         clash = [flag for flag, on in (("--confidence", self.confidence is not None), ("--find-fix", self.find_fix),
                                        ("--confirm", self.confirm > 1),
-                                       ("--signature", self.signature is not None), ("--good-env", envs)) if on]
+                                       ("--signature", self.signature is not None)) if on]
         if clash:
             raise InputError(f"--metric does not go with {clash[0]} yet: the search itself decides how often "
                              "to run each point")

@@ -72,12 +72,13 @@ class Measure:
         have += new
         value = None
         for r in new:
-            value = self._value(i, r) if value is None else value
+            value = self.value_of(i, r) if value is None else value
         shown = "no reading" if value is None else f"{value:.6g} {self.probed.unit}".rstrip()
         self.runner.progress("note", f"{self.labels[i]}: {self.req.metric.label} = {shown} (run {len(have)})")
         return value
 
-    def _value(self, i: int, r: RunRecord) -> float | None:
+    def value_of(self, i: int, r: RunRecord) -> float | None:
+        """Run ``r``'s number (None: it did not pass, or gave none), point ``i``'s names noted."""
         readings = readings_of(r, self.req.metric, self.pattern)
         self.probed.seen.setdefault(i, set()).update(x.name for x in readings)
         if r.outcome is not Outcome.PASS:
