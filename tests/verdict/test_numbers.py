@@ -143,7 +143,9 @@ def test_a_percentage_of_zero_is_undefined_and_any_change_beyond_the_noise_count
     (512, 134217728, 512, "B", "+1.34e+08 B (% undefined: the good end is ~0)"),  # was +26214300 %
     (0, 3, 0, "", "+3 (% undefined: the good end is 0)"),
     (1e-9, -0.26, 1e-9, "", "−0.26 (% undefined: the good end is ~0)"),
-    (10, 9000, 10, "s", "+89900.0 %"),  # large, but a percentage of a number that is not ~0
+    (4.828, 5366.4, 4.828, "ms", "×1,112"),  # 1100 times slower (accelerate 0.32.0): a factor, not ~0
+    (1.0, 12.5, 1.0, "", "×12.5"),
+    (100, 2, 100, "", "−98.0 %"),
 ])
 def test_a_change_is_a_percentage_unless_the_reference_is_about_zero(before, after, reference, unit, text):
     assert change_text(before, after, reference, unit) == text

@@ -213,9 +213,9 @@ def _zero_note(report: StepReport, spec: MetricSpec, unit: str) -> list[str]:
     good, bad = report.points[0][1].median, report.points[-1][1].median
     if not percent_undefined(good, bad - good):
         return []
-    return [f"the good end's {spec.label} is {good:.4g} {unit}".rstrip() + f", ~0: a percentage of it is undefined, "
-            f"so changes are shown as amounts and any change beyond the noise counts as over "
-            f"{spec.threshold.describe()}; give --worse-if an amount in a unit to set a size"]
+    return [f"the good end's {spec.label} is {good:.4g} {unit}".rstrip() + f", ~0 next to the change: a percentage "
+            f"of it is undefined, so changes are shown as amounts, and {spec.threshold.describe()} of ~0 is ~0 (any "
+            "change beyond the noise counts); give --worse-if an amount in a unit to set a size"]
 
 
 def _load_note(spec: MetricSpec, probed: _Probed) -> list[str]:
