@@ -429,3 +429,43 @@ def test_the_names_uv_error_mentions(reason, names, found):
     from dsbisect.envdiff.plan import named_in
 
     assert named_in(reason, names) == found
+
+
+LOSS_RULE = """\
+import importlib.metadata as md, json, os
+def v(name):
+    return tuple(int(x) for x in md.version("dsb-" + name).split("."))
+loss = 1.5 + (0.25 if v('{prefix}-c') >= (1, 2) else 0.0)
+with open(os.environ["DSBISECT_METRICS"], "a") as f:
+    f.write(json.dumps({{"step": 5, "loss": loss}}) + "\\n")
+"""
+
+
+@pytest.mark.slow
+def test_a_number_finds_the_change_that_costs_it_then_its_release(tmp_path, cli, cache_dir):
+    """Level 1 for a number (issue 38): three changes, of which c 1.0 -> 1.3 raises the loss at
+    1.2; the trials are called by their loss against the good environment's, level 2 bisects
+    c's releases by the same metric."""
+    same = {"1.0": (), "2.0": ()}
+    dists = {"a": same, "b": same, "c": {v: () for v in ("1.0", "1.1", "1.2", "1.3")}}
+    args = _setup(tmp_path, "em", dists, {"a": "1.0", "b": "1.0", "c": "1.0"}, {"a": "2.0", "b": "2.0", "c": "1.3"},
+                  "False")
+    (tmp_path / "check.py").write_text(LOSS_RULE.format(prefix="em"))
+    args = [a for a in args if a not in ("--regress-on", "fail")]
+    out, res = _bisect(cli, tmp_path, cache_dir, args, "--metric", "loss@step5", "--worse-if", "differs by 1%")
+    diff = out["env_diff"]
+    assert diff["culprits"] == ["dsb-em-c"] and out["verdict"] == "found", out["message"]
+    nums = out["numbers"]
+    by = {p["label"]: p for p in nums["points"]}
+    assert by["good env"]["median"] == 1.5 and by["bad env"]["median"] == 1.75 and by["bad env"]["call"] == "worse"
+    assert all(p["call"] in ("worse", "not-worse") for p in nums["points"])
+    assert "loss@step5 1.5 → 1.75 (+16.7 %): dsb-em-c" in nums["answer"]
+    rel = _level2(out, "c")
+    assert (rel["last_good"], rel["first_bad"], rel["verdict"]) == ("1.1", "1.2", "found")
+    assert rel["numbers"]["metric"] == "loss@step5"
+    # the same environments, no change in the number: not reproduced, with both values
+    (tmp_path / "bad.txt").write_text((tmp_path / "bad.txt").read_text().replace("dsb-em-c==1.3", "dsb-em-c==1.1"))
+    same_out, res = _bisect(cli, tmp_path, cache_dir, args, "--metric", "loss@step5", "--worse-if", "differs by 1%",
+                            code=1)
+    assert same_out["verdict"] == "not-reproduced"
+    assert "not reproduced: within noise (good 1.5, bad 1.5)" in same_out["message"]

@@ -50,7 +50,8 @@ def test_entries_that_are_not_readings_are_passed_over():
 
 
 gpus = st.builds(Gpu, st.sampled_from(["NVIDIA H100", "NVIDIA H200"]), st.none() | st.floats(0, 3000),
-                 st.none() | st.floats(0, 3000), st.none() | st.floats(0, 3000), st.none() | st.integers(0, 8))
+                 st.none() | st.floats(0, 3000), st.none() | st.floats(0, 3000), st.none() | st.integers(0, 8),
+                 st.none() | st.floats(0, 3000), st.none() | st.floats(0, 3000), st.none() | st.floats(0, 1000))
 conditions = st.builds(Conditions, st.none() | st.floats(0, 64), st.none() | st.floats(0, 64),
                        st.none() | st.integers(1, 256), st.sampled_from(["", "AMD EPYC", "Intel Xeon"]),
                        st.sampled_from(["", "performance"]), st.sampled_from(["", "cpu", "cuda"]),
@@ -71,6 +72,30 @@ def test_what_moves_a_number_is_named():
     b = Conditions(4.0, 6.0, 2, "AMD EPYC", "", "cpu", (), (("OMP_NUM_THREADS", "4"),))
     assert differences(a, b) == ["threads OMP_NUM_THREADS=1 vs OMP_NUM_THREADS=4", "load 0.2 vs 3.0 per core"]
     assert differences(a, Conditions()) == []  # nothing known of a run of an older dsbisect
+
+
+H200 = dict(name="NVIDIA H200", max_sm_clock=1980.0, app_sm_clock=1980.0, app_mem_clock=3201.0, power_limit=700.0)
+
+
+def _gpu(**kw) -> Conditions:
+    return Conditions(0.3, 0.3, 16, "Intel Xeon", "performance", "cuda", (Gpu(**(H200 | kw)),))
+
+
+def test_a_gpu_clock_that_follows_idleness_is_not_a_changed_condition():
+    """Seen on an H200: 345 MHz idle before one run, 1980 MHz just after another; so are the memory
+    clock's idle states. Neither moves what the next run measures; the clock settings do."""
+    idle, warm = _gpu(sm_clock=345.0, mem_clock=405.0), _gpu(sm_clock=1980.0, mem_clock=3201.0)
+    assert differences(idle, warm) == []
+    assert differences(idle, _gpu(sm_clock=1980.0, max_sm_clock=1500.0)) == ["GPU 0 max SM clock 1980 vs 1500 MHz"]
+    assert differences(idle, _gpu(app_sm_clock=1200.0)) == ["GPU 0 application SM clock 1980 vs 1200 MHz"]
+    assert differences(idle, _gpu(power_limit=400.0)) == ["GPU 0 power limit 700 vs 400 W"]
+    assert differences(idle, _gpu(others=0)) == []  # not known of one of them: not compared
+    assert differences(_gpu(others=0), _gpu(others=1)) == ["GPU 0 other processes 0 vs 1"]
+    # a record of an older dsbisect (no settings but the max clock) reads back and compares what it has
+    old = {"name": "NVIDIA H200", "sm_clock": 345, "mem_clock": 405, "max_sm_clock": 1980, "others": 0}
+    assert Gpu.from_json(old) == Gpu("NVIDIA H200", 345.0, 405.0, 1980.0, 0)
+    # the load within its band is not a changed condition; beyond it, it is
+    assert differences(Conditions(0.3, 1.0, 2, "x", "", "cpu"), Conditions(1.0, 1.2, 2, "x", "", "cpu")) == []
 
 
 def test_a_numeric_answer_survives_json():

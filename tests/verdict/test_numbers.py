@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dsbisect.core.errors import InputError
-from dsbisect.core.metric import Call, parse_metric
+from dsbisect.core.metric import Call, change_text, parse_metric
 from dsbisect.verdict.numbers import Judge, Shape, Summary, bound_rank, call, describe, find_steps, shift, u_cdf
 
 G, B, U = Call.GOOD, Call.BAD, Call.UNKNOWN
@@ -127,9 +127,35 @@ def test_a_nan_is_as_bad_as_a_number_can_be():
     assert THROUGHPUT([400] * 3, [float("nan")], 0.05, [400] * 3).call is B
 
 
-def test_a_percentage_of_zero_is_refused():
+def test_a_percentage_of_zero_is_undefined_and_any_change_beyond_the_noise_counts():
+    judge = Judge(parse_metric("skipped_steps", "higher by 10%"))
+    assert judge([0, 0, 0], [1], 0.1, [0, 0, 0]).call is B  # exact: one step more than none
+    assert judge([0, 0, 0], [0, 0], 0.1, [0, 0, 0]).call is G
+    noisy = judge([0.0, 0.01, -0.01, 0.0, 0.02], [0.0, -0.01, 0.01, 0.01, 0.0], 0.1, [0.0, 0.01, -0.01])
+    assert noisy.call is not B  # no change beyond the noise is not worse, whatever its percentage
     with pytest.raises(InputError, match="a percentage of it means nothing"):
-        Judge(parse_metric("skipped_steps", "higher by 10%"))([0, 0, 0], [1], 0.1, [0, 0, 0])
+        judge([float("inf")] * 3, [1], 0.1, [float("inf")] * 3)
+
+
+@pytest.mark.parametrize("before, after, reference, unit, text", [
+    (400, 360, 400, "", "−10.0 %"),
+    (1.5, 1.75, 1.5, "", "+16.7 %"),
+    (512, 134217728, 512, "B", "+1.34e+08 B (% undefined: the good end is ~0)"),  # was +26214300 %
+    (0, 3, 0, "", "+3 (% undefined: the good end is 0)"),
+    (1e-9, -0.26, 1e-9, "", "−0.26 (% undefined: the good end is ~0)"),
+    (4.828, 5366.4, 4.828, "ms", "×1,112"),  # 1100 times slower (accelerate 0.32.0): a factor, not ~0
+    (1.0, 12.5, 1.0, "", "×12.5"),
+    (100, 2, 100, "", "−98.0 %"),
+])
+def test_a_change_is_a_percentage_unless_the_reference_is_about_zero(before, after, reference, unit, text):
+    assert change_text(before, after, reference, unit) == text
+
+
+def test_the_answer_gives_the_amount_when_the_good_end_is_about_zero():
+    judge = Judge(parse_metric("peak_gpu_mem", "higher by 10%"))
+    report = find_steps([((0, (512.0,) * 3),), ((1, (134217728.0,) * 3),)], judge)
+    line = describe(report, judge.spec, ["1.0", "1.1"], "B")
+    assert "(+1.34e+08 B (% undefined: the good end is ~0)) at 1.1" in line and "%)" not in line.split("(%")[0]
 
 
 def test_summary():

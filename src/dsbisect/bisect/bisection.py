@@ -136,6 +136,10 @@ class Bisection:
             from dsbisect.bisect.numeric import bisect_numbers
 
             result = replace(bisect_numbers(self.runner, req, versions, points), good_end=good_end)
+            if repo and result.verdict is Answer.FOUND:  # the commit step and the proof, as numbers
+                from dsbisect.bisect.numcommits import commits_and_proof
+
+                result = commits_and_proof(self, result, repo)
             self._save(BisectionStatus.DONE, result.to_json())
             return result
         if req.confidence is not None:  # flaky: the probabilistic search tests the ends itself
@@ -277,7 +281,9 @@ class Bisection:
 
     # ---------------------------------------------------------------- commits
 
-    def _commits(self, result: Result, repo: Path) -> Result:
+    def commit_chain(self, result: Result, repo: Path) -> tuple[list[gitrepo.Commit], list[Point], str]:
+        """The commits between the release answer's two tags (the start first: the old tag, or
+        their merge base on a release branch), their points, and the note on a merge base."""
         req = self.req
         old_tag = gitrepo.tag_for(repo, req.package, result.last_good)
         new_tag = gitrepo.tag_for(repo, req.package, result.first_bad)
@@ -288,9 +294,13 @@ class Bisection:
             start = gitrepo.merge_base(repo, old_tag, new_tag)
             note = (f"{old_tag} is not an ancestor of {new_tag} (a release branch): the commits searched are "
                     f"the first-parent ones from their merge base {start[:10]}")
-        commits = gitrepo.commits_between(repo, start, new_tag)
-        chain = [gitrepo.commit(repo, start), *commits]
+        chain = [gitrepo.commit(repo, start), *gitrepo.commits_between(repo, start, new_tag)]
         points = [self.points.commit(_source(req.package, repo, c), result.first_bad) for c in chain]
+        return chain, points, note
+
+    def _commits(self, result: Result, repo: Path) -> Result:
+        chain, points, note = self.commit_chain(result, repo)
+        commits = chain[1:]
         self._by_commit.update({c.hash: p for c, p in zip(chain, points)})
         try:
             found, conf, problem = self._commit_search(chain, points, note)

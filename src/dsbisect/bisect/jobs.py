@@ -91,11 +91,11 @@ class SearchChoice:
         if self.metric_pattern is not None:
             compile_pattern(self.metric_pattern)
         clash = [flag for flag, on in (("--confidence", self.confidence is not None), ("--find-fix", self.find_fix),
-                                       ("--confirm", self.confirm > 1), ("--git-repo", self.git_repo is not None),
-                                       ("--signature", self.signature is not None), ("--good-env", envs)) if on]
+                                       ("--confirm", self.confirm > 1),
+                                       ("--signature", self.signature is not None)) if on]
         if clash:
-            raise InputError(f"--metric does not go with {clash[0]} yet: a number is bisected over releases "
-                             "(the search itself decides how often to run each point)")
+            raise InputError(f"--metric does not go with {clash[0]} yet: the search itself decides how often "
+                             "to run each point")
         return spec
 
     @property

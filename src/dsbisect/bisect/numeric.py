@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from dsbisect.core.errors import InputError
-from dsbisect.core.metric import Call, MetricSpec, Reading, run_value
+from dsbisect.core.metric import Call, MetricSpec, Reading, percent_undefined, run_value
 from dsbisect.core.model import Answer, Outcome, Point, Stage, Verdict
 from dsbisect.core.rundir import RunDir
 from dsbisect.records.conditions import LOAD_SLACK, Conditions, differences
@@ -33,7 +33,7 @@ from dsbisect.search import numeric
 from dsbisect.verdict.numbers import Judge, Shape, StepReport, Summary, describe, find_steps
 from dsbisect.verdict.readings import compile_pattern
 
-__all__ = ["bisect_numbers"]
+__all__ = ["Measure", "bisect_numbers", "readings_of"]
 
 _TIMING_UNITS = ("s", "ms", "us", "ns", "min", "h", "samples/s", "steps/s")
 _CALLS = {Call.BAD: WORSE, Call.GOOD: NOT_WORSE, Call.UNKNOWN: UNSURE}
@@ -56,7 +56,7 @@ def readings_of(run: RunRecord, spec: MetricSpec, pattern: re.Pattern | None) ->
     return found
 
 
-class _Measure:
+class Measure:
     """``probe(i)`` for ``search.numeric``: one more run of point ``i``, and its number."""
 
     def __init__(self, runner: Runner, req: Request, points: Sequence[Point], labels: Sequence[str]):
@@ -72,12 +72,13 @@ class _Measure:
         have += new
         value = None
         for r in new:
-            value = self._value(i, r) if value is None else value
+            value = self.value_of(i, r) if value is None else value
         shown = "no reading" if value is None else f"{value:.6g} {self.probed.unit}".rstrip()
         self.runner.progress("note", f"{self.labels[i]}: {self.req.metric.label} = {shown} (run {len(have)})")
         return value
 
-    def _value(self, i: int, r: RunRecord) -> float | None:
+    def value_of(self, i: int, r: RunRecord) -> float | None:
+        """Run ``r``'s number (None: it did not pass, or gave none), point ``i``'s names noted."""
         readings = readings_of(r, self.req.metric, self.pattern)
         self.probed.seen.setdefault(i, set()).update(x.name for x in readings)
         if r.outcome is not Outcome.PASS:
@@ -100,7 +101,7 @@ def bisect_numbers(runner: Runner, req: Request, labels: Sequence[str], points: 
     spec = req.metric
     assert spec is not None, "bisect_numbers needs a request with a metric"
     judge = Judge(spec)
-    measure = _Measure(runner, req, points, labels)
+    measure = Measure(runner, req, points, labels)
     cap = numeric.POINT_RUNS if req.repeat <= 1 else max(3, req.repeat)
     found = numeric.search(len(points), measure, judge, spec.threshold.amount,
                            point_runs=cap, end_runs=max(cap, 3) if req.repeat > 1 else numeric.END_RUNS)
@@ -184,7 +185,9 @@ def _steps(found: numeric.Exploration, probed: _Probed, labels: Sequence[str], p
         else:
             c = judge(good, values, judge.spec.threshold.amount, good).call if good else Call.UNKNOWN
             v = {Call.BAD: Verdict.BAD, Call.GOOD: Verdict.GOOD}.get(c, Verdict.SKIP)
-        yield Step(stage, labels[i], points[i].version_of(req.package) or "", None, "", v, tuple(probed.runs[i]))
+        src = points[i].source
+        yield Step(stage, labels[i], points[i].version_of(req.package) or "", src.commit if src else None,
+                   src.subject if src else "", v, tuple(probed.runs[i]))
 
 
 def _untestable(spec: MetricSpec, label: str, i: int, probed: _Probed) -> str:
@@ -198,7 +201,24 @@ def _untestable(spec: MetricSpec, label: str, i: int, probed: _Probed) -> str:
 
 
 def _notes(report: StepReport, spec: MetricSpec, probed: _Probed) -> list[str]:
-    """A loaded machine's note for a time metric."""
+    """A good end of ~0 under a relative threshold; a loaded machine's note for a time metric."""
+    return _zero_note(report, spec, probed.unit) + _load_note(spec, probed)
+
+
+def _zero_note(report: StepReport, spec: MetricSpec, unit: str) -> list[str]:
+    """Under a relative threshold, a good end of ~0 makes a percentage meaningless: said, with
+    how the points were judged."""
+    if not spec.threshold.relative or len(report.points) < 2:
+        return []
+    good, bad = report.points[0][1].median, report.points[-1][1].median
+    if not percent_undefined(good, bad - good):
+        return []
+    return [f"the good end's {spec.label} is {good:.4g} {unit}".rstrip() + f", ~0 next to the change: a percentage "
+            f"of it is undefined, so changes are shown as amounts, and {spec.threshold.describe()} of ~0 is ~0 (any "
+            "change beyond the noise counts); give --worse-if an amount in a unit to set a size"]
+
+
+def _load_note(spec: MetricSpec, probed: _Probed) -> list[str]:
     timing = probed.unit in _TIMING_UNITS or spec.name in ("wall_time", "step_time") or "per_sec" in spec.name
     busy = [c.busy for runs in probed.runs.values() for r in runs
             if (c := Conditions.from_json(r.facts.conditions)).busy is not None]

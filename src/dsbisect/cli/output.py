@@ -99,7 +99,9 @@ def print_grid(records: typing.Sequence[RunRecord], title: str, shown: Shown, ca
     command line that runs it again, under it (not in JSON)."""
     from dsbisect.render import answers
 
-    g = rep.grid(list(records))
+    from dsbisect.render.gridnumbers import with_metrics
+
+    g = with_metrics(rep.grid(list(records)), {c.name: c.metric for c in cases if c.metric})
     compat = tuple(dict.fromkeys(s for c in cases for s in c.compat))
     found = list(bisections or [])
     markdown = lambda: rep.grid_markdown(g, title, compat, answers.markdown_lines(found), reproduce) + (  # noqa: E731

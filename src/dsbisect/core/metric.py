@@ -232,3 +232,29 @@ def median(values) -> float:
         raise ValueError("the median of nothing")
     mid = len(s) // 2
     return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2
+
+
+# ------------------------------------------------------------------ a change in words
+
+PERCENT_LIMIT = 1e5  # a change over this many times its reference: the reference is ~0 next to it
+FACTOR_FROM = 10.0  # a change of this many times its reference or more reads better as a factor
+
+
+def percent_undefined(reference: float, change: float) -> bool:
+    """A percentage of ``reference`` means nothing: it is 0, or ``change`` is over
+    ``PERCENT_LIMIT`` times it (the reference is ~0 next to the values compared: 1 KiB of
+    CUDA memory against 256 MiB)."""
+    return reference == 0 or abs(change) > PERCENT_LIMIT * abs(reference)
+
+
+def change_text(before: float, after: float, reference: float, unit: str = "") -> str:
+    """``+10.0 %`` of ``reference``; ``×1,111`` (after over before) for a change of ``FACTOR_FROM``
+    times the reference or more; where a percentage is undefined (``percent_undefined``), the
+    amount: ``+256 MiB (% undefined: the good end is ~0)``."""
+    change = after - before
+    if percent_undefined(reference, change):
+        return (f"{change:+.3g}{' ' + unit if unit else ''} (% undefined: the good end is "
+                f"{'0' if reference == 0 else '~0'})").replace("-", "−", 1)
+    if abs(change) >= FACTOR_FROM * abs(reference) and before and after / before > 0:
+        return f"×{after / before:,.3g}" if after / before < 100 else f"×{after / before:,.0f}"
+    return f"{100 * change / abs(reference):+.1f} %".replace("-", "−")

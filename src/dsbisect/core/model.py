@@ -341,6 +341,7 @@ class Case:
     inputs: tuple[tuple[str, str], ...] = ()  # (path, digest) of the files the command line names
     early_hang: bool = True  # prove a deadlock before the collective timeout (not part of the key)
     line: tuple[str, ...] = ()  # a `-- python x.py` case's command line as given (shown with its runs; not in the key)
+    metric: str | None = None  # matrix `metric: NAME[@stepN][@AGG]`: shown in the run grid's cells (not in the key)
 
     def for_gpu(self, gpu_name: str | None) -> Case:
         """The case with the overrides for this GPU model applied (calibration)."""

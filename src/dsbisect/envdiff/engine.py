@@ -52,6 +52,7 @@ from dsbisect.core.model import Answer, BaseMode, GitSource, IndexOptions, Point
 from dsbisect.core.outside import clip
 from dsbisect.run.runner import Runner
 from dsbisect.records.bisections import BisectionStatus
+from dsbisect.records.numbers import Numbers
 from dsbisect.records.results import Confounder, Request, Result, Step, TrialRun
 from dsbisect.search.steps import Side
 from dsbisect.verdict.identity import Rule
@@ -78,6 +79,7 @@ class EnvResult:
     notes: tuple[str, ...] = ()
     steps: tuple[Step, ...] = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
     remedies: tuple[Remedy, ...] = ()  # per culprit with a first bad release: the pin and the fix, run
+    numbers: Numbers | None = None  # --metric: level 1's values per trial (envdiff.numbers)
 
     @property
     def exit_code(self) -> int:
@@ -171,6 +173,10 @@ class EnvBisection:
         self.resolver: Resolver | None = None
         self.subject = TrialSubject(self)
         self.probe = Probe(runner, request.trial_request(), self.subject)  # the trials' verdicts, steps, ends
+        if request.metric is not None:  # --metric: the trials called by their number
+            from dsbisect.envdiff.numbers import NumericTrials
+
+            self.probe = NumericTrials(runner, request.trial_request(), self.subject)
         self.ties: dict[int, str] = {}  # change -> uv's reason it cannot be applied alone
 
     # ------------------------------------------------------------------ run
@@ -215,7 +221,8 @@ class EnvBisection:
         result = self._level1(found, units)
         if result.culprits:
             result = self._level2(result)
-            result = dataclasses.replace(result, remedies=self._remedies(result))
+            if self.req.metric is None:  # the pin and the fix are run as pass/fail
+                result = dataclasses.replace(result, remedies=self._remedies(result))
         return self._finish(result)
 
     def _remedies(self, result: EnvResult) -> tuple[Remedy, ...]:
@@ -273,6 +280,9 @@ class EnvBisection:
         return found.note + " (" + "; ".join(f"{i}: {self.changes[i].describe()}" for i in found.unverified) + ")"
 
     def _finish(self, result: EnvResult) -> EnvResult:
+        if self.req.metric is not None:  # level 1's values per trial, and the answer as a number
+            names = [self.changes[i].describe() for i in result.culprits]
+            result = dataclasses.replace(result, numbers=self.probe.numbers(result.verdict, names))
         result = dataclasses.replace(result, steps=tuple(self.probe.steps))
         self.save(BisectionStatus.DONE, result.to_json())
         return result
@@ -377,7 +387,8 @@ class EnvBisection:
                      mode=self.req.mode.flipped if backwards else self.req.mode, repeat=self.req.repeat, signature=self.req.signature,
                      pre=_parse(low).is_prerelease or _parse(high).is_prerelease, git_repo=self._repo_for(c),
                      verify_commit_ends=self.req.verify_commit_ends, width=self.req.width, confirm=self.req.confirm,
-                     any_failure=self.req.any_failure, prove=self.req.prove)
+                     any_failure=self.req.any_failure, prove=self.req.prove, metric=self.req.metric,
+                     metric_pattern=self.req.metric_pattern)
         planned = plan(rq, self.index)
         self.runner.progress("note", f"level 2: {c.describe()}: {len(planned.versions)} releases")
         pins, confounders = self._release_pins(c.name, planned, rq.pins)
@@ -505,4 +516,5 @@ def env_json(r: EnvResult) -> dict:
         "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps]
         + [s.to_json() for m in r.remedies for x in (m.pin, m.fix) if x is not None for s in x.steps],  # for `log`
         "remedy": [m.to_json() for m in r.remedies],
+        **({"numbers": r.numbers.to_json()} if r.numbers else {}),
     }

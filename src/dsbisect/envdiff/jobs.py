@@ -73,7 +73,8 @@ def env_request(request: BisectRequest, invocation: Invocation, settings: Settin
     req = EnvRequest(good.environment, bad.environment, case, hold=hold, argv=tuple(argv), regress_on=s.regress_on,
                      mode=s.mode, repeat=s.repeat, confirm=s.confirm, signature=s.signature,
                      git_repo=s.git_repo, verify_commit_ends=s.verify_commit_ends, any_failure=s.any_failure,
-                     prove=s.prove, freezes=(good.freeze, bad.freeze), source_notes=good.notes + bad.notes)
+                     prove=s.prove, freezes=(good.freeze, bad.freeze), source_notes=good.notes + bad.notes,
+                     metric=s.metric_spec(True), metric_pattern=s.metric_pattern)
     return Checked(req, env_defaults, executor)
 
 

@@ -25,6 +25,7 @@ from dsbisect.envs.cache import CachePaths
 from dsbisect.envdiff.environments import Change, Environment, Kind, apply, diff
 from dsbisect.core.errors import EnvBuildError, InputError
 from dsbisect.core.files import read_small_text
+from dsbisect.core.metric import MetricSpec
 from dsbisect.core.mode import Mode
 from dsbisect.core.model import BaseMode, Case, EnvOptions, IndexOptions, RegressOn, digest
 from dsbisect.records.bisections import AskedFor
@@ -55,6 +56,8 @@ class EnvRequest:
     argv: tuple[str, ...] = ()  # the command line, for `dsbisect log`; not in the key
     freezes: tuple[str, str] = ("", "")  # the good and bad env resolved (a date, a commit, this env): kept beside the result
     source_notes: tuple[str, ...] = ()  # how they were resolved, for the report's notes
+    metric: MetricSpec | None = None  # --metric/--worse-if: trials called by their number (envdiff.numbers)
+    metric_pattern: str | None = None
 
     @property
     def key(self) -> str:
@@ -65,6 +68,7 @@ class EnvRequest:
             "find_fix": self.mode.find_fix, "repeat": self.repeat, "signature": self.signature,
             "git": str(self.git_repo) if self.git_repo else None,
             **({"any_failure": True} if self.any_failure else {}),
+            **({"metric": self.metric.describe(), "pattern": self.metric_pattern} if self.metric else {}),
         })
 
     def asked(self, cwd: str) -> AskedFor:
@@ -76,7 +80,8 @@ class EnvRequest:
         """The request level 1 runs its trials under (verdicts, repeats, signature as ``bisect``'s)."""
         return Request(package=ENV_PACKAGE, good=self.good_env.source, bad=self.bad_env.source, case=self.case,
                        regress_on=self.regress_on, mode=self.mode, repeat=self.repeat,
-                       signature=self.signature, width=self.width, argv=self.argv, any_failure=self.any_failure)
+                       signature=self.signature, width=self.width, argv=self.argv, any_failure=self.any_failure,
+                       metric=self.metric, metric_pattern=self.metric_pattern)
 
 
 @dataclass(frozen=True)

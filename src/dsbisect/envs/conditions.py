@@ -1,7 +1,7 @@
 """The conditions a run's numbers were measured under, read from this machine as the run starts
 and as it ends (``records.conditions.Conditions``, issue 38): the load average, the cores, the
-CPU's model and governor, the GPUs the run is given (model, clocks, the processes already on
-them), and the thread settings in the run's environment.
+CPU's model and governor, the GPUs the run is given (model, current clocks, the clock settings
+and power limit, the processes already on them), and the thread settings in the run's environment.
 
 Cheap on a CPU machine (a few small files under ``/proc`` and ``/sys``); on a GPU one, one
 ``nvidia-smi`` call for the GPUs and one for their processes, through ``proc.run``.  A fact that
@@ -23,7 +23,8 @@ from dsbisect.records.conditions import THREAD_VARIABLES, Conditions, Gpu
 __all__ = ["at_end", "at_start"]
 
 _GOVERNOR = Path("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
-_GPU_QUERY = "index,uuid,name,clocks.sm,clocks.mem,clocks.max.sm"
+_GPU_QUERY = ("index,uuid,name,clocks.sm,clocks.mem,clocks.max.sm,clocks.applications.graphics,"
+              "clocks.applications.memory,power.limit")
 
 
 def load() -> float | None:
@@ -82,10 +83,11 @@ def gpu_states(devices: Sequence[int] | None) -> tuple[Gpu, ...]:
     found = []
     for ln in out.stdout.splitlines():
         cells = [c.strip() for c in ln.split(",")]
-        if len(cells) != 6 or not cells[0].isdigit():
+        if len(cells) != 9 or not cells[0].isdigit():
             continue
         if devices is not None and int(cells[0]) not in devices:
             continue
         others = None if busy is None else busy.count(cells[1])
-        found.append(Gpu(cells[2], _float(cells[3]), _float(cells[4]), _float(cells[5]), others))
+        found.append(Gpu(cells[2], _float(cells[3]), _float(cells[4]), _float(cells[5]), others,
+                         _float(cells[6]), _float(cells[7]), _float(cells[8])))
     return tuple(found)

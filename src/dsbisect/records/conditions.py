@@ -8,9 +8,14 @@ and the thread settings the run was given (``OMP_NUM_THREADS``, ``MKL_NUM_THREAD
 fact that could not be read is None (or empty).
 
 ``differences`` says what differs between two runs' conditions enough to move a number: another
-CPU model or governor, other GPUs or clocks (by more than ``CLOCK_SLACK``), other thread
-settings, other processes on a GPU, a load that differs by more than ``LOAD_SLACK`` per core.
-``busy`` is a run's load per core (the larger of its two readings).  Pure: no I/O.
+CPU model or governor, other GPUs, other clock *settings* (the SM clock's maximum, the
+application clocks, the power limit: by more than ``CLOCK_SLACK``), other thread settings, other
+processes on a GPU, a load that differs by more than ``LOAD_SLACK`` per core.  What varies with
+idleness alone is recorded and never compared (``VOLATILE``): a GPU's current SM and memory clocks
+(an idle H200 sits at 345 MHz and is at 1980 MHz just after a run, whatever it will measure),
+and, had they been recorded, its temperature, free memory and utilisation; the load average is
+compared only beyond its band.  ``busy`` is a run's load per core (the larger of its two
+readings).  Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -18,12 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-__all__ = ["CLOCK_SLACK", "Conditions", "Gpu", "LOAD_SLACK", "differences"]
+__all__ = ["CLOCK_SLACK", "Conditions", "Gpu", "LOAD_SLACK", "VOLATILE", "differences"]
 
 LOAD_SLACK = 0.5  # load per core: two runs whose busyness differs by more were not measured alike
 CLOCK_SLACK = 0.1  # a GPU clock that differs by more than this fraction
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS",
                     "NUMEXPR_NUM_THREADS")
+# What a GPU reports that moves with idleness, not with what the run will measure: kept, not compared.
+VOLATILE = ("sm_clock", "mem_clock", "temperature", "memory_free", "utilization")
 
 
 def _num(d: Mapping, key: str) -> float | None:
@@ -41,14 +48,18 @@ class Gpu:
     """One GPU as the run found it."""
 
     name: str
-    sm_clock: float | None = None  # MHz, when the run started
-    mem_clock: float | None = None
+    sm_clock: float | None = None  # MHz, when the run started (VOLATILE: not compared)
+    mem_clock: float | None = None  # (VOLATILE: not compared)
     max_sm_clock: float | None = None
     others: int | None = None  # processes on it that were not the run's, when it started
+    app_sm_clock: float | None = None  # the application clocks: what the GPU runs a kernel at (settings)
+    app_mem_clock: float | None = None
+    power_limit: float | None = None  # W
 
     def to_json(self) -> dict:
         return {"name": self.name, "sm_clock": self.sm_clock, "mem_clock": self.mem_clock,
-                "max_sm_clock": self.max_sm_clock, "others": self.others}
+                "max_sm_clock": self.max_sm_clock, "others": self.others, "app_sm_clock": self.app_sm_clock,
+                "app_mem_clock": self.app_mem_clock, "power_limit": self.power_limit}
 
     @classmethod
     def from_json(cls, d: object) -> Gpu | None:
@@ -56,7 +67,13 @@ class Gpu:
             return None
         others = d.get("others")
         return cls(_str(d, "name"), _num(d, "sm_clock"), _num(d, "mem_clock"), _num(d, "max_sm_clock"),
-                   others if isinstance(others, int) and not isinstance(others, bool) else None)
+                   others if isinstance(others, int) and not isinstance(others, bool) else None,
+                   _num(d, "app_sm_clock"), _num(d, "app_mem_clock"), _num(d, "power_limit"))
+
+    def settings(self) -> tuple[tuple[str, float | None, str], ...]:
+        """What of the GPU is set rather than measured, and so compared: (what, value, unit)."""
+        return (("max SM clock", self.max_sm_clock, "MHz"), ("application SM clock", self.app_sm_clock, "MHz"),
+                ("application memory clock", self.app_mem_clock, "MHz"), ("power limit", self.power_limit, "W"))
 
 
 @dataclass(frozen=True)
@@ -110,11 +127,10 @@ def _gpu_differences(a: Sequence[Gpu], b: Sequence[Gpu]) -> list[str]:
     if [g.name for g in a] != [g.name for g in b]:
         return [f"GPUs {', '.join(g.name for g in a) or 'none'} vs {', '.join(g.name for g in b) or 'none'}"]
     out = []
-    for i, (x, y) in enumerate(zip(a, b)):
-        for what, u, v in (("SM clock", x.sm_clock, y.sm_clock), ("memory clock", x.mem_clock, y.mem_clock),
-                           ("max SM clock", x.max_sm_clock, y.max_sm_clock)):
+    for i, (x, y) in enumerate(zip(a, b)):  # settings only: the current clocks follow idleness (VOLATILE)
+        for (what, u, unit), (_, v, _) in zip(x.settings(), y.settings()):
             if _clock_moved(u, v):
-                out.append(f"GPU {i} {what} {u:g} vs {v:g} MHz")
+                out.append(f"GPU {i} {what} {u:g} vs {v:g} {unit}")
         if (x.others or 0) != (y.others or 0) and x.others is not None and y.others is not None:
             out.append(f"GPU {i} other processes {x.others} vs {y.others}")
     return out

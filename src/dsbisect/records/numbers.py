@@ -78,11 +78,12 @@ class Numbers:
     points: tuple[PointNumbers, ...]
     notes: tuple[str, ...] = ()
     runs: int = 0  # runs the search used
+    commit: Numbers | None = None  # the commit step's own search (``--git-repo``), its points commits
 
     def to_json(self) -> dict:
         return {"metric": self.metric, "rule": self.rule, "unit": self.unit, "shape": self.shape,
                 "answer": self.answer, "runs": self.runs, "points": [p.to_json() for p in self.points],
-                "notes": list(self.notes)}
+                "notes": list(self.notes), **({"commit": self.commit.to_json()} if self.commit else {})}
 
     @classmethod
     def from_json(cls, d: object) -> Numbers | None:
@@ -93,7 +94,8 @@ class Numbers:
         return cls(str(d.get("metric", "")), str(d.get("rule", "")), str(d.get("unit", "")),
                    str(d.get("shape", "")), str(d.get("answer", "")),
                    tuple(PointNumbers.from_json(p) for p in points if isinstance(p, Mapping)),
-                   _strs(d.get("notes")), runs if isinstance(runs, int) and not isinstance(runs, bool) else 0)
+                   _strs(d.get("notes")), runs if isinstance(runs, int) and not isinstance(runs, bool) else 0,
+                   cls.from_json(d.get("commit")))
 
     def table(self) -> list[tuple[str, str, str]]:
         """(label, values, call) per tested point: the lines every report format shows."""

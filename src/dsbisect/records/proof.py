@@ -6,7 +6,9 @@ bisection reverts the commit on top of the first bad release's tag and runs that
 if it behaves like the old end, the commit is proven; if it still behaves like the new
 end, the commit is not sufficient (another commit of the release also brings the
 regression); the revert may also not apply (conflicts) or not be testable.  Pure: the
-bisection runs the point and hands the sides and outcomes of its runs in.
+bisection runs the point and hands the sides and outcomes of its runs in.  For a number
+(``--metric``), proven means the reverted release's number recovers (not worse than the last good
+commit's beyond the noise); ``numbers`` keeps its values and ``detail`` the line that says so.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 from dsbisect.core.mode import Mode
 from dsbisect.core.model import Outcome, read_enum, read_int, read_ints
+from dsbisect.records.numbers import PointNumbers
 from dsbisect.search.steps import Side
 
 
@@ -41,13 +44,14 @@ class Proof:
     conflicts: tuple[str, ...] = ()
     detail: str = ""  # why it is untestable, or what a run that decided said
     run_ids: tuple[int, ...] = ()
+    numbers: PointNumbers | None = None  # --metric: the reverted release's values, called against the last good
 
     def to_json(self) -> dict:
         """The result's ``proof`` (``--format json``); the mode is the result's, not here."""
         return {"commit": self.commit, "onto": self.onto, "onto_commit": self.onto_commit, "merge": self.merge,
                 "outcome": self.outcome.value if self.outcome else None, "runs": self.runs, "agree": self.agree,
                 "verdict": self.verdict.value, "conflicts": list(self.conflicts), "detail": self.detail,
-                "run_ids": list(self.run_ids)}
+                "run_ids": list(self.run_ids), **({"numbers": self.numbers.to_json()} if self.numbers else {})}
 
     @classmethod
     def from_json(cls, d: Mapping, mode: Mode = Mode.REGRESSION) -> Proof:
@@ -57,7 +61,8 @@ class Proof:
                    read_enum(ProofVerdict, d.get("verdict"), ProofVerdict.UNTESTABLE), mode, bool(d.get("merge")),
                    read_enum(Outcome, d.get("outcome"), None), read_int(d.get("runs")), read_int(d.get("agree")),
                    tuple(str(c) for c in conflicts) if isinstance(conflicts, list) else (), str(d.get("detail") or ""),
-                   read_ints(d.get("run_ids")))
+                   read_ints(d.get("run_ids")),
+                   PointNumbers.from_json(d["numbers"]) if isinstance(d.get("numbers"), Mapping) else None)
 
     def describe(self) -> str:
         what = f"reverting {'merge ' if self.merge else ''}{self.commit[:10]}"
@@ -71,6 +76,10 @@ class Proof:
         if self.verdict is ProofVerdict.UNTESTABLE:
             return f"{head}: could not be tested: {self.detail or 'no run'}"
         fix = self.mode is Mode.FIND_FIX
+        if self.numbers is not None:  # a number: the line says what the reverted release measured
+            ends = {ProofVerdict.PROVEN: "the number recovers: the commit is the cause",
+                    ProofVerdict.NOT_SUFFICIENT: "the number does not recover: the commit is not sufficient"}
+            return f"{head}: {self.detail} — {ends[self.verdict]}"
         if self.verdict is ProofVerdict.PROVEN:
             again = " again" if fix else ""
             return f"{head}: {shown}{again} {counted} — the commit is the {'fix' if fix else 'cause'}"

@@ -10,6 +10,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from dsbisect.render import numbers as render_numbers
 from dsbisect.render import report as rep
 from dsbisect.envdiff.engine import EnvResult
 from dsbisect.render.grid import md as _md
@@ -77,6 +78,7 @@ def env_renderable(r: EnvResult, command: str) -> Group:
     parts: list = [safe_text(x, style="bold") for x in remedy_lines(r)]
     parts += [safe_text(chain(r), style=style), changes_table(r), trials_table(r)]
     parts += [safe_text(x, style="dim") for x in notes(r)]
+    parts += [safe_text(x) for x in render_numbers.lines(r.numbers)]  # --metric: level 1's values per trial
     if r.releases:
         parts += [rep.bisect_renderable(res, command) for res in r.releases]
     else:
@@ -108,6 +110,7 @@ def env_markdown(r: EnvResult, command: str) -> str:
             "", "</details>", ""]
     else:
         lines += [f"- {_md(x)}" for x in said] + [""] * bool(said)
+    lines += [safe(x) for x in render_numbers.markdown(r.numbers)]  # --metric: level 1's values per trial
     lines += ["<details><summary>" + f"{len(r.changes)} changes</summary>", "",
               "| # | change | kind | culprit |", "|---|---|---|---|"]
     culprits = set(r.culprits)

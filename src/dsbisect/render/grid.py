@@ -49,6 +49,9 @@ class Cell:
     counts: tuple[tuple[Outcome, int], ...]
     seconds: float
     runs: tuple[RunRecord, ...]
+    number: str = ""  # the case's matrix ``metric:``, as shown: ``loss@step5 1.5`` (render.gridnumbers)
+    values: tuple[float, ...] = ()  # its value in each passing run that gave one
+    unit: str = ""
 
     @property
     def shown(self) -> RunRecord:
@@ -76,7 +79,7 @@ class Cell:
 
     @property
     def text(self) -> str:
-        return self.head + (f" ({self.tally})" if self.tally else "")
+        return self.head + (f" ({self.tally})" if self.tally else "") + (f" · {self.number}" if self.number else "")
 
 
 @dataclass(frozen=True)
@@ -583,7 +586,7 @@ def _col_header(view: CaseView, col: str) -> str:
 
 
 def _cell_lines(c: Cell) -> list[str]:
-    return [c.head, c.tally] if c.tally else [c.head]
+    return [c.head] + [x for x in (c.tally, c.number) if x]
 
 
 # ------------------------------------------------------------------- markdown

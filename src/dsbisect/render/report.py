@@ -23,6 +23,7 @@ from rich.text import Text
 
 from dsbisect import __version__
 from dsbisect.render import nextstep
+from dsbisect.render import gridnumbers
 from dsbisect.render import numbers as render_numbers
 from dsbisect.core.compat import describe as describe_shims
 from dsbisect.envs.facts import describe_env, describe_host, size
@@ -360,7 +361,8 @@ def grid_json(g: Grid, compat: tuple[str, ...] = ()) -> dict:
             {"point": label, "cells": {case: {"outcome": c.outcome.value,
                                               "counts": {o.value: n for o, n in c.counts},
                                               "seconds": round(c.seconds, 3),
-                                              "run": c.shown.id} for case, c in row.items()}}
+                                              "run": c.shown.id} | gridnumbers.cell_json(c)
+                              for case, c in row.items()}}
             for label, row in g.rows
         ],
         "variants": [variant_json(v) for v in g.variants],

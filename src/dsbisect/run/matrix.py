@@ -155,6 +155,19 @@ class _Case(_Settings):
     axes: Axes | None = None
     points: list[dict[str, str]] | None = None
     gpu: dict[str, _GpuOverride] = {}
+    metric: str | None = None  # NAME[@stepN][@AGG]: the run grid shows its median per cell
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str | None) -> str | None:
+        from dsbisect.core.metric import parse_name
+
+        try:
+            if v is not None:
+                parse_name(v)
+        except InputError as e:
+            raise ValueError(str(e).removeprefix("--metric ")) from None
+        return v
 
     @field_validator("points")
     @classmethod
@@ -338,6 +351,7 @@ def _to_case(path: Path, name: str, c: _Case, d: _Defaults, axes: Axes | None) -
         command=base.command if base else None,
         cwd=base.cwd if base else None,
         inputs=base.inputs if base else (),
+        metric=c.metric,
     )
     _check_launcher_args(case, where)
     return with_nodes(case, where, hostfile=(path.parent / hostfile).resolve() if hostfile else None,

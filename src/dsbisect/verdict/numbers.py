@@ -25,12 +25,16 @@ from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 from dsbisect.core.errors import InputError
-from dsbisect.core.metric import Call, Comparison, Direction, MetricSpec, median
+from dsbisect.core.metric import Call, Comparison, Direction, MetricSpec, change_text, median
 
 CONFIDENCE = 0.95  # per bound; what --confidence sets
 EXACT_REFERENCE_RUNS = 3
 EXACT_LIMIT = 2500  # n * m above which the Mann-Whitney distribution is taken as normal
 HUGE = 1e300  # what a NaN or an infinity stands for: as bad as a number can be
+# A good end of exactly 0 under a relative threshold: a percentage of 0 is undefined, so a change is
+# divided by this instead, and any change beyond the noise is over the threshold (the answer shows
+# the amount and says the percentage is undefined: ``core.metric.change_text``).
+ZERO_SCALE = 1e-12
 
 
 @dataclass(frozen=True)
@@ -92,10 +96,10 @@ class Judge:
         if not self.spec.threshold.relative:
             return 1.0
         mid = abs(median(reference))
-        if mid == 0 or mid >= HUGE:
+        if mid >= HUGE:
             raise InputError(f"{self.spec.name}: the good end's median is {median(reference):g}, so a "
                              "percentage of it means nothing; give --worse-if an amount in a unit")
-        return mid
+        return mid or ZERO_SCALE
 
     def _clean(self, values: Sequence[float]) -> list[float]:
         """Values with a NaN or an infinity made as bad as a number can be (a NaN loss is worse
@@ -261,11 +265,11 @@ def describe(report: StepReport, spec: MetricSpec, labels: Sequence[str], unit: 
                 for k, i in enumerate((0, len(labels) - 1))]
         return f"not reproduced: {why} (good {ends[0]}, bad {ends[1]})"
     good, bad = by[report.points[0][0]], by[report.points[-1][0]]
-    head = f"{spec.label} {good.median:.4g} → {bad.median:.4g}{' ' + unit if unit else ''} ({_pct(good, bad, good)})"
+    head = f"{spec.label} {good.median:.4g} → {bad.median:.4g}{' ' + unit if unit else ''} ({_pct(good, bad, good, unit)})"
 
     def where(s: Step, size: bool = True) -> str:
         at = f"at {labels[s.first]}" if s.located else f"after {labels[s.last]}, by {labels[s.first]}"
-        return f"{_pct(s.before, s.after, good)} {at}" if size else at
+        return f"{_pct(s.before, s.after, good, unit)} {at}" if size else at
     over = report.over
     if report.shape is Shape.STEP:
         return f"{head} {where(over[0], size=False)}"
@@ -279,7 +283,6 @@ def describe(report: StepReport, spec: MetricSpec, labels: Sequence[str], unit: 
     return f"{head}: not sure any single step is over {spec.threshold.describe()}{largest}"
 
 
-def _pct(before: Summary, after: Summary, good: Summary) -> str:
-    if good.median == 0:
-        return f"{after.median - before.median:+.3g}".replace("-", "−")
-    return f"{100 * (after.median - before.median) / abs(good.median):+.1f} %".replace("-", "−")
+def _pct(before: Summary, after: Summary, good: Summary, unit: str = "") -> str:
+    """The change in percent of the good end, or its amount where a percentage is undefined."""
+    return change_text(before.median, after.median, good.median, unit)
