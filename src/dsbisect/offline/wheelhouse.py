@@ -128,11 +128,11 @@ def plan(request: PrefetchRequest, sources: Sources) -> Plan:
 
     if not request.cases_too and request.case:
         raise InputError("--case names cases to fetch: it cannot go with --no-cases")
+    _check_places(request, sources)  # --offline first: a date would need the index it refuses
     envs = environments(request, sources.resolve())
     cases_too = request.cases_too and (bool(request.case) or envs is None)  # an env bisection runs no axis point
     m = matrix_of(request, cases_too)
     cases = _cases(request, m, cases_too)
-    _check_places(request, sources)
     index = sources.resolve()
     extras = matrix.check_pins(list(request.extra or []), flag="--extra")
     repo = _repo(request)
