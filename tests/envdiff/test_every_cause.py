@@ -63,6 +63,9 @@ def test_two_independent_causes_each_with_its_release_and_remedy(tmp_path, cli, 
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     every = out["every_cause"]
+    assert set(every) == {"end", "verified", "reverted", "causes"}
+    assert {k for c in every["causes"] for k in c} == {"culprits", "culprit_changes", "required", "exact", "verdict",
+                                                      "note", "check", "check_line", "releases"}
     assert [c["culprits"] for c in every["causes"]] == [["dsb-kc-a"], ["dsb-kc-b"]]
     assert out["env_diff"]["culprits"] == ["dsb-kc-a"]  # the first cause, where it always was
     assert every["end"] == "passes" and every["reverted"] == ["dsb-kc-a", "dsb-kc-b"]
