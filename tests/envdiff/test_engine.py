@@ -81,13 +81,13 @@ def test_one_culprit_among_eight_changes_then_its_release(tmp_path, cli, cache_d
     assert len(kinds) == 8 and kinds["dsb-ea-new"] == "added" and kinds["dsb-ea-old"] == "removed"
     assert diff["culprits"] == ["dsb-ea-c"] and diff["exact"] and out["verdict"] == "found"
     assert [e["outcome"] for e in diff["ends"]] == ["pass", "fail"]
-    assert len(diff["trials"]) <= 5  # ceil(log2 8) + 2
+    assert len(diff["trials"]) <= 6  # ceil(log2 8) + 2, and the check that the bad env without it passes
     rel = _level2(out, "c")
     assert (rel["last_good"], rel["first_bad"], rel["verdict"]) == ("1.1", "1.2", "found")
     # the other packages were held at the good environment's versions during level 2
     assert "dsb-ea-a==1.0" in rel["pins"] and "dsb-ea-old==1.0" in rel["pins"]
     assert list(out)[:8] == ["kind", "good_env", "bad_env", "case", "regress_on", "hold", "verdict", "message"]
-    assert list(out)[8:] == ["env_diff", "releases", "not_bisected", "confounders", "steps", "remedy"]
+    assert list(out)[8:] == ["env_diff", "releases", "not_bisected", "confounders", "steps", "remedy", "every_cause"]
     assert set(diff) >= {"changes", "ends", "trials", "culprits", "exact", "note", "units", "notes"}
     assert set(diff["trials"][0]) == {"applied", "side", "label", "outcome", "run_ids", "detail"}
     ran = {i for s in out["steps"] for i in s["run_ids"]}

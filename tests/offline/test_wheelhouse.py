@@ -9,6 +9,7 @@ import pytest
 
 from conftest import write_matrix
 from dsbisect.core.errors import InputError
+from dsbisect.core.model import IndexOptions
 from dsbisect.offline.wheelhouse import PrefetchRequest, environments, matrix_of, plan
 from dsbisect.run.settings import Sources
 
@@ -35,6 +36,6 @@ def test_bad_input_is_one_error_and_nothing_is_made(tmp_path, monkeypatch, reque
 def test_without_cases_the_matrix_is_read_only_when_there(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert matrix_of(PrefetchRequest(cases_too=False), cases_too=False) is None
-    assert environments(PrefetchRequest()) is None
+    assert environments(PrefetchRequest(), IndexOptions()) is None
     write_matrix(tmp_path, ["1.0.0"])
     assert [c.name for c in matrix_of(PrefetchRequest(cases_too=False), cases_too=False).cases] == ["toy"]

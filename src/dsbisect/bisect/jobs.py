@@ -69,6 +69,8 @@ class SearchChoice:
     regress_on: RegressOn = RegressOn.AUTO
     any_failure: bool = False
     find_fix: bool = False  # the --find-fix flag as given; the search reads ``mode``
+    fixed_in: bool = False  # --fixed-in: after the first bad release, the latest (bisect.fixedin)
+    fixed_in_upto: str | None = None
     repeat: int = 1
     confirm: int = 1
     signature: str | None = None
@@ -188,6 +190,7 @@ class BisectRequest:
         and not beside PACKAGE GOOD BAD; --commits not beside them; a budget not for two
         environments nor beside --confirm."""
         self.search.check_confidence(self.good, self.pair.given)
+        self.check_fixed_in()
         self.search.metric_spec(self.pair.given)
         if self.span.budgeted and self.pair.given:
             raise InputError("--max-runs and --deadline bound a search of releases or commits, "
@@ -201,6 +204,20 @@ class BisectRequest:
         self.pair.paths()
         if len(self.words) > len(invocation.after_dashes):
             raise InputError("give either PACKAGE GOOD BAD or --good-env and --bad-env, not both")
+
+
+    def check_fixed_in(self) -> None:
+        from dsbisect.bisect.fixedin import check_upto
+
+        s = self.search
+        if s.fixed_in_upto is not None and not s.fixed_in:
+            raise InputError("--fixed-in-upto goes with --fixed-in")
+        if s.fixed_in and (s.find_fix or self.pair.given or self.span.given or s.metric is not None):
+            which = "--find-fix" if s.find_fix else "--good-env" if self.pair.given else \
+                "--commits" if self.span.given else "--metric"
+            extra = " (an environment bisection runs each culprit's fix search anyway)" if self.pair.given else ""
+            raise InputError(f"--fixed-in is for PACKAGE GOOD BAD, not with {which}{extra}")
+        check_upto(s.fixed_in_upto)
 
 
 def manual_executor(settings: Settings, frontend: Frontend, ui: Display) -> Place:
@@ -288,7 +305,12 @@ def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Se
     if budget.given:
         frontend.say(f"budget: {budget.describe()}")
     with ui.running():  # the budget counts from here: the checks and the plan took no run
-        return Bisection(runner, index, req, meter=Meter(budget) if budget.given else None).run(planned), index
+        result = Bisection(runner, index, req, meter=Meter(budget) if budget.given else None).run(planned)
+        if request.search.fixed_in:
+            from dsbisect.bisect.fixedin import with_fix
+
+            result = with_fix(runner, index, result, request.search.fixed_in_upto)
+        return result, index
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ class SearchOpts(SearchChoice):
     regress_on: Annotated[RegressOn, typer.Option("--regress-on", help="What counts as bad: auto (what the bad end shows: a hang or a failure), hang, fail, or any.")] = RegressOn.AUTO
     any_failure: Annotated[bool, typer.Option("--any-failure", help="Count every failure of that kind as bad, not only the bad end's own (by default one that fails differently is stepped around).")] = False
     find_fix: Annotated[bool, typer.Option("--find-fix", help="Find the first release that fixed it instead.")] = False
+    fixed_in: Annotated[bool, typer.Option("--fixed-in", help="Then: is it fixed in the latest release? If so, which release fixed it (more runs).")] = False
+    fixed_in_upto: Annotated[Optional[str], typer.Option("--fixed-in-upto", metavar="VERSION", help="--fixed-in up to this release, not the latest.")] = None
     repeat: RepeatOpt = 1
     confirm: Annotated[int, typer.Option("--confirm", min=1, max=MAX_COUNT, help="At the end, run the last good and first bad points until each has this many runs; the answer stands only if all agree.")] = 1
     signature: Annotated[Optional[str], typer.Option("--signature", help="Only hangs/failures whose signature contains this are bad.")] = None

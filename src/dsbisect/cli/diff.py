@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from dsbisect.cli.app import HelpCommand, app, user_errors
 from dsbisect.cli.groups import grouped
-from dsbisect.cli.options import Shown
+from dsbisect.cli.options import Shown, SourceOpts
 from dsbisect.cli.output import Format, check_output, emit, out, write_output
 from dsbisect.core.errors import InputError
 
@@ -19,10 +18,11 @@ from dsbisect.core.errors import InputError
 @grouped
 def diff_envs(
     *,
-    good: Annotated[Path, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder, a python, or - (stdin).")],
-    bad: Annotated[Path, typer.Argument(metavar="BAD", help="The environment that breaks (any of the same).")],
+    good: Annotated[str, typer.Argument(metavar="GOOD", help="The environment that works: a pip freeze / requirements file of == pins, uv.lock, pylock.toml, a venv folder, a python, or - (stdin); SPEC@DATE: a requirements file, pyproject.toml or 'pkg pkg>=1' as resolved on DATE (YYYY-MM-DD, or today); git:REV:PATH: a file as it was in a commit of this repository.")],
+    bad: Annotated[str, typer.Argument(metavar="BAD", help="The environment that breaks (any of the same).")],
     python: Annotated[Optional[str], typer.Option("--python", help="The interpreter trials are made from: what its environment provides is noted (default: dsbisect's own).")] = None,
     shown: Shown,
+    sources: SourceOpts,
 ) -> None:
     """Print what changed between two environments (changed, added, removed), running nothing.
     Exit 1 when they do not differ."""
@@ -33,7 +33,7 @@ def diff_envs(
             check_output(shown.output, "-o")
         if shown.fmt is Format.html:
             raise InputError("--format html is for dsbisect report and dsbisect show")
-        d = envreport.compare(good, bad, python)
+        d = envreport.compare(good, bad, python, sources.resolve())
         if shown.fmt is Format.json:
             emit(json.dumps(envreport.to_json(d), indent=2) + "\n", shown.output)
         elif shown.fmt is Format.markdown:

@@ -35,8 +35,8 @@ class PrefetchOpts(PrefetchRequest):
     git_repo: Annotated[Optional[Path], typer.Option("--git-repo", help="Build wheels of commits of this clone (with --commits).")] = None
     commits: Annotated[Optional[str], typer.Option("--commits", help="Tags or hashes; every first-parent commit in between (with --git-repo).")] = None
     package: Annotated[str, typer.Option("--package", help="The package the clone builds (with --git-repo).")] = "deepspeed"
-    good_env: Annotated[Optional[Path], typer.Option("--good-env", metavar="ENV", help="With --bad-env: what `bisect --good-env/--bad-env` installs: every pin of both (level 1); with --with-candidates every release between each change's two versions (level 2). The matrix's cases only with --case.")] = None
-    bad_env: Annotated[Optional[Path], typer.Option("--bad-env", metavar="ENV", help="The broken environment (with --good-env).")] = None
+    good_env: Annotated[Optional[str], typer.Option("--good-env", metavar="ENV", help="With --bad-env: what `bisect --good-env/--bad-env` installs: every pin of both (level 1); with --with-candidates every release between each change's two versions (level 2). The matrix's cases only with --case. Any ENV bisect takes: a file, SPEC@DATE, git:REV:PATH.")] = None
+    bad_env: Annotated[Optional[str], typer.Option("--bad-env", metavar="ENV", help="The broken environment (with --good-env).")] = None
     hold: Annotated[Optional[list[str]], typer.Option("--hold", metavar="NAME", help="As bisect's: keep this package at the target base's version, not fetched (repeatable).")] = None
 
 

@@ -31,7 +31,7 @@ def _values(value: object) -> Iterator[object]:
         yield value
 
 
-ENVS = ("good_env", "bad_env")
+ENVS = ("good_env", "bad_env", "good", "bad")  # an ENV is a word (a date, git:REV:PATH) or a venv; diff names them GOOD BAD
 
 
 def _current_context():

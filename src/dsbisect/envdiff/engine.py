@@ -46,7 +46,9 @@ from dsbisect.envdiff.plan import (
 )
 from dsbisect.envdiff.remedy import Remedy, remedy
 from dsbisect.envs.venvs import EnvManager
-from dsbisect.search.changes import EnvSearch, find_culprits
+from dsbisect.search.changes import EnvSearch
+from dsbisect.search.causes import find_causes
+from dsbisect.envdiff.causes import MAX_CAUSES, EveryCause, every_cause, others, with_causes
 from dsbisect.core.errors import DsbisectError, InputError
 from dsbisect.core.model import Answer, BaseMode, GitSource, IndexOptions, Point, Stage
 from dsbisect.core.outside import clip
@@ -80,6 +82,7 @@ class EnvResult:
     steps: tuple[Step, ...] = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
     remedies: tuple[Remedy, ...] = ()  # per culprit with a first bad release: the pin and the fix, run
     numbers: Numbers | None = None  # --metric: level 1's values per trial (envdiff.numbers)
+    every: EveryCause | None = None  # every cause (the first is culprits), each check run, the verified line
 
     @property
     def exit_code(self) -> int:
@@ -216,11 +219,14 @@ class EnvBisection:
             return self._finish(EnvResult(self.req, self.changes, problem[0], problem[1], ends=self.ends,
                                           notes=self.plan.notes))
         units = self._units()
-        found = find_culprits(len(self.changes), self._test, width=max(1, self.req.width), units=units,
-                              ahead=self._ahead)
-        result = self._level1(found, units)
+        found = find_causes(len(self.changes), self._test, width=max(1, self.req.width), units=units,
+                            ahead=self._ahead, max_causes=MAX_CAUSES)
+        level1 = [self._level1(c, units) for c in found.causes]  # each further cause bisected as the first
+        result = level1[0]
         if result.culprits:
             result = self._level2(result)
+            more = [self._level2(r) for r in level1[1:] if r.culprits]
+            result = with_causes(result, more, every_cause(found, level1, self.trials, self.ends))
             if self.req.metric is None:  # the pin and the fix are run as pass/fail
                 result = dataclasses.replace(result, remedies=self._remedies(result))
         return self._finish(result)
@@ -230,11 +236,14 @@ class EnvBisection:
         that avoids it and the release that fixes it, each run in the bad environment."""
         bad_pins = requirements(self.req.bad_env, (), self.plan.hold, self.plan.held_names)
         versions = {c.name: c.bad.version for c in self.changes if c.bad is not None and c.bad.version}
-        out = []
+        out, everything = [], frozenset(range(len(self.changes)))
         for res in result.releases:
             if res.verdict is Answer.FOUND and res.request.mode is self.req.mode and res.last_good and res.first_bad:
                 self.runner.progress("note", f"remedy: {res.request.package} (the pin, then the latest release)")
-                out.append(remedy(self.runner, self.index, res, bad_pins, versions[res.request.package], self._points))
+                rest = others(result.every, self.changes, res.request.package)  # the other causes, reverted
+                out.append(remedy(self.runner, self.index, res, self._reqs(everything - rest) if rest else bad_pins,
+                                  versions[res.request.package], self._points,
+                                  tuple(self.changes[i].describe() for i in sorted(rest))))
         return tuple(out)
 
     def _points(self, name: str, planned: Plan, pins: tuple[str, ...]) -> tuple[CulpritPoints, list[Confounder]]:
@@ -275,7 +284,7 @@ class EnvBisection:
         if set(found.unverified) <= set(required):
             rest = " and ".join(self.changes[i].describe() for i in found.culprits if i not in required)
             return "; ".join(f"{self.changes[x].describe()} cannot be left out of the answer: {rest} requires it "
-                             f"(uv: {_cut(self._skip_reason(found, x), 300)}); alone it behaves as the good end"
+                             f"(uv: {clip(self._skip_reason(found, x), 300)}); alone it behaves as the good end"
                              for x in found.unverified)
         return found.note + " (" + "; ".join(f"{i}: {self.changes[i].describe()}" for i in found.unverified) + ")"
 
@@ -460,10 +469,6 @@ class EnvBisection:
                                          req.asked(str(Path.cwd())), status, result)
 
 
-def _cut(text: str, n: int) -> str:
-    return clip(text, n)
-
-
 def _parse(v: str) -> Version:
     try:
         return Version(v)
@@ -516,5 +521,6 @@ def env_json(r: EnvResult) -> dict:
         "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps]
         + [s.to_json() for m in r.remedies for x in (m.pin, m.fix) if x is not None for s in x.steps],  # for `log`
         "remedy": [m.to_json() for m in r.remedies],
+        "every_cause": r.every.to_json(r) if r.every is not None else None,
         **({"numbers": r.numbers.to_json()} if r.numbers else {}),
     }

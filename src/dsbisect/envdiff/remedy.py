@@ -48,6 +48,7 @@ class Remedy:
     fix: Result | None = None       # find-fix from bad_version to latest (None: bad_version is the latest)
     note: str = ""                  # why a remedy could not be run
     moved: tuple[Confounder, ...] = ()  # pins uv had to move for a release of the culprit (what it drags along)
+    others: tuple[str, ...] = ()    # the other causes' changes, reverted while this one's remedy ran
 
     @property
     def pin_holds(self) -> bool:
@@ -69,12 +70,18 @@ class Remedy:
         moved = [m for x in self.moved if x.version == version for m in x.moved]
         return f"; it moves {', '.join(moved)}" if moved else ""
 
+    @property
+    def _changed(self) -> str:
+        if not self.others:
+            return "only this changed"
+        return f"this changed and the other cause{'s' if len(self.others) > 1 else ''} reverted ({', '.join(self.others)})"
+
     def lines(self) -> tuple[str, ...]:
         """The remedy in words, each a line a user can act on (pasteable pins first)."""
         out = []
         pin = f"{self.package}=={self.last_good}"
         if self.pin_holds:
-            out.append(f"pin: {pin}   (uv pip install '{pin}'; the bad environment with only this changed "
+            out.append(f"pin: {pin}   (uv pip install '{pin}'; the bad environment with {self._changed} "
                        f"passed: run {_run_of(self.pin, self.last_good)}{self._drags(self.last_good)})")
         elif self.pin is not None:
             out.append(f"pin {pin} does not avoid it alone: {self.pin.message or self.pin.verdict.value}")
@@ -98,7 +105,7 @@ class Remedy:
                 "still_bad": self.still_bad, "lines": list(self.lines()),
                 "pin_bisection": self.pin.to_json() if self.pin else None,
                 "fix_bisection": self.fix.to_json() if self.fix else None, "note": self.note,
-                "moved": [x.to_json() for x in self.moved]}
+                "moved": [x.to_json() for x in self.moved], "others_reverted": list(self.others)}
 
 
 def _run_of(result: Result, *versions: str) -> str:
@@ -114,10 +121,11 @@ MakePoints = Callable[[str, Plan, tuple[str, ...]], tuple[Points, list[Confounde
 
 
 def remedy(runner: Runner, index: IndexOptions, found: Result, bad_pins: tuple[str, ...],
-           bad_version: str, points: MakePoints) -> Remedy:
+           bad_version: str, points: MakePoints, others: tuple[str, ...] = ()) -> Remedy:
     """The remedies of the culprit ``found`` names (a release bisection that answered), every
     other package at ``bad_pins`` (the bad environment's, the culprit's own left out here);
-    ``points`` makes a release's point with the pins uv must move for it moved (and says which)."""
+    ``points`` makes a release's point with the pins uv must move for it moved (and says which);
+    ``others``: the other causes' changes, already reverted in ``bad_pins`` (for the words)."""
     name = found.request.package
     context = tuple(p for p in bad_pins if canonicalize_name(Requirement(p).name) != canonicalize_name(name))
     base = Request(package=name, good=found.last_good, bad=found.first_bad, case=found.request.case,
@@ -125,7 +133,7 @@ def remedy(runner: Runner, index: IndexOptions, found: Result, bad_pins: tuple[s
                    repeat=found.request.repeat, signature=found.request.signature, width=found.request.width,
                    any_failure=found.request.any_failure)
     pin, moved = _bisect(runner, index, base, points)
-    out = Remedy(name, found.last_good, found.first_bad, bad_version, pin, moved=tuple(moved))
+    out = Remedy(name, found.last_good, found.first_bad, bad_version, pin, moved=tuple(moved), others=others)
     try:
         latest = str(listed(name, index)[-1])
     except DsbisectError as e:

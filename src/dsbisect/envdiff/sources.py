@@ -35,6 +35,7 @@ from packaging.utils import canonicalize_name
 
 from dsbisect.core import proc
 from dsbisect.core.errors import EnvBuildError, InputError
+from dsbisect.core.model import IndexOptions
 from dsbisect.core.files import read_small_text
 from dsbisect.envdiff.environments import Environment, read_environment
 from dsbisect.envs import gitrepo
@@ -267,3 +268,20 @@ def without_base_only(bad: Resolved, good: Environment) -> Resolved:
     note = (f"{dropped} package(s) only {env.source} has are in the base every trial is layered on: importable in "
             "every trial, so not changes to bisect (their versions are in the freeze beside the result)")
     return dataclasses.replace(bad, environment=dataclasses.replace(env, pins=kept), notes=(*bad.notes, note))
+
+
+def resolve_given(good: str, bad: str, index: IndexOptions, python: str | None = None,
+                  hold: Sequence[str] = ()) -> tuple[Resolved, Resolved]:
+    """Two ENVs as ``diff`` and ``prefetch`` take them (every form ``bisect --good-env`` takes):
+    files read as they are; a date resolved against ``index`` (uv's cache in a temporary folder,
+    nothing else created); a ``git:`` file read from the current folder's repository."""
+    from dsbisect.envs.base import inspect_base
+
+    now = datetime.now(timezone.utc)
+    good_spec, bad_spec = parse_spec(good, now), parse_spec(bad, now)
+    if good_spec.origin is bad_spec.origin is Origin.FILE:  # nothing to resolve: no interpreter asked
+        return Resolved(good_spec, read_environment(Path(good))), Resolved(bad_spec, read_environment(Path(bad)))
+    base = inspect_base(python)
+    with tempfile.TemporaryDirectory(prefix="dsbisect-resolve-") as tmp:
+        how = Resolving(Uv(Path(tmp) / "uv", index), base.python, held_pins(hold, base), Path.cwd(), now)
+        return resolve_env(good_spec, how), resolve_env(bad_spec, how)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import typing
 
+from packaging.utils import canonicalize_name
+
 from dsbisect.core.mode import Side
 from dsbisect.core.model import Answer, Stage
 from dsbisect.core.outside import safe
@@ -24,20 +26,31 @@ def chain(r: EnvResult) -> str:
     if not r.culprits:
         return safe(f"{head}; {r.verdict.value}: {r.message}" if r.message else f"{head}; {r.verdict.value}")
     trials = f"({len(r.trials)} trial{'s' if len(r.trials) != 1 else ''})"
-    names = [r.changes[i].describe() for i in r.culprits if i not in r.required]
-    needs = [r.changes[i].describe() for i in r.required]
+    seen = {i for t in (*r.ends, *r.trials) for i in t.run_ids}  # level 2 reuses these: not counted again
+    causes = [(c.culprits, c.required) for c in r.every.causes] if r.every is not None else [(r.culprits, r.required)]
+    parts = []
+    for k, (culprits, required) in enumerate(causes):
+        said = _culprits(r, culprits, required)
+        if k == 0:
+            lead = f"{head}; {len(causes)} causes; cause 1: " if len(causes) > 1 else f"{head}; "
+            parts.append(f"{lead}{said} {trials}" + " — not exact" * (r.verdict is not Answer.FOUND))
+        else:
+            parts.append(f"cause {k + 1}: {said}" + " — not exact" * (r.every.causes[k].verdict is not Answer.FOUND))
+        names = {canonicalize_name(r.changes[i].name) for i in culprits}
+        for res in r.releases:
+            if canonicalize_name(res.request.package) in names:
+                parts += _release_parts(res, len(r.releases) > 1, seen, res.request.mode is not r.request.mode)
+    if r.every is not None:
+        parts.append(r.every.verified)
+    return safe("; ".join(parts))
+
+
+def _culprits(r: EnvResult, culprits: tuple[int, ...], required: tuple[int, ...]) -> str:
+    names = [r.changes[i].describe() for i in culprits if i not in required]
+    needs = [r.changes[i].describe() for i in required]
     if needs:
         names[-1] += f" (with {' and '.join(needs)}, which it requires; harmless alone)"
-    if len(names) == 1:
-        parts = [f"{head}; culprit {names[0]} {trials}"]
-    else:
-        parts = [f"{head}; culprits (only together): {' and '.join(names)} {trials}"]
-    if r.verdict is not Answer.FOUND:
-        parts[0] += " — not exact"
-    seen = {i for t in (*r.ends, *r.trials) for i in t.run_ids}  # level 2 reuses these: not counted again
-    for res in r.releases:
-        parts += _release_parts(res, len(r.releases) > 1, seen, res.request.mode is not r.request.mode)
-    return safe("; ".join(parts))
+    return f"culprit {names[0]}" if len(names) == 1 else f"culprits (only together): {' and '.join(names)}"
 
 
 def _release_parts(res: Result, named: bool, seen: set[int], downgrade: bool) -> list[str]:

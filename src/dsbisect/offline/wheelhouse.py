@@ -42,8 +42,8 @@ class PrefetchRequest:
     git_repo: Path | None = None
     commits: str | None = None
     package: str = "deepspeed"
-    good_env: Path | None = None
-    bad_env: Path | None = None
+    good_env: str | None = None  # any ENV bisect takes (a file, SPEC@DATE, git:REV:PATH)
+    bad_env: str | None = None
     hold: Sequence[str] | None = None
 
 
@@ -71,9 +71,10 @@ class Plan:
     index: IndexOptions
 
 
-def environments(request: PrefetchRequest) -> tuple[Environment, Environment] | None:
-    """The two environments of ``--good-env/--bad-env``, read; None without them."""
-    from dsbisect.envdiff.environments import read_environment
+def environments(request: PrefetchRequest, index: IndexOptions) -> tuple[Environment, Environment] | None:
+    """The two environments of ``--good-env/--bad-env``, read (or resolved, as bisect's: a date
+    against ``index``, a file from a commit); None without them."""
+    from dsbisect.envdiff.sources import resolve_given
 
     good, bad, hold = request.good_env, request.bad_env, request.hold
     if good is None or bad is None:
@@ -82,7 +83,8 @@ def environments(request: PrefetchRequest) -> tuple[Environment, Environment] | 
         if hold:
             raise InputError("--hold needs --good-env and --bad-env")
         return None
-    return read_environment(good), read_environment(bad)
+    good_env, bad_env = resolve_given(str(good), str(bad), index)
+    return good_env.environment, bad_env.environment
 
 
 def matrix_of(request: PrefetchRequest, cases_too: bool) -> matrix.Matrix | None:
@@ -126,11 +128,11 @@ def plan(request: PrefetchRequest, sources: Sources) -> Plan:
 
     if not request.cases_too and request.case:
         raise InputError("--case names cases to fetch: it cannot go with --no-cases")
-    envs = environments(request)
+    _check_places(request, sources)  # --offline first: a date would need the index it refuses
+    envs = environments(request, sources.resolve())
     cases_too = request.cases_too and (bool(request.case) or envs is None)  # an env bisection runs no axis point
     m = matrix_of(request, cases_too)
     cases = _cases(request, m, cases_too)
-    _check_places(request, sources)
     index = sources.resolve()
     extras = matrix.check_pins(list(request.extra or []), flag="--extra")
     repo = _repo(request)

@@ -316,6 +316,8 @@ class Result:
     different: tuple[str, ...] = ()  # "1.1.0 failed differently (...): not counted; --any-failure counts it"
     confidence: tuple[Confidence, ...] = ()  # --confidence: one per stage searched
     numbers: Numbers | None = None  # --metric: the values per tested point and the answer
+    fix: Result | None = None  # --fixed-in: the find-fix bisection from the first bad release to the latest
+    fix_note: str = ""  # --fixed-in with no bisection to run (the first bad is the latest), or why not
 
     @property
     def exit_code(self) -> int:
@@ -343,6 +345,8 @@ class Result:
             "proof": self.proof.to_json() if self.proof else None,
             "confidence": confidence_json(req.confidence, self.confidence),
             **({"numbers": self.numbers.to_json()} if self.numbers else {}),
+            **({"fix": self.fix.to_json() if self.fix else None, "fix_note": self.fix_note}
+               if self.fix or self.fix_note else {}),
         }
 
     @classmethod
@@ -361,7 +365,8 @@ class Result:
                    _str(d, "commit_message"), Confirmation.from_json(confirm) if confirm else None,
                    _str(d, "good_end"), _strs(d.get("caveats")),
                    Proof.from_json(proof, mode) if proof else None, regression, _strs(d.get("different")),
-                   found, Numbers.from_json(d.get("numbers")))
+                   found, Numbers.from_json(d.get("numbers")),
+                   Result.from_json(d["fix"]) if _dict(d, "fix") else None, _str(d, "fix_note"))
 
 
 def dumps(r: Result) -> str:

@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import json
 
-from rich.console import RenderableType
+from rich.console import Group, RenderableType
 
 from dsbisect.core.errors import ExternalFailure, InputError
+from dsbisect.bisect import fixedin
 from dsbisect.core.model import IndexOptions
+from dsbisect.core.outside import safe, safe_text
+from dsbisect.render.grid import md
 from dsbisect.envdiff.engine import EnvResult
 from dsbisect.records.results import Result, dumps
 from dsbisect.render import chainreport, nextstep
@@ -41,10 +44,21 @@ def as_json(result: Result | EnvResult) -> str:
 def as_markdown(result: Result | EnvResult, command: str, after: NextStep | None = None) -> str:
     if isinstance(result, EnvResult):
         return chainreport.env_markdown(result, command)
-    return rep.bisect_markdown(result, command, after)
+    text = rep.bisect_markdown(result, command, after)
+    line = safe(fixedin.fix_line(result))
+    if not line:
+        return text
+    first = f"**{md(line[0].upper() + line[1:])}.**" if fixedin.still_broken(result) else f"**{md(line)}**"
+    fix = "\n" + rep.bisect_markdown(result.fix, command) if result.fix is not None else ""
+    return f"{first}\n\n{text}{fix}"
 
 
 def as_renderable(result: Result | EnvResult, command: str, after: NextStep | None = None) -> RenderableType:
     if isinstance(result, EnvResult):
         return chainreport.env_renderable(result, command)
-    return rep.bisect_renderable(result, command, after=after)
+    view = rep.bisect_renderable(result, command, after=after)
+    line = fixedin.fix_line(result)
+    if not line:
+        return view
+    parts = [safe_text(line, style="bold"), view]
+    return Group(*parts, rep.bisect_renderable(result.fix, command)) if result.fix is not None else Group(*parts)

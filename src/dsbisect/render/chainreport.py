@@ -30,14 +30,21 @@ def level1_result(r: EnvResult) -> Result:
 # ------------------------------------------------------------------ terminal
 
 
+def _cause_of(r: EnvResult) -> dict[int, str]:
+    """The culprit column: ``yes`` (one cause), or which cause a change belongs to."""
+    if r.every is None or len(r.every.causes) < 2:
+        return dict.fromkeys(r.culprits, "yes")
+    return {i: f"cause {k + 1}" for k, c in enumerate(r.every.causes) for i in c.culprits}
+
+
 def changes_table(r: EnvResult) -> Table:
-    culprits = set(r.culprits)
+    culprits = _cause_of(r)
     table = Table(header_style="bold", title=safe_text(f"{len(r.changes)} changes: {r.request.good_env.source} → "
                                                        f"{r.request.bad_env.source}"))
     for col in ("#", "change", "kind", "culprit"):
         table.add_column(col, overflow="fold")
     for i, c in enumerate(r.changes):
-        table.add_row(Text(str(i)), safe_text(c.describe()), Text(c.kind.value), Text("yes" if i in culprits else ""),
+        table.add_row(Text(str(i)), safe_text(c.describe()), Text(c.kind.value), Text(culprits.get(i, "")),
                       style="bold red" if i in culprits else "")
     return table
 
@@ -67,6 +74,8 @@ def notes(r: EnvResult) -> list[str]:
     if r.note:
         lines.append(r.note)
     lines += [f"not bisected: {s}" for s in r.skipped]
+    if r.every is not None:  # the checks between the causes (the last one ends the chain)
+        lines += [f"after cause {k + 1}: {r.every.check_line(k)}" for k in range(len(r.every.causes) - 1)]
     lines += [f"confounder: {x.describe()}" for x in r.confounders]
     lines += ["tied by dependency metadata (tried together): "
               + ", ".join(r.changes[i].name for i in u) for u in r.units]
@@ -113,8 +122,8 @@ def env_markdown(r: EnvResult, command: str) -> str:
     lines += [safe(x) for x in render_numbers.markdown(r.numbers)]  # --metric: level 1's values per trial
     lines += ["<details><summary>" + f"{len(r.changes)} changes</summary>", "",
               "| # | change | kind | culprit |", "|---|---|---|---|"]
-    culprits = set(r.culprits)
-    lines += [f"| {i} | {_md(safe(c.describe()))} | {c.kind.value} | {'**yes**' if i in culprits else ''} |"
+    culprits = _cause_of(r)
+    lines += [f"| {i} | {_md(safe(c.describe()))} | {c.kind.value} | {f'**{culprits[i]}**' if i in culprits else ''} |"
               for i, c in enumerate(r.changes)]
     lines += ["", "</details>", "", f"<details><summary>level 1: {len(r.trials)} trials</summary>", "",
               "| trial | applied | outcome | side | runs | detail |", "|---|---|---|---|---|---|"]

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from rich.table import Table
 from rich.text import Text
 
-from dsbisect.envdiff.environments import Change, Environment, Kind, diff, read_environment
+from dsbisect.envdiff.environments import Change, Environment, Kind, diff
 from dsbisect.core.errors import DsbisectError, InputError
+from dsbisect.core.model import IndexOptions
 from dsbisect.envdiff.pins import EnvFormat, Pin
 from dsbisect.core.outside import safe, safe_text
 from dsbisect.core.redact import redact
@@ -138,14 +138,16 @@ def _env_json(env: Environment) -> dict:
             "roots": list(env.roots)}
 
 
-def compare(good: Path, bad: Path, python: str | None = None) -> EnvDiff:
-    """Read both environments and the base the trials would be made from (``python``, default
-    dsbisect's own; it provides packages only when layered, i.e. when it has torch)."""
+def compare(good: str, bad: str, python: str | None = None, index: IndexOptions | None = None) -> EnvDiff:
+    """Read (or resolve: ``SPEC@DATE`` against ``index``, ``git:REV:PATH``) both environments and
+    the base the trials would be made from (``python``, default dsbisect's own; it provides
+    packages only when layered, i.e. when it has torch)."""
+    from dsbisect.envdiff.sources import resolve_given
     from dsbisect.envs.base import inspect_base
 
     if str(good) == str(bad) == "-":
         raise InputError("GOOD and BAD are both - : only one of them can be read from stdin")
-    old, new = read_environment(good), read_environment(bad)
+    old, new = (r.environment for r in resolve_given(str(good), str(bad), index or IndexOptions(), python))
     changes = diff(old, new)
     if not changes:
         raise DsbisectError(f"no difference between GOOD and BAD: {redact(str(good))} and {redact(str(bad))} "
