@@ -31,7 +31,7 @@ from pathlib import Path
 from dsbisect.core import eta
 from dsbisect.core.errors import DiskFull, EnvBuildError, Interrupted, StoreError, signal_of
 from dsbisect.core.model import Accelerator, Case, Launcher, Outcome, Point, RunStatus, check_wanted, digest
-from dsbisect.core.proc import clean_env, writes_bytecode
+from dsbisect.core.proc import clean_env, without_unset, writes_bytecode
 from dsbisect.core.redact import redact, remember, scrub_folder, secret_values
 from dsbisect.core.rundir import RunDir, read_tail
 from dsbisect.envs import conditions, facts
@@ -272,7 +272,7 @@ class LocalExecutor:
         if cached:
             return cached
         self.progress("env", f"{case.name} · {point.label}: importing {', '.join(wanted)}")
-        variables = self._base_env(case, accel) | dict(case.env)
+        variables = without_unset(self._base_env(case, accel) | dict(case.env))
         if self.envs.caches_bytecode(env):  # what it imports is cached (EnvManager.caches_bytecode)
             variables = writes_bytecode(variables)
         check = facts.import_check(env.python, wanted, variables)
@@ -345,7 +345,7 @@ class LocalExecutor:
                 note.write(f"dsbisect: {chosen}\n")
             self.progress("note", f"{case.name} · {job.point.label}: {chosen}")
             p = plan(case, target, cuda, variables.get("CUDA_VISIBLE_DEVICES"))
-        variables |= p.env
+        variables = without_unset(variables | p.env)  # a setting's trial may remove a variable
         run.ranks.mkdir(parents=True, exist_ok=True)
         direct, ranks = p.line.direct, p.line.ranks(case, cuda)
         if direct:
