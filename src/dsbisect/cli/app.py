@@ -46,6 +46,8 @@ PANELS = {"What counts as bad; flaky runs": ("any_failure", "signature", "repeat
           "A number that got worse (docs/how-to/numbers.md)": ("metric", "worse_if", "metric_pattern"),
           "Commits": ("commits", "max_runs", "deadline", "verify_commit_ends", "prove"),
           "Two environments": ("good_env", "bad_env", "hold"),
+          "Two sets of settings (docs/how-to/settings.md)": ("good_config", "bad_config", "good_vars", "bad_vars",
+                                                             "good_command"),
           "Timeouts": ("timeout", "collective_timeout", "idle_timeout", "no_early_hang"),
           "Where packages come from": ("offline", "find_links", "index_url", "extra_index_url", "pre",
                                        "include_yanked"),
