@@ -158,3 +158,11 @@ def test_settings_input_errors(tmp_path, files, words, expected):
     with pytest.raises(InputError, match=expected):
         read_settings(SettingsFiles(**{k: v if k == "good_command" else tmp_path / v for k, v in files.items()}),
                       words, tmp_path)
+
+
+def test_a_config_key_that_looks_secret_is_masked(tmp_path):
+    (tmp_path / "ok.json").write_text(json.dumps({"wandb": {"api_key": TOKEN}, "lr": 1}))
+    (tmp_path / "broken.json").write_text(json.dumps({"wandb": {"api_key": TOKEN[::-1]}, "lr": 1}))
+    (found,) = config_settings(tmp_path / "ok.json", tmp_path / "broken.json")
+    assert found.describe() == "config wandb.api_key *** -> ***"
+    assert TOKEN not in json.dumps(setting_json(found)) and TOKEN[::-1] not in json.dumps(setting_json(found))

@@ -146,6 +146,10 @@ def test_an_environment_variable_and_no_token_kept_anywhere(tmp_path, cli, cache
     assert shown["HF_TOKEN"] == "env HF_TOKEN *** -> ***" and "PWD" not in shown
     html = cli("report", "--store", str(tmp_path / "store"), "--format", "html", "-o", "report.html", cwd=tmp_path)
     assert html.exit_code == 0, html.output
+    assert "culprit env TOY_P2P_DISABLE (unset) -&gt; 1" in (tmp_path / "report.html").read_text()
+    assert "culprit env TOY_P2P_DISABLE (unset) -> 1" in (tmp_path / "report.md").read_text()
+    table = cli("report", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert "culprit env TOY_P2P_DISABLE (unset) -> 1" in table.stdout, table.stdout
     for secret in (TOKEN, TOKEN[::-1], TOKEN.upper()):
         assert secret not in res.output
         for path in [*(tmp_path / "store").rglob("*"), tmp_path / "report.md", tmp_path / "report.html"]:
