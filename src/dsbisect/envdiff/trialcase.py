@@ -98,7 +98,7 @@ def read_settings(files: SettingsFiles, words: Sequence[str], cwd: Path) -> Sett
     words, settings, notes, extra = list(words), [], [], {}
     if files.good_config is not None:
         settings += config_settings(files.good_config, files.bad_config)  # both read first: a missing file says so
-        words = _mark_config(words, cwd, files.good_config, files.bad_config)
+        words = mark_config(words, cwd, files.good_config, files.bad_config)
         extra = {"good_config": files.good_config.resolve(), "bad_config": files.bad_config.resolve(),
                  "config_text": files.good_config.read_text()}
     if files.good_vars is not None:
@@ -126,7 +126,7 @@ def _pairs(files: SettingsFiles) -> None:
         config_format(files.good_config)
 
 
-def _mark_config(words: list[str], cwd: Path, good: Path, bad: Path) -> list[str]:
+def mark_config(words: list[str], cwd: Path, good: Path, bad: Path) -> list[str]:
     """The command line with the word naming the config (either one) as CONFIG_WORD."""
     targets = {p.resolve() for p in (good, bad) if p.exists()}
     out, found = [], False
@@ -151,7 +151,7 @@ def _lines(files: SettingsFiles, words: list[str], cwd: Path) -> tuple[Line, Lin
     if not good:
         raise InputError("--good-command is empty: give the command line that works")
     if files.good_config is not None:
-        good = _mark_config(good, cwd, files.good_config, files.bad_config)
+        good = mark_config(good, cwd, files.good_config, files.bad_config)
     return parse_line(good, "--good-command"), parse_line(words, "the command line")
 
 
@@ -200,7 +200,7 @@ class TrialCases:
         every = [s for s in plan.settings if s.where is Where.CONFIG]
         if not applied:
             return plan.good_config
-        if len(applied) == len(every):
+        if len(applied) == len(every) and plan.bad_config != plan.good_config:  # (a workaround's plan: the same)
             return plan.bad_config
         text = edited(plan.config_text, config_format(plan.good_config), [(s.path, s.bad) for s in applied])
         path = self.folder / digest(text)[:16] / plan.bad_config.name
