@@ -27,6 +27,10 @@ print("fine")
 def test_every_knob_says_where_it_is_documented_and_what_it_costs():
     assert all(k.source and k.cost for k in KNOBS)
     assert len({(k.where, k.path) for k in KNOBS}) == len(KNOBS)
+    page = (Path(__file__).parents[2] / "docs" / "how-to" / "settings.md").read_text()
+    listed = [line for line in page.splitlines() if line.startswith("| `")]
+    assert [line.split("`")[1] for line in listed] == [k.describe() for k in KNOBS]
+    assert all(k.source in line for k, line in zip(KNOBS, listed))
 
 
 def test_which_knobs_apply_follows_the_transport_and_the_config(tmp_path):
