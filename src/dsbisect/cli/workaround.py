@@ -4,6 +4,7 @@ point (envdiff.workaround); each found one run twice, and labelled a workaround,
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -13,59 +14,38 @@ from dsbisect.cli.app import KeepsWords, app, user_errors
 from dsbisect.cli.groups import grouped
 from dsbisect.cli.options import SettingsOpts, Shown
 from dsbisect.cli.output import Format, emit, frontend, out
-from dsbisect.core.errors import InputError
-from dsbisect.core.model import Accelerator, EnvOptions
+from dsbisect.core.model import Accelerator
 from dsbisect.core.outside import safe
+from dsbisect.envdiff.workaround import WorkaroundRequest, Workarounds, workaround_job
 
 
+@dataclass(frozen=True)
+class WorkaroundOpts(WorkaroundRequest):
+    command: Annotated[Optional[list[str]], typer.Argument(metavar="-- COMMAND...", help="The command line that fails at the bad point.")] = None
+    config: Annotated[Optional[Path], typer.Option("--config", metavar="FILE", help="The config the command names (DeepSpeed JSON, accelerate YAML): its documented keys are tried too.")] = None
+    pin: Annotated[Optional[list[str]], typer.Option("--pin", metavar="REQ", help="The bad point, e.g. deepspeed==0.18.9 (repeatable; default: this environment).")] = None
+    knob: Annotated[Optional[list[str]], typer.Option("--knob", metavar="WHERE:KEY=VALUE", help="Your own candidate, tried after the list: env:NAME=VALUE or config:a.b=VALUE (repeatable).")] = None
+    only_own: Annotated[bool, typer.Option("--only-own", help="Try only the --knob candidates, not the documented list.")] = False
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=20, help="Runs of each knob; it works when every one passes.")] = 2
+    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks run: cpu, cuda, or auto.")] = Accelerator.AUTO
 
 
 @app.command(cls=KeepsWords)
 @grouped
-def workaround(
-    *,
-    command: Annotated[Optional[list[str]], typer.Argument(metavar="-- COMMAND...", help="The command line that fails at the bad point.")] = None,
-    config: Annotated[Optional[Path], typer.Option("--config", metavar="FILE", help="The config the command names (DeepSpeed JSON, accelerate YAML): its documented keys are tried too.")] = None,
-    pin: Annotated[Optional[list[str]], typer.Option("--pin", metavar="REQ", help="The bad point, e.g. deepspeed==0.18.9 (repeatable; default: this environment).")] = None,
-    knob: Annotated[Optional[list[str]], typer.Option("--knob", metavar="WHERE:KEY=VALUE", help="Your own candidate, tried after the list: env:NAME=VALUE or config:a.b=VALUE (repeatable).")] = None,
-    only_own: Annotated[bool, typer.Option("--only-own", help="Try only the --knob candidates, not the documented list.")] = False,
-    repeat: Annotated[int, typer.Option("--repeat", min=1, max=20, help="Runs of each knob; it works when every one passes.")] = 2,
-    accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks run: cpu, cuda, or auto.")] = Accelerator.AUTO,
-    settings: SettingsOpts,
-    shown: Shown,
-) -> None:
+def workaround(*, request: WorkaroundOpts, settings: SettingsOpts, shown: Shown) -> None:
     """Try documented settings (NCCL/gloo variables, DeepSpeed ZeRO keys, accelerate's dataloader
     switches: the list and its sources are in docs/how-to/settings.md) one at a time on a command
     that fails, each run --repeat times, and report those that make it pass: workarounds, not fixes.
     Exit 0 when one works, 1 when none does or the command does not fail."""
-    from dsbisect.envdiff import workaround as wa
-    from dsbisect.envdiff.knobs import KNOBS, parse_knob
-    from dsbisect.run import matrix
-    from dsbisect.run.settings import open_session
-
     with user_errors():
         shown.check()
-        if not command:
-            raise InputError("give the command line that fails after --")
-        own = [parse_knob(k) for k in knob or ()]
-        if only_own and not own:
-            raise InputError("--only-own tries only --knob candidates: give one")
-        if config is not None:  # read, and named by the command, before the store is made
-            wa.check_config(config, command, Path.cwd())
-        case = settings.shape(matrix.command_points(list(command), Path.cwd(), [], list(pin or ()), None, accelerator))
-        point = case.points[0]
-        ui = frontend(shown.quiet).display(0)
-        runner = open_session(settings, settings.venvs.options(EnvOptions()), settings.sources.resolve(), ui)
-        used, left = wa.applicable([] if only_own else KNOBS, runner.accelerator(case), config)
-        plan, pairs, same = wa.plan_knobs([*used, *own], command, Path.cwd(), config)
-        with ui.running():
-            found = wa.find_workarounds(runner, case, point, plan, pairs, repeat, [*same, *left])
+        found = workaround_job(request, settings, frontend(shown.quiet))
         _show(found, shown)
         if found.exit_code:
             raise typer.Exit(found.exit_code)
 
 
-def _lines(w) -> list[str]:
+def _lines(w: Workarounds) -> list[str]:
     head = (f"{len(w.found)} workaround(s) of {len(w.trials)} knobs tried" if w.found
             else f"no workaround among {len(w.trials)} knobs tried")
     lines = [head + f"; as given: {w.baseline.value} (run {', '.join(map(str, w.baseline_runs))})",
@@ -78,7 +58,7 @@ def _lines(w) -> list[str]:
     return [safe(x) for x in lines]
 
 
-def _show(w, shown: Shown) -> None:
+def _show(w: Workarounds, shown: Shown) -> None:
     if shown.fmt is Format.json:
         emit(json.dumps(w.to_json(), indent=2) + "\n", shown.output)
     elif shown.fmt is Format.markdown:

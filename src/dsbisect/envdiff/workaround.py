@@ -17,12 +17,51 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dsbisect.core.errors import DsbisectError
-from dsbisect.core.model import Accelerator, Case, Outcome, Point
+from dsbisect.core.errors import DsbisectError, InputError
+from dsbisect.core.model import Accelerator, Case, EnvOptions, Outcome, Point
 from dsbisect.envdiff.knobs import Knob
 from dsbisect.envdiff.settings import Setting, Where, flatten, parse_config
 from dsbisect.envdiff.trialcase import CONFIG_WORD, SettingsPlan, TrialCases, mark_config
 from dsbisect.run.runner import Runner
+from dsbisect.run.settings import Frontend, Settings
+
+
+@dataclass(frozen=True)
+class WorkaroundRequest:
+    """``dsbisect workaround``: the failing command, the config it names, the bad point's pins,
+    the user's own knobs (``--only-own``: those alone), runs per knob, the accelerator."""
+
+    command: Sequence[str] | None = None
+    config: Path | None = None
+    pin: Sequence[str] | None = None
+    knob: Sequence[str] | None = None
+    only_own: bool = False
+    repeat: int = 2
+    accelerator: Accelerator = Accelerator.AUTO
+
+
+def workaround_job(req: WorkaroundRequest, settings: Settings, frontend: Frontend) -> Workarounds:
+    """Check the request (InputError before the store is made), then run the command and the knobs."""
+    from dsbisect.envdiff.knobs import KNOBS, parse_knob
+    from dsbisect.run import matrix
+    from dsbisect.run.settings import open_session
+
+    command, cwd = list(req.command or ()), Path.cwd()
+    if not command:
+        raise InputError("give the command line that fails after --")
+    own = [parse_knob(k) for k in req.knob or ()]
+    if req.only_own and not own:
+        raise InputError("--only-own tries only --knob candidates: give one")
+    if req.config is not None:  # read, and named by the command, before the store is made
+        parse_config(req.config)
+        mark_config(command, cwd, req.config, req.config)
+    case = settings.shape(matrix.command_points(command, cwd, [], list(req.pin or ()), None, req.accelerator))
+    ui = frontend.display(0)
+    runner = open_session(settings, settings.venvs.options(EnvOptions()), settings.sources.resolve(), ui)
+    used, left = applicable([] if req.only_own else KNOBS, runner.accelerator(case), req.config)
+    plan, pairs, same = plan_knobs([*used, *own], command, cwd, req.config)
+    with ui.running():
+        return find_workarounds(runner, case, case.points[0], plan, pairs, req.repeat, [*same, *left])
 
 
 @dataclass(frozen=True)
@@ -63,12 +102,6 @@ class Workarounds:
                 "workarounds": [t.to_json() for t in self.found], "tried": [t.to_json() for t in self.trials],
                 "not_tried": list(self.skipped),
                 "note": "a workaround, not a fix: the regression is still there; the setting steps around it"}
-
-
-def check_config(config: Path, words: Sequence[str], cwd: Path) -> None:
-    """InputError (exit 2) for a config that does not parse or that the command does not name."""
-    parse_config(config)
-    mark_config(list(words), cwd, config, config)
 
 
 def config_kind(config: Path) -> str:
