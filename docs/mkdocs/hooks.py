@@ -230,6 +230,8 @@ def json_reference() -> str:
     parts += ["`report --format json` adds:", "", _block(extra),
               "### `bisect --format json` (releases, then commits)", "", _block(c["BISECT"]),
               "### `diff --format json`", "", _block(c["DIFF"]),
+              "### `bisect --good-config/--bad-config --format json`: a setting among `env_diff.changes`", "",
+              _block(c["SETTING_CHANGE"]),
               "### `log`", "", "Its header lines match these patterns (from the contract's toy bisection):", "",
               "```text", *c["LOG_HEADER"], "```", "", "then one line per run the bisection used:", "",
               "```text", c["LOG_MARK"], "```", ""]

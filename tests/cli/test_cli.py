@@ -21,7 +21,7 @@ from conftest import TOY_RELEASES, git, live_pids, offline, wait_until, write_ma
 # Every command's arguments and options, in the order --help lists them (the names are the
 # command line's contract: scripts and READMEs spell them).
 OPTIONS = {
-    'bisect': ['PACKAGE', 'GOOD', 'BAD', 'COMMAND', '--case', '--script', '--matrix', '--pin', '--nproc', '--accelerator', '--regress-on', '--any-failure', '--find-fix', '--fixed-in', '--fixed-in-upto', '--repeat', '--confirm', '--signature', '--confidence', '--git-repo', '--verify-commit-ends --no-verify-commit-ends', '--prove --no-prove', '--metric', '--worse-if', '--metric-pattern', '--pre', '--include-yanked', '--manual', '--good-env', '--bad-env', '--hold', '--commits', '--max-runs', '--deadline', '--store', '--timeout', '--collective-timeout', '--idle-timeout', '--no-early-hang', '--offline', '--find-links', '--index-url', '--extra-index-url', '--cache-dir --env-root', '--python', '--base', '--jobs -j', '--executor', '--partition', '--slurm-time', '--gpus-per-job', '--slurm-arg', '--hostfile', '--num-nodes', '--launcher-backend', '--master-addr', '--include', '--exclude', '--format', '--output -o', '--quiet -q'],
+    'bisect': ['PACKAGE', 'GOOD', 'BAD', 'COMMAND', '--case', '--script', '--matrix', '--pin', '--nproc', '--accelerator', '--regress-on', '--any-failure', '--find-fix', '--fixed-in', '--fixed-in-upto', '--repeat', '--confirm', '--signature', '--confidence', '--git-repo', '--verify-commit-ends --no-verify-commit-ends', '--prove --no-prove', '--metric', '--worse-if', '--metric-pattern', '--pre', '--include-yanked', '--manual', '--good-env', '--bad-env', '--hold', '--good-config', '--bad-config', '--good-vars', '--bad-vars', '--good-command', '--commits', '--max-runs', '--deadline', '--store', '--timeout', '--collective-timeout', '--idle-timeout', '--no-early-hang', '--offline', '--find-links', '--index-url', '--extra-index-url', '--cache-dir --env-root', '--python', '--base', '--jobs -j', '--executor', '--partition', '--slurm-time', '--gpus-per-job', '--slurm-arg', '--hostfile', '--num-nodes', '--launcher-backend', '--master-addr', '--include', '--exclude', '--format', '--output -o', '--quiet -q'],
     'diff': ['GOOD', 'BAD', '--python', '--format', '--output -o', '--quiet -q', '--offline', '--find-links', '--index-url', '--extra-index-url'],
     'envs list': ['--cache-dir --env-root'],
     'envs prune': ['--cache-dir --env-root', '--all', '--older-than'],
@@ -35,6 +35,7 @@ OPTIONS = {
     'show': ['RUN_ID', '--store', '--lines', '--format', '--output -o'],
     'snapshot-base': ['--output -o', '--python'],
     'store repair': ['--store'],
+    'workaround': ['COMMAND', '--config', '--pin', '--knob', '--only-own', '--repeat', '--accelerator', '--store', '--timeout', '--collective-timeout', '--idle-timeout', '--no-early-hang', '--offline', '--find-links', '--index-url', '--extra-index-url', '--cache-dir --env-root', '--python', '--base', '--jobs -j', '--executor', '--partition', '--slurm-time', '--gpus-per-job', '--slurm-arg', '--hostfile', '--num-nodes', '--launcher-backend', '--master-addr', '--include', '--exclude', '--format', '--output -o', '--quiet -q'],
     'versions': ['PACKAGE', 'GOOD', 'BAD', '--pre', '--offline', '--find-links', '--index-url', '--extra-index-url'],
 }
 

@@ -157,6 +157,11 @@ DIFF = {
                  "whole": "bool", "describe": "str", "notes": ["str"]}],
 }
 
+# `bisect --good-config/--bad-config` (issue 41): env_diff.changes' elements that are settings (a
+# package change keeps its keys); "setting" is "config", "env" or "flag"; a secret's values are "***".
+SETTING_CHANGE = {"name": "str", "kind": "str", "good": "str|null", "bad": "str|null", "bisectable": "bool",
+                  "describe": "str", "setting": "str"}
+
 # `log`: the header, then one `dsbisect mark` line per run the bisection used.
 LOG_HEADER = [
     r"# dsbisect log of bisection [0-9a-f]{16}: dsb-contract 1\.0\.0 → 1\.2\.0 \(done: found\)",
@@ -292,3 +297,18 @@ def test_diff_json_keys(tmp_path):
     found = json.loads(res.stdout)
     assert sorted(c["kind"] for c in found["changes"]) == ["added", "changed", "removed"]
     assert_conforms(found, DIFF)
+
+
+@pytest.mark.slow
+def test_settings_bisect_json_keys(tmp_path, cache_dir):
+    (tmp_path / "job.py").write_text("import json, sys\nsys.exit(json.load(open(sys.argv[-1]))['x'])\n")
+    (tmp_path / "ok.json").write_text('{"x": 0, "y": 1}')
+    (tmp_path / "broken.json").write_text('{"x": 1, "y": 2}')
+    res = _dsbisect("bisect", "--good-config", "ok.json", "--bad-config", "broken.json", "--store", "store",
+                    "--cache-dir", str(cache_dir), "-q", "--format", "json", "--", "python", "job.py", "broken.json",
+                    cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    found = json.loads(res.stdout)
+    assert found["env_diff"]["culprits"] == ["x"] and found["message"].startswith("2 changes; culprit config x 0 -> 1")
+    for change in found["env_diff"]["changes"]:
+        assert_conforms(change, SETTING_CHANGE)

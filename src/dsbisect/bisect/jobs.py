@@ -136,10 +136,26 @@ class EnvPair:
     good_env: str | None = None
     bad_env: str | None = None
     hold: Sequence[str] | None = None
+    # settings that differ too, or alone (envdiff.trialcase): two configs, two `env` dumps, a good line
+    good_config: Path | None = None
+    bad_config: Path | None = None
+    good_vars: Path | None = None
+    bad_vars: Path | None = None
+    good_command: str | None = None
 
     @property
     def given(self) -> bool:
-        return self.good_env is not None or self.bad_env is not None or bool(self.hold)
+        return self.good_env is not None or self.bad_env is not None or bool(self.hold) or self.settings_given
+
+    @property
+    def settings_given(self) -> bool:
+        return any(x is not None for x in (self.good_config, self.bad_config, self.good_vars, self.bad_vars,
+                                           self.good_command))
+
+    @property
+    def settings_only(self) -> bool:
+        """Settings without environments: both ends are the environment dsbisect runs in."""
+        return self.settings_given and self.good_env is None and self.bad_env is None and not self.hold
 
     def paths(self) -> tuple[str, str | None]:
         """The good and the bad ENV as given (the bad one None: this environment); an InputError
@@ -201,7 +217,8 @@ class BisectRequest:
             raise InputError("give either --commits OLD..NEW or --good-env and --bad-env, not both")
         if not self.pair.given:
             return
-        self.pair.paths()
+        if not self.pair.settings_only:
+            self.pair.paths()
         if len(self.words) > len(invocation.after_dashes):
             raise InputError("give either PACKAGE GOOD BAD or --good-env and --bad-env, not both")
 

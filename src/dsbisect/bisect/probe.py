@@ -17,10 +17,10 @@ from typing import Protocol
 
 from dsbisect.core import eta
 from dsbisect.core.mode import Mode
-from dsbisect.core.model import Answer, Point, RegressOn, Stage, Verdict
+from dsbisect.core.model import Answer, Case, Point, RegressOn, Stage, Verdict
 from dsbisect.records.results import Regression, Request, Step
 from dsbisect.records.run import RunRecord
-from dsbisect.run.runner import Runner
+from dsbisect.run.runner import CaseOf, Runner
 from dsbisect.search.steps import Side, lookahead
 from dsbisect.verdict.identity import Rule, resolve
 from dsbisect.verdict.outcome import combine
@@ -74,8 +74,9 @@ class Probe:
     ``--signature``, ``--any-failure``, ``--repeat``, ``--find-fix``, ``--width``), keeping its
     steps and what it learned of the regression from the defining end."""
 
-    def __init__(self, runner: Runner, request: Request, subject: Subject):
+    def __init__(self, runner: Runner, request: Request, subject: Subject, cases: CaseOf | None = None):
         self.runner, self.req, self.subject = runner, request, subject
+        self.case: Case | CaseOf = cases or request.case  # a function of the point where trials differ in settings
         self.steps: list[Step] = []
         # What counts as bad: AUTO counts any failure until the defining end has run (learn).
         self.rule = Rule(request.regress_on, request.signature)
@@ -110,14 +111,14 @@ class Probe:
     def test(self, point: Point, stage: Stage, learn: str | None = None) -> Step:
         """``--repeat`` runs of ``point`` (fewer when one is bad), as a step; ``learn``: the
         label of the defining end, whose runs say what the regression is."""
-        runs = self.runner.runs(self.req.case, point, want=self.req.repeat, enough=self.enough)
+        runs = self.runner.runs(self._case_of(point), point, want=self.req.repeat, enough=self.enough)
         if learn is not None:
             self.learn(learn, runs)
         return self.step(point, runs, stage)
 
     def test_all(self, points: Sequence[Point], stage: Stage) -> list[Step]:
         """Each point's step (run at once, one per free slot, when there are several)."""
-        found = self.runner.run_many(self.req.case, list(points), want=self.req.repeat, enough=self.enough)
+        found = self.runner.run_many(self.case, list(points), want=self.req.repeat, enough=self.enough)
         return [self.step(p, runs, stage) for p, runs in zip(points, found)]
 
     def step(self, point: Point, runs: list[RunRecord], stage: Stage) -> Step:
@@ -131,6 +132,9 @@ class Probe:
         self.steps.append(step)
         self.subject.stepped(tuple(self.steps), self.rule)
         return step
+
+    def _case_of(self, point: Point) -> Case:
+        return self.case(point) if callable(self.case) else self.case
 
     def last_step(self, point: Point) -> Step | None:
         return next((s for s in reversed(self.steps) if s.runs and s.runs[0].point_key == point.key), None)
@@ -201,7 +205,7 @@ class Probe:
         lo = max((i for i, s in known.items() if s is Side.OLD), default=0)
         hi = min((i for i, s in known.items() if s is Side.NEW and i > lo), default=len(points) - 1)
         ahead = lookahead(lo, hi, known, indices, self.req.width)
-        self.runner.prepare_ahead(self.req.case, [points[i] for i in ahead])  # both possible next points
+        self.runner.prepare_ahead(self.case, [points[i] for i in ahead])  # both possible next points
         found = self.timed(chosen)
         sides = [self.side(self.step(p, runs, stage).verdict) for p, runs in zip(chosen, found)]
         self._known.setdefault(id(points), {}).update(zip(indices, sides))
@@ -224,7 +228,7 @@ class Probe:
         """``run_many`` of ``chosen``, its wall time kept as rounds for the estimate (a round that
         only reused recorded runs took no time a new one would take: left out)."""
         t0 = time.monotonic()
-        found = self.runner.run_many(self.req.case, chosen, want=self.req.repeat, enough=self.enough)
+        found = self.runner.run_many(self.case, chosen, want=self.req.repeat, enough=self.enough)
         new = [r for runs in found for r in runs if r.started >= self._t0 and r.manual is None]
         if new:
             n = eta.rounds_of(len(chosen), self.req.width)

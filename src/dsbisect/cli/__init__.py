@@ -9,6 +9,6 @@ Imports: everything below it.
 """
 
 from dsbisect.cli.app import app, main
-from dsbisect.cli import run, report, bisect, marks, diff, prefetch, upkeep  # noqa: F401 - registers the commands
+from dsbisect.cli import run, report, bisect, workaround, marks, diff, prefetch, upkeep  # noqa: F401 - registers the commands
 
 __all__ = ["app", "main"]

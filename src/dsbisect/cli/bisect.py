@@ -55,9 +55,14 @@ class SearchOpts(SearchChoice):
 
 @dataclass(frozen=True)
 class PairOpts(EnvPair):
-    good_env: Annotated[Optional[str], typer.Option("--good-env", metavar="ENV", help="Instead of PACKAGE GOOD BAD: an environment that works (pip freeze, requirements of == pins, uv.lock, pylock.toml, a venv or its python); SPEC@DATE: a requirements file, pyproject.toml or 'pkg pkg>=1' as resolved on DATE (YYYY-MM-DD, or today); git:REV:PATH: a file as it was in a commit of this repository.")] = None
-    bad_env: Annotated[Optional[str], typer.Option("--bad-env", metavar="ENV", help="The environment that is broken (as --good-env; default: the one dsbisect runs in): which change(s) do it (level 1), which release of each (level 2), which commit (level 3, --git-repo).")] = None
-    hold: Annotated[Optional[list[str]], typer.Option("--hold", metavar="NAME", help="With --good-env: keep this package at the base's version instead of bisecting its change, e.g. torch (repeatable).")] = None
+    good_env: Annotated[Optional[str], typer.Option("--good-env", metavar="ENV", help="Instead of PACKAGE GOOD BAD: an environment that works (a freeze, uv.lock, pylock.toml, a venv; SPEC@DATE; git:REV:PATH).")] = None
+    bad_env: Annotated[Optional[str], typer.Option("--bad-env", metavar="ENV", help="The broken environment (as --good-env; default: the one dsbisect runs in).")] = None
+    hold: Annotated[Optional[list[str]], typer.Option("--hold", metavar="NAME", help="With --good-env: keep this package at the base's version, e.g. torch (repeatable).")] = None
+    good_config: Annotated[Optional[Path], typer.Option("--good-config", metavar="FILE", help="A config that works (JSON, YAML, TOML).")] = None
+    bad_config: Annotated[Optional[Path], typer.Option("--bad-config", metavar="FILE", help="The broken config, named by the command.")] = None
+    good_vars: Annotated[Optional[Path], typer.Option("--good-vars", metavar="FILE", help="Variables that work (env > good.env).")] = None
+    bad_vars: Annotated[Optional[Path], typer.Option("--bad-vars", metavar="FILE", help="Variables that are broken.")] = None
+    good_command: Annotated[Optional[str], typer.Option("--good-command", metavar="LINE", help="The launch line that works, quoted.")] = None
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,7 @@ class Point:
     pins: tuple[str, ...] = ()
     source: GitSource | None = None
     name: str = field(default="", compare=False)  # what progress lines call it (an environment trial); not stored
+    variant: str = ""  # the settings a trial applies (envdiff.settings): not installed, but another trial; not stored
 
     def requirements(self) -> tuple[str, ...]:
         moved = {canonicalize_name(n) for n, _ in self.versions}
@@ -265,7 +266,8 @@ class Point:
         # (not even as a digest) and a rotated one keeps it
         reqs = sorted(mask_text(str(Requirement(r))) for r in self.requirements())
         reverted = {"reverted": self.source.reverted} if self.source and self.source.reverted else {}
-        return digest({"requirements": reqs, "source": self.source.commit if self.source else None} | reverted)
+        variant = {"variant": self.variant} if self.variant else {}  # only then: every other key stays as it was
+        return digest({"requirements": reqs, "source": self.source.commit if self.source else None} | reverted | variant)
 
 
 # ------------------------------------------------------------------------- cases

@@ -195,6 +195,14 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return env | dict(extra or {})
 
 
+UNSET = "\0unset"  # a case's env value that removes the variable (a setting absent on one side); never a real value
+
+
+def without_unset(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` less the variables a case's env removes (their value is ``UNSET``)."""
+    return {k: v for k, v in env.items() if v != UNSET}
+
+
 def writes_bytecode(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` for one of dsbisect's own helper processes (a wheel build, the bytecode caching
     of a new venv): Python may cache the bytecode of what it imports, also where the user's

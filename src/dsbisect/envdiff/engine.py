@@ -45,6 +45,8 @@ from dsbisect.envdiff.plan import (
     requirements,
 )
 from dsbisect.envdiff.remedy import Remedy, remedy
+from dsbisect.envdiff.settings import is_package, setting_json
+from dsbisect.envdiff.trialcase import TrialCases
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.search.changes import EnvSearch
 from dsbisect.search.causes import find_causes
@@ -175,8 +177,11 @@ class EnvBisection:
         self.ends: tuple[TrialRun, ...] = ()
         self.resolver: Resolver | None = None
         self.subject = TrialSubject(self)
-        self.probe = Probe(runner, request.trial_request(), self.subject)  # the trials' verdicts, steps, ends
-        if request.metric is not None:  # --metric: the trials called by their number
+        self.cases = TrialCases(request.settings, request.case, runner.envs.paths.root / "settings") \
+            if request.settings else None  # a trial of settings runs a case of its own
+        self.probe = Probe(runner, request.trial_request(), self.subject,  # the trials' verdicts, steps, ends
+                           cases=self.cases.case_of if self.cases else None)
+        if request.metric is not None:  # --metric: the trials called by their number (packages only)
             from dsbisect.envdiff.numbers import NumericTrials
 
             self.probe = NumericTrials(runner, request.trial_request(), self.subject)
@@ -235,7 +240,7 @@ class EnvBisection:
         """For each culprit whose first bad release was found (an upgrade, not a downgrade): the pin
         that avoids it and the release that fixes it, each run in the bad environment."""
         bad_pins = requirements(self.req.bad_env, (), self.plan.hold, self.plan.held_names)
-        versions = {c.name: c.bad.version for c in self.changes if c.bad is not None and c.bad.version}
+        versions = {c.name: c.bad.version for c in self.changes if is_package(c) and c.bad is not None and c.bad.version}
         out, everything = [], frozenset(range(len(self.changes)))
         for res in result.releases:
             if res.verdict is Answer.FOUND and res.request.mode is self.req.mode and res.last_good and res.first_bad:
@@ -323,7 +328,7 @@ class EnvBisection:
         """``subset`` with the changes uv's error names added until uv can satisfy it (at most
         three rounds), and uv's first reason; ``subset`` itself when it resolves or never does."""
         ran, first = frozenset(subset), ""
-        by_name = {canonicalize_name(c.name): i for i, c in enumerate(self.changes)}
+        by_name = {canonicalize_name(c.name): i for i, c in enumerate(self.changes) if is_package(c)}
         for _ in range(3):
             problem = self.resolver.check(self._reqs(ran))
             if problem is None:
@@ -338,20 +343,23 @@ class EnvBisection:
     def _units(self) -> list[frozenset[int]]:
         """Changes that dependency metadata ties together: each change with the ones uv needs
         moved with it (its adjustment when applied alone)."""
-        singles = [frozenset({i}) for i in range(len(self.changes))]
+        singles = [frozenset({i}) for i, c in enumerate(self.changes) if is_package(c)]  # settings tie to nothing
         with ThreadPoolExecutor(max_workers=4, thread_name_prefix="dsbisect-resolve") as pool:
             found = list(pool.map(self._closure, singles))
         self.ties = {i: why for i, (ran, why) in enumerate(found) if len(ran) > 1}
         return list(dict.fromkeys(ran for ran, _ in found if len(ran) > 1))  # a tie once, whichever side found it
 
     def _reqs(self, applied: frozenset[int]) -> tuple[str, ...]:
-        return requirements(self.req.good_env, [self.changes[i] for i in sorted(applied)], self.plan.hold,
+        return requirements(self.req.good_env, [c for c in (self.changes[i] for i in sorted(applied)) if is_package(c)],
+                            self.plan.hold,
                              self.plan.held_names)
 
     def _point(self, applied: frozenset[int]) -> Point:
         moved = tuple((c.name, c.bad.version) for c in (self.changes[i] for i in sorted(applied))
-                      if c.bad is not None and c.bad.version and c.bad.plain)
-        point = Point(versions=moved, pins=self._reqs(applied), name=self._describe(applied))
+                      if is_package(c) and c.bad is not None and c.bad.version and c.bad.plain)
+        variant = self.cases.variant(self.changes[i] for i in applied if not is_package(self.changes[i])) \
+            if self.cases else ""
+        point = Point(versions=moved, pins=self._reqs(applied), name=self._describe(applied), variant=variant)
         self.subject.labels[point.key] = point.name
         return point
 
@@ -371,8 +379,8 @@ class EnvBisection:
         releases, skipped, confounders = [], [], []
         for i in result.culprits:
             c = self.changes[i]
-            if i in result.required:
-                continue  # held at its bad version while the culprit that requires it is bisected
+            if i in result.required or not is_package(c):
+                continue  # a setting is its own answer  # held at its bad version while the culprit that requires it is bisected
             if not c.bisectable or c.kind is not Kind.CHANGED:
                 skipped.append(f"{c.describe()}: not bisectable below the change (not two released versions)")
                 continue
@@ -487,6 +495,8 @@ def _version(req: str) -> str:
 
 
 def change_json(c: Change) -> dict:
+    if not is_package(c):
+        return setting_json(c)
     return {"name": c.name, "kind": c.kind.value, "good": c.good.requirement if c.good else None,
             "bad": c.bad.requirement if c.bad else None, "bisectable": c.bisectable, "describe": c.describe()}
 

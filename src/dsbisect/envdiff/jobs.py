@@ -55,11 +55,15 @@ def env_request(request: BisectRequest, invocation: Invocation, settings: Settin
     """The bisection of two environments ``request`` asks for, checked (the environments read, or
     resolved: a date, a commit, this environment); its ``argv`` is the command line a mark line
     repeats: options, then ``-- COMMAND``."""
+    from dsbisect.envdiff import trialcase
     from dsbisect.envdiff.engine import EnvRequest
 
     if request.what.pin or request.pre or request.include_yanked:
         raise InputError("--pin, --pre and --include-yanked are for PACKAGE GOOD BAD; the environments pin "
                          "everything (--hold NAME keeps the base's version of a package)")
+    if request.pair.settings_given and request.search.metric is not None:
+        raise InputError("--metric does not go with --good-config, --good-vars or --good-command yet: "
+                         "a number is bisected over package changes (--good-env/--bad-env)")
     words = request.words
     case, env_defaults = request.what.resolve(words or None)
     case = settings.shape(case)
@@ -68,13 +72,17 @@ def env_request(request: BisectRequest, invocation: Invocation, settings: Settin
     inv = list(invocation.argv)  # Click's PACKAGE GOOD BAD (the command's first words) first, then the options
     argv = (inv[:inv.index("--")] if "--" in inv else inv)[min(3, len(words)):] + (["--", *words] if words else [])
     hold = tuple(dict.fromkeys(request.pair.hold or ()))
-    good, bad = resolve_ends(request.pair, hold, settings, settings.venvs.options(env_defaults))
+    settings_plan = trialcase.read_plan(request.pair, words, Path.cwd())  # None without settings
+    if request.pair.settings_only:
+        good, bad = trialcase.no_packages(request.pair)
+    else:
+        good, bad = resolve_ends(request.pair, hold, settings, settings.venvs.options(env_defaults))
     s = request.search
     req = EnvRequest(good.environment, bad.environment, case, hold=hold, argv=tuple(argv), regress_on=s.regress_on,
                      mode=s.mode, repeat=s.repeat, confirm=s.confirm, signature=s.signature,
                      git_repo=s.git_repo, verify_commit_ends=s.verify_commit_ends, any_failure=s.any_failure,
                      prove=s.prove, freezes=(good.freeze, bad.freeze), source_notes=good.notes + bad.notes,
-                     metric=s.metric_spec(True), metric_pattern=s.metric_pattern)
+                     metric=s.metric_spec(True), metric_pattern=s.metric_pattern, settings=settings_plan)
     return Checked(req, env_defaults, executor)
 
 
@@ -106,14 +114,16 @@ def _layered(options: EnvOptions, base) -> bool:
         return options.base is BaseMode.LAYERED
     return base.version_of("torch") is not None
 
+
 def bisect_envs(request: BisectRequest, invocation: Invocation, settings: Settings, frontend: Frontend) -> Bisected:
     """`bisect --good-env A --bad-env B`: which change(s) break the case, then their release and commit."""
-    from dsbisect.envdiff.engine import EnvBisection, plan_envs
+    from dsbisect.envdiff.engine import EnvBisection
+    from dsbisect.envdiff.trialcase import plan_trials
 
     checked = env_request(request, invocation, settings)
     req = checked.request
     index, env_options = settings.sources.resolve(), settings.venvs.options(checked.env_defaults)
-    planned = plan_envs(req, index, env_options, settings.venvs.root())  # nothing created before this
+    planned = plan_trials(req, index, env_options, settings.venvs.root())  # nothing created before this
     ui, runner, req = open_bisection(request, checked, settings, frontend, env_options, index)
     for note in planned.notes:
         frontend.say(f"note: {note}")

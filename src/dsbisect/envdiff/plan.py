@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import tempfile
 import threading
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,9 @@ from dsbisect.core.model import BaseMode, Case, EnvOptions, IndexOptions, Regres
 from dsbisect.records.bisections import AskedFor
 from dsbisect.records.results import Request
 from dsbisect.envs.uv import Uv
+
+if typing.TYPE_CHECKING:
+    from dsbisect.envdiff.trialcase import SettingsPlan
 
 ALWAYS_HELD = ("dsbisect",)  # in a freeze of the env dsbisect runs in; the tool, not the job: the base's
 ENV_PACKAGE = "environment"  # what the store's bisection row names as the package of a level-1 search
@@ -58,6 +62,7 @@ class EnvRequest:
     source_notes: tuple[str, ...] = ()  # how they were resolved, for the report's notes
     metric: MetricSpec | None = None  # --metric/--worse-if: trials called by their number (envdiff.numbers)
     metric_pattern: str | None = None
+    settings: SettingsPlan | None = None  # configs, variables, flags that differ too (envdiff.trialcase)
 
     @property
     def key(self) -> str:
@@ -69,6 +74,7 @@ class EnvRequest:
             "git": str(self.git_repo) if self.git_repo else None,
             **({"any_failure": True} if self.any_failure else {}),
             **({"metric": self.metric.describe(), "pattern": self.metric_pattern} if self.metric else {}),
+            **({"settings": self.settings.key_fields()} if self.settings else {}),
         })
 
     def asked(self, cwd: str) -> AskedFor:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import shutil
 import sys
 from pathlib import Path
@@ -42,7 +43,7 @@ def ninja_dir(root: Path) -> Path | None:
     if link.is_symlink() and Path(os.readlink(link)) == target:
         return folder
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".ninja.{os.getpid()}"
+    tmp = folder / f".ninja.{os.getpid()}.{threading.get_ident()}"  # two runs of one process may race here
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(target)
     os.replace(tmp, link)  # atomic: a concurrent run sees the old link or the new, never none

@@ -284,7 +284,8 @@ class EnvManager:
                 self.uv.install(tmp, torch)
             base_env.install_hook(tmp, VENV_ENTRIES)
             reqs, links = self._prebuild(point, spec, site_dir)
-            self.uv.install(tmp, reqs, spec.hold, extra_links=links)
+            if reqs:  # none: the base as it is (a trial of settings alone)
+                self.uv.install(tmp, reqs, spec.hold, extra_links=links)
             installed, shadowed = base_env.inventory(site_dir, stubs)
             marker = {"format": ENV_FORMAT, "key": spec.key, "spec": spec.shown(), "installed": installed,
                       "shadowed": shadowed, "seconds": round(time.monotonic() - t0, 3), "created": time.time()}

@@ -19,6 +19,7 @@ from dsbisect.core.outside import clip, safe, safe_text
 from dsbisect.core.paths import unlocal
 from dsbisect.render.pointaxes import SHOWN
 from dsbisect.envdiff.summary import chain
+from dsbisect.envdiff.settings import is_package
 from dsbisect.records.results import Result, TrialRun
 
 
@@ -141,6 +142,7 @@ def _applied(r: EnvResult, k: str, t: TrialRun) -> str:
     if k in ("good", "bad"):
         return f"{k} env"
     moved = [r.changes[i] for i in sorted(t.applied) if i < len(r.changes)]
-    words = [f"{c.name} {c.bad.label}" if c.bad is not None else f"- {c.name}" for c in moved]
+    words = [f"{c.name} {c.shown(c.bad)}" if not is_package(c)  # a setting: its bad value
+             else f"{c.name} {c.bad.label}" if c.bad is not None else f"- {c.name}" for c in moved]
     more = f" and {len(words) - SHOWN} more" if len(words) > SHOWN else ""
     return "+ " + ", ".join(words[:SHOWN]) + more if words else t.label

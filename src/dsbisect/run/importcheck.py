@@ -10,7 +10,7 @@ and exits 125 when one fails; ``of_run`` reads what it found), else apart, befor
 from __future__ import annotations
 
 from dsbisect.core.model import Accelerator, Case, Point, check_wanted, digest
-from dsbisect.core.proc import writes_bytecode
+from dsbisect.core.proc import without_unset, writes_bytecode
 from dsbisect.core.rundir import RunDir
 from dsbisect.envs import facts
 from dsbisect.envs.venvs import Env
@@ -28,7 +28,7 @@ def separate(site: Site, env: Env, case: Case, point: Point, accel: Accelerator)
     if cached:
         return cached
     site.progress("env", f"{case.name} · {point.label}: importing {', '.join(wanted)}")
-    variables = base_env(case, accel, site.envs) | dict(case.env)
+    variables = without_unset(base_env(case, accel, site.envs) | dict(case.env))
     if site.envs.caches_bytecode(env):  # what it imports is cached (EnvManager.caches_bytecode)
         variables = writes_bytecode(variables)
     check = facts.import_check(env.python, wanted, variables)

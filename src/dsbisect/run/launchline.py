@@ -16,7 +16,7 @@ import shlex
 from pathlib import Path
 
 from dsbisect.core.model import Accelerator, Case, Launcher, check_wanted
-from dsbisect.core.proc import clean_env
+from dsbisect.core.proc import clean_env, without_unset
 from dsbisect.core.redact import redact, remember, secret_values
 from dsbisect.core.rundir import RunDir
 from dsbisect.envs.base import has_module
@@ -50,7 +50,7 @@ def launch_line(job: Job, port: int, checks: bool, envs: EnvManager, progress: P
             note.write(f"dsbisect: {chosen}\n")
         progress("note", f"{case.name} · {job.point.label}: {chosen}")
         p = plan(case, target, cuda, variables.get("CUDA_VISIBLE_DEVICES"))
-    variables |= p.env
+    variables = without_unset(variables | p.env)  # a setting's trial may remove a variable
     run.ranks.mkdir(parents=True, exist_ok=True)
     ranks = p.line.ranks(case, cuda)
     _say_line(run, case, p, ranks)

@@ -33,6 +33,7 @@ from dsbisect.run.local import LocalExecutor, accelerator
 from dsbisect.run.reuse import Reuse, stale
 from dsbisect.store.store import Store
 
+CaseOf = Callable[[Point], Case]  # the case a point runs under, where points of one search differ in it
 _AHEAD = threading.local()  # .label, .why: the point whose venv this thread builds ahead of its run
 
 
@@ -86,17 +87,26 @@ class Runner:
         """The accelerator a run of ``case`` gets on this machine."""
         return accelerator(self.site, case)
 
-    def run_many(self, case: Case, points: list[Point], want: int = 1,
+    def run_many(self, case: Case | CaseOf, points: list[Point], want: int = 1,
                  enough: Callable[[list[RunRecord]], bool] | None = None) -> list[list[RunRecord]]:
-        """``runs`` of several points, at once when the machine has room for more than one."""
+        """``runs`` of several points, at once when the machine has room for more than one;
+        ``case`` may be a function of the point (a settings trial runs its own case)."""
+        if callable(case):
+            return self._run_pairs([case(p) for p in points], points, want, enough)
+        return self._run_pairs([case] * len(points), points, want, enough)
+
+    def _run_pairs(self, cases: list[Case], points: list[Point], want: int, enough) -> list[list[RunRecord]]:
+        case = cases[0] if cases else None
+        if case is None:
+            return []
         slots = self.slots(case)
         if len(slots) == 1 or len(points) == 1:
-            return self._sequential(case, points, want, enough)
+            return self._sequential(cases, points, want, enough)
         free: queue.Queue[Slot] = queue.Queue()
         for slot in slots:
             free.put(slot)
 
-        def one(point: Point) -> list[RunRecord]:
+        def one(case: Case, point: Point) -> list[RunRecord]:
             slot = free.get()
             try:
                 with proc.cancellable(self.cancel):  # a wait for a lock ends once the runs are stopped
@@ -105,28 +115,28 @@ class Runner:
                 free.put(slot)
 
         with ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="dsbisect-run") as pool:
-            futures = [pool.submit(one, p) for p in points]
+            futures = [pool.submit(one, c, p) for c, p in zip(cases, points)]
             try:
                 return [f.result() for f in futures]
             except BaseException:
                 self.cancel.set()  # every running launch stops its process group
                 raise
 
-    def _sequential(self, case: Case, points: list[Point], want: int, enough) -> list[list[RunRecord]]:
+    def _sequential(self, cases: list[Case], points: list[Point], want: int, enough) -> list[list[RunRecord]]:
         """One point after another, the next point's venv built while the current one runs."""
         out, stop = [], threading.Event()
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dsbisect-env") as bg:
             try:
                 for i, point in enumerate(points):
                     if i + 1 < len(points):
-                        bg.submit(self._prepare_cancellable, stop, case, points[i + 1], "the next point")
-                    out.append(self.runs(case, point, want, enough))
+                        bg.submit(self._prepare_cancellable, stop, cases[i + 1], points[i + 1], "the next point")
+                    out.append(self.runs(cases[i], point, want, enough))
             except BaseException:  # Ctrl-C: the next point's build (or its wait for a lock) stops too
                 stop.set()
                 raise
         return out
 
-    def prepare_ahead(self, case: Case, points: list[Point]) -> None:
+    def prepare_ahead(self, case: Case | CaseOf, points: list[Point]) -> None:
         """Build these points' venvs in the background while others run (what was asked ahead
         before and has not started is dropped: only the latest look-ahead matters)."""
         if os.environ.get("DSBISECT_LOOKAHEAD") == "0":  # for measuring what it saves
@@ -136,7 +146,8 @@ class Runner:
             self._ahead_stop = threading.Event()
         for job in self._ahead_jobs:
             job.cancel()
-        self._ahead_jobs = [self._ahead.submit(self._prepare_ahead, case, p) for p in points]
+        self._ahead_jobs = [self._ahead.submit(self._prepare_ahead, case(p) if callable(case) else case, p)
+                            for p in points]
 
     def stop_ahead(self) -> None:
         """The answer is known: drop the look-ahead builds not started and kill the one under way

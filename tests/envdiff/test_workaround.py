@@ -1,0 +1,105 @@
+"""dsbisect workaround: documented knobs (and the user's) tried one at a time on a failing command,
+each run twice; a knob whose every run passes is a workaround."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dsbisect.core.errors import InputError
+from dsbisect.core.model import Accelerator
+from dsbisect.envdiff.knobs import KNOBS, parse_knob
+from dsbisect.envdiff.settings import Where
+from dsbisect.envdiff.workaround import applicable
+
+JOB = """\
+import json, os, sys
+cfg = json.load(open(sys.argv[sys.argv.index("--deepspeed") + 1]))
+z = cfg["zero_optimization"]
+if z.get("overlap_comm") and z.get("contiguous_gradients"):
+    sys.exit("loss is nan")
+print("fine")
+"""
+
+
+def test_every_knob_says_where_it_is_documented_and_what_it_costs():
+    assert all(k.source and k.cost for k in KNOBS)
+    assert len({(k.where, k.path) for k in KNOBS}) == len(KNOBS)
+    page = (Path(__file__).parents[2] / "docs" / "how-to" / "settings.md").read_text()
+    listed = [line for line in page.splitlines() if line.startswith("| `")]
+    assert [line.split("`")[1] for line in listed] == [k.describe() for k in KNOBS]
+    assert all(k.source in line for k, line in zip(KNOBS, listed))
+
+
+def test_which_knobs_apply_follows_the_transport_and_the_config(tmp_path):
+    ds = tmp_path / "ds.json"
+    ds.write_text('{"train_batch_size": 8, "zero_optimization": {"stage": 2}}')
+    used, left = applicable(KNOBS, Accelerator.CPU, ds)
+    kinds = {k.applies for k in used}
+    assert kinds == {"gloo", "deepspeed"} and any("for nccl runs" in x for x in left)
+    used, _ = applicable(KNOBS, Accelerator.CUDA, None)
+    assert {k.applies for k in used} == {"nccl"} and all(k.where is Where.ENV for k in used)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("env:NCCL_ALGO=Tree", ("env", "NCCL_ALGO", "Tree")),
+    ("config:zero_optimization.overlap_comm=false", ("config", "zero_optimization.overlap_comm", "false")),
+    ("config:offload.device=cpu", ("config", "offload.device", '"cpu"')),
+])
+def test_own_knobs(text, expected):
+    k = parse_knob(text)
+    assert (k.where.value, k.name, k.value) == expected
+
+
+@pytest.mark.parametrize("text", ["NCCL_ALGO=Tree", "env:NCCL_ALGO", "file:x=1"])
+def test_a_bad_knob_is_an_input_error(text):
+    with pytest.raises(InputError, match="give env:NAME=VALUE"):
+        parse_knob(text)
+
+
+def _setup(tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text(JOB)
+    zero = {"stage": 2, "overlap_comm": True, "contiguous_gradients": True}
+    (tmp_path / "ds.json").write_text(json.dumps({"train_batch_size": 8, "zero_optimization": zero}, indent=2))
+
+
+@pytest.mark.slow
+def test_a_config_knob_works_and_a_variable_does_not(tmp_path, cli, cache_dir):
+    _setup(tmp_path)
+    res = cli("workaround", "--config", "ds.json", "--only-own", "--knob", "env:TOY_UNRELATED=1",
+              "--knob", "config:zero_optimization.overlap_comm=false", "--store", str(tmp_path / "store"),
+              "--cache-dir", str(cache_dir), "-q", "--format", "json", "--",
+              "python", "train.py", "--deepspeed", "ds.json", cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["baseline"]["outcome"] == "fail" and out["verdict"] == "found"
+    assert [(t["name"], t["outcomes"], t["works"]) for t in out["tried"]] == [
+        ("TOY_UNRELATED", ["fail", "fail"], False), ("zero_optimization.overlap_comm", ["pass", "pass"], True)]
+    assert [w["was"] for w in out["workarounds"]] == ["true"] and "not a fix" in out["note"]
+    assert json.loads((tmp_path / "ds.json").read_text())["zero_optimization"]["overlap_comm"] is True  # untouched
+
+
+@pytest.mark.slow
+def test_a_command_that_passes_has_nothing_to_work_around(tmp_path, cli, cache_dir):
+    _setup(tmp_path)
+    (tmp_path / "ds.json").write_text('{"zero_optimization": {"overlap_comm": false}}')
+    res = cli("workaround", "--only-own", "--knob", "env:TOY_UNRELATED=1", "--store", str(tmp_path / "store"),
+              "--cache-dir", str(cache_dir), "-q", "--", "python", "train.py", "--deepspeed", "ds.json", cwd=tmp_path)
+    assert res.exit_code == 1 and "passes as it is: nothing to work around" in res.stderr, res.output
+
+
+@pytest.mark.parametrize("words, expected", [
+    (["--knob", "x=1"], "give env:NAME=VALUE"),
+    (["--config", "gone.json"], "gone.json: no such file"),
+    (["--config", "other.json"], "the command line does not name"),
+    (["--only-own"], "--only-own tries only --knob candidates"),
+])
+def test_bad_workaround_input_is_one_line_exit_2_and_creates_nothing(tmp_path, cli, words, expected):
+    _setup(tmp_path)
+    (tmp_path / "other.json").write_text("{}")
+    res = cli("workaround", *words, "--store", str(tmp_path / "store"), "--cache-dir", str(tmp_path / "cache"),
+              "--", "python", "train.py", "--deepspeed", "ds.json", cwd=tmp_path)
+    assert res.exit_code == 2 and expected in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.output
+    assert not (tmp_path / "store").exists() and not (tmp_path / "cache").exists()
