@@ -11,13 +11,13 @@ from dsbisect.core.paths import shown_path, unlocal
 # A made-up user's layout, built from the root of home folders (no machine's own path).
 HOMES = "/" + "home"
 HOME = f"{HOMES}/alice"
-CWD = f"{HOME}/work/proj"
+CWD = f"{HOME}/code/proj"
 
 
 @pytest.mark.parametrize("path, shown", [
     (f"{CWD}/train.py", "train.py"),
     (CWD, "."),
-    (f"{CWD}/../other/ds.json", "~/work/other/ds.json"),
+    (f"{CWD}/../other/ds.json", "~/code/other/ds.json"),
     (f"{HOME}/.cache/dsbisect/envs/ab12/bin/python", "~/.cache/dsbisect/envs/ab12/bin/python"),
     (f"{HOMES}/bob/src/DeepSpeed/deepspeed/runtime/engine.py", "…/runtime/engine.py"),  # another's home
     ("/tmp/pytest-of-alice/pytest-3/cache0/envs/x/lib/site.py", "…/lib/site.py"),
