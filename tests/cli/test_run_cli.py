@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -51,8 +50,10 @@ def test_grid_matches_the_toy_releases(tmp_path, cli, grid_house, cache_dir):
     assert "all_reduce" in hang["signature"] and "rank 0" in hang["signature"]
     assert hang["evidence"]["pids"] and not live_pids(hang["evidence"]["pids"])
     assert hang["evidence"]["survivors"] == []
-    stacks = Path(hang["run_dir"]) / "stacks"
-    assert any("all_reduce" in p.read_text() for p in stacks.glob("*.txt"))
+    # No assertion on the stacks here: rank 0 leaves the all_reduce when gloo's timeout fires, so
+    # whether a dump still catches it there is a race with the machine's load (seen lost on CI).
+    # The stacks of ranks dsbisect itself holds in a wait are asserted where it ends the hang:
+    # tests/run/test_runner.py (the proven deadlock) and tests/run/test_direct.py (the idle hang).
 
     # The report re-renders from the store, as Markdown for a GitHub issue.
     md = cli("report", "--format", "markdown", cwd=tmp_path)

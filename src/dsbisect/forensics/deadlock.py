@@ -267,7 +267,8 @@ def prove(first: Snapshot, second: Snapshot, min_gone: float = 5.0) -> Proof | N
     if any(_store_may_end(w, stores, blocked, gone, world) for w in stores.values()):
         return None
     rule, why = _store_culprit(stores, blocked, gone) or _culprit(heads, {**blocked, **parked}, gone, members)
-    return Proof(rule=rule, at=second.at, where=_waits_text(heads, gone, parked, stores), why=why,
+    # at: to the hundredth, as the record keeps it, so the text and the number agree
+    return Proof(rule=rule, at=round(second.at, 2), where=_waits_text(heads, gone, parked, stores), why=why,
                  waits=tuple(sorted((r, hs) for r, hs in heads.items() if hs or r not in stores)),
                  gone=tuple(sorted(gone)), stores=tuple(sorted(stores.items())),
                  stacks=tuple((s.rank, s.stack) for s in second.ranks if s.answered))
