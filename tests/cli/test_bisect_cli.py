@@ -194,11 +194,14 @@ def test_killed_bisect_resumes_from_the_store(tmp_path, cache_dir, wheelhouse):
                             start_new_session=True)
     db = tmp_path / ".dsbisect" / "dsbisect.sqlite3"
     done: list = []
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a guard: the loop ends at the event
     while time.monotonic() < deadline and len(done) < 2:
         if db.exists():
-            with sqlite3.connect(db) as con:
-                done = con.execute("SELECT id FROM runs WHERE status='done'").fetchall()
+            try:
+                with sqlite3.connect(db) as con:
+                    done = con.execute("SELECT id FROM runs WHERE status='done'").fetchall()
+            except sqlite3.OperationalError:  # the file is there, its tables not yet: look again
+                pass
         time.sleep(0.2)
     assert len(done) >= 2
     os.killpg(proc.pid, signal.SIGKILL)

@@ -91,7 +91,7 @@ def test_killed_run_resumes_without_losing_or_repeating(tmp_path, grid_house, ca
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     db = tmp_path / ".dsbisect" / "dsbisect.sqlite3"
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a guard: the loop ends at the event
     first = None
     while time.monotonic() < deadline:
         if db.exists():

@@ -81,7 +81,7 @@ def time_limited(tmp_path_factory, house, cache_dir):
     cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", *offline(house, cache_dir),
            "--format", "json", "-q", "--executor", "slurm", "--slurm-time", "1"]
     proc = subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a guard: the loop ends at the event
     while not list((folder / ".dsbisect" / "slurm").glob("*/store/runs/*/sleeping")):
         assert proc.poll() is None and time.monotonic() < deadline, "the time-limited job did not start"
         time.sleep(0.5)
