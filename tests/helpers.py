@@ -1,12 +1,14 @@
 """What the tests share besides fixtures: the CLI in-process, a toy matrix, a case, the options
-of an offline run, waiting for an event, live pids, git. ``conftest`` re-exports them (the tests
-import them from there)."""
+of an offline run, waiting for an event, live pids, git and a toy package's commits.
+``conftest`` re-exports them (the tests import them from there)."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -123,6 +125,66 @@ def git(repo: Path, *args: str) -> str:
     env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e", GIT_COMMITTER_NAME="t",
                GIT_COMMITTER_EMAIL="t@e")
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True, env=env).stdout
+
+
+def pyproject(name: str, version: str, package: str) -> str:
+    """The ``pyproject.toml`` of a setuptools package ``name`` of one import package."""
+    return (f'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n\n'
+            f'[project]\nname = "{name}"\nversion = "{version}"\n\n[tool.setuptools]\npackages = ["{package}"]\n')
+
+
+def commit(repo: Path, message: str, files: dict[str, str] | None = None) -> str:
+    """A commit of ``files`` (path in ``repo`` -> text); with none, a harmless one (a new notes
+    file of its own).  Its hash."""
+    if files is None:
+        n = len(list((repo / "notes").glob("*"))) if (repo / "notes").is_dir() else 0
+        files = {f"notes/{n}.md": message}
+    for name, text in files.items():
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(text)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", message)
+    return git(repo, "rev-parse", "HEAD").strip()
+
+
+def commit_toy(repo: Path, version: str, behaviour: str, message: str, name: str = "dsb-gittoy") -> str:
+    """A commit of the toy package ``name`` (import package ``dsb_toy``) at ``version``, whose
+    step does what ``toypkg.STEP[behaviour]`` does.  Its hash."""
+    return commit(repo, message, {"pyproject.toml": pyproject(name, version, "dsb_toy"),
+                                  "dsb_toy/__init__.py": f'__version__ = "{version}"\n{toypkg.DEVICE}'
+                                                         f'{toypkg.STEP[behaviour]}',
+                                  "NOTES.md": message + "\n"})
+
+
+def requirements_history(folder: Path, *texts: str) -> Path:
+    """A git repository ``folder/proj`` whose ``requirements.txt`` is each of ``texts`` in turn,
+    a commit each (HEAD the last)."""
+    repo = folder / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q")
+    for n, text in enumerate(texts, start=1):
+        commit(repo, f"requirements {n}", {"requirements.txt": text})
+    return repo
+
+
+def stopped_dsbisect(args: list[str], cwd: Path, until, timeout: float, what: str,
+                     sig: int = signal.SIGKILL) -> int:
+    """``python -m dsbisect ARGS`` in ``cwd`` (the dsbisect under test), sent ``sig`` once
+    ``until()`` holds (``wait_until``: up to ``timeout`` s) and waited for; its pid."""
+    import dsbisect
+
+    src = str(Path(dsbisect.__file__).parents[1])  # src, or a wheel's install
+    proc = subprocess.Popen([sys.executable, "-m", "dsbisect", *args], cwd=cwd, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=src))
+    try:
+        wait_until(until, timeout, what)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.pid
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import live_pids, make_case
+from conftest import live_pids, make_case, pyproject
 from dsbisect.core import proc
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.core.model import EnvOptions, IndexOptions, Point
@@ -64,18 +64,6 @@ def test_run_outside_a_cancellable_context_is_unchanged(tmp_path):
     assert done.ok and done.stdout.strip() == "False"  # not a session of its own
 
 
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "dsb-slow"
-version = "1.0.0"
-
-[tool.setuptools]
-packages = ["dsb_slow"]
-"""
 # A setup.py that builds for a minute, as DeepSpeed's sdist does on a loaded 2-core machine.
 SETUP = """\
 import os, pathlib, time
@@ -93,7 +81,7 @@ def test_stop_ahead_kills_a_look_ahead_build_under_way(tmp_path):
     marker = tmp_path / "setup-pid"
     src = tmp_path / "sdist" / "dsb_slow-1.0.0"
     (src / "dsb_slow").mkdir(parents=True)
-    (src / "pyproject.toml").write_text(PYPROJECT)
+    (src / "pyproject.toml").write_text(pyproject("dsb-slow", "1.0.0", "dsb_slow"))
     (src / "setup.py").write_text(SETUP.format(marker=str(marker)))
     (src / "dsb_slow" / "__init__.py").write_text("")
     house = tmp_path / "house"
@@ -136,8 +124,7 @@ def test_a_bisection_ends_without_waiting_for_a_look_ahead_build(tmp_path):
     marker = tmp_path / "setup-pid"
     src = tmp_path / "sdist" / "dsb_toy-1.2.0"
     (src / "dsb_toy").mkdir(parents=True)
-    (src / "pyproject.toml").write_text(PYPROJECT.replace("dsb-slow", "dsb-toy").replace('"1.0.0"', '"1.2.0"')
-                                        .replace('["dsb_slow"]', '["dsb_toy"]'))
+    (src / "pyproject.toml").write_text(pyproject("dsb-toy", "1.2.0", "dsb_toy"))
     (src / "setup.py").write_text(SETUP.format(marker=str(marker)))
     (src / "dsb_toy" / "__init__.py").write_text("")
     with tarfile.open(house / "dsb_toy-1.2.0.tar.gz", "w:gz") as tar:

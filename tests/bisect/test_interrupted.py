@@ -7,21 +7,15 @@ runs it finished, and ends done.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import dsbisect
-
-from conftest import offline, wait_until, write_matrix
+from conftest import offline, stopped_dsbisect, write_matrix
 
 pytestmark = pytest.mark.slow
-SRC = str(Path(dsbisect.__file__).parents[1])  # where the dsbisect under test is (src, or a wheel's install)
 
 
 def _done_runs(store: Path) -> list[tuple[int, str]]:
@@ -38,24 +32,15 @@ def test_a_stopped_bisection_reads_interrupted_and_resumes(tmp_path, cli, cache_
     args = ["bisect", "dsb-toy", "1.0.0", "1.7.0", "--case", "toy", *offline(wheelhouse, cache_dir), "-q",
             "--format", "json"]
     store = tmp_path / ".dsbisect"
-    proc = subprocess.Popen([sys.executable, "-m", "dsbisect", *args], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=SRC))
-    try:
-        wait_until(lambda: len(_done_runs(store)) >= 1 and list(store.glob("bisections/*.json")), 300,
-                   "the bisection's first finished run")
-        proc.send_signal(sig)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    pid = stopped_dsbisect(args, tmp_path, lambda: len(_done_runs(store)) >= 1 and list(store.glob("bisections/*.json")),
+                           300, "the bisection's first finished run", sig)
     finished = _done_runs(store)
     res = cli("report", "--store", str(store), "--format", "json")
     assert res.exit_code == 0, res.output
     (b,) = json.loads(res.stdout)["bisections"]
     assert b["status"] == "interrupted" and b["verdict"] is None, b
     text = " ".join(b["answer"])
-    assert f"pid {proc.pid}" in text and "last seen" in text and "to resume" in text, text
+    assert f"pid {pid}" in text and "last seen" in text and "to resume" in text, text
     assert "(interrupted)" in cli("log", "--store", str(store)).stdout.splitlines()[0]
     again = cli(*args, cwd=tmp_path)  # the same command: resumed, its finished runs reused
     assert again.exit_code == 0, again.output

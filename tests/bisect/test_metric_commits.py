@@ -12,24 +12,12 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import git, write_matrix
+from conftest import commit, git, pyproject, write_matrix
 from dsbisect.bisect.numcommits import proof_call
 from dsbisect.core.metric import parse_metric
 from dsbisect.records.proof import ProofVerdict
 from dsbisect.verdict.numbers import Judge
 
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "dsb-gittoy"
-version = "{version}"
-
-[tool.setuptools]
-packages = ["dsb_toy"]
-"""
 # the loss a run reports at step 5: a.LOSS + b.EXTRA, in the file dsbisect passes in DSBISECT_METRICS
 INIT = '''__version__ = "{version}"
 from . import a, b
@@ -44,30 +32,21 @@ def step(dist):
 A, B, INIT_PY = "dsb_toy/a.py", "dsb_toy/b.py", "dsb_toy/__init__.py"
 
 
-def _commit(repo: Path, message: str, files: dict[str, str]) -> str:
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD").strip()
-
-
 def history(repo: Path, twice: bool) -> dict[str, str]:
     """v1.0.0 (loss 1.5), a harmless commit, the bug (a: loss 1.75), with ``twice`` a later commit
     that adds 0.25 in b, a harmless commit, v1.1.0."""
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
-    h = {"v1.0.0": _commit(repo, "release 1.0.0", {"pyproject.toml": PYPROJECT.format(version="1.0.0"),
+    h = {"v1.0.0": commit(repo, "release 1.0.0", {"pyproject.toml": pyproject("dsb-gittoy", "1.0.0", "dsb_toy"),
                                                    INIT_PY: INIT.format(version="1.0.0"), A: "LOSS = 1.5\n",
                                                    B: "EXTRA = 0.0\n", "NOTES.md": "notes\n"})}
     git(repo, "tag", "v1.0.0")
-    h["bump"] = _commit(repo, "Bump to 1.1.0", {"pyproject.toml": PYPROJECT.format(version="1.1.0"),
+    h["bump"] = commit(repo, "Bump to 1.1.0", {"pyproject.toml": pyproject("dsb-gittoy", "1.1.0", "dsb_toy"),
                                                 INIT_PY: INIT.format(version="1.1.0")})
-    h["bug"] = _commit(repo, "a: a larger loss (the bug)", {A: "LOSS = 1.75\n"})
+    h["bug"] = commit(repo, "a: a larger loss (the bug)", {A: "LOSS = 1.75\n"})
     if twice:
-        h["again"] = _commit(repo, "b: a larger loss too", {B: "EXTRA = 0.25\n"})
-    h["after"] = _commit(repo, "Docs", {"NOTES.md": "more notes\n"})
+        h["again"] = commit(repo, "b: a larger loss too", {B: "EXTRA = 0.25\n"})
+    h["after"] = commit(repo, "Docs", {"NOTES.md": "more notes\n"})
     git(repo, "tag", "-a", "-m", "release 1.1.0", "v1.1.0")
     return h
 

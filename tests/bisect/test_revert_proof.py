@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import git, make_case, write_matrix
+from conftest import commit, git, make_case, pyproject, write_matrix
 from dsbisect.envs import gitrepo
 from dsbisect.core.mode import Mode
 from dsbisect.core.model import GitSource, Outcome, Point, digest
@@ -137,34 +137,9 @@ def test_the_proof_is_one_line_under_the_commit_and_loud_unless_proven(tmp_path,
 
 # ------------------------------------------------------- git on a real clone
 
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "dsb-gittoy"
-version = "{version}"
-
-[tool.setuptools]
-packages = ["dsb_toy"]
-"""
 INIT = '__version__ = "{version}"\nfrom . import a, b\n\n\ndef step(dist):\n    a.check(dist)\n    b.check(dist)\n'
 OK = "def check(dist):\n    pass\n"
 BAD = 'def check(dist):\n    if dist.get_rank() == 0:\n        raise ValueError("dsb_toy: the loss went NaN in {m}")\n'
-
-
-def _commit(repo: Path, message: str, files: dict[str, str] | None = None) -> str:
-    """A commit of ``files``; with none, a harmless one (a new notes file of its own)."""
-    if files is None:
-        n = len(list((repo / "notes").glob("*"))) if (repo / "notes").is_dir() else 0
-        files = {f"notes/{n}.md": message}
-    for name, text in files.items():
-        (repo / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo / name).write_text(text)
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD").strip()
 
 
 A, B, INIT_PY = "dsb_toy/a.py", "dsb_toy/b.py", "dsb_toy/__init__.py"
@@ -174,11 +149,11 @@ def _start(repo: Path) -> dict[str, str]:
     """v1.0.0 (both checks pass), then the version bump to 1.1.0; returns the hashes by name."""
     repo.mkdir(parents=True)
     git(repo, "init", "-q", "-b", "main")
-    h = {"v1.0.0": _commit(repo, "release 1.0.0", {"pyproject.toml": PYPROJECT.format(version="1.0.0"),
+    h = {"v1.0.0": commit(repo, "release 1.0.0", {"pyproject.toml": pyproject("dsb-gittoy", "1.0.0", "dsb_toy"),
                                                    INIT_PY: INIT.format(version="1.0.0"), A: OK, B: OK,
                                                    "NOTES.md": "notes\n"})}
     git(repo, "tag", "v1.0.0")
-    h["bump"] = _commit(repo, "Bump to 1.1.0", {"pyproject.toml": PYPROJECT.format(version="1.1.0"),
+    h["bump"] = commit(repo, "Bump to 1.1.0", {"pyproject.toml": pyproject("dsb-gittoy", "1.1.0", "dsb_toy"),
                                                 INIT_PY: INIT.format(version="1.1.0")})
     return h
 
@@ -191,20 +166,20 @@ def history(repo: Path, kind: str) -> dict[str, str]:
     h = _start(repo)
     if kind == "merge":
         git(repo, "checkout", "-q", "-b", "feature")
-        h["feature"] = _commit(repo, "a: raise on NaN", {A: BAD.format(m="a")})
+        h["feature"] = commit(repo, "a: raise on NaN", {A: BAD.format(m="a")})
         git(repo, "checkout", "-q", "main")
-        h["side"] = _commit(repo, "Docs")
+        h["side"] = commit(repo, "Docs")
         git(repo, "merge", "-q", "--no-ff", "-m", "Merge branch 'feature' (the bug)", "feature")
         h["bug"] = git(repo, "rev-parse", "HEAD").strip()
         git(repo, "branch", "-q", "-D", "feature")
     else:
-        h["before"] = _commit(repo, "Harmless change")
-        h["bug"] = _commit(repo, "a: raise on NaN (the bug)", {A: BAD.format(m="a")})
+        h["before"] = commit(repo, "Harmless change")
+        h["bug"] = commit(repo, "a: raise on NaN (the bug)", {A: BAD.format(m="a")})
     if kind == "twice":
-        h["again"] = _commit(repo, "b: raise on NaN too", {B: BAD.format(m="b")})
+        h["again"] = commit(repo, "b: raise on NaN too", {B: BAD.format(m="b")})
     if kind == "conflict":
-        h["again"] = _commit(repo, "a: a clearer message", {A: BAD.format(m="a, at step 3")})
-    h["after"] = _commit(repo, "Another harmless change", {"NOTES.md": "Another harmless change\n"})
+        h["again"] = commit(repo, "a: a clearer message", {A: BAD.format(m="a, at step 3")})
+    h["after"] = commit(repo, "Another harmless change", {"NOTES.md": "Another harmless change\n"})
     git(repo, "tag", "-a", "-m", "release 1.1.0", "v1.1.0")
     # the user's clone is in use: an edit not committed, a file not tracked
     (repo / "NOTES.md").write_text("work in progress\n")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import toypkg
-from conftest import git, live_pids, offline, write_matrix
+from conftest import commit_toy, git, live_pids, offline, write_matrix
 
 pytestmark = pytest.mark.slow
 
@@ -213,41 +213,17 @@ def test_killed_bisect_resumes_from_the_store(tmp_path, cache_dir, wheelhouse):
     assert {i for (i,) in done} <= used  # what was recorded before the kill was reused
 
 
-GITTOY_PYPROJECT = """\
-[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "dsb-gittoy"
-version = "{version}"
-
-[tool.setuptools]
-packages = ["dsb_toy"]
-"""
-
-
-def _commit_code(repo: Path, version: str, behaviour: str, message: str) -> str:
-    (repo / "pyproject.toml").write_text(GITTOY_PYPROJECT.format(version=version))
-    (repo / "dsb_toy").mkdir(exist_ok=True)
-    (repo / "dsb_toy" / "__init__.py").write_text(f'__version__ = "{version}"\n{toypkg.DEVICE}{toypkg.STEP[behaviour]}')
-    (repo / "NOTES.md").write_text(message + "\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", message)
-    return git(repo, "rev-parse", "HEAD").strip()
-
-
 def test_commit_level_names_the_commit(tmp_path_factory, tmp_path, cli, cache_dir):
     repo = tmp_path_factory.mktemp("gittoy")
     git(repo, "init", "-q", "-b", "main")
-    _commit_code(repo, "1.0.0", "ok", "release 1.0.0")
+    commit_toy(repo, "1.0.0", "ok", "release 1.0.0")
     git(repo, "tag", "v1.0.0")
     hashes = {}
     # A failure on one rank (hangs are the release-level tests' job): commits differ only in code.
     for i in range(1, 7):
         behaviour = "raise" if i >= 4 else "ok"
         subject = "Rank 0 raises in step (the bug)" if i == 4 else f"Harmless change {i}"
-        hashes[i] = _commit_code(repo, "1.1.0", behaviour, subject)
+        hashes[i] = commit_toy(repo, "1.1.0", behaviour, subject)
     git(repo, "tag", "v1.1.0")
     house = _house(tmp_path_factory, "dsb-gittoy", {"1.0.0": "ok", "1.1.0": "raise"})
     write_matrix(tmp_path, ["1.0.0"], package="dsb-gittoy", collective_timeout=3, nproc=1)

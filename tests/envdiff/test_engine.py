@@ -264,42 +264,19 @@ def test_the_words_after_dashes_are_the_command_with_good_env(tmp_path, cli, com
     assert res.exit_code == 2 and "not both" in res.stderr, res.output
 
 
-TOY_PROJECT = """\
-[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "dsb-eg-toy"
-version = "{version}"
-
-[tool.setuptools]
-packages = ["dsb_toy"]
-"""
-
-
-def _commit(repo: Path, version: str, behaviour: str, subject: str) -> str:
-    from conftest import git
-
-    (repo / "pyproject.toml").write_text(TOY_PROJECT.format(version=version))
-    (repo / "dsb_toy").mkdir(exist_ok=True)
-    (repo / "dsb_toy" / "__init__.py").write_text(f'__version__ = "{version}"\n{toypkg.DEVICE}{toypkg.STEP[behaviour]}')
-    (repo / "NOTES.md").write_text(subject + "\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", subject)
-    return git(repo, "rev-parse", "HEAD").strip()
 
 
 @pytest.mark.slow
 def test_the_chain_goes_on_to_the_commit_with_git_repo(tmp_path_factory, tmp_path, cli, cache_dir):
     """Two changes; the culprit's release, then the commit inside it that makes rank 0 raise."""
-    from conftest import git, write_matrix
+    from conftest import commit_toy, git, write_matrix
 
     repo = tmp_path_factory.mktemp("egrepo")
     git(repo, "init", "-q", "-b", "main")
-    _commit(repo, "1.0.0", "ok", "release 1.0.0")
+    commit_toy(repo, "1.0.0", "ok", "release 1.0.0", name="dsb-eg-toy")
     git(repo, "tag", "v1.0.0")
-    hashes = [_commit(repo, "1.1.0", "raise" if i >= 3 else "ok", f"change {i}") for i in range(1, 5)]
+    hashes = [commit_toy(repo, "1.1.0", "raise" if i >= 3 else "ok", f"change {i}", name="dsb-eg-toy")
+              for i in range(1, 5)]
     git(repo, "tag", "v1.1.0")
     wh = tmp_path / "wh"
     for version, behaviour in (("1.0.0", "ok"), ("1.1.0", "raise")):

@@ -10,21 +10,15 @@ rule, as two regressions in those releases would.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-import dsbisect
 import toypkg
-from conftest import offline, wait_until
+from conftest import offline, stopped_dsbisect
 
 pytestmark = pytest.mark.slow
-SRC = str(Path(dsbisect.__file__).parents[1])
 
 RULE = """\
 import importlib.metadata as md, sys
@@ -112,16 +106,7 @@ def test_a_kill_between_the_causes_resumes_with_what_was_found(tmp_path, cli, ca
     args = _setup(tmp_path, "kr") + ["--cache-dir", str(cache_dir), "--store", str(tmp_path / "store"), "-q",
                                      "--format", "json"]
     store = tmp_path / "store"
-    proc = subprocess.Popen([sys.executable, "-m", "dsbisect", *args], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=SRC))
-    try:
-        wait_until(lambda: _past_the_first_cause(store), 600, "the check after the first cause")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stopped_dsbisect(args, tmp_path, lambda: _past_the_first_cause(store), 600, "the check after the first cause")
     finished = _done_runs(store)
     assert finished
     res = cli(*args, cwd=tmp_path)

@@ -10,20 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git, write_matrix
+from conftest import requirements_history, write_matrix
 from test_sources import dated_index  # noqa: F401  (the fixture: dsb-hd-a and dsb-hd-b released on dates)
 
 
 def _repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "proj"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "requirements.txt").write_text("dsb-hg-a==1.0\ndsb-hg-b==1.0\n")
-    git(repo, "add", ".")
-    git(repo, "commit", "-q", "-m", "one")
-    (repo / "requirements.txt").write_text("dsb-hg-a==2.0\ndsb-hg-b==1.0\n")
-    git(repo, "commit", "-q", "-am", "two")
-    return repo
+    return requirements_history(tmp_path, "dsb-hg-a==1.0\ndsb-hg-b==1.0\n", "dsb-hg-a==2.0\ndsb-hg-b==1.0\n")
 
 
 def _changes(stdout: str) -> dict[str, tuple[str | None, str | None]]:

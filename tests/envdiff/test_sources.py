@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DatedIndex, git
+from conftest import DatedIndex, git, requirements_history
 
 import toypkg
 from dsbisect.core.errors import InputError
@@ -52,15 +52,7 @@ def test_bad_specs_are_one_line(text, words):
 
 
 def _repo(tmp_path: Path) -> Path:
-    repo = tmp_path / "proj"
-    repo.mkdir()
-    git(repo, "init", "-q")
-    (repo / "requirements.txt").write_text("dsb-hs-a==1.0\n")
-    git(repo, "add", ".")
-    git(repo, "commit", "-q", "-m", "one")
-    (repo / "requirements.txt").write_text("dsb-hs-a==2.0\n")
-    git(repo, "commit", "-q", "-am", "two")
-    return repo
+    return requirements_history(tmp_path, "dsb-hs-a==1.0\n", "dsb-hs-a==2.0\n")
 
 
 @pytest.mark.parametrize("env, words", [

@@ -8,32 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git
+from conftest import git, pyproject
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.core.errors import EnvBuildError
 from dsbisect.core.model import EnvOptions, GitSource, IndexOptions
 
 pytestmark = pytest.mark.slow
 
-PYPROJECT = """\
-[build-system]
-requires = ["setuptools"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "dsb-built"
-version = "{version}"
-
-[tool.setuptools]
-packages = ["dsb_built"]
-"""
 # A setup.py that, like DeepSpeed's, imports torch while building.
 SETUP = "import torch  # noqa: F401\nfrom setuptools import setup\nsetup()\n"
 
 
 def _source(folder: Path, version: str, code: str = "VALUE = 1\n") -> Path:
     (folder / "dsb_built").mkdir(parents=True, exist_ok=True)
-    (folder / "pyproject.toml").write_text(PYPROJECT.format(version=version))
+    (folder / "pyproject.toml").write_text(pyproject("dsb-built", version, "dsb_built"))
     (folder / "setup.py").write_text(SETUP)
     (folder / "dsb_built" / "__init__.py").write_text(code)
     return folder

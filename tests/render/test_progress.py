@@ -37,10 +37,10 @@ def test_a_runs_time_is_shown_one_way(s, shown):
 
 
 def test_the_grid_shows_a_runs_time_as_progress_does():
-    from dsbisect.render.grid import _seconds
+    from dsbisect.render.gridmodel import run_time
 
     for s in (0.5, 9.99, 12.3, 16.0, 599.4, 601, 7200):
-        assert _seconds(s) == eta.seconds_text(s)
+        assert run_time(s) == eta.seconds_text(s)
 
 
 @pytest.mark.parametrize("s, shown", [(0, "0:00"), (7.9, "0:07"), (102, "1:42"), (3723, "1:02:03"), (-5, "0:00"),

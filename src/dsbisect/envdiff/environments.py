@@ -53,6 +53,13 @@ class Kind(enum.Enum):
     ADDED = "added"
     REMOVED = "removed"
 
+    @classmethod
+    def of(cls, good: object | None, bad: object | None) -> Kind:
+        """What a change is whose sides are ``good`` and ``bad`` (None: absent on that side)."""
+        if good is None:
+            return cls.ADDED
+        return cls.REMOVED if bad is None else cls.CHANGED
+
 
 @dataclass(frozen=True)
 class Change:
@@ -62,9 +69,7 @@ class Change:
 
     @property
     def kind(self) -> Kind:
-        if self.good is None:
-            return Kind.ADDED
-        return Kind.REMOVED if self.bad is None else Kind.CHANGED
+        return Kind.of(self.good, self.bad)
 
     @property
     def bisectable(self) -> bool:

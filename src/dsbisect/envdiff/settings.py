@@ -62,9 +62,7 @@ class Setting:
 
     @property
     def kind(self) -> Kind:
-        if self.good is None:
-            return Kind.ADDED
-        return Kind.REMOVED if self.bad is None else Kind.CHANGED
+        return Kind.of(self.good, self.bad)
 
     @property
     def secret(self) -> bool:

@@ -27,10 +27,11 @@ from dsbisect.core.errors import DiskFull, InputError, StoreError
 from dsbisect.core.rundir import RunDir
 from dsbisect.records.run import Evidence
 from dsbisect.store import bounds, version
+from dsbisect.store.access import check_access, read_only_fs, store_dir
 from dsbisect.store.claims import StoreLock
-from dsbisect.store.store import (DB, RECORD_FORMAT, SCHEMA, Store, check_access, read_only_fs,
-                                  record_problem, relative_folder, relative_run_dir, row_values, store_dir,
-                                  write_record)
+from dsbisect.store.schema import DB, SCHEMA, relative_folder, relative_run_dir
+from dsbisect.store.store import Store
+from dsbisect.store.values import RECORD_FORMAT, record_problem, row_values, write_record
 
 
 @dataclass(frozen=True)
