@@ -93,11 +93,11 @@ else:
 PAIR = ["--knob", "env:TOY_A=1", "--knob", "config:zero_optimization.overlap_comm=false"]
 
 
-def _workaround(cli, tmp_path, cache_dir, *words):
+def _workaround(cli, tmp_path, cache_dir, *words, fmt="json"):
     res = cli("workaround", "--config", "ds.json", "--only-own", *words, "--store", str(tmp_path / "store"),
-              "--cache-dir", str(cache_dir), "-q", "--format", "json", "--",
+              "--cache-dir", str(cache_dir), "-q", "--format", fmt, "--",
               "python", "train.py", "--deepspeed", "ds.json", cwd=tmp_path)
-    return res, json.loads(res.stdout) if res.stdout.strip() else {}
+    return res, json.loads(res.stdout) if fmt == "json" and res.stdout.strip() else {}
 
 
 def _named(entry: dict) -> list[str]:
@@ -118,6 +118,13 @@ def test_two_knobs_that_only_work_together_are_found_as_a_pair(tmp_path, cli, ca
     assert [_named(g) for g in out["group_workarounds"]] == [["TOY_A=1", "zero_optimization.overlap_comm=false"]]
     assert out["verdict"] == "found" and out["max_group"] == 2
     assert [k["was"] for k in out["group_workarounds"][0]["knobs"]] == [None, "true"]
+    # every format has the pair, from the runs in the store (none run again)
+    for fmt, words in (("table", ["-o", "t.md"]), ("markdown", []), ("html", ["-o", "page.html"])):
+        res, _ = _workaround(cli, tmp_path, cache_dir, *PAIR, "--knob", "env:TOY_UNRELATED=1", *words, fmt=fmt)
+        shown = (tmp_path / words[1]).read_text() if words else res.stdout
+        assert res.exit_code == 0 and "TOY_A=1" in shown and "#9 pass" in shown.lower(), res.output
+        assert "#12 " not in shown and "not a fix" in shown  # no run beyond the first invocation's 11
+    assert "<h2>Knobs together (groups of at most 2)</h2>" in (tmp_path / "page.html").read_text()
     # --max-group 1: one knob at a time, as before: nothing works
     res, out = _workaround(cli, tmp_path, cache_dir, *PAIR, "--max-group", "1")
     assert res.exit_code == 1 and out["verdict"] == "none" and out["groups_tried"] == [], res.output

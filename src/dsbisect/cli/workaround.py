@@ -14,7 +14,7 @@ import typer
 from dsbisect.cli.app import KeepsWords, app, user_errors
 from dsbisect.cli.groups import grouped
 from dsbisect.cli.options import SettingsOpts, Shown
-from dsbisect.cli.output import Format, emit, frontend, out, write_output
+from dsbisect.cli.output import Format, emit, emit_html, frontend, out, write_output
 from dsbisect.core.model import Accelerator
 from dsbisect.envdiff.workaround import WorkaroundRequest, Workarounds, workaround_job
 from dsbisect.render import workaround as report
@@ -42,7 +42,7 @@ def workaround(*, request: WorkaroundOpts, settings: SettingsOpts, shown: Shown)
     on a command that fails, each run --repeat times, and report those that make it pass:
     workarounds, not fixes. Exit 0 when one works, 1 when none does or the command does not fail."""
     with user_errors():
-        shown.check()
+        shown.check(html=True)
         found = workaround_job(request, settings, frontend(shown.quiet))
         _show(found, shown)
         if found.exit_code:
@@ -54,6 +54,8 @@ def _show(w: Workarounds, shown: Shown) -> None:
         emit(json.dumps(w.to_json(), indent=2) + "\n", shown.output)
     elif shown.fmt is Format.markdown:
         emit(report.markdown(w), shown.output)
+    elif shown.fmt is Format.html:
+        emit_html(report.html(w), shown.output)
     else:
         for line in report.lines(w):
             out.print(line, markup=False, highlight=False)
