@@ -147,6 +147,21 @@ def test_every_group_never_tries_one_with_a_working_knob_or_pair_inside(tmp_path
 
 
 @pytest.mark.slow
+def test_a_plain_script_with_strict_arguments_runs_as_given(tmp_path, cli, cache_dir):
+    """`-- python x.py --steps 2` is one process, as given: no deepspeed --local_rank=0 is added,
+    which a script that parses its arguments strictly would refuse (exit 2, every trial alike)."""
+    (tmp_path / "strict.py").write_text(
+        "import argparse, os, sys\nap = argparse.ArgumentParser()\nap.add_argument('--steps', type=int)\n"
+        "print(ap.parse_args())\nsys.exit(0 if os.environ.get('TOY_A') == '1' else 'broken')\n")
+    res = cli("workaround", "--only-own", "--knob", "env:TOY_A=1", "--store", str(tmp_path / "store"),
+              "--cache-dir", str(cache_dir), "-q", "--format", "json", "--", "python", "strict.py", "--steps", "2",
+              cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [(t["name"], t["outcomes"]) for t in out["workarounds"]] == [("TOY_A", ["pass", "pass"])]
+
+
+@pytest.mark.slow
 def test_a_command_that_passes_has_nothing_to_work_around(tmp_path, cli, cache_dir):
     _setup(tmp_path)
     (tmp_path / "ds.json").write_text('{"zero_optimization": {"overlap_comm": false}}')
