@@ -113,6 +113,16 @@ def test_two_config_keys_that_only_break_together_around_a_rejected_key(tmp_path
     ran = {i for s in out["steps"] for i in s["run_ids"]}
     again, _ = _bisect(cli, tmp_path, cache_dir, "--good-config", "ok.yaml", "--bad-config", "broken.yaml", *command)
     assert _culprits(again) == _culprits(out) and {i for s in again["steps"] for i in s["run_ids"]} == ran
+    # dsbisect log: no mark line (it would mark the command as given with each trial's verdict, good
+    # and bad alike); each run a comment naming its trial, and a replay records nothing false
+    log = cli("log", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert log.exit_code == 0, log.output
+    assert not [x for x in log.stdout.splitlines() if x.startswith("dsbisect mark")], log.stdout
+    assert "# run 1: pass, a trial of settings: good config" in log.stdout
+    assert "a trial of settings: bad config" in log.stdout
+    (tmp_path / "bisect.log").write_text(log.stdout)
+    replayed = cli("replay", "bisect.log", "--store", str(tmp_path / "new"), cwd=tmp_path)
+    assert replayed.exit_code == 0 and "0 mark(s) recorded" in replayed.stderr, replayed.output
 
 
 @pytest.mark.slow
