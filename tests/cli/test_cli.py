@@ -35,7 +35,7 @@ OPTIONS = {
     'show': ['RUN_ID', '--store', '--lines', '--format', '--output -o'],
     'snapshot-base': ['--output -o', '--python'],
     'store repair': ['--store'],
-    'workaround': ['COMMAND', '--config', '--pin', '--knob', '--only-own', '--repeat', '--accelerator', '--store', '--timeout', '--collective-timeout', '--idle-timeout', '--no-early-hang', '--offline', '--find-links', '--index-url', '--extra-index-url', '--cache-dir --env-root', '--python', '--base', '--jobs -j', '--executor', '--partition', '--slurm-time', '--gpus-per-job', '--slurm-arg', '--hostfile', '--num-nodes', '--launcher-backend', '--master-addr', '--include', '--exclude', '--format', '--output -o', '--quiet -q'],
+    'workaround': ['COMMAND', '--config', '--pin', '--knob', '--only-own', '--repeat', '--accelerator', '--max-group', '--max-group-runs', '--every-group', '--store', '--timeout', '--collective-timeout', '--idle-timeout', '--no-early-hang', '--offline', '--find-links', '--index-url', '--extra-index-url', '--cache-dir --env-root', '--python', '--base', '--jobs -j', '--executor', '--partition', '--slurm-time', '--gpus-per-job', '--slurm-arg', '--hostfile', '--num-nodes', '--launcher-backend', '--master-addr', '--include', '--exclude', '--format', '--output -o', '--quiet -q'],
     'versions': ['PACKAGE', 'GOOD', 'BAD', '--pre', '--offline', '--find-links', '--index-url', '--extra-index-url'],
 }
 

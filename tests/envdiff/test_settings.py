@@ -166,3 +166,15 @@ def test_a_config_key_that_looks_secret_is_masked(tmp_path):
     (found,) = config_settings(tmp_path / "ok.json", tmp_path / "broken.json")
     assert found.describe() == "config wandb.api_key *** -> ***"
     assert TOKEN not in json.dumps(setting_json(found)) and TOKEN[::-1] not in json.dumps(setting_json(found))
+
+
+def test_the_ends_are_named_by_what_differs():
+    from dsbisect.envdiff.environments import Change
+    from dsbisect.envdiff.settings import Setting, Where, ends_word, is_end_label
+
+    key, var, flag = (Setting(w, ("x",), "1", "2") for w in (Where.CONFIG, Where.ENV, Where.FLAG))
+    package = Change("dsb-a", None, None)
+    assert [ends_word(c) for c in ([key], [key, key], [var], [flag], [key, var], [package, key], [])] == [
+        "config", "config", "vars", "command", "settings", "env", "env"]
+    assert is_end_label("good config") and is_end_label("bad env") and is_end_label("bad settings")
+    assert not is_end_label("good + config x 1 -> 2") and not is_end_label("trial 3")

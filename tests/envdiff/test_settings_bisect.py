@@ -81,6 +81,10 @@ def _culprits(out: dict) -> list[str]:
     return out["env_diff"]["culprits"]
 
 
+def _ends(out: dict) -> list[str]:
+    return [e["label"] for e in out["env_diff"]["ends"]]
+
+
 @pytest.mark.slow
 def test_two_config_keys_that_only_break_together_around_a_rejected_key(tmp_path, cli, cache_dir):
     """overlap_comm and contiguous_gradients break only together; offload_optimizer.device nvme
@@ -98,6 +102,9 @@ def test_two_config_keys_that_only_break_together_around_a_rejected_key(tmp_path
     assert out["message"].startswith("6 changes; culprits (only together): config zero_optimization.overlap_comm "
                                      "false -> true and config zero_optimization.contiguous_gradients false -> true (")
     assert out["releases"] == [] and out["not_bisected"] == []
+    # the ends are named by what differs: two configs, not two environments
+    assert _ends(out) == ["good config", "bad config"]
+    assert out["every_cause"]["verified"].startswith("the bad config with these 2 changes reverted passes")
     outcomes = [t["outcome"] for t in out["env_diff"]["trials"]]
     assert "fail" in outcomes and "pass" in outcomes
     # each trial's config is the good file with some keys replaced: its comments kept
@@ -106,6 +113,16 @@ def test_two_config_keys_that_only_break_together_around_a_rejected_key(tmp_path
     ran = {i for s in out["steps"] for i in s["run_ids"]}
     again, _ = _bisect(cli, tmp_path, cache_dir, "--good-config", "ok.yaml", "--bad-config", "broken.yaml", *command)
     assert _culprits(again) == _culprits(out) and {i for s in again["steps"] for i in s["run_ids"]} == ran
+    # dsbisect log: no mark line (it would mark the command as given with each trial's verdict, good
+    # and bad alike); each run a comment naming its trial, and a replay records nothing false
+    log = cli("log", "--store", str(tmp_path / "store"), cwd=tmp_path)
+    assert log.exit_code == 0, log.output
+    assert not [x for x in log.stdout.splitlines() if x.startswith("dsbisect mark")], log.stdout
+    assert "# run 1: pass, a trial of settings: good config" in log.stdout
+    assert "a trial of settings: bad config" in log.stdout
+    (tmp_path / "bisect.log").write_text(log.stdout)
+    replayed = cli("replay", "bisect.log", "--store", str(tmp_path / "new"), cwd=tmp_path)
+    assert replayed.exit_code == 0 and "0 mark(s) recorded" in replayed.stderr, replayed.output
 
 
 @pytest.mark.slow
@@ -142,12 +159,14 @@ def test_an_environment_variable_and_no_token_kept_anywhere(tmp_path, cli, cache
                        "-o", "report.md", "--", "python", "job.py", "--config", "broken.yaml")
     assert _culprits(out) == ["TOY_P2P_DISABLE"]
     assert out["message"].startswith("4 changes; culprit env TOY_P2P_DISABLE (unset) -> 1 (")
+    assert _ends(out) == ["good vars", "bad vars"]
     shown = {c["name"]: c["describe"] for c in out["env_diff"]["changes"]}
     assert shown["HF_TOKEN"] == "env HF_TOKEN *** -> ***" and "PWD" not in shown
     html = cli("report", "--store", str(tmp_path / "store"), "--format", "html", "-o", "report.html", cwd=tmp_path)
     assert html.exit_code == 0, html.output
     assert "culprit env TOY_P2P_DISABLE (unset) -&gt; 1" in (tmp_path / "report.html").read_text()
     assert "culprit env TOY_P2P_DISABLE (unset) -> 1" in (tmp_path / "report.md").read_text()
+    assert ">good vars</text>" in (tmp_path / "report.html").read_text()  # the ladder's end, by name
     table = cli("report", "--store", str(tmp_path / "store"), cwd=tmp_path)
     assert "culprit env TOY_P2P_DISABLE (unset) -> 1" in table.stdout, table.stdout
     for secret in (TOKEN, TOKEN[::-1], TOKEN.upper()):
@@ -167,6 +186,7 @@ def test_a_launcher_flag_under_torchrun(tmp_path, cli, cache_dir):
                      "--", "torchrun", "--nproc_per_node=2", "--max-restarts=1", "job.py", "--config", "broken.yaml")
     assert _culprits(out) == ["--nproc_per_node"]
     assert out["message"].startswith("2 changes; culprit flag --nproc_per_node 1 -> 2 (")
+    assert _ends(out) == ["good command", "bad command"]
 
 
 @pytest.mark.slow
@@ -187,6 +207,7 @@ def test_packages_and_settings_in_one_search(tmp_path, cli, cache_dir):
     kinds = [(c["name"], c.get("setting")) for c in out["env_diff"]["changes"]]
     assert kinds == [("dsb-sm-a", None), ("zero_optimization.overlap_comm", "config")]
     assert _culprits(out) == ["zero_optimization.overlap_comm"] and out["releases"] == []
+    assert _ends(out) == ["good env", "bad env"]  # a package differs: environments, as before
 
 
 @pytest.mark.parametrize("words, expected", [

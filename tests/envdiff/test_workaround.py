@@ -81,6 +81,86 @@ def test_a_config_knob_works_and_a_variable_does_not(tmp_path, cli, cache_dir):
     assert json.loads((tmp_path / "ds.json").read_text())["zero_optimization"]["overlap_comm"] is True  # untouched
 
 
+PAIR_JOB = """\
+import json, os, sys
+cfg = json.load(open(sys.argv[sys.argv.index("--deepspeed") + 1]))
+overlap = cfg["zero_optimization"].get("overlap_comm")
+if os.environ.get("TOY_C") == "1" or (os.environ.get("TOY_A") == "1" and not overlap):
+    print("fine")
+else:
+    sys.exit("loss is nan")
+"""
+PAIR = ["--knob", "env:TOY_A=1", "--knob", "config:zero_optimization.overlap_comm=false"]
+
+
+def _workaround(cli, tmp_path, cache_dir, *words, fmt="json"):
+    res = cli("workaround", "--config", "ds.json", "--only-own", *words, "--store", str(tmp_path / "store"),
+              "--cache-dir", str(cache_dir), "-q", "--format", fmt, "--",
+              "python", "train.py", "--deepspeed", "ds.json", cwd=tmp_path)
+    return res, json.loads(res.stdout) if fmt == "json" and res.stdout.strip() else {}
+
+
+def _named(entry: dict) -> list[str]:
+    return [f"{k['name']}={k['value']}" for k in entry["knobs"]]
+
+
+@pytest.mark.slow
+def test_two_knobs_that_only_work_together_are_found_as_a_pair(tmp_path, cli, cache_dir):
+    _setup(tmp_path)
+    (tmp_path / "train.py").write_text(PAIR_JOB)
+    res, out = _workaround(cli, tmp_path, cache_dir, *PAIR, "--knob", "env:TOY_UNRELATED=1")
+    assert res.exit_code == 0, res.output
+    assert [t["works"] for t in out["tried"]] == [False, False, False] and out["workarounds"] == []
+    assert [(_named(g), g["outcomes"]) for g in out["groups_tried"]] == [
+        (["TOY_A=1", "zero_optimization.overlap_comm=false"], ["pass", "pass"]),
+        (["TOY_A=1", "TOY_UNRELATED=1"], ["fail"]),  # a group stops at its first run that does not pass
+        (["zero_optimization.overlap_comm=false", "TOY_UNRELATED=1"], ["fail"])]
+    assert [_named(g) for g in out["group_workarounds"]] == [["TOY_A=1", "zero_optimization.overlap_comm=false"]]
+    assert out["verdict"] == "found" and out["max_group"] == 2
+    assert [k["was"] for k in out["group_workarounds"][0]["knobs"]] == [None, "true"]
+    # every format has the pair, from the runs in the store (none run again)
+    for fmt, words in (("table", ["-o", "t.md"]), ("markdown", []), ("html", ["-o", "page.html"])):
+        res, _ = _workaround(cli, tmp_path, cache_dir, *PAIR, "--knob", "env:TOY_UNRELATED=1", *words, fmt=fmt)
+        shown = (tmp_path / words[1]).read_text() if words else res.stdout
+        assert res.exit_code == 0 and "TOY_A=1" in shown and "#9 pass" in shown.lower(), res.output
+        assert "#12 " not in shown and "not a fix" in shown  # no run beyond the first invocation's 11
+    assert "<h2>Knobs together (groups of at most 2)</h2>" in (tmp_path / "page.html").read_text()
+    # --max-group 1: one knob at a time, as before: nothing works
+    res, out = _workaround(cli, tmp_path, cache_dir, *PAIR, "--max-group", "1")
+    assert res.exit_code == 1 and out["verdict"] == "none" and out["groups_tried"] == [], res.output
+
+
+@pytest.mark.slow
+def test_every_group_never_tries_one_with_a_working_knob_or_pair_inside(tmp_path, cli, cache_dir):
+    _setup(tmp_path)
+    (tmp_path / "train.py").write_text(PAIR_JOB)
+    res, out = _workaround(cli, tmp_path, cache_dir, *PAIR, "--knob", "env:TOY_C=1")
+    assert res.exit_code == 0 and out["groups_tried"] == [], res.output  # TOY_C works alone: no groups
+    assert [t["name"] for t in out["workarounds"]] == ["TOY_C"]
+    assert any("a smaller one works" in n for n in out["groups_not_tried"])
+    res, out = _workaround(cli, tmp_path, cache_dir, *PAIR, "--knob", "env:TOY_C=1", "--every-group",
+                           "--max-group", "3")
+    assert res.exit_code == 0, res.output
+    # the pair is tried and works; a pair or the triple holding TOY_C, or the triple holding the pair, is not
+    assert [_named(g) for g in out["groups_tried"]] == [["TOY_A=1", "zero_optimization.overlap_comm=false"]]
+    assert [t["name"] for t in out["workarounds"]] == ["TOY_C"] and len(out["group_workarounds"]) == 1
+
+
+@pytest.mark.slow
+def test_a_plain_script_with_strict_arguments_runs_as_given(tmp_path, cli, cache_dir):
+    """`-- python x.py --steps 2` is one process, as given: no deepspeed --local_rank=0 is added,
+    which a script that parses its arguments strictly would refuse (exit 2, every trial alike)."""
+    (tmp_path / "strict.py").write_text(
+        "import argparse, os, sys\nap = argparse.ArgumentParser()\nap.add_argument('--steps', type=int)\n"
+        "print(ap.parse_args())\nsys.exit(0 if os.environ.get('TOY_A') == '1' else 'broken')\n")
+    res = cli("workaround", "--only-own", "--knob", "env:TOY_A=1", "--store", str(tmp_path / "store"),
+              "--cache-dir", str(cache_dir), "-q", "--format", "json", "--", "python", "strict.py", "--steps", "2",
+              cwd=tmp_path)
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert [(t["name"], t["outcomes"]) for t in out["workarounds"]] == [("TOY_A", ["pass", "pass"])]
+
+
 @pytest.mark.slow
 def test_a_command_that_passes_has_nothing_to_work_around(tmp_path, cli, cache_dir):
     _setup(tmp_path)

@@ -20,7 +20,7 @@ import itertools
 import re
 import shlex
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,6 +279,11 @@ def log_text(store: Store, b: BisectionRecord) -> str:
         lines.append(f"# answer: {answer}")
     lines.append("# replay with: dsbisect replay FILE --store NEW, then the command above with --store NEW "
                  "runs nothing")
+    settings = _of_settings(argv)
+    labels = {i: t.label for t in r.trials for i in t.run_ids}  # an environment bisection's trials, by run
+    if settings:
+        lines.append("# a bisection of settings: a mark line cannot name a trial's config, variables or flags, so "
+                     "each run is a comment, and the bisection runs it again")
     seen: set[int] = set()
     for step in r.steps:
         for run_id in step.tally.run_ids:
@@ -289,9 +294,22 @@ def log_text(store: Store, b: BisectionRecord) -> str:
                 lines.append(f"# run {run_id}: the revert proof ({_one_line(redact(step.subject), 120)}, "
                              f"{step.outcome.value}); the bisection runs it again")
                 continue
+            if settings:  # marked as the command as given, it would say the opposite of another trial
+                lines.append(f"# run {run_id}: {step.outcome.value}, a trial of settings: "
+                             + _one_line(redact(labels.get(run_id, step.subject)), 200))
+                continue
             lines.append(_line(store.run(run_id), run_id, step, b.package, options, p.regress_on, p.signature,
                                p.regression, every_pin=r.environment))
     return "\n".join(lines) + "\n"
+
+
+SETTINGS_OPTIONS = ("--good-config", "--bad-config", "--good-vars", "--bad-vars", "--good-command")
+
+
+def _of_settings(argv: Sequence[str]) -> bool:
+    """A bisection whose changes include settings (its trials run configs, variables or flags)."""
+    head = argv[:list(argv).index("--")] if "--" in argv else argv
+    return any(a.partition("=")[0] in SETTINGS_OPTIONS for a in head)
 
 
 def _answer(r: Recorded) -> str:

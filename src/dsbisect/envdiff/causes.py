@@ -26,6 +26,7 @@ from packaging.utils import canonicalize_name
 from dsbisect.core.model import Answer, Outcome
 from dsbisect.core.outside import clip
 from dsbisect.records.results import TrialRun
+from dsbisect.envdiff.settings import ends_word
 from dsbisect.search.causes import Causes, End
 from dsbisect.search.steps import Side
 
@@ -52,6 +53,7 @@ class EveryCause:
     causes: tuple[Cause, ...]  # the first is the EnvResult's own culprits
     end: End
     total: int  # the number of changes
+    ends: str = "environment"  # what the two ends are: environment, config, vars, command, settings
 
     @property
     def reverted(self) -> tuple[int, ...]:
@@ -62,9 +64,9 @@ class EveryCause:
         cause, reverted = self.causes[k], sorted(i for c in self.causes[:k + 1] for i in c.culprits)
         check = cause.check
         n = len(reverted)
-        what = f"the bad environment with {'this change' if n == 1 else f'these {n} changes'} reverted"
+        what = f"the bad {self.ends} with {'this change' if n == 1 else f'these {n} changes'} reverted"
         if n == self.total:
-            what = f"the bad environment with all {n} changes reverted (the good environment)"
+            what = f"the bad {self.ends} with all {n} changes reverted (the good {self.ends})"
         runs = _runs(check)
         if check.side is Side.OLD:
             did = "passes" if check.outcome is Outcome.PASS else f"behaves as the good one ({check.outcome.value})"
@@ -110,7 +112,8 @@ def every_cause(found: Causes, level1: Sequence[EnvResult], trials: Sequence[Tri
     by_applied = {t.applied: t for t in (*ends[:1], *trials)}
     causes = tuple(Cause(r.culprits, r.required, r.exact, r.verdict, r.note, by_applied[check.applied])
                    for r, check in zip(level1, found.checks))
-    return EveryCause(causes, found.end, len(level1[0].changes))
+    word = ends_word(level1[0].changes)
+    return EveryCause(causes, found.end, len(level1[0].changes), "environment" if word == "env" else word)
 
 
 def with_causes(first: EnvResult, more: Sequence[EnvResult], every: EveryCause) -> EnvResult:

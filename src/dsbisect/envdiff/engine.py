@@ -45,7 +45,7 @@ from dsbisect.envdiff.plan import (
     requirements,
 )
 from dsbisect.envdiff.remedy import Remedy, remedy
-from dsbisect.envdiff.settings import is_package, setting_json
+from dsbisect.envdiff.settings import ends_word, is_package, setting_json
 from dsbisect.envdiff.trialcase import TrialCases
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.search.changes import EnvSearch
@@ -366,9 +366,9 @@ class EnvBisection:
     def _describe(self, applied: frozenset[int]) -> str:
         n = len(self.changes)
         if not applied:
-            return "good env"
+            return f"good {ends_word(self.changes)}"
         if len(applied) == n:
-            return "bad env"
+            return f"bad {ends_word(self.changes)}"
         if len(applied) <= 3:
             return "good + " + ", ".join(self.changes[i].describe() for i in sorted(applied))
         return f"good + {len(applied)} of {n} changes ({', '.join(self.changes[i].name for i in sorted(applied))})"

@@ -93,6 +93,26 @@ def is_package(change: AnyChange) -> bool:
     return isinstance(change, Change)
 
 
+_END_WORD = {Where.CONFIG: "config", Where.ENV: "vars", Where.FLAG: "command"}
+END_WORDS = ("env", "config", "vars", "command", "settings")
+
+
+def ends_word(changes: Iterable[AnyChange]) -> str:
+    """What the two ends are called (``good config``, ``bad vars``): ``env`` where a package
+    differs, else the one kind of setting that does (``config``, ``vars``, ``command``), else
+    ``settings``."""
+    kinds = {"env" if is_package(c) else _END_WORD[c.where] for c in changes}
+    if not kinds or "env" in kinds:
+        return "env"
+    return kinds.pop() if len(kinds) == 1 else "settings"
+
+
+def is_end_label(label: str) -> bool:
+    """``good env``, ``bad config``, ...: a label of one of the two ends, not of a trial."""
+    side, _, word = label.partition(" ")
+    return side in ("good", "bad") and word in END_WORDS
+
+
 def setting_json(s: Setting) -> dict:
     """A setting as ``env_diff.changes`` lists it: the keys of a package change, plus ``setting``."""
     return {"name": s.name, "kind": s.kind.value, "good": s.shown(s.good) if s.secret else s.good,

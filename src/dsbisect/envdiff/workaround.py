@@ -1,6 +1,7 @@
 """``dsbisect workaround``: at the bad point, the documented knobs (``knobs.KNOBS``, and the user's
-own) tried one at a time, each run ``repeat`` times; those whose every run passes are workarounds
--- not fixes: the bug is still there, a setting steps around it, at the cost the list names.
+own) tried one at a time, each run ``repeat`` times, then in small groups (``knobgroups``: pairs,
+at most triples, while no smaller group works); those whose every run passes are workarounds --
+not fixes: the bug is still there, a setting steps around it, at the cost the list names.
 
 The command is first run as given: if it passes, there is nothing to work around (exit 1).  A
 knob is a ``settings.Setting`` from the value the run has now (the config's, or this process's
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from dsbisect.core.errors import DsbisectError, InputError
 from dsbisect.core.model import Accelerator, Case, EnvOptions, Outcome, Point
+from dsbisect.envdiff.knobgroups import GroupLimits, GroupTry, search_groups
 from dsbisect.envdiff.knobs import Knob
 from dsbisect.envdiff.settings import Setting, Where, flatten, parse_config
 from dsbisect.envdiff.trialcase import CONFIG_WORD, SettingsPlan, TrialCases, mark_config
@@ -29,7 +31,8 @@ from dsbisect.run.settings import Frontend, Settings
 @dataclass(frozen=True)
 class WorkaroundRequest:
     """``dsbisect workaround``: the failing command, the config it names, the bad point's pins,
-    the user's own knobs (``--only-own``: those alone), runs per knob, the accelerator."""
+    the user's own knobs (``--only-own``: those alone), runs per knob, the accelerator, and the
+    groups' bounds (``knobgroups.GroupLimits``)."""
 
     command: Sequence[str] | None = None
     config: Path | None = None
@@ -38,6 +41,9 @@ class WorkaroundRequest:
     only_own: bool = False
     repeat: int = 2
     accelerator: Accelerator = Accelerator.AUTO
+    max_group: int = 2
+    max_group_runs: int = 30
+    every_group: bool = False
 
 
 def workaround_job(req: WorkaroundRequest, settings: Settings, frontend: Frontend) -> Workarounds:
@@ -60,23 +66,36 @@ def workaround_job(req: WorkaroundRequest, settings: Settings, frontend: Fronten
     runner = open_session(settings, settings.venvs.options(EnvOptions()), settings.sources.resolve(), ui)
     used, left = applicable([] if req.only_own else KNOBS, runner.accelerator(case), req.config)
     plan, pairs, same = plan_knobs([*used, *own], command, cwd, req.config)
+    limits = GroupLimits(req.max_group, req.max_group_runs, req.every_group)
     with ui.running():
-        return find_workarounds(runner, case, case.points[0], plan, pairs, req.repeat, [*same, *left])
+        return find_workarounds(runner, case, case.points[0], plan, pairs, req.repeat, [*same, *left], limits)
 
 
 @dataclass(frozen=True)
 class KnobTrial:
-    knob: Knob
-    now: str | None  # the value the run had before (None: unset / absent)
+    """One knob, or a group of knobs set together, and its runs."""
+
+    knobs: tuple[Knob, ...]
+    now: tuple[str | None, ...]  # the value each had before (None: unset / absent)
     outcomes: tuple[Outcome, ...]
     run_ids: tuple[int, ...]
     works: bool
 
+    @property
+    def knob(self) -> Knob:
+        return self.knobs[0]
+
+    def describe(self) -> str:
+        return " + ".join(k.describe() for k in self.knobs)
+
+    def was(self) -> str:
+        return ", ".join("unset" if v is None else v for v in self.now)
+
     def to_json(self) -> dict:
-        k = self.knob
-        return {"setting": k.where.value, "name": k.name, "value": k.value, "was": self.now,
-                "outcomes": [o.value for o in self.outcomes], "run_ids": list(self.run_ids), "works": self.works,
-                "cost": k.cost, "source": k.source}
+        each = [{"setting": k.where.value, "name": k.name, "value": k.value, "was": was, "cost": k.cost,
+                 "source": k.source} for k, was in zip(self.knobs, self.now)]
+        runs = {"outcomes": [o.value for o in self.outcomes], "run_ids": list(self.run_ids), "works": self.works}
+        return {**each[0], **runs, "knobs": each} if len(each) == 1 else {"knobs": each, **runs}
 
 
 @dataclass(frozen=True)
@@ -84,13 +103,16 @@ class Workarounds:
     command: tuple[str, ...]
     baseline: Outcome
     baseline_runs: tuple[int, ...]
-    trials: tuple[KnobTrial, ...]
+    trials: tuple[KnobTrial, ...]  # one knob each
     skipped: tuple[str, ...]  # knobs not tried, and why
-    verdict: str  # found: at least one knob passed every run; none
+    verdict: str  # found: at least one knob or group passed every run; none
+    groups: tuple[KnobTrial, ...] = ()  # groups of knobs tried, smallest first
+    groups_skipped: tuple[str, ...] = ()  # groups not tried, and why
+    max_group: int = 1
 
     @property
     def found(self) -> tuple[KnobTrial, ...]:
-        return tuple(t for t in self.trials if t.works)
+        return tuple(t for t in (*self.trials, *self.groups) if t.works)
 
     @property
     def exit_code(self) -> int:
@@ -99,8 +121,11 @@ class Workarounds:
     def to_json(self) -> dict:
         return {"kind": "workaround", "command": list(self.command), "verdict": self.verdict,
                 "baseline": {"outcome": self.baseline.value, "run_ids": list(self.baseline_runs)},
-                "workarounds": [t.to_json() for t in self.found], "tried": [t.to_json() for t in self.trials],
-                "not_tried": list(self.skipped),
+                "workarounds": [t.to_json() for t in self.trials if t.works],
+                "tried": [t.to_json() for t in self.trials], "not_tried": list(self.skipped),
+                "group_workarounds": [t.to_json() for t in self.groups if t.works],
+                "groups_tried": [t.to_json() for t in self.groups], "groups_not_tried": list(self.groups_skipped),
+                "max_group": self.max_group,
                 "note": "a workaround, not a fix: the regression is still there; the setting steps around it"}
 
 
@@ -146,28 +171,47 @@ def plan_knobs(knobs: Sequence[Knob], words: Sequence[str], cwd: Path, config: P
 
 
 def find_workarounds(runner: Runner, case: Case, point: Point, plan: SettingsPlan,
-                     pairs: list[tuple[Knob, Setting]], repeat: int, skipped: Sequence[str]) -> Workarounds:
+                     pairs: list[tuple[Knob, Setting]], repeat: int, skipped: Sequence[str],
+                     limits: GroupLimits = GroupLimits(max_group=1)) -> Workarounds:
     cases = TrialCases(plan, case, runner.envs.paths.root / "settings")
     command = tuple(w.replace(CONFIG_WORD, str(plan.good_config)) for w in plan.words)
 
-    def runs(applied: frozenset[Setting], want: int):
-        p = dataclasses.replace(point, variant=cases.variant(applied), name=_label(applied))
-        return runner.runs(cases.case_of(p), p, want=want)
+    def trial(chosen: tuple[int, ...], early: bool) -> KnobTrial:
+        """The knobs ``chosen`` set together, run ``repeat`` times (``early``: until one does not pass)."""
+        applied = frozenset(pairs[i][1] for i in chosen)
+        p = _at(point, cases, applied)
+        stop = (lambda rs: any(r.outcome is not Outcome.PASS for r in rs)) if early else None
+        done = runner.runs(cases.case_of(p), p, want=repeat, enough=stop)
+        outs = tuple(r.outcome for r in done)
+        return KnobTrial(tuple(pairs[i][0] for i in chosen), tuple(pairs[i][1].good for i in chosen), outs,
+                         tuple(r.id for r in done), len(outs) == repeat and all(o is Outcome.PASS for o in outs))
 
-    base = runs(frozenset(), 1)
+    p0 = _at(point, cases, frozenset())
+    base = runner.runs(cases.case_of(p0), p0, want=1)
     outcome = base[0].outcome if base else Outcome.SKIP
     if outcome is not Outcome.FAIL and outcome is not Outcome.HANG:
         said = "passes as it is: nothing to work around" if outcome is Outcome.PASS else "could not be tested"
         raise NothingToWorkAround(f"the command {said} ({outcome.value}, run {', '.join(str(r.id) for r in base)})")
     trials = []
-    for knob, setting in pairs:
+    for i, (knob, _) in enumerate(pairs):
         runner.progress("note", f"workaround: {knob.describe()} ({repeat} runs)")
-        done = runs(frozenset({setting}), repeat)
-        outs = tuple(r.outcome for r in done)
-        trials.append(KnobTrial(knob, setting.good, outs, tuple(r.id for r in done),
-                                len(outs) == repeat and all(o is Outcome.PASS for o in outs)))
-    verdict = "found" if any(t.works for t in trials) else "none"
-    return Workarounds(command, outcome, tuple(r.id for r in base), tuple(trials), tuple(skipped), verdict)
+        trials.append(trial((i,), early=False))
+    groups: list[KnobTrial] = []
+
+    def try_group(chosen: tuple[int, ...]) -> GroupTry:
+        runner.progress("note", "workaround: together " + " + ".join(pairs[i][0].describe() for i in chosen))
+        groups.append(t := trial(chosen, early=True))
+        return GroupTry(t.works, len(t.outcomes))
+
+    keys = [(k.where.value, k.path) for k, _ in pairs]
+    found = search_groups(keys, [i for i, t in enumerate(trials) if t.works], limits, repeat, try_group)
+    verdict = "found" if any(t.works for t in (*trials, *groups)) else "none"
+    return Workarounds(command, outcome, tuple(r.id for r in base), tuple(trials), tuple(skipped), verdict,
+                       tuple(groups), found.not_tried, limits.max_group)
+
+
+def _at(point: Point, cases: TrialCases, applied: frozenset[Setting]) -> Point:
+    return dataclasses.replace(point, variant=cases.variant(applied), name=_label(applied))
 
 
 class NothingToWorkAround(DsbisectError):
@@ -177,4 +221,5 @@ class NothingToWorkAround(DsbisectError):
 
 
 def _label(applied: frozenset[Setting]) -> str:
-    return "as given" if not applied else "with " + ", ".join(f"{s.where.value} {s.name}={s.bad}" for s in applied)
+    ordered = sorted(applied, key=lambda s: (s.where.value, s.path))
+    return "as given" if not applied else "with " + ", ".join(f"{s.where.value} {s.name}={s.bad}" for s in ordered)

@@ -306,7 +306,8 @@ RANKS_SCRIPT = Path(__file__).parents[1] / "_hook" / "dsbisect_ranks.py"  # laun
 class Direct(LaunchLine):
     """The script's ranks started by dsbisect itself, with the point venv's python and no
     launcher process: a 1-rank case (any launcher: the rank gets what that launcher would give
-    it, deepspeed's ``--local_rank=0``) or ``launcher: direct`` (torchrun's variables).
+    it, deepspeed's ``--local_rank=0``, but a ``-- python x.py`` line runs as given) or ``launcher:
+    direct`` (torchrun's variables).
 
     One rank: ``sh`` opens ``ranks/rank0.log`` and ``exec``s, so the rank is the process.
     Several: ``_hook/dsbisect_ranks.py`` (run with ``-S``: it imports nothing of the venv)
@@ -325,7 +326,8 @@ class Direct(LaunchLine):
         if case.nproc > 1:
             return [str(t.python), "-I", "-S", str(RANKS_SCRIPT), str(case.nproc), str(t.run.ranks), "--",
                     *rank, *case.args]
-        local = ["--local_rank=0"] if case.launcher is Launcher.DEEPSPEED else []
+        # a `-- python x.py` line (case.line) runs as given: no launcher's argument for a plain script
+        local = ["--local_rank=0"] if case.launcher is Launcher.DEEPSPEED and not case.line else []
         return ["/bin/sh", "-c", 'exec "$@" >>"$0" 2>&1', str(t.run.rank_log(0)), *rank, *local, *case.args]
 
     def program(self, argv: tuple[str, ...]) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ from dsbisect.core.outside import clip, safe, safe_text
 from dsbisect.core.paths import unlocal
 from dsbisect.render.pointaxes import SHOWN
 from dsbisect.envdiff.summary import chain
-from dsbisect.envdiff.settings import is_package
+from dsbisect.envdiff.settings import ends_word, is_package
 from dsbisect.records.results import Result, TrialRun
 
 
@@ -138,9 +138,10 @@ def env_markdown(r: EnvResult, command: str) -> str:
 
 
 def _applied(r: EnvResult, k: str, t: TrialRun) -> str:
-    """A trial in a few words: ``good env``, ``bad env``, or ``+ a 2.0, b 2.0, c 1.4 and 11 more``."""
+    """A trial in a few words: ``good env``, ``bad config`` (the ends, by what differs), or ``+ a 2.0,
+    b 2.0, c 1.4 and 11 more``."""
     if k in ("good", "bad"):
-        return f"{k} env"
+        return f"{k} {ends_word(r.changes)}"
     moved = [r.changes[i] for i in sorted(t.applied) if i < len(r.changes)]
     words = [f"{c.name} {c.shown(c.bad)}" if not is_package(c)  # a setting: its bad value
              else f"{c.name} {c.bad.label}" if c.bad is not None else f"- {c.name}" for c in moved]

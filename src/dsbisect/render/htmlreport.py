@@ -53,17 +53,23 @@ class Page:
 
 def render(page: Page) -> str:
     body = [f"<header><h1>{esc(page.title)}</h1><p class=\"meta\">dsbisect {esc(__version__)}"
-            + (f" · {esc(page.note)}" if page.note else "") + "</p>" + _facts(page.head) + "</header>"]
+            + (f" · {esc(page.note)}" if page.note else "") + "</p>" + facts(page.head) + "</header>"]
     if page.ladders:
         about = list(page.about) + [()] * (len(page.ladders) - len(page.about))
         body.append("<section id=\"bisections\"><h2>Bisections</h2>" + _LEGEND
                     + "".join(_bisection(h, ls, s, a) for (h, ls, s), a in zip(page.ladders, about)) + "</section>")
     body += _run_sections(page.runs)
+    return document(page.title, body)
+
+
+def document(title: str, body: Sequence[str]) -> str:
+    """The page around ``body``: its CSP, viewport and colour scheme, and the CSS (also the
+    workaround report's page: ``render.workaround``)."""
     return (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{CSP}\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<meta name=\"color-scheme\" content=\"light dark\">"
-            f"<title>{esc(page.title)}</title><style>{CSS}</style></head><body>"
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>"
             + "".join(body) + "</body></html>\n")
 
 
@@ -95,7 +101,7 @@ def _bisection(heading: str, ladders: Sequence[Ladder], summary: str, about: Seq
     out = [f"<article class=\"bisection\"><h3>{esc(heading)}</h3>"]
     if summary:
         out.append(f"<p class=\"verdict\">{esc(summary)}</p>")
-    out.append(_facts(about))
+    out.append(facts(about))
     for lad in ladders:
         out.append(f"<figure class=\"ladder-figure\" data-stage=\"{esc(lad.stage)}\"><figcaption>{esc(lad.title)}"
                    f"</figcaption><div class=\"scroll\">{svg(lad)}</div>")
@@ -113,7 +119,7 @@ def _bisection(heading: str, ladders: Sequence[Ladder], summary: str, about: Seq
     return "".join(out)
 
 
-def _facts(about: Sequence[tuple[str, str]]) -> str:
+def facts(about: Sequence[tuple[str, str]]) -> str:
     """What a maintainer reads first, as a list of (what, text); a command line as code."""
     if not about:
         return ""

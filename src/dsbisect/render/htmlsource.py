@@ -27,6 +27,7 @@ from dsbisect.core.mode import Side
 from dsbisect.core.model import Outcome, Stage, Verdict
 from dsbisect.render.rankview import Coll, Look, RankLook, State
 from dsbisect.records.results import Recorded, Result, Step
+from dsbisect.envdiff.settings import is_end_label
 from dsbisect.core.rundir import RunDir
 
 STACK_LINES = 40
@@ -268,7 +269,7 @@ def _env_ladders(record, r: Recorded) -> tuple[Ladder, ...]:
 def _trial_label(i: int, label: str) -> str:
     """A level-1 rung's label: the two ends by name, a trial by its number (what it applied is
     its subject: in its tooltip, the test order and the list under the ladder)."""
-    if i < 2 and label in ("good env", "bad env"):
+    if i < 2 and is_end_label(label):
         return label
     return f"trial {i - 1}" if i >= 2 else label or "an end"
 
