@@ -251,12 +251,13 @@ def _record_line(name: str, data: bytes) -> str:
 
 
 def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy", module: str = "dsb_toy",
-                requires: tuple[str, ...] = ()) -> Path:
+                requires: tuple[str, ...] = (), extra: dict[str, bytes] | None = None) -> Path:
     """Write ``<dist>-<version>-py3-none-any.whl`` into ``out``.
 
     Every toy distribution provides the same module, ``dsb_toy``, which the repro imports,
     unless ``module`` names another (a stand-in for a real package's top-level module).
-    ``requires``: its dependencies (``Requires-Dist``), which uv resolves as a real package's."""
+    ``requires``: its dependencies (``Requires-Dist``), which uv resolves as a real package's;
+    ``extra``: more files of the wheel (path -> content)."""
     mod = module
     info = f"{dist.replace('-', '_')}-{version}.dist-info"
     deps = (*requires, *(("dsb-nonexistent-dependency>=99",) if behaviour == "broken" else ()))
@@ -267,7 +268,7 @@ def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy", 
                              "Summary: dsbisect's toy package\n").encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: dsbisect-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{info}/top_level.txt": f"{mod}\n".encode(),
-    }
+    } | (extra or {})
     record = [_record_line(n, d) for n, d in files.items()] + [f"{info}/RECORD,,"]
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     out.mkdir(parents=True, exist_ok=True)
