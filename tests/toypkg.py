@@ -161,9 +161,15 @@ def step(dist):
     # Numbers (issue 38): each rank holds DSB_TOY_HOLD_MB (default 0) megabytes more on "ram", and
     # 256 MB more on "ram256"; "loss1"/"loss2" report loss 1.5/1.75 at step 5 in the DSBISECT_METRICS
     # file and on a printed line; "cuda256" allocates 256 MB more CUDA memory than "ok" does.
+    # DSB_TOY_FAIL_ONCE="<version>:<marker file>": that version's first "ram" run fails (rank 0
+    # exits 3 and leaves the marker), as a run may once on a loaded machine.
     "ram": """
 def step(dist):
     import os
+    version, _, marker = os.environ.get("DSB_TOY_FAIL_ONCE", "").partition(":")
+    if version == __version__ and dist.get_rank() == 0 and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise SystemExit(3)
     held = bytearray(int(os.environ.get("DSB_TOY_HOLD_MB", "0")) << 20)
     held[::4096] = b"x" * len(held[::4096])
     dist.barrier()
