@@ -161,9 +161,15 @@ def step(dist):
     # Numbers (issue 38): each rank holds DSB_TOY_HOLD_MB (default 0) megabytes more on "ram", and
     # 256 MB more on "ram256"; "loss1"/"loss2" report loss 1.5/1.75 at step 5 in the DSBISECT_METRICS
     # file and on a printed line; "cuda256" allocates 256 MB more CUDA memory than "ok" does.
+    # DSB_TOY_FAIL_ONCE="<version>:<marker file>": that version's first "ram" run fails (rank 0
+    # exits 3 and leaves the marker), as a run may once on a loaded machine.
     "ram": """
 def step(dist):
     import os
+    version, _, marker = os.environ.get("DSB_TOY_FAIL_ONCE", "").partition(":")
+    if version == __version__ and dist.get_rank() == 0 and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise SystemExit(3)
     held = bytearray(int(os.environ.get("DSB_TOY_HOLD_MB", "0")) << 20)
     held[::4096] = b"x" * len(held[::4096])
     dist.barrier()
@@ -251,12 +257,13 @@ def _record_line(name: str, data: bytes) -> str:
 
 
 def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy", module: str = "dsb_toy",
-                requires: tuple[str, ...] = ()) -> Path:
+                requires: tuple[str, ...] = (), extra: dict[str, bytes] | None = None) -> Path:
     """Write ``<dist>-<version>-py3-none-any.whl`` into ``out``.
 
     Every toy distribution provides the same module, ``dsb_toy``, which the repro imports,
     unless ``module`` names another (a stand-in for a real package's top-level module).
-    ``requires``: its dependencies (``Requires-Dist``), which uv resolves as a real package's."""
+    ``requires``: its dependencies (``Requires-Dist``), which uv resolves as a real package's;
+    ``extra``: more files of the wheel (path -> content)."""
     mod = module
     info = f"{dist.replace('-', '_')}-{version}.dist-info"
     deps = (*requires, *(("dsb-nonexistent-dependency>=99",) if behaviour == "broken" else ()))
@@ -267,7 +274,7 @@ def build_wheel(out: Path, version: str, behaviour: str, dist: str = "dsb-toy", 
                              "Summary: dsbisect's toy package\n").encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: dsbisect-tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
         f"{info}/top_level.txt": f"{mod}\n".encode(),
-    }
+    } | (extra or {})
     record = [_record_line(n, d) for n, d in files.items()] + [f"{info}/RECORD,,"]
     files[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     out.mkdir(parents=True, exist_ok=True)

@@ -63,15 +63,22 @@ def test_a_loss_that_changes_is_bisected_to_its_release(tmp_path_factory, cli, c
 
 
 @pytest.mark.slow
-def test_memory_each_rank_holds_is_measured_and_bisected(tmp_path_factory, cli, cache_dir):
+def test_memory_each_rank_holds_is_measured_and_bisected(tmp_path_factory, cli, cache_dir, monkeypatch):
+    """2.1.0's first run fails, as a run may on a loaded machine (once the full suite answered
+    ambiguous here, 2.1.0 left out, in about as few runs as one of 2.1.0 takes): a failed run of a
+    point is followed by one more before the point is untestable."""
     house = toypkg.build_wheelhouse(tmp_path_factory.mktemp("dsb-ram"), RAM, dist="dsb-ram")
     folder = tmp_path_factory.mktemp("ram")
-    write_matrix(folder, ["2.0.0"], package="dsb-ram")
+    monkeypatch.setenv("DSB_TOY_FAIL_ONCE", f"2.1.0:{folder / 'failed-once'}")
+    # no hang is asked about here: collectives that wait out a loaded machine
+    write_matrix(folder, ["2.0.0"], package="dsb-ram", collective_timeout=120, timeout=600)
     res = _bisect(cli, folder, cache_dir, house, "dsb-ram", "2.0.0", "2.3.0",
                   "--metric", "peak_rss", "--worse-if", "higher by 20%", "--format", "json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "2.1.0", "2.2.0"), out["message"]
+    (mid,) = [s for s in out["steps"] if s["version"] == "2.1.0"]
+    assert mid["counts"]["fail"] == 1 and mid["counts"]["pass"] >= 1 and (folder / "failed-once").exists(), mid
     by = {p["label"]: p for p in out["numbers"]["points"]}
     assert out["numbers"]["unit"] == "B"
     assert by["2.3.0"]["median"] - by["2.0.0"]["median"] > 200e6  # 256 MiB more, in each rank

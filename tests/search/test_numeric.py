@@ -197,3 +197,31 @@ def test_a_change_spread_over_two_small_steps_names_no_culprit():
         spread += report.shape is Shape.SPREAD
         culprit += report.shape is Shape.STEP
     assert spread >= 22 and culprit <= 3
+
+
+# accelerate_offload_gc_speed's commit step (docs/results/2026-12-05-cpu-metric-accelerate-speed-commit.json):
+# step_ms of the last good commit, of PR #2857's commit and of the v0.32.0 tag, in the order measured
+# at load 22-26: the two bad commits ~500 times the good one, in noise no run can narrow to 50 % of it.
+GC_GOOD = [2.15, 1.67, 5.69, 1.68, 1.94, 1.84, 1.66, 1.73, 1.73, 6.12, 3.08, 6.83, 6.17, 1.85, 1.64]
+GC_PR = [2650.56, 2189.13, 2953.73, 3590.08, 2517.02, 2905.99, 2748.75, 2222.71, 3023.06, 2071.88, 2033.24,
+         2379.75, 1754.97, 1290.34, 1405.12]
+GC_TAG = [5573.51, 5611.7, 5892.83, 2273.77, 6536.16, 7071.81, 2013.13, 1791.4, 2426.07, 1743.79, 2572.41,
+          2350.68, 1202.67, 1395.46, 1881.45, 1827.72, 1804.16, 1827.57, 1698.29, 1931.76]
+
+
+def test_a_point_surely_past_a_step_is_found_when_the_next_cannot_be_told_from_it():
+    """Two bad points after a step of ×500 under a 50 % threshold: the first of them cannot be told
+    from the bad end within 50 % of the good end (2 ms in seconds of noise) nor apart from it; it
+    is surely worse than the good level by far more, so the step ends there: found, not ambiguous."""
+    judge = Judge(parse_metric("step_ms", "higher by 50%"))
+    table = {0: GC_GOOD, 1: GC_PR, 2: GC_TAG}
+    seen = {i: 0 for i in table}
+
+    def probe(i: int) -> float:
+        seen[i] += 1
+        return table[i][(seen[i] - 1) % len(table[i])]
+
+    ex, report = explore(3, probe, judge, max_runs=default_cap(33))  # the 32 commits' cap
+    assert 1 not in ex.undecided and ex.levels == ((0,), (1,), (2,)), ex.levels
+    assert report.shape is Shape.STEP and [(s.last, s.first) for s in report.over] == [(0, 1)]
+    assert ex.runs.order.count(1) == 15  # run to its cap first: a second step could have been told

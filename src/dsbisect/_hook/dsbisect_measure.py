@@ -8,7 +8,11 @@ after it is imported.  At the process's normal exit (``atexit``: a rank killed b
 one that leaves through ``os._exit``, records nothing; nor does a fork child, a DataLoader
 worker) it writes ``<run dir>/measured/rank<R>.pid<P>.json`` (through a ``.tmp`` and a rename):
 
-- ``peak_rss``: the process's peak resident set, bytes (``getrusage``'s ``ru_maxrss``);
+- ``peak_rss``: the process's own peak resident set, bytes: Linux's ``VmHWM`` (the high-water
+  mark of this program's memory since its ``exec``), else ``getrusage``'s ``ru_maxrss``.  Not
+  ``ru_maxrss`` on Linux: a process started through ``vfork``/``posix_spawn`` (Python's
+  ``subprocess.Popen``, as torchrun starts its ranks) or ``fork`` then ``exec`` inherits there
+  the peak its parent had reached, so every rank would read at least its launcher's peak;
 - ``peak_gpu_mem`` and ``peak_gpu_reserved``: where the process initialized CUDA, the caching
   allocator's peak allocated and reserved bytes on its current device
   (``torch.cuda.max_memory_allocated``/``max_memory_reserved``); absent otherwise;
@@ -73,6 +77,20 @@ def _gpu_peaks():
         return {}
 
 
+def _high_water():
+    """This program's peak resident set since its exec, bytes (``VmHWM``); None where the system
+    does not say (no ``/proc``)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    value, unit = line.split()[1:3]
+                    return int(value) * {"kB": 1024, "mB": 1 << 20}.get(unit, 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def _write(run_dir, rank, pid):
     if os.getpid() != pid:  # a fork child that exits normally: not this rank's figures
         return
@@ -81,8 +99,10 @@ def _write(run_dir, rank, pid):
         import resource
 
         out = {"rank": rank, "pid": pid, "steps": _state["steps"]}
-        scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
-        out["peak_rss"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+        out["peak_rss"] = _high_water()
+        if out["peak_rss"] is None:
+            scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+            out["peak_rss"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
         out |= _gpu_peaks()
         out["step_times"] = _state["times"]
         folder = os.path.join(run_dir, "measured")

@@ -65,6 +65,15 @@ class Measure:
         self.probed = _Probed()
 
     def __call__(self, i: int) -> float | None:
+        value = self._once(i)
+        have = self.probed.runs[i]
+        if value is None and _failed_first(have):  # one failure may be the machine's: once more
+            self.runner.progress("note", f"{self.labels[i]}: run {len(have)} did not pass "
+                                         f"({have[-1].outcome.value}): it gave no {self.req.metric.label}; once more")
+            value = self._once(i)
+        return value
+
+    def _once(self, i: int) -> float | None:
         have = self.probed.runs.setdefault(i, [])
         runs = self.runner.runs(self.req.case, self.points[i], want=len(have) + 1)
         known = {r.id for r in have}  # a recorded run found stale is run again: new ids, not new places
@@ -94,6 +103,13 @@ class Measure:
         return got.value
 
 
+def _failed_first(runs: Sequence[RunRecord]) -> bool:
+    """Whether the point's one failed or hung run is its latest (the only one that did not pass,
+    a skip aside: that is no accident of the machine)."""
+    failed = [r for r in runs if r.outcome is not Outcome.PASS]
+    return len(failed) == 1 and failed[0] is runs[-1] and failed[0].outcome in (Outcome.FAIL, Outcome.HANG)
+
+
 def bisect_numbers(runner: Runner, req: Request, labels: Sequence[str], points: Sequence[Point],
                    stage: Stage = Stage.RELEASE) -> Result:
     """The search for the first candidate whose number is worse than the good end's by the
@@ -115,7 +131,8 @@ def bisect_numbers(runner: Runner, req: Request, labels: Sequence[str], points: 
     report = find_steps(found.grouped(), judge)
     line = describe(report, spec, labels, probed.unit)
     verdict, last_good, first_bad, maybe = _answer(report, labels)
-    return _with(base, verdict, line, found, judge, labels, _notes(report, spec, probed), probed.unit,
+    notes = _notes(report, spec, probed) + _left_out(found, spec, labels, probed)
+    return _with(base, verdict, line, found, judge, labels, notes, probed.unit,
                  last_good=last_good, first_bad=first_bad, maybe=maybe, shape=report.shape)
 
 
@@ -198,6 +215,11 @@ def _untestable(spec: MetricSpec, label: str, i: int, probed: _Probed) -> str:
     names = sorted(probed.seen.get(i, set()))
     said = f"; its runs reported {', '.join(names[:12])}" if names else "; its runs reported no numbers"
     return f"{label}: no rank reported {spec.label}{said}"
+
+
+def _left_out(found: numeric.Exploration, spec: MetricSpec, labels: Sequence[str], probed: _Probed) -> list[str]:
+    """Why each candidate that gave no number was left out of the levels."""
+    return [_untestable(spec, labels[i], i, probed) + ": left out" for i in sorted(found.runs.untestable)]
 
 
 def _notes(report: StepReport, spec: MetricSpec, probed: _Probed) -> list[str]:

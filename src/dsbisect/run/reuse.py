@@ -97,7 +97,7 @@ class Reuse:
         first: it comes first on the path), or from that folder."""
         own = _site_dir(venv)
         if _under(folder, self.envs.paths.root):
-            return (installed.version_in(own, name) or MISSING) if own else UNKNOWN
+            return (installed.version_in(_in_site(own, folder), name) or MISSING) if own else UNKNOWN
         base = {os.path.realpath(d) for d in self.envs.base.site_dirs}
         if own and self.envs.mode is BaseMode.LAYERED and os.path.realpath(folder) in base:
             found = installed.version_in(own, name)
@@ -183,6 +183,16 @@ def program_identity(path: str | None) -> str:
 def _site_dir(venv: Env | None) -> Path | None:
     found = sorted(venv.path.glob("lib/python3*/site-packages")) if venv is not None else []
     return found[0] if found else None
+
+
+def _in_site(own: Path, folder: str) -> Path:
+    """Where in the site folder ``own`` a run would import from now what a run imported from
+    ``folder`` (a point venv's site folder, or a folder inside it: a package's vendored
+    distributions that it puts on ``sys.path``, as ``pkg_resources`` does with setuptools'
+    ``_vendor``): the same place below ``site-packages``."""
+    parts = Path(folder).parts
+    below = parts[len(parts) - parts[::-1].index("site-packages"):] if "site-packages" in parts else ()
+    return own.joinpath(*below)
 
 
 def _under(path: str, *roots: Path) -> bool:

@@ -19,7 +19,9 @@ of runs show.
    runs runs again.
 
 A point runs at most ``point_runs`` times (the ends ``end_runs``): one that could not be placed
-is left out of the levels (``undecided``), a step that could not be sized is ``unresolved``.
+is left out of the levels (``undecided``), unless it is surely worse than the level before it by
+the threshold: then a step over the threshold ends there, and it is a level of its own (the
+step after it may stay unsized).  A step that could not be sized is ``unresolved``.
 The search stops when nothing is left, or at ``max_runs``.
 """
 
@@ -202,6 +204,8 @@ def _settle(state: State, judge: Judge, plan: Plan) -> State:
         levels[k + 1] = (m,) + levels[k + 1]
     elif place is Place.MIDDLE:
         levels.insert(k + 1, (m,))
+    elif _placing(state, plan) is None and _past_a_step(state.runs, state.levels[k], m, judge, plan):
+        levels.insert(k + 1, (m,))  # surely worse than the level before by the threshold: a step ends at m
     elif _placing(state, plan) is None:
         return replace(state, pending=None, undecided=state.undecided | {m})
     else:
@@ -225,6 +229,15 @@ def placement(runs: Runs, left: Sequence[int], right: Sequence[int], m: int, jud
             and _judged(strict, mine, b, plan.resolution, ref).call is Call.BAD):
         return Place.MIDDLE
     return Place.UNKNOWN
+
+
+def _past_a_step(runs: Runs, left: Sequence[int], m: int, judge: Judge, plan: Plan) -> bool:
+    """Whether ``m``, at its cap and not placed, is surely worse than the level ``left`` by the
+    threshold: whatever lies between ``m`` and the next level (the runs could not tell it from
+    that level, nor tell it apart by a plateau's margin), a step over the threshold ends at ``m``.
+    A relative threshold is a share of the good end: after a step of many times the good end,
+    two bad points can seldom be told within it (a speed 500 times slower, in noise of 50 %)."""
+    return _judged(judge, runs.pool(left), runs.values[m], plan.threshold, runs.values[0]).call is Call.BAD
 
 
 def _next_index(state: State, judge: Judge, plan: Plan) -> int | None:
