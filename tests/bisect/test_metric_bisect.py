@@ -101,11 +101,19 @@ def test_a_slower_release_is_found_by_wall_time_within_its_noise(tmp_path_factor
                   "--metric", "wall_time", "--worse-if", "higher by 50%", "--format", "json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert (out["verdict"], out["last_good"], out["first_bad"]) == ("found", "4.0.0", "4.1.0"), out["message"]
+    busy = out["numbers"]["notes"]
+    weak = any("timing verdicts are weak here" in n for n in busy)
+    if out["verdict"] != "found":
+        # On a loaded machine a run's start-up can swing by more than the 12 s (seen at load
+        # 9-16: the good end's runs 13-36 s): then the answer must say it is unsure and why,
+        # with the truth inside what it left open, and never name a release.
+        assert out["verdict"] == "ambiguous" and weak, out["message"]
+        assert out["last_good"] in (None, "4.0.0") and out["first_bad"] in (None, "4.1.0", "4.2.0"), out
+        return
+    assert (out["last_good"], out["first_bad"]) == ("4.0.0", "4.1.0"), out["message"]
     by = {p["label"]: p for p in out["numbers"]["points"]}
     assert by["4.1.0"]["call"] == "worse" and by["4.0.0"]["median"] + 6 < by["4.1.0"]["median"]
-    busy = out["numbers"]["notes"]
-    assert busy == [] or "timing verdicts are weak here" in busy[0]
+    assert busy == [] or weak
 
 
 @pytest.mark.parametrize("extra, words", [
