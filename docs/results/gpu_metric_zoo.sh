@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The zoo's DeepSpeed GPU metric cases (issue 38), bisected by dsbisect on one CUDA GPU with no
 # network: ds_z2_offload_ga_metric (update_rel_error@step2, the ZeRO-2 + offload accumulation bug
-# of 0.15.2) and ds_z3_ckpt_gathered_params_gpu (peak_cuda_mib@step3, ZeRO-3 + checkpointing
-# keeping parameters gathered from 0.16.0 until 0.16.8).  Three bisections run side by side on the
-# one GPU, each with its own store and cache (the metrics are per process: the allocator's peak and
-# an exact relative error, which other processes on the card do not move).
+# of 0.15.2) and ds_z3_ckpt_gathered_params_gpu (backward_peak_cuda_mib@step3 and
+# gathered_mib@step3@max, ZeRO-3 + checkpointing keeping parameters gathered from 0.16.0 until
+# 0.16.8).  Three lanes of bisections run side by side on the one GPU, each with its own store and
+# cache (the metrics are per process: the allocator's peak and exact counts, which other processes
+# on the card do not move).
 #
 # Needs: one CUDA GPU; python3 with torch (CUDA); in $G (default .gpu), made on a machine with a
 # network (docs/results/metric-zoo.md, "GPU", says how):
@@ -16,14 +17,15 @@
 # ninja, psutil ... are used, not installed); every install is --offline --find-links.
 #
 # Usage, from the repository root:  OUT=/some/dir bash docs/results/gpu_metric_zoo.sh
-# Writes $OUT/zoo.log (the transcript), $OUT/lane-{a,b,c}.log (each bisection's own output, as it
-# runs), $OUT/zoo-results.tar (per bisection: dsbisect's JSON, the Markdown from the store, and a
-# .meta with exit and seconds; appended as each ends) and $OUT/zoo-runs.tgz (the runs' records).
+# LANES_RUN (default "a b c") picks the lanes.  Writes $OUT/zoo.log (the transcript),
+# $OUT/lane-{a,b,c}.log (each lane's own output, as it runs), $OUT/zoo-results.tar (per
+# bisection: dsbisect's JSON, the Markdown from the store, and a .meta with exit and seconds;
+# appended as each ends) and $OUT/zoo-runs.tgz (the runs' records).
 # Without CUDA it stops at once with "no CUDA" (exit 3); DRY_CPU=1 skips that check, to try the
 # paths and flags on a CPU machine (the scripts then exit 125: untestable there).
-# Expected: a: last good 0.15.1, first bad 0.15.2; b: last good 0.15.4, first bad 0.16.0;
-# c (the fix, as the release where peak_cuda_mib fell): from 0.16.0, or 0.16.7 where its wheel is
-# there, to 0.16.8.
+# Expected: a: last good 0.15.1, first bad 0.15.2; b (twice): last good 0.15.4, first bad 0.16.0;
+# c (twice; the fix, as the release where the number fell): from 0.16.0, or 0.16.7 where its
+# wheel is there, to 0.16.8.
 set -u
 set -m   # lanes in the background keep SIGINT with job control
 G=$(cd "${G:-.gpu}" 2>/dev/null && pwd) || { echo "missing ${G:-.gpu} (see the header)"; exit 3; }
@@ -51,12 +53,13 @@ command -v nvidia-smi > /dev/null && nvidia-smi --query-gpu=name,driver_version,
 echo "wheels: $(cd "$G/wh" && ls | tr '\n' ' ')"
 
 FL=(--offline --find-links "$G/wh" --find-links "$G/tool")
-M=(--matrix repro_scripts/zoo/matrix.yaml)
+M=(--matrix "${ZOO:-repro_scripts/zoo}/matrix.yaml")   # ZOO: another copy of the zoo's folder
 left() { local l=$(( BUDGET - SECONDS )); echo $(( l > 1 ? l : 1 )); }
-# bisect NAME ARGS...: one bisection (JSON), then the Markdown from its store (nothing runs again)
+# bisect NAME STORE ARGS...: one bisection (JSON), then the Markdown from its store (nothing runs
+# again); bisections of one STORE run one after the other and reuse its recorded runs
 bisect() {
-  local name=$1; shift
-  local store=$W/store-$name fl=("${FL[@]}" --cache-dir "$W/cache-$name")
+  local name=$1 store=$W/store-$2; shift 2
+  local fl=("${FL[@]}" --cache-dir "$W/cache-${store##*/store-}")
   echo "== $(date -u +%T) load $(cut -d' ' -f1-3 /proc/loadavg): dsbisect bisect $*"
   local t0=$SECONDS
   timeout -s INT "$(left)" python3 -m dsbisect bisect "$@" "${M[@]}" "${fl[@]}" --store "$store" \
@@ -71,31 +74,38 @@ bisect() {
   flock "$W/lock" tar rf "$OUT/zoo-results.tar" -C "$W" $(cd "$W" && ls "$name".json "$name".md "$name".meta 2>/dev/null)
 }
 LANES=()
-lane() { local n=$1; shift; ( bisect "$@" ) > "$OUT/lane-$n.log" 2>&1 & LANES+=($!); }
+lane() { local n=$1; shift; ( "$@" ) > "$OUT/lane-$n.log" 2>&1 & LANES+=($!); }
 
-lane a z2_offload_ga deepspeed 0.15.1 0.15.4 --case ds_z2_offload_ga_metric \
-  --metric update_rel_error@step2 --worse-if 'higher by 0.05'
-lane b z3_ckpt_regress deepspeed 0.15.4 0.16.0 --case ds_z3_ckpt_gathered_params_gpu \
-  --metric peak_cuda_mib@step3 --worse-if 'higher by 10%'
+Z3=(--case ds_z3_ckpt_gathered_params_gpu)
+lane_a() { bisect z2_offload_ga a deepspeed 0.15.1 0.15.4 --case ds_z2_offload_ga_metric \
+             --metric update_rel_error@step2 --worse-if 'higher by 0.05'; }
+# ZeRO-3: the backward's peak CUDA memory (the step's peak, peak_cuda_mib, does not show the held
+# blocks: 4022.7 MiB at every end on one H100), then the blocks held gathered as ZeRO-3 counts them
+# (exact; the CPU case's metric), from the same runs.
+lane_b() { bisect z3_ckpt_regress b deepspeed 0.15.4 0.16.0 "${Z3[@]}" --metric backward_peak_cuda_mib@step3 --worse-if 'higher by 256 MiB'
+           bisect z3_ckpt_regress_gathered b deepspeed 0.15.4 0.16.0 "${Z3[@]}" --metric gathered_mib@step3@max --worse-if 'higher by 8 MiB'; }
 # The fix: --metric does not go with --find-fix yet, so the release where the number *fell* is
 # bisected as the change ("worse" read as "lower": the fix), 0.16.0 as the reference end.
-lane c z3_ckpt_fix deepspeed 0.16.0 0.16.8 --case ds_z3_ckpt_gathered_params_gpu \
-  --metric peak_cuda_mib@step3 --worse-if 'lower by 10%'
+lane_c() { bisect z3_ckpt_fix c deepspeed 0.16.0 0.16.8 "${Z3[@]}" --metric backward_peak_cuda_mib@step3 --worse-if 'lower by 256 MiB'
+           bisect z3_ckpt_fix_gathered c deepspeed 0.16.0 0.16.8 "${Z3[@]}" --metric gathered_mib@step3@max --worse-if 'lower by 8 MiB'; }
+for l in ${LANES_RUN:-a b c}; do lane $l lane_$l; done
 wait "${LANES[@]}"   # the lanes only: a bare wait would also wait for the log's tee
 
-for n in a b c; do echo "---- lane $n"; cat "$OUT/lane-$n.log"; done
+for n in ${LANES_RUN:-a b c}; do echo "---- lane $n"; cat "$OUT/lane-$n.log"; done
 ( cd "$W" && find . -path './cache-*' -prune -o \( -name run.json -o -name '*.log' -o -name '*.jsonl' \) -size -2M -print ) \
   | tar czf "$OUT/zoo-runs.tgz" -C "$W" -T - 2>/dev/null
 python3 - "$W" <<'EOF'
 import json, sys
 from pathlib import Path
 want = {"z2_offload_ga": ("0.15.1", "0.15.2"), "z3_ckpt_regress": ("0.15.4", "0.16.0"),
-        "z3_ckpt_fix": (None, "0.16.8")}   # the last high point: 0.16.0, or 0.16.7 with its wheel
+        "z3_ckpt_regress_gathered": ("0.15.4", "0.16.0"),
+        "z3_ckpt_fix": (None, "0.16.8"),   # the last high point: 0.16.0, or 0.16.7 with its wheel
+        "z3_ckpt_fix_gathered": (None, "0.16.8")}
 bad = 0
 for name, (good, first) in want.items():
     p = Path(sys.argv[1]) / f"{name}.json"
     if not p.is_file():
-        print(f"{name}: no JSON (see its lane's log)"); bad += 1; continue
+        print(f"{name}: no JSON (not run, or see its lane's log)"); bad += 1; continue
     out = json.loads(p.read_text())
     nums = out.get("numbers") or {}
     print(f"{name}: verdict {out.get('verdict')}, last good {out.get('last_good')}, first bad {out.get('first_bad')}")
