@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # The zoo's DeepSpeed GPU metric cases (issue 38), bisected by dsbisect on one CUDA GPU with no
 # network: ds_z2_offload_ga_metric (update_rel_error@step2, the ZeRO-2 + offload accumulation bug
-# of 0.15.2) and ds_z3_ckpt_gathered_params_gpu (backward_peak_cuda_mib@step3 and
-# gathered_mib@step3@max, ZeRO-3 + checkpointing keeping parameters gathered from 0.16.0 until
-# 0.16.8).  Three lanes of bisections run side by side on the one GPU, each with its own store and
+# of 0.15.2) and ds_z3_ckpt_gathered_params_gpu (gathered_mib@step3@max, ZeRO-3 + checkpointing
+# keeping parameters gathered from 0.16.0 until 0.16.8).  Three lanes of bisections run side by side on the one GPU, each with its own store and
 # cache (the metrics are per process: the allocator's peak and exact counts, which other processes
 # on the card do not move).
 #
@@ -23,8 +22,8 @@
 # appended as each ends) and $OUT/zoo-runs.tgz (the runs' records).
 # Without CUDA it stops at once with "no CUDA" (exit 3); DRY_CPU=1 skips that check, to try the
 # paths and flags on a CPU machine (the scripts then exit 125: untestable there).
-# Expected: a: last good 0.15.1, first bad 0.15.2; b (twice): last good 0.15.4, first bad 0.16.0;
-# c (twice; the fix, as the release where the number fell): from 0.16.0, or 0.16.7 where its
+# Expected: a: last good 0.15.1, first bad 0.15.2; b: last good 0.15.4, first bad 0.16.0;
+# c (the fix, as the release where the number fell): from 0.16.0, or 0.16.7 where its
 # wheel is there, to 0.16.8.
 set -u
 set -m   # lanes in the background keep SIGINT with job control
@@ -79,15 +78,15 @@ lane() { local n=$1; shift; ( "$@" ) > "$OUT/lane-$n.log" 2>&1 & LANES+=($!); }
 Z3=(--case ds_z3_ckpt_gathered_params_gpu)
 lane_a() { bisect z2_offload_ga a deepspeed 0.15.1 0.15.4 --case ds_z2_offload_ga_metric \
              --metric update_rel_error@step2 --worse-if 'higher by 0.05'; }
-# ZeRO-3: the backward's peak CUDA memory (the step's peak, peak_cuda_mib, does not show the held
-# blocks: 4022.7 MiB at every end on one H100), then the blocks held gathered as ZeRO-3 counts them
-# (exact; the CPU case's metric), from the same runs.
-lane_b() { bisect z3_ckpt_regress b deepspeed 0.15.4 0.16.0 "${Z3[@]}" --metric backward_peak_cuda_mib@step3 --worse-if 'higher by 256 MiB'
-           bisect z3_ckpt_regress_gathered b deepspeed 0.15.4 0.16.0 "${Z3[@]}" --metric gathered_mib@step3@max --worse-if 'higher by 8 MiB'; }
+# ZeRO-3: the blocks held gathered as ZeRO-3 counts them (exact; the CPU case's metric).  The CUDA
+# readings (peak_cuda_mib, backward_peak_cuda_mib, cuda_after_backward_mib) are recorded with each
+# run but not bisected: on one GPU they were the same at every end (4022.7 / 4022.7 / 3510.6 MiB on
+# one H100): with one rank the held blocks seem to take no memory of their own (not checked
+# further).  Thresholds are bare numbers: the script's JSON lines carry no unit.
+lane_b() { bisect z3_ckpt_regress b deepspeed 0.15.4 0.16.0 "${Z3[@]}" --metric gathered_mib@step3@max --worse-if 'higher by 8'; }
 # The fix: --metric does not go with --find-fix yet, so the release where the number *fell* is
 # bisected as the change ("worse" read as "lower": the fix), 0.16.0 as the reference end.
-lane_c() { bisect z3_ckpt_fix c deepspeed 0.16.0 0.16.8 "${Z3[@]}" --metric backward_peak_cuda_mib@step3 --worse-if 'lower by 256 MiB'
-           bisect z3_ckpt_fix_gathered c deepspeed 0.16.0 0.16.8 "${Z3[@]}" --metric gathered_mib@step3@max --worse-if 'lower by 8 MiB'; }
+lane_c() { bisect z3_ckpt_fix c deepspeed 0.16.0 0.16.8 "${Z3[@]}" --metric gathered_mib@step3@max --worse-if 'lower by 8'; }
 for l in ${LANES_RUN:-a b c}; do lane $l lane_$l; done
 wait "${LANES[@]}"   # the lanes only: a bare wait would also wait for the log's tee
 
@@ -98,9 +97,7 @@ python3 - "$W" <<'EOF'
 import json, sys
 from pathlib import Path
 want = {"z2_offload_ga": ("0.15.1", "0.15.2"), "z3_ckpt_regress": ("0.15.4", "0.16.0"),
-        "z3_ckpt_regress_gathered": ("0.15.4", "0.16.0"),
-        "z3_ckpt_fix": (None, "0.16.8"),   # the last high point: 0.16.0, or 0.16.7 with its wheel
-        "z3_ckpt_fix_gathered": (None, "0.16.8")}
+        "z3_ckpt_fix": (None, "0.16.8")}   # the last high point: 0.16.0, or 0.16.7 with its wheel
 bad = 0
 for name, (good, first) in want.items():
     p = Path(sys.argv[1]) / f"{name}.json"
