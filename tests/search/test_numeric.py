@@ -225,3 +225,33 @@ def test_a_point_surely_past_a_step_is_found_when_the_next_cannot_be_told_from_i
     assert 1 not in ex.undecided and ex.levels == ((0,), (1,), (2,)), ex.levels
     assert report.shape is Shape.STEP and [(s.last, s.first) for s in report.over] == [(0, 1)]
     assert ex.runs.order.count(1) == 15  # run to its cap first: a second step could have been told
+
+
+# The same commit step as the whole chain measured it (the 33 points: the good end, 31 commits,
+# the tag), every value each probed point gave, in order, when the step was run again on reused runs.
+GC_CHAIN = {
+    0: [2.729, 10.693, 4.899, 3.977, 1.983, 1.904, 18.116, 10.545, 8.326, 2.063, 1.733, 1.797, 10.002, 1.999,
+        5.803],
+    16: [1.927, 10.896, 6.204, 1.866, 2.664, 2.088, 9.172, 1.991, 2.017, 7.844, 1.738, 2.063, 1.692, 1.88, 4.468],
+    24: [6.328, 2.076, 1.801, 6.055, 12.154, 3.805, 2.015, 6.161, 6.257, 1.882, 1.879, 1.841, 4.44, 1.805, 1.913],
+    28: [5.33, 4.066, 2.087, 1.731, 1.828, 1.962, 8.288, 1.791, 1.762, 4.628, 6.168, 1.745, 2.259, 10.229, 1.846],
+    30: GC_GOOD, 31: GC_PR, 32: GC_TAG,
+}
+
+
+def test_the_real_chain_ends_its_step_at_the_point_surely_past_it():
+    """On the whole chain the levels around the pending point could always take one more run, so
+    a rule that waited for them to be full never settled it: the search ran out of runs with
+    8330b375 (31) pending and answered ambiguous. A point at its own cap and surely worse than the
+    level before is the first of a step whatever the levels would say: found at 31."""
+    judge = Judge(parse_metric("step_ms", "higher by 50%"))
+    seen = dict.fromkeys(GC_CHAIN, 0)
+
+    def probe(i: int) -> float:
+        assert i in GC_CHAIN, f"point {i} was not measured in the real step"
+        seen[i] += 1
+        return GC_CHAIN[i][(seen[i] - 1) % len(GC_CHAIN[i])]
+
+    ex, report = explore(33, probe, judge, max_runs=default_cap(33))
+    assert ex.levels[-2:] == ((31,), (32,)) and 31 not in ex.undecided, ex.levels
+    assert report.shape is Shape.STEP and [(s.last, s.first) for s in report.over] == [(30, 31)]

@@ -204,8 +204,10 @@ def _settle(state: State, judge: Judge, plan: Plan) -> State:
         levels[k + 1] = (m,) + levels[k + 1]
     elif place is Place.MIDDLE:
         levels.insert(k + 1, (m,))
-    elif _placing(state, plan) is None and _past_a_step(state.runs, state.levels[k], m, judge, plan):
-        levels.insert(k + 1, (m,))  # surely worse than the level before by the threshold: a step ends at m
+    elif len(state.runs.values[m]) >= plan.point_runs and _past_a_step(state.runs, state.levels[k], m, judge, plan):
+        # at its own cap and surely worse than the level before by the threshold: a step ends at
+        # m, whatever more runs of the levels around it would say of the step after it
+        levels.insert(k + 1, (m,))
     elif _placing(state, plan) is None:
         return replace(state, pending=None, undecided=state.undecided | {m})
     else:
