@@ -118,8 +118,13 @@ def test_two_config_keys_that_only_break_together_around_a_rejected_key(tmp_path
     log = cli("log", "--store", str(tmp_path / "store"), cwd=tmp_path)
     assert log.exit_code == 0, log.output
     assert not [x for x in log.stdout.splitlines() if x.startswith("dsbisect mark")], log.stdout
-    assert "# run 1: pass, a trial of settings: good config" in log.stdout
-    assert "a trial of settings: bad config" in log.stdout
+    # the ends may run in either order (ids as the store gave them): each named by its own run
+    good, bad = out["env_diff"]["ends"]
+    assert good["run_ids"] and bad["run_ids"], out["env_diff"]["ends"]
+    for i in good["run_ids"]:
+        assert f"# run {i}: pass, a trial of settings: good config" in log.stdout, log.stdout
+    for i in bad["run_ids"]:
+        assert f"# run {i}: fail, a trial of settings: bad config" in log.stdout, log.stdout
     (tmp_path / "bisect.log").write_text(log.stdout)
     replayed = cli("replay", "bisect.log", "--store", str(tmp_path / "new"), cwd=tmp_path)
     assert replayed.exit_code == 0 and "0 mark(s) recorded" in replayed.stderr, replayed.output
