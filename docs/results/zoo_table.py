@@ -16,6 +16,15 @@ DEEPSPEED_CLONE), adding ``--format json -o ... --store ...``, and stops a bisec
 (SIGINT: dsbisect records what it ran, and a second ``--run`` resumes) after ``--limit-minutes``.
 Paths of the machine are written as ``<clone>``, ``<store>``, ``<cache>`` and ``~``.
 
+Settings rows (``zoo-truth-settings.json``): ``kind`` ``setting`` is a bisection of settings
+(``bisect --good-config/--bad-config``, ``--good-vars/--bad-vars``, ``--good-command/--bad-command``)
+whose truth is ``{"culprits": [name, ...]}`` (the settings' names as ``env_diff.culprits`` gives
+them: ``zero_optimization.overlap_comm``, ``NCCL_P2P_DISABLE``); ``kind`` ``workaround`` is a
+``dsbisect workaround`` whose truth is ``{"workarounds": ["config zero_optimization.stage=0", ...],
+"not_workarounds": [...]}`` (each knob as ``<setting> <name>=<value>``, a group's knobs joined by
+`` + ``; ``not_workarounds`` optional).  A setting row matches when the culprits are exactly the
+truth's; a workaround row when every true workaround is found and none of ``not_workarounds`` is.
+
 ``match``: ``true`` when dsbisect's last_good and first_bad equal the truth's and, where the truth
 names a commit and the command asked for the commit step (``--git-repo``), its first bad commit
 is that commit; ``false`` otherwise; ``null`` when not run.  For ``--find-fix`` cases both the
@@ -40,7 +49,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 RUNS = HERE / "zoo-runs"
 TRUTHS = [HERE / "zoo-truth-hf.json", HERE / "zoo-truth-deepspeed.json", HERE / "zoo-truth-gpu.json",
-          HERE / "zoo-truth-envdiff.json"]
+          HERE / "zoo-truth-envdiff.json", HERE / "zoo-truth-settings.json"]
 CLONE_WORDS = {"ACCELERATE_CLONE": "accelerate_clone", "DEEPSPEED_CLONE": "deepspeed_clone"}
 
 # What happened in each run, beyond what the outputs say (written after reading the run's log).
@@ -287,6 +296,8 @@ def result_of(entry: dict) -> dict | None:
     run_ids = {i for s in r.get("steps", []) for i in s.get("run_ids", [])}
     if r.get("kind") == "environment":
         return _env_result(r, m, run_ids)
+    if r.get("kind") == "workaround":
+        return _workaround_result(r, m)
     commit = r.get("commit")
     return {
         "verdict": r.get("verdict", "interrupted" if m.get("interrupted") else f"no output (exit {m.get('exit_code')})"),
@@ -324,6 +335,31 @@ def _env_result(r: dict, m: dict, run_ids: set) -> dict:
     }
 
 
+def _knob_words(trial: dict) -> str:
+    """A workaround trial as ``config zero_optimization.stage=0`` (a group: joined by `` + ``)."""
+    return " + ".join(f"{k['setting']} {k['name']}={json.dumps(k['value']) if not isinstance(k['value'], str) else k['value']}"
+                      for k in trial["knobs"])
+
+
+def _workaround_result(r: dict, m: dict) -> dict:
+    """A ``dsbisect workaround`` output: the knobs (and groups) that passed every run."""
+    trials = [*r.get("tried", []), *r.get("groups_tried", [])]
+    runs = set(r.get("baseline", {}).get("run_ids", [])) | {i for t in trials for i in t.get("run_ids", [])}
+    return {
+        "verdict": r.get("verdict"),
+        "workarounds": [_knob_words(t) for t in (*r.get("workarounds", []), *r.get("group_workarounds", []))],
+        "tried": len(trials), "baseline": r.get("baseline", {}).get("outcome"),
+        "last_good": None, "first_bad": None, "commit": None,
+        "runs": len(runs), "seconds": m["seconds"], "date": m["date"], "machine": m["machine"],
+    }
+
+
+def _workaround_match(entry: dict, result: dict) -> bool:
+    truth = entry["truth"]
+    got = set(result["workarounds"])
+    return set(truth["workarounds"]) <= got and not got & set(truth.get("not_workarounds", []))
+
+
 def _env_match(entry: dict, result: dict) -> bool:
     """Every true culprit found (packages dependency metadata ties to one may come along), and for
     each culprit with a release truth its release pair and, asked for, its first bad commit."""
@@ -352,6 +388,10 @@ def match_of(entry: dict, result: dict | None) -> bool | None:
         return None
     if entry["kind"] == "env-diff":
         return _env_match(entry, result)
+    if entry["kind"] == "setting":
+        return sorted(result.get("culprits") or []) == sorted(entry["truth"]["culprits"])
+    if entry["kind"] == "workaround":
+        return _workaround_match(entry, result)
     truth = entry.get("truth") or {}
     if result["last_good"] != truth.get("last_good") or result["first_bad"] != truth.get("first_bad"):
         return False
@@ -366,6 +406,10 @@ def auto_note(entry: dict, result: dict | None) -> str:
             return f"Not run: needs {entry['where'][-1]} GPUs; ready to run: `{entry['command']}`."
         return "Not run yet."
     meta = json.loads((RUNS / f"{entry['case']}.meta.json").read_text())
+    if "workarounds" in result:
+        return (f"dsbisect {meta['dsbisect_commit'][:7]}: as given {result['baseline']}; {result['tried']} knobs or "
+                f"groups tried, {result['verdict']}: {_fmt_result(result)}; {result['runs']} runs, "
+                f"{result['seconds']:.0f} s.")
     if "culprits" in result:
         return (f"dsbisect {meta['dsbisect_commit'][:7]}: {result['changes']} changes, {result['verdict']}: "
                 f"{_fmt_result(result)}; {result['runs']} runs, {result['seconds']:.0f} s"
@@ -477,6 +521,11 @@ def _fmt_pair(last_good, first_bad, commit) -> str:
 def _fmt_truth(t: dict | None, ff: bool) -> str:
     if not t:
         return "?"
+    if "workarounds" in t:
+        return "works: " + "; ".join(t["workarounds"]) + (
+            "; not: " + "; ".join(t["not_workarounds"]) if t.get("not_workarounds") else "")
+    if "culprits" in t and all(isinstance(c, str) for c in t["culprits"]):
+        return ("culprits (only together): " if len(t["culprits"]) > 1 else "culprit: ") + ", ".join(t["culprits"])
     if "culprits" in t:
         together = " (only together)" if len(t["culprits"]) > 1 else ""
         return "culprits" + together + ": " + "; ".join(
@@ -491,6 +540,8 @@ def _fmt_truth(t: dict | None, ff: bool) -> str:
 def _fmt_result(r: dict | None) -> str:
     if r is None:
         return "not run"
+    if "workarounds" in r:
+        return f"{r['verdict']}: works: {'; '.join(r['workarounds']) or '-'}"
     if "culprits" in r:
         rels = "; ".join(f"{x['package']} " + _fmt_pair(x["last_good"], x["first_bad"],
                                                         (x["commit"] or {}).get("first_bad"))

@@ -113,3 +113,63 @@ def test_the_misses_section_lists_the_fixed_first_runs_with_their_re_run():
     assert "### Missed at first, dsbisect's fault: fixed and re-run" in misses
     assert "- **ds_decoupled_ckpt_dead_writer** (matches): **First run: a false hang at the fixed end" in misses
     assert "**Re-run** (dsbisect e3f34dd" in misses
+
+
+SETTING = {"case": "s", "kind": "setting", "command": "dsbisect bisect --good-config a --bad-config b -- x",
+           "truth": {"culprits": ["zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients"]}}
+
+
+@pytest.mark.parametrize("culprits, want", [
+    (["zero_optimization.contiguous_gradients", "zero_optimization.overlap_comm"], True),   # any order
+    (["zero_optimization.overlap_comm"], False),                                           # one of a pair
+    (["zero_optimization.overlap_comm", "zero_optimization.contiguous_gradients", "steps"], False),
+    ([], False),
+])
+def test_a_setting_row_matches_only_the_exact_culprits(culprits, want):
+    assert zoo_table.match_of(SETTING, {"culprits": culprits}) is want
+
+
+WORKAROUND = {"case": "w", "kind": "workaround", "command": "dsbisect workaround -- x",
+              "truth": {"workarounds": ["config zero_optimization.stage=0"],
+                        "not_workarounds": ["config zero_optimization.overlap_comm=false"]}}
+
+
+_IDS = iter(range(2, 1000))
+
+
+def _trial(works: bool, *knobs: tuple[str, str, object]) -> dict:
+    return {"knobs": [{"setting": s, "name": n, "value": v} for s, n, v in knobs], "works": works,
+            "run_ids": [next(_IDS)], "outcomes": ["pass" if works else "fail"]}
+
+
+def _workaround_out(*trials: dict) -> dict:
+    singles = [t for t in trials if len(t["knobs"]) == 1]
+    groups = [t for t in trials if len(t["knobs"]) > 1]
+    return {"kind": "workaround", "verdict": "found" if any(t["works"] for t in trials) else "none",
+            "baseline": {"outcome": "fail", "run_ids": [1]},
+            "tried": singles, "workarounds": [t for t in singles if t["works"]],
+            "groups_tried": groups, "group_workarounds": [t for t in groups if t["works"]]}
+
+
+META = {"seconds": 60.0, "date": "2026-12-05", "machine": "2 CPUs, no GPU"}
+
+
+@pytest.mark.parametrize("trials, want", [
+    ([_trial(True, ("config", "zero_optimization.stage", 0)),
+      _trial(False, ("config", "zero_optimization.overlap_comm", False))], True),
+    ([_trial(False, ("config", "zero_optimization.stage", 0))], False),                  # the true one missed
+    ([_trial(True, ("config", "zero_optimization.stage", 0)),
+      _trial(True, ("config", "zero_optimization.overlap_comm", False))], False),         # a false one found
+    ([_trial(True, ("config", "zero_optimization.stage", 0), ("env", "NCCL_P2P_DISABLE", "1"))], False),  # a group
+])
+def test_a_workaround_row_needs_every_true_knob_and_no_false_one(trials, want):
+    result = zoo_table._workaround_result(_workaround_out(*trials), META)
+    assert zoo_table.match_of(WORKAROUND, result) is want
+    assert result["runs"] == 1 + len(trials)
+
+
+def test_a_workaround_knob_is_written_as_its_setting_name_and_value():
+    out = _workaround_out(_trial(True, ("config", "zero_optimization.stage", 0)),
+                          _trial(True, ("env", "NCCL_P2P_DISABLE", "1"), ("config", "x.y", False)))
+    assert zoo_table._workaround_result(out, META)["workarounds"] == [
+        "config zero_optimization.stage=0", "env NCCL_P2P_DISABLE=1 + config x.y=false"]
