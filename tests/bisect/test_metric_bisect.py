@@ -124,6 +124,7 @@ def test_a_slower_release_is_found_by_wall_time_within_its_noise(tmp_path_factor
     (["--metric", "loss", "--worse-if", "lower by 5%", "--metric-pattern", "loss ("], "not a regular expression"),
     (["--metric", "loss", "--worse-if", "lower by 5%", "--metric-pattern", "loss (\\S+)"], "no group named value"),
     (["--metric", "loss", "--worse-if", "lower by 5%", "--confidence", "0.9"], "does not go with --confidence"),
+    (["--metric", "loss", "--worse-if", "higher by 5%", "--find-fix"], "turn --worse-if round"),
 ])
 def test_bad_metric_input_is_one_line_and_exit_2(cli, tmp_path, extra, words):
     script = tmp_path / "x.py"

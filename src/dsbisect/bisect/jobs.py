@@ -95,6 +95,10 @@ class SearchChoice:
         clash = [flag for flag, on in (("--confidence", self.confidence is not None), ("--find-fix", self.find_fix),
                                        ("--confirm", self.confirm > 1),
                                        ("--signature", self.signature is not None)) if on]
+        if self.find_fix:  # the fix of a number is where it turns back: the threshold turned round
+            raise InputError("--metric does not go with --find-fix: to find where a number was fixed, bisect "
+                             "without it and turn --worse-if round (a fixed 'higher by 10%' is 'lower by 10%' "
+                             "from the broken start)")
         if clash:
             raise InputError(f"--metric does not go with {clash[0]} yet: the search itself decides how often "
                              "to run each point")
