@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import sqlite3
 import subprocess
@@ -118,15 +117,15 @@ def main() -> None:
         huge_record(work / "rec2", args.mb)
         for p in (work / "rec2").glob(f"{DB}*"):
             p.unlink()
-        rows.append((f"store repair, the same, the database gone", *peak("store", "repair", "--store", "rec2", cwd=work)))
+        rows.append(("store repair, the same, the database gone", *peak("store", "repair", "--store", "rec2", cwd=work)))
         store(work / "row")
         huge_row(work / "row", args.mb)
         rows.append((f"report --format json, a {args.mb} MB value in one row", *peak("report", "--store", "row",
                                                                                   "--format", "json", cwd=work)))
-        rows.append((f"show 2 of that row", *peak("show", "2", "--store", "row", cwd=work)))
-        rows.append((f"store repair of that store", *peak("store", "repair", "--store", "row", cwd=work)))
+        rows.append(("show 2 of that row", *peak("show", "2", "--store", "row", cwd=work)))
+        rows.append(("store repair of that store", *peak("store", "repair", "--store", "row", cwd=work)))
     load = os.getloadavg()[0]
-    print(f"| case | peak RSS | exit | what dsbisect said (last line) |\n|---|---|---|---|")
+    print("| case | peak RSS | exit | what dsbisect said (last line) |\n|---|---|---|---|")
     for what, mb, rc, said in rows:
         print(f"| {what} | {mb:.0f} MB | {rc} | {said[:110]} |")
     print(f"\nload average {load:.1f} (1 min), {time.strftime('%Y-%m-%d %H:%M')}, "
