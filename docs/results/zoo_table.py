@@ -356,6 +356,8 @@ def _workaround_result(r: dict, m: dict) -> dict:
 
 def _workaround_match(entry: dict, result: dict) -> bool:
     truth = entry["truth"]
+    if "workarounds" not in result:  # no output: the run ended before its answer
+        return False
     got = set(result["workarounds"])
     return set(truth["workarounds"]) <= got and not got & set(truth.get("not_workarounds", []))
 
@@ -711,6 +713,15 @@ def _machine() -> str:
     return f"{os.cpu_count()} CPUs, {'no GPU' if not gpus else f'{gpus} GPUs'}"
 
 
+def _with_options(words: list[str], options: list[str]) -> list[str]:
+    """dsbisect's own options put before a ``--`` (what follows it is the job's command line,
+    which would take them as its own), else at the end."""
+    if "--" in words:
+        i = words.index("--")
+        return words[:i] + options + words[i:]
+    return words + options
+
+
 def run_case(entry: dict, args) -> None:
     words = shlex.split(entry["command"])
     assert words[0] == "dsbisect", entry["command"]
@@ -730,9 +741,11 @@ def run_case(entry: dict, args) -> None:
     out_tmp = store / f"zoo-{name}.json"
     log = store / f"zoo-{name}.log"
     out_tmp.unlink(missing_ok=True)
-    cmd = shlex.split(args.dsbisect) + words[1:] + ["--format", "json", "-o", str(out_tmp), "--store", str(store)]
-    shown = "dsbisect " + " ".join(["<clone>" if w in subs else shlex.quote(w) for w in words[1:]]
-                                   + ["--format", "json", "-o", f"zoo-runs/{name}.json", "--store", "<store>"])
+    cmd = shlex.split(args.dsbisect) + _with_options(words[1:], ["--format", "json", "-o", str(out_tmp),
+                                                                 "--store", str(store)])
+    shown = "dsbisect " + " ".join(_with_options(["<clone>" if w in subs else shlex.quote(w) for w in words[1:]],
+                                                 ["--format", "json", "-o", f"zoo-runs/{name}.json", "--store",
+                                                  "<store>"]))
     subs.update({str(store): "<store>", str(Path.home() / ".cache" / "dsbisect"): "<cache>",
                  str(Path(args.workdir).resolve()): ".", str(Path.home()): "~"})
     date = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d")

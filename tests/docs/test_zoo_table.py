@@ -173,3 +173,11 @@ def test_a_workaround_knob_is_written_as_its_setting_name_and_value():
                           _trial(True, ("env", "NCCL_P2P_DISABLE", "1"), ("config", "x.y", False)))
     assert zoo_table._workaround_result(out, META)["workarounds"] == [
         "config zero_optimization.stage=0", "env NCCL_P2P_DISABLE=1 + config x.y=false"]
+
+
+def test_dsbisect_options_go_before_the_jobs_command_line():
+    """A settings or workaround command ends with `-- CMD`: options after it are the job's."""
+    opts = ["--format", "json"]
+    assert zoo_table._with_options(["workaround", "--pin", "x==1", "--", "deepspeed", "t.py"], opts) == [
+        "workaround", "--pin", "x==1", "--format", "json", "--", "deepspeed", "t.py"]
+    assert zoo_table._with_options(["bisect", "x", "1", "2"], opts) == ["bisect", "x", "1", "2", "--format", "json"]
