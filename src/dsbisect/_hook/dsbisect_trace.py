@@ -92,7 +92,7 @@ class Trace:
 
     def foreign(self, path):
         """Whether ``path`` (absolute) belongs to the interpreter, a venv, the run or a cache."""
-        if path.startswith(self.skip) or path.startswith(_PSEUDO):
+        if path.startswith(self.skip) or _pseudo(path):
             return True
         real = os.path.realpath(path)
         parts = real.split(os.sep)
@@ -219,7 +219,7 @@ def _on_open(trace, path, flags):
         return
     full = os.path.abspath(path)
     if isinstance(flags, int) and flags & _WRITES:
-        if not full.startswith(trace.skip) and not full.startswith(_PSEUDO):
+        if not full.startswith(trace.skip) and not _pseudo(full):
             trace.add("wrote", full, full)
         return
     if full in trace.kinds["read"] or "__pycache__" in full or full.endswith(".pyc") or trace.foreign(full):
@@ -227,6 +227,12 @@ def _on_open(trace, path, flags):
     state = _state(full)
     if state is not None:
         trace.add("read", full, state)
+
+
+def _pseudo(path):
+    """Whether ``path`` is in (or is) /proc, /sys or /dev: the machine's state, not a run's input
+    (DeepSpeed's launcher lists /proc, through psutil, to stop its ranks when one fails)."""
+    return (path + "/").startswith(_PSEUDO)
 
 
 def _state(path):

@@ -80,6 +80,10 @@ KNOBS: tuple[Knob, ...] = (
     _key("zero_optimization.offload_optimizer.device", '"none"', "deepspeed",
          "optimizer states on the GPU: more GPU memory"),
     _key("zero_optimization.offload_param.device", '"none"', "deepspeed", "parameters on the GPU: more GPU memory"),
+    _key("zero_force_ds_cpu_optimizer", "false", "deepspeed",
+         "a client optimizer (torch's) steps the offloaded states: slower than DeepSpeedCPUAdam",
+         "https://github.com/deepspeedai/DeepSpeed/pull/2971 (0.8.3: ZeRO-Offload refuses other optimizers"
+         " unless this is false; the message of its ZeRORuntimeException names the key)"),
     # accelerate (its config YAML)
     _key("dataloader_config.dispatch_batches", "false", "accelerate",
          "each process loads its own batches: more data-loading work per rank", ACCELERATE_CONFIG),

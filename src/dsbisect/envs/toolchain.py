@@ -55,3 +55,13 @@ def first_on_path(env: dict[str, str], folder: Path | None) -> dict[str, str]:
     if folder is None:
         return env
     return env | {"PATH": f"{folder}{os.pathsep}{env.get('PATH', '')}"}
+
+
+def rank_path(path: str, root: Path, bin_dir: Path | None = None) -> str:
+    """The ``PATH`` a rank of a point venv gets from the caller's ``path``: ``bin_dir`` (the point
+    venv's ``bin/``, for a command line) before it, and the folder of dsbisect's ninja first.  A
+    recorded run's programs are resolved again on this ``PATH``, not the caller's: a run's ninja
+    is the one dsbisect gave it, whatever the shell that started dsbisect finds."""
+    if bin_dir is not None:
+        path = f"{bin_dir}{os.pathsep}{path}"
+    return first_on_path({"PATH": path}, ninja_dir(root))["PATH"]

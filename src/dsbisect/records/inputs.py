@@ -57,6 +57,7 @@ FORMAT = 2  # 2: files read, folders listed, distributions, programs; PATH by wh
 MISSING = "missing"
 CHANGED_DURING_RUN = "changed-during-run"  # the digest of a file that changed while the run ran: no file has it
 UNKNOWN = ""  # a version not known now (its venv is not built): not compared
+PSEUDO = ("/proc/", "/sys/", "/dev/")  # the machine's state: a listing of them is no input
 
 # Variables that never decide whether a recorded run is reused: they change from one shell,
 # terminal, login, job or dsbisect invocation to the next without changing what the repro does.
@@ -315,6 +316,8 @@ def _listing_changes(before: tuple[tuple[str, str], ...], current: tuple[tuple[s
     now = dict(current)
     out = []
     for path, names in before:
+        if (path + "/").startswith(PSEUDO):  # recorded before the hook left them out: never an input
+            continue
         new = now.get(path)
         if new is not None and new != names:
             out.append(f"{Path(path).name}/ is gone" if new == MISSING else f"{Path(path).name}/ has other files")

@@ -11,7 +11,6 @@ What the launcher log says of the line is written here too.
 from __future__ import annotations
 
 import dataclasses
-import os
 import shlex
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from dsbisect.core.proc import clean_env, without_unset
 from dsbisect.core.redact import redact, remember, secret_values
 from dsbisect.core.rundir import RunDir
 from dsbisect.envs.base import has_module
-from dsbisect.envs.toolchain import first_on_path, ninja_dir
+from dsbisect.envs.toolchain import rank_path
 from dsbisect.envs.venvs import EXTENSIONS, Env, EnvManager, clear_stale_build_locks
 from dsbisect.launch.launchers import Plan, Ranks, Target, plan
 from dsbisect.launch.supervise import LaunchSpec
@@ -89,12 +88,11 @@ def _say_line(run: RunDir, case: Case, p: Plan, ranks: Ranks) -> None:
 def base_env(case: Case, accel: Accelerator, envs: EnvManager, venv: Env | None = None) -> dict[str, str]:
     """The environment a run (or an import check) of ``case`` starts from, in ``venv`` when given."""
     env = clean_env({"PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"})
-    if venv is not None and case.command:  # python, deepspeed, torchrun, accelerate: the point's
-        env["PATH"] = f"{venv.path / 'bin'}{os.pathsep}{env.get('PATH', '')}"
     if venv is not None:  # ops compiled just in time (DeepSpeed's) are built once per venv, then loaded
         env.setdefault("TORCH_EXTENSIONS_DIR", str(venv.path / EXTENSIONS))
         env.setdefault("DSBISECT_OPS_DIR", str(envs.paths.ops))  # shared by digest of sources+toolchain
-        env = first_on_path(env, ninja_dir(envs.paths.root))  # one ninja, whatever the caller's PATH
+        # one ninja, whatever the caller's PATH; python, deepspeed, torchrun, accelerate: the point's
+        env["PATH"] = rank_path(env.get("PATH", ""), envs.paths.root, venv.path / "bin" if case.command else None)
     if case.compat:
         env["DSBISECT_COMPAT"] = ",".join(case.compat)
     if accel is Accelerator.CPU:

@@ -22,6 +22,7 @@ from packaging.utils import canonicalize_name
 
 from dsbisect.envs import dists as installed
 from dsbisect.envs.base import torch_cuda
+from dsbisect.envs.toolchain import rank_path
 from dsbisect.envs.venvs import Env, EnvManager
 from dsbisect.launch.launchers import added_options
 from dsbisect.records.inputs import (
@@ -80,6 +81,8 @@ class Reuse:
         files, programs, dists, folders = asked(recorded)
         venv = self.envs.built(point)
         path = rank_environment(case).get("PATH", os.defpath)
+        if venv is not None:  # as the run's PATH was: dsbisect's ninja, the venv's bin/ (base_env)
+            path = rank_path(path, self.envs.paths.root, venv.path / "bin" if case.command else None)
         return Present(self._inputs(case, point, venv, accelerator), dict(digests(files)),
                        {n: program_identity(shutil.which(n, path=path)) for n in programs},
                        {(n, f): self._version_now(n, f, venv) for n, f in dists},
