@@ -738,8 +738,10 @@ def run_case(entry: dict, args) -> None:
     name = entry["case"] + (f".{args.suffix}" if args.suffix else "")
     store = Path(args.store).resolve()
     store.mkdir(parents=True, exist_ok=True)
-    out_tmp = store / f"zoo-{name}.json"
-    log = store / f"zoo-{name}.log"
+    beside = store.with_name(store.name + "-out")  # not inside the store: dsbisect keeps that folder
+    beside.mkdir(exist_ok=True)
+    out_tmp = beside / f"zoo-{name}.json"
+    log = beside / f"zoo-{name}.log"
     out_tmp.unlink(missing_ok=True)
     cmd = shlex.split(args.dsbisect) + _with_options(words[1:], ["--format", "json", "-o", str(out_tmp),
                                                                  "--store", str(store)])
