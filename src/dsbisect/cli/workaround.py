@@ -27,7 +27,7 @@ class WorkaroundOpts(WorkaroundRequest):
     pin: Annotated[Optional[list[str]], typer.Option("--pin", metavar="REQ", help="The bad point, e.g. deepspeed==0.18.9 (repeatable; default: this environment).")] = None
     knob: Annotated[Optional[list[str]], typer.Option("--knob", metavar="WHERE:KEY=VALUE", help="Your own candidate, tried after the list: env:NAME=VALUE or config:a.b=VALUE (repeatable).")] = None
     only_own: Annotated[bool, typer.Option("--only-own", help="Try only the --knob candidates, not the documented list.")] = False
-    repeat: Annotated[int, typer.Option("--repeat", min=1, max=20, help="Runs of each knob; it works when every one passes.")] = 2
+    repeat: Annotated[int, typer.Option("--repeat", min=1, max=20, help="Runs of each knob, stopped at the first that does not pass; it works when every one passes.")] = 2
     accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks run: cpu, cuda, or auto.")] = Accelerator.AUTO
     max_group: Annotated[int, typer.Option("--max-group", min=1, max=3, metavar="N", help="Knobs set together at most: pairs (2), triples (3), or one at a time (1); groups are tried while no smaller one works.")] = 2
     max_group_runs: Annotated[int, typer.Option("--max-group-runs", min=0, metavar="RUNS", help="Runs spent on groups at most (a group stops at its first run that does not pass).")] = 30
@@ -39,7 +39,8 @@ class WorkaroundOpts(WorkaroundRequest):
 def workaround(*, request: WorkaroundOpts, settings: SettingsOpts, shown: Shown) -> None:
     """Try documented settings (NCCL/gloo variables, DeepSpeed ZeRO keys, accelerate's dataloader
     switches: the list and its sources are in docs/how-to/settings.md) one at a time, then in pairs,
-    on a command that fails, each run --repeat times, and report those that make it pass:
+    on a command that fails, each run --repeat times (or until a run does not pass), and report those
+    that make it pass:
     workarounds, not fixes. Exit 0 when one works, 1 when none does or the command does not fail."""
     with user_errors():
         shown.check(html=True)

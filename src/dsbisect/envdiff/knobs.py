@@ -69,7 +69,7 @@ KNOBS: tuple[Knob, ...] = (
     _key("zero_optimization.overlap_comm", "false", "deepspeed", "no overlap of reduction and backward: slower steps;"
          " DeepSpeed#7965 (ZeRO-2 nan fixed in 0.19.0)"),
     _key("zero_optimization.contiguous_gradients", "false", "deepspeed",
-         "more fragmentation in the backward pass: a higher peak of memory"),
+         "more fragmentation during the backward, so a higher peak of memory"),
     _key("zero_optimization.reduce_bucket_size", "50000000", "deepspeed",
          "smaller reduction buckets: more, smaller collectives"),
     _key("zero_optimization.allgather_bucket_size", "50000000", "deepspeed",

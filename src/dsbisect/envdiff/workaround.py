@@ -176,12 +176,13 @@ def find_workarounds(runner: Runner, case: Case, point: Point, plan: SettingsPla
     cases = TrialCases(plan, case, runner.envs.paths.root / "settings")
     command = tuple(w.replace(CONFIG_WORD, str(plan.good_config)) for w in plan.words)
 
-    def trial(chosen: tuple[int, ...], early: bool) -> KnobTrial:
-        """The knobs ``chosen`` set together, run ``repeat`` times (``early``: until one does not pass)."""
+    def trial(chosen: tuple[int, ...]) -> KnobTrial:
+        """The knobs ``chosen`` set together, run ``repeat`` times or until a run does not pass: a
+        workaround passes every run, so a run after one that did not pass could not make it one."""
         applied = frozenset(pairs[i][1] for i in chosen)
         p = _at(point, cases, applied)
-        stop = (lambda rs: any(r.outcome is not Outcome.PASS for r in rs)) if early else None
-        done = runner.runs(cases.case_of(p), p, want=repeat, enough=stop)
+        done = runner.runs(cases.case_of(p), p, want=repeat,
+                           enough=lambda rs: any(r.outcome is not Outcome.PASS for r in rs))
         outs = tuple(r.outcome for r in done)
         return KnobTrial(tuple(pairs[i][0] for i in chosen), tuple(pairs[i][1].good for i in chosen), outs,
                          tuple(r.id for r in done), len(outs) == repeat and all(o is Outcome.PASS for o in outs))
@@ -194,13 +195,13 @@ def find_workarounds(runner: Runner, case: Case, point: Point, plan: SettingsPla
         raise NothingToWorkAround(f"the command {said} ({outcome.value}, run {', '.join(str(r.id) for r in base)})")
     trials = []
     for i, (knob, _) in enumerate(pairs):
-        runner.progress("note", f"workaround: {knob.describe()} ({repeat} runs)")
-        trials.append(trial((i,), early=False))
+        runner.progress("note", f"workaround: {knob.describe()} (up to {repeat} runs)")
+        trials.append(trial((i,)))
     groups: list[KnobTrial] = []
 
     def try_group(chosen: tuple[int, ...]) -> GroupTry:
         runner.progress("note", "workaround: together " + " + ".join(pairs[i][0].describe() for i in chosen))
-        groups.append(t := trial(chosen, early=True))
+        groups.append(t := trial(chosen))
         return GroupTry(t.works, len(t.outcomes))
 
     keys = [(k.where.value, k.path) for k, _ in pairs]
