@@ -25,7 +25,7 @@ class WorkaroundOpts(WorkaroundRequest):
     command: Annotated[Optional[list[str]], typer.Argument(metavar="-- COMMAND...", help="The command line that fails at the bad point.")] = None
     config: Annotated[Optional[Path], typer.Option("--config", metavar="FILE", help="The config the command names (DeepSpeed JSON, accelerate YAML): its documented keys are tried too.")] = None
     pin: Annotated[Optional[list[str]], typer.Option("--pin", metavar="REQ", help="The bad point, e.g. deepspeed==0.18.9 (repeatable; default: this environment).")] = None
-    knob: Annotated[Optional[list[str]], typer.Option("--knob", metavar="WHERE:KEY=VALUE", help="Your own candidate, tried after the list: env:NAME=VALUE or config:a.b=VALUE (repeatable).")] = None
+    knob: Annotated[Optional[list[str]], typer.Option("--knob", metavar="WHERE:KEY=VALUE", help="Your own candidate, tried after the list: env:NAME=VALUE, config:a.b=VALUE or flag:--name=VALUE, an option of the command line (repeatable).")] = None
     only_own: Annotated[bool, typer.Option("--only-own", help="Try only the --knob candidates, not the documented list.")] = False
     repeat: Annotated[int, typer.Option("--repeat", min=1, max=20, help="Runs of each knob, stopped at the first that does not pass; it works when every one passes.")] = 2
     accelerator: Annotated[Accelerator, typer.Option("--accelerator", help="Where the ranks run: cpu, cuda, or auto.")] = Accelerator.AUTO

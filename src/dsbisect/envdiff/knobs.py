@@ -3,7 +3,8 @@ setting that users ship to avoid a distributed regression, with where it is docu
 it may cost.  Kept here, in the repository, so that adding one is a reviewed change.
 
 ``applies``: ``nccl`` (a CUDA run), ``gloo`` (a CPU run), ``deepspeed`` (a config the command
-names: a DeepSpeed JSON), ``accelerate`` (an accelerate config YAML), ``any``.
+names: a DeepSpeed JSON), ``accelerate`` (an accelerate config YAML), ``checkpointing`` (a command
+line that turns transformers' ``--gradient_checkpointing`` on: ``flagknobs.line_kinds``), ``any``.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ NCCL_ENV = "https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html"
 TORCH_ENV = "https://docs.pytorch.org/docs/stable/torch_nccl_environment_variables.html"
 DS_CONFIG = "https://www.deepspeed.ai/docs/config-json/"
 ACCELERATE_CONFIG = "https://huggingface.co/docs/accelerate/package_reference/cli#accelerate-config"
+TRAINING_ARGS = "https://huggingface.co/docs/transformers/main_classes/trainer#transformers.TrainingArguments"
 
 
 @dataclass(frozen=True)
 class Knob:
     where: Where
     path: tuple[str, ...]
-    value: str  # a variable's value; a config key's as JSON
+    value: str  # a variable's value; a config key's as JSON; an option's as typed ("": a switch)
     applies: str
     cost: str
     source: str
@@ -32,11 +34,17 @@ class Knob:
         return ".".join(self.path)
 
     def describe(self) -> str:
+        if self.where is Where.FLAG and not self.value:
+            return f"flag {self.name}"
         return f"{self.where.value} {self.name}={self.value}"
 
 
 def _env(name: str, value: str, applies: str, cost: str, source: str) -> Knob:
     return Knob(Where.ENV, (name,), value, applies, cost, source)
+
+
+def _flag(name: str, value: str, applies: str, cost: str, source: str) -> Knob:
+    return Knob(Where.FLAG, (name,), value, applies, cost, source)
 
 
 def _key(path: str, value: str, applies: str, cost: str, source: str = DS_CONFIG) -> Knob:
@@ -91,17 +99,29 @@ KNOBS: tuple[Knob, ...] = (
          ACCELERATE_CONFIG),
     _key("dataloader_config.non_blocking", "false", "accelerate", "host-to-device copies block: slower input",
          ACCELERATE_CONFIG),
+    # transformers' Trainer, its TrainingArguments given as options of the script (HfArgumentParser)
+    _flag("--gradient_checkpointing_kwargs", '{"use_reentrant": false}', "checkpointing",
+          "the variant PyTorch recommends; one user saw more memory than reentrant (accelerate#389)",
+          f"{TRAINING_ARGS}; accelerate#389, trl#4782 (trl PR #4811 made it trl's default)"),
+    _flag("--ddp_find_unused_parameters", "false", "checkpointing",
+          "DDP raises if a step really leaves a parameter without a gradient",
+          f"{TRAINING_ARGS}; transformers PR #9820 (off by default with checkpointing)"),
+    _flag("--gradient_checkpointing", "false", "checkpointing",
+          "no activation checkpointing: the activations' memory comes back", TRAINING_ARGS),
 )
 
 
 def parse_knob(text: str) -> Knob:
-    """A user's own candidate: ``env:NAME=VALUE`` or ``config:a.b=JSON`` (``--knob``)."""
+    """A user's own candidate: ``env:NAME=VALUE``, ``config:a.b=JSON`` or ``flag:--name=VALUE``
+    (``flag:--name``: a switch) (``--knob``)."""
     from dsbisect.core.errors import InputError
 
     where, colon, rest = text.partition(":")
     name, eq, value = rest.partition("=")
+    if where == "flag" and colon and name.startswith("-") and name.strip("-"):
+        return _flag(name, value, "any", "(your candidate)", "given with --knob")
     if not colon or not eq or not name or where not in ("env", "config"):
-        raise InputError(f"--knob {text}: give env:NAME=VALUE or config:KEY.PATH=VALUE")
+        raise InputError(f"--knob {text}: give env:NAME=VALUE, config:KEY.PATH=VALUE or flag:--NAME=VALUE")
     if where == "config":
         import json
 

@@ -241,7 +241,8 @@ class Line:
     segments: tuple[tuple[tuple[str, str], ...], ...]
 
 
-def _is_option(word: str) -> bool:
+def is_option(word: str) -> bool:
+    """An option's word (``--x``, ``-x``, ``--x=1``), not a value such as ``-1`` or ``-``."""
     return word.startswith("-") and word not in ("-", "--") and not re.fullmatch(r"-\d[\d.e+-]*", word)
 
 
@@ -251,9 +252,9 @@ def parse_line(words: Iterable[str], where: str) -> Line:
     words, positionals, segments, current, i = list(words), [], [], [], 0
     while i < len(words):
         w = words[i]
-        if _is_option(w):
+        if is_option(w):
             name, eq, value = w.partition("=")
-            if not eq and i + 1 < len(words) and not _is_option(words[i + 1]):
+            if not eq and i + 1 < len(words) and not is_option(words[i + 1]):
                 value, i = words[i + 1], i + 1
             if any(n == name for n, _ in current):
                 raise InputError(f"{where}: {name} is given twice before the same word; dsbisect diffs one of each")

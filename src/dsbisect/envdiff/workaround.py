@@ -20,6 +20,7 @@ from pathlib import Path
 
 from dsbisect.core.errors import DsbisectError, InputError
 from dsbisect.core.model import Accelerator, Case, EnvOptions, Outcome, Point
+from dsbisect.envdiff.flagknobs import flag_lines, line_kinds
 from dsbisect.envdiff.knobgroups import GroupLimits, GroupTry, search_groups
 from dsbisect.envdiff.knobs import Knob
 from dsbisect.envdiff.settings import Setting, Where, flatten, parse_config
@@ -56,6 +57,7 @@ def workaround_job(req: WorkaroundRequest, settings: Settings, frontend: Fronten
     if not command:
         raise InputError("give the command line that fails after --")
     own = [parse_knob(k) for k in req.knob or ()]
+    flag_lines(own, command)  # two values of one option: an InputError before the store is made
     if req.only_own and not own:
         raise InputError("--only-own tries only --knob candidates: give one")
     if req.config is not None:  # read, and named by the command, before the store is made
@@ -64,7 +66,7 @@ def workaround_job(req: WorkaroundRequest, settings: Settings, frontend: Fronten
     case = settings.shape(matrix.command_points(command, cwd, [], list(req.pin or ()), None, req.accelerator))
     ui = frontend.display(0)
     runner = open_session(settings, settings.venvs.options(EnvOptions()), settings.sources.resolve(), ui)
-    used, left = applicable([] if req.only_own else KNOBS, runner.accelerator(case), req.config)
+    used, left = applicable([] if req.only_own else KNOBS, runner.accelerator(case), req.config, command)
     plan, pairs, same = plan_knobs([*used, *own], command, cwd, req.config)
     limits = GroupLimits(req.max_group, req.max_group_runs, req.every_group)
     with ui.running():
@@ -138,15 +140,20 @@ def config_kind(config: Path) -> str:
     return "accelerate" if "distributed_type" in top else "other"
 
 
-def applicable(knobs: Sequence[Knob], accel: Accelerator, config: Path | None) -> tuple[list[Knob], list[str]]:
-    """The knobs that apply to this run (its transport, the config it names), and the others with why."""
+def applicable(knobs: Sequence[Knob], accel: Accelerator, config: Path | None, words: Sequence[str] = ()
+               ) -> tuple[list[Knob], list[str]]:
+    """The knobs that apply to this run (its transport, the config it names, what its command line
+    turns on), and the others with why."""
     kinds = {"any", "nccl" if accel is Accelerator.CUDA else "gloo"} | ({config_kind(config)} if config else set())
+    kinds |= line_kinds(words)
     used, left = [], []
     for k in knobs:
-        if k.applies in kinds and (k.where is Where.ENV or config is not None):
+        if k.applies in kinds and (k.where is not Where.CONFIG or config is not None):
             used.append(k)
+        elif k.applies == "checkpointing":
+            left.append(f"{k.describe()}: for a command line with --gradient_checkpointing on")
         else:
-            left.append(f"{k.describe()}: for {k.applies} runs" + ("" if config or k.where is Where.ENV
+            left.append(f"{k.describe()}: for {k.applies} runs" + ("" if config or k.where is not Where.CONFIG
                                                                     else " (needs --config FILE)"))
     return used, left
 
@@ -157,15 +164,19 @@ def plan_knobs(knobs: Sequence[Knob], words: Sequence[str], cwd: Path, config: P
     now = flatten(parse_config(config)) if config else {}
     if config is not None:
         words = mark_config(list(words), cwd, config, config)
+    good_line, bad_line, flags_now = flag_lines([k for k in knobs if k.where is Where.FLAG], words)
     pairs, same = [], []
     for k in knobs:
-        was = os.environ.get(k.name) if k.where is Where.ENV else now.get(k.path)
-        if was == k.value:
+        was = os.environ.get(k.name) if k.where is Where.ENV else flags_now[k.name] if k.where is Where.FLAG \
+            else now.get(k.path)
+        if was == k.value or k.where is Where.FLAG and not k.value and was == "":
             same.append(f"{k.describe()}: already so")
             continue
         pairs.append((k, Setting(k.where, k.path, was, k.value)))
     extra = {"good_config": config.resolve(), "bad_config": config.resolve(), "config_text": config.read_text()} \
         if config else {}
+    if flags_now:
+        extra |= {"good_line": good_line, "bad_line": bad_line}
     plan = SettingsPlan(tuple(s for _, s in pairs), tuple(words), cwd, **extra)
     return plan, pairs, same
 
