@@ -212,6 +212,80 @@ def test_the_reach_in_check_sees_what_it_is_for(tmp_path, monkeypatch):
                      "bisect/sub.py:8 uses self.base._x", "bisect/sub.py:10 uses b._x"], found
 
 
+def _module_imports(path: Path, modules: set[str]) -> set[str]:
+    """The dsbisect modules ``path`` imports (dotted, without ``dsbisect.``), also those inside
+    functions and under ``TYPE_CHECKING``: a late or type-only import is still an arrow.  ``from
+    dsbisect.pkg import module`` is an arrow to the module; a package's ``__init__`` only where a
+    name is taken from it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dsbisect."):
+            base = node.module.removeprefix("dsbisect.")
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name.removeprefix("dsbisect.") for a in node.names if a.name.startswith("dsbisect.")}
+    return found
+
+
+def _module_graph() -> dict[str, set[str]]:
+    names = {".".join(p.relative_to(SRC).with_suffix("").parts).removesuffix(".__init__"): p for p in _modules()}
+    return {n: {m for m in _module_imports(p, set(names)) if m in names and m != n} for n, p in names.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one module (Tarjan's algorithm, iterative)."""
+    index, low, on, stack, out, counter = {}, {}, set(), [], [], [0]
+
+    def visit(root: str) -> None:
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, edges = work[-1]
+            nxt = next((m for m in edges if m not in index or m in on), None)
+            if nxt is not None and nxt not in index:
+                index[nxt] = low[nxt] = counter[0]
+                counter[0] += 1
+                stack.append(nxt)
+                on.add(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+                continue
+            if nxt is not None:
+                low[node] = min(low[node], index[nxt])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                part = []
+                while True:
+                    m = stack.pop()
+                    on.discard(m)
+                    part.append(m)
+                    if m == node:
+                        break
+                if len(part) > 1:
+                    out.append(sorted(part))
+
+    for n in sorted(graph):
+        if n not in index:
+            visit(n)
+    return out
+
+
+def test_no_two_modules_import_each_other_even_late():
+    """Inside a package too, imports point one way: no loop of modules, counting the imports
+    made inside functions and for type checking only (a late import hides a loop, not removes it)."""
+    assert _circles(_module_graph()) == []
+
+
+def test_the_circle_check_sees_a_circle():
+    assert _circles({"a.x": {"a.y"}, "a.y": {"a.z"}, "a.z": {"a.x"}, "b": {"a.x"}}) == [["a.x", "a.y", "a.z"]]
+    assert _circles({"a.x": {"a.y"}, "a.y": set()}) == []
+
+
 def test_the_readme_shows_the_packages_in_their_order():
     text = README.read_text()
     shown = re.findall(r"^\s*(\w+)/\s", text, flags=re.M)

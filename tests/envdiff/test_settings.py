@@ -22,7 +22,8 @@ from dsbisect.envdiff.settings import (
     setting_json,
     var_settings,
 )
-from dsbisect.envdiff.trialcase import SettingsFiles, TrialCases, edited, read_settings
+from dsbisect.envdiff.settingsplan import SettingsFiles, read_settings
+from dsbisect.envdiff.trialcase import TrialCases, edited
 from dsbisect.run.matrix import command_case
 
 TOKEN = "hf_" + "Q" * 8 + "settingsTokenValue42"  # a Hugging Face token's shape, made up

@@ -304,15 +304,11 @@ def release_request(request: BisectRequest, invocation: Invocation, settings: Se
 def bisect_releases(request: BisectRequest, invocation: Invocation, settings: Settings,
                     frontend: Frontend) -> tuple[Result, IndexOptions]:
     """`bisect PACKAGE GOOD BAD`: the release (then commit) bisection, everything checked before
-    the store or the cache is touched; its result, and the index settings it read (with
-    ``--commits``: the search of a clone's commits alone, ``commitjob``)."""
+    the store or the cache is touched; its result, and the index settings it read (``--commits``,
+    the search of a clone's commits alone, is ``commitjob.bisect_commits``)."""
     from dsbisect.bisect.bisection import Bisection, plan
     from dsbisect.bisect.budget import Meter
 
-    if request.span.given:
-        from dsbisect.bisect.commitjob import bisect_commits
-
-        return bisect_commits(request, invocation, settings, frontend)
     checked = release_request(request, invocation, settings)
     req = checked.request
     budget = request.span.budget()

@@ -9,12 +9,13 @@ they are.  ``Shown`` (the report's format and file) is the command line's own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-from dsbisect.cli.output import Format, check_output
+from dsbisect.cli import writeguard
 from dsbisect.core.errors import InputError
 from dsbisect.core.model import BaseMode, LauncherBackend
 from dsbisect.run.settings import ExecutorKind, Limits, Nodes, Placement, Settings, Sources, Venvs
@@ -52,6 +53,15 @@ PartitionOpt = Annotated[Optional[str], typer.Option("--partition", help="Slurm 
 SlurmTimeOpt = Annotated[Optional[int], typer.Option("--slurm-time", min=1, max=10**7, help="Slurm time limit per job, minutes (default: the case timeout + 30).")]
 GpusPerJobOpt = Annotated[Optional[int], typer.Option("--gpus-per-job", min=0, max=MAX_COUNT, help="GPUs per node of each Slurm job (default: nproc for accelerator: cuda, else 0).")]
 SlurmArgOpt = Annotated[Optional[list[str]], typer.Option("--slurm-arg", help="Another sbatch argument, e.g. --slurm-arg=--account=abc (repeatable).")]
+
+
+class Format(str, Enum):
+    table = "table"
+    markdown = "markdown"
+    json = "json"
+    html = "html"  # dsbisect report and dsbisect show only (Shown.check)
+    github = "github"  # dsbisect bisect only: a GitHub Actions step's summary, outputs, annotations (cli.github)
+
 
 FormatOpt = Annotated[Format, typer.Option("--format", help="Report format on stdout.")]
 OutputOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Also write the report to this file.")]
@@ -129,4 +139,4 @@ class Shown:
             raise InputError("--format html is for dsbisect report and dsbisect show; run dsbisect report "
                              "--format html -o FILE when this is done")
         if self.output is not None:
-            check_output(self.output)
+            writeguard.check_output(self.output, "--output")

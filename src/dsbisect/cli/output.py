@@ -13,7 +13,6 @@ import json
 import shlex
 import sys
 import typing
-from enum import Enum
 from pathlib import Path
 
 import typer
@@ -21,6 +20,7 @@ from rich.console import Console
 from rich.text import Text
 
 from dsbisect.cli import writeguard
+from dsbisect.cli.options import Format, Shown
 from dsbisect.core import outputs
 from dsbisect.core.outside import safe_text
 from dsbisect.core.redact import redact
@@ -29,20 +29,11 @@ from dsbisect.render.progress import ProgressUI, err  # stderr: progress and err
 from dsbisect.run.settings import Frontend
 
 if typing.TYPE_CHECKING:
-    from dsbisect.cli.options import Shown
     from dsbisect.core.model import Case
     from dsbisect.records.run import RunRecord
     from dsbisect.render.answers import Answered
 
 out = Console(soft_wrap=True, markup=False, emoji=False, highlight=False)
-
-
-class Format(str, Enum):
-    table = "table"
-    markdown = "markdown"
-    json = "json"
-    html = "html"  # dsbisect report and dsbisect show only (Shown.check)
-    github = "github"  # dsbisect bisect only: a GitHub Actions step's summary, outputs, annotations (cli.github)
 
 
 def say_error(message: str, label: str = "error:") -> None:

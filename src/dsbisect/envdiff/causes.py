@@ -4,8 +4,9 @@
 ``search.causes.find_causes`` finds the causes (pure); the engine bisects each cause's culprits
 to a release as it does the first's (``EnvResult.releases`` holds them all, in cause order) and
 runs each one's remedy with the *other* causes reverted (a pin cannot avoid a bug that a second
-change brings on its own).  This module turns the search's answer and the engine's trials into
-the ``Cause`` records the reports show, and says how the loop ended:
+change brings on its own).  This module holds the ``Cause`` records the reports show
+(``result.every_cause`` makes them from the search's answer and the engine's trials) and says
+how the loop ended:
 
 - ``passes``: "the bad environment with these 2 changes reverted passes (run 31)";
 - ``untestable``: the bad environment with them reverted could not be tried (uv's reason), or it
@@ -16,7 +17,6 @@ the ``Cause`` records the reports show, and says how the loop ended:
 
 from __future__ import annotations
 
-import dataclasses
 import typing
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,12 +26,13 @@ from packaging.utils import canonicalize_name
 from dsbisect.core.model import Answer, Outcome
 from dsbisect.core.outside import clip
 from dsbisect.records.results import TrialRun
-from dsbisect.envdiff.settings import ends_word
-from dsbisect.search.causes import Causes, End
+from dsbisect.envdiff.settings import change_json
+from dsbisect.search.causes import End
 from dsbisect.search.steps import Side
 
 if typing.TYPE_CHECKING:
-    from dsbisect.envdiff.engine import EnvResult
+    from dsbisect.envdiff.environments import Change
+    from dsbisect.records.results import Result
 
 MAX_CAUSES = 4  # each cause costs a search, a release bisection and its remedy runs; say so past it
 
@@ -86,41 +87,21 @@ class EveryCause:
         """The last line: how the loop ended."""
         return self.check_line(len(self.causes) - 1)
 
-    def to_json(self, r: EnvResult) -> dict:
-        from dsbisect.envdiff.engine import change_json
-
-        names = {canonicalize_name(r.changes[i].name): k for k, c in enumerate(self.causes) for i in c.culprits}
+    def to_json(self, changes: Sequence[Change], releases: Sequence[Result]) -> dict:
+        names = {canonicalize_name(changes[i].name): k for k, c in enumerate(self.causes) for i in c.culprits}
         return {
             "end": self.end.value,
             "verified": self.verified,
-            "reverted": [r.changes[i].name for i in self.reverted],
-            "causes": [{"culprits": [r.changes[i].name for i in c.culprits],
-                        "culprit_changes": [change_json(r.changes[i]) for i in c.culprits],
-                        "required": [r.changes[i].name for i in c.required], "exact": c.exact,
+            "reverted": [changes[i].name for i in self.reverted],
+            "causes": [{"culprits": [changes[i].name for i in c.culprits],
+                        "culprit_changes": [change_json(changes[i]) for i in c.culprits],
+                        "required": [changes[i].name for i in c.required], "exact": c.exact,
                         "verdict": c.verdict.value, "note": c.note, "check": c.check.to_json(),
                         "check_line": self.check_line(k),
-                        "releases": [x.request.package for x in r.releases
+                        "releases": [x.request.package for x in releases
                                      if names.get(canonicalize_name(x.request.package)) == k]}
                        for k, c in enumerate(self.causes)],
         }
-
-
-def every_cause(found: Causes, level1: Sequence[EnvResult], trials: Sequence[TrialRun],
-                ends: Sequence[TrialRun]) -> EveryCause:
-    """The causes as the engine's level 1 judged each (``level1``: one result per cause, the
-    first the answer's own), each with its check's trial."""
-    by_applied = {t.applied: t for t in (*ends[:1], *trials)}
-    causes = tuple(Cause(r.culprits, r.required, r.exact, r.verdict, r.note, by_applied[check.applied])
-                   for r, check in zip(level1, found.checks))
-    word = ends_word(level1[0].changes)
-    return EveryCause(causes, found.end, len(level1[0].changes), "environment" if word == "env" else word)
-
-
-def with_causes(first: EnvResult, more: Sequence[EnvResult], every: EveryCause) -> EnvResult:
-    """The first cause's result with every cause's release bisections (in cause order) and the loop."""
-    return dataclasses.replace(first, every=every, releases=sum((r.releases for r in more), first.releases),
-                               skipped=sum((r.skipped for r in more), first.skipped),
-                               confounders=sum((r.confounders for r in more), first.confounders))
 
 
 def others(every: EveryCause | None, changes, package: str) -> frozenset[int]:

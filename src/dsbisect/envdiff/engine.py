@@ -34,7 +34,6 @@ from dsbisect.bisect.bisection import Bisection, Plan, plan
 from dsbisect.bisect.points import ReleasePoints
 from dsbisect.bisect.probe import Probe
 from dsbisect.envdiff.environments import Change, Kind
-from dsbisect.envdiff.summary import chain
 from dsbisect.envdiff.plan import (
     ENV_PACKAGE,
     EnvPlan,
@@ -45,61 +44,23 @@ from dsbisect.envdiff.plan import (
     requirements,
 )
 from dsbisect.envdiff.remedy import Remedy, remedy
-from dsbisect.envdiff.settings import ends_word, is_package, setting_json
+from dsbisect.envdiff.settings import change_json, ends_word, is_package
 from dsbisect.envdiff.trialcase import TrialCases
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.search.changes import EnvSearch
 from dsbisect.search.causes import find_causes
-from dsbisect.envdiff.causes import MAX_CAUSES, EveryCause, every_cause, others, with_causes
+from dsbisect.envdiff.causes import MAX_CAUSES, others
+from dsbisect.envdiff.result import EnvResult, every_cause, with_causes
 from dsbisect.core.errors import DsbisectError, InputError
 from dsbisect.core.model import Answer, BaseMode, GitSource, IndexOptions, Point, Stage
 from dsbisect.core.outside import clip
 from dsbisect.run.runner import Runner
 from dsbisect.records.bisections import BisectionStatus
-from dsbisect.records.numbers import Numbers
 from dsbisect.records.results import Confounder, Request, Result, Step, TrialRun
 from dsbisect.search.steps import Side
 from dsbisect.verdict.identity import Rule
 
-__all__ = ["EnvBisection", "EnvPlan", "EnvRequest", "EnvResult", "env_json", "plan_envs"]
-
-
-@dataclass(frozen=True)
-class EnvResult:
-    request: EnvRequest
-    changes: tuple[Change, ...]
-    verdict: Answer
-    message: str = ""
-    ends: tuple[TrialRun, ...] = ()  # the good and the bad environment, as given
-    trials: tuple[TrialRun, ...] = ()
-    culprits: tuple[int, ...] = ()
-    required: tuple[int, ...] = ()  # culprits the others require (uv: they cannot be applied without them)
-    exact: bool = False
-    note: str = ""
-    units: tuple[tuple[int, ...], ...] = ()
-    releases: tuple[Result, ...] = ()  # one per bisected culprit
-    skipped: tuple[str, ...] = ()  # culprits not bisected below the change, and why
-    confounders: tuple[Confounder, ...] = ()
-    notes: tuple[str, ...] = ()
-    steps: tuple[Step, ...] = ()  # the level-1 steps (the ends, then the trials), as a Bisection's
-    remedies: tuple[Remedy, ...] = ()  # per culprit with a first bad release: the pin and the fix, run
-    numbers: Numbers | None = None  # --metric: level 1's values per trial (envdiff.numbers)
-    every: EveryCause | None = None  # every cause (the first is culprits), each check run, the verified line
-
-    @property
-    def exit_code(self) -> int:
-        return max([self.verdict.exit_code, *(r.exit_code for r in self.releases)])
-
-    def to_json(self) -> dict:
-        return env_json(self)
-
-    @property
-    def failure(self) -> tuple[Answer, str]:
-        """The verdict and message of the first level that did not answer (level 1, else a release)."""
-        bad = next((r for r in self.releases if r.exit_code), None)
-        if self.verdict.exit_code or bad is None:
-            return self.verdict, self.message
-        return bad.verdict, f"{bad.request.package}: {bad.message}"
+__all__ = ["EnvBisection", "EnvPlan", "EnvRequest", "EnvResult", "plan_envs"]
 
 
 # ---------------------------------------------------------------------- the engine
@@ -489,48 +450,3 @@ def _version(req: str) -> str:
         return ""
     spec = list(Requirement(req).specifier)
     return spec[0].version if len(spec) == 1 else str(Requirement(req).specifier)
-
-
-# ---------------------------------------------------------------------- JSON
-
-
-def change_json(c: Change) -> dict:
-    if not is_package(c):
-        return setting_json(c)
-    return {"name": c.name, "kind": c.kind.value, "good": c.good.requirement if c.good else None,
-            "bad": c.bad.requirement if c.bad else None, "bisectable": c.bisectable, "describe": c.describe()}
-
-
-def env_json(r: EnvResult) -> dict:
-    """``bisect --good-env --format json`` (the result column of an environment bisection)."""
-    req = r.request
-    return {
-        "kind": "environment",
-        "good_env": req.good_env.source,
-        "bad_env": req.bad_env.source,
-        "case": req.case.name,
-        "regress_on": req.regress_on.value,
-        "hold": list(req.hold),
-        "verdict": r.verdict.value,
-        "message": r.message or chain(r),  # a found answer in one line, as the reports begin
-        "env_diff": {
-            "changes": [change_json(c) for c in r.changes],
-            "ends": [t.to_json() for t in r.ends],
-            "trials": [t.to_json() for t in r.trials],
-            "culprits": [r.changes[i].name for i in r.culprits],
-            "culprit_changes": [change_json(r.changes[i]) for i in r.culprits],
-            "required": [r.changes[i].name for i in r.required],
-            "exact": r.exact,
-            "note": r.note,
-            "units": [list(u) for u in r.units],
-            "notes": list(r.notes),
-        },
-        "releases": [x.to_json() for x in r.releases],
-        "not_bisected": list(r.skipped),
-        "confounders": [x.to_json() for x in r.confounders],
-        "steps": [s.to_json() for s in r.steps] + [s.to_json() for x in r.releases for s in x.steps]
-        + [s.to_json() for m in r.remedies for x in (m.pin, m.fix) if x is not None for s in x.steps],  # for `log`
-        "remedy": [m.to_json() for m in r.remedies],
-        "every_cause": r.every.to_json(r) if r.every is not None else None,
-        **({"numbers": r.numbers.to_json()} if r.numbers else {}),
-    }

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dsbisect.bisect.commitjob import bisect_commits
 from dsbisect.bisect.jobs import BisectRequest, Checked, EnvPair, Invocation, bisect_releases, open_bisection
 from dsbisect.core.errors import InputError
 from dsbisect.core.model import Answer, BaseMode, EnvOptions, IndexOptions
@@ -18,7 +19,8 @@ from dsbisect.records.results import Result
 from dsbisect.run.settings import Frontend, Settings
 
 if typing.TYPE_CHECKING:  # the engine is imported when a bisection of environments runs
-    from dsbisect.envdiff.engine import EnvRequest, EnvResult
+    from dsbisect.envdiff.engine import EnvRequest
+    from dsbisect.envdiff.result import EnvResult
 
 
 @dataclass(frozen=True)
@@ -35,7 +37,7 @@ class Bisected:
     @property
     def failure(self) -> tuple[Answer, str]:
         """The verdict and message to say when it did not answer (exit code not 0)."""
-        from dsbisect.envdiff.engine import EnvResult
+        from dsbisect.envdiff.result import EnvResult
 
         if isinstance(self.result, EnvResult):
             return self.result.failure
@@ -43,11 +45,13 @@ class Bisected:
 
 
 def bisect(request: BisectRequest, invocation: Invocation, settings: Settings, frontend: Frontend) -> Bisected:
-    """Run the bisection ``request`` names: of two environments when it gives them, else of
-    PACKAGE's releases from GOOD to BAD (``request.check`` done first, by the caller)."""
+    """Run the bisection ``request`` names: of two environments when it gives them, of a clone's
+    commits with ``--commits``, else of PACKAGE's releases from GOOD to BAD (``request.check``
+    done first, by the caller)."""
     if request.pair.given:
         return bisect_envs(request, invocation, settings, frontend)
-    result, index = bisect_releases(request, invocation, settings, frontend)
+    run = bisect_commits if request.span.given else bisect_releases
+    result, index = run(request, invocation, settings, frontend)
     return Bisected(result, index)
 
 
@@ -55,7 +59,7 @@ def env_request(request: BisectRequest, invocation: Invocation, settings: Settin
     """The bisection of two environments ``request`` asks for, checked (the environments read, or
     resolved: a date, a commit, this environment); its ``argv`` is the command line a mark line
     repeats: options, then ``-- COMMAND``."""
-    from dsbisect.envdiff import trialcase
+    from dsbisect.envdiff import settingsplan, trialcase
     from dsbisect.envdiff.engine import EnvRequest
 
     if request.what.pin or request.pre or request.include_yanked:
@@ -72,7 +76,7 @@ def env_request(request: BisectRequest, invocation: Invocation, settings: Settin
     inv = list(invocation.argv)  # Click's PACKAGE GOOD BAD (the command's first words) first, then the options
     argv = (inv[:inv.index("--")] if "--" in inv else inv)[min(3, len(words)):] + (["--", *words] if words else [])
     hold = tuple(dict.fromkeys(request.pair.hold or ()))
-    settings_plan = trialcase.read_plan(request.pair, words, Path.cwd())  # None without settings
+    settings_plan = settingsplan.read_plan(request.pair, words, Path.cwd())  # None without settings
     if request.pair.settings_only:
         good, bad = trialcase.no_packages(request.pair)
     else:

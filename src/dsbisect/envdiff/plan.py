@@ -34,7 +34,7 @@ from dsbisect.records.results import Request
 from dsbisect.envs.uv import Uv
 
 if typing.TYPE_CHECKING:
-    from dsbisect.envdiff.trialcase import SettingsPlan
+    from dsbisect.envdiff.settingsplan import SettingsPlan
 
 ALWAYS_HELD = ("dsbisect",)  # in a freeze of the env dsbisect runs in; the tool, not the job: the base's
 ENV_PACKAGE = "environment"  # what the store's bisection row names as the package of a level-1 search
@@ -62,7 +62,7 @@ class EnvRequest:
     source_notes: tuple[str, ...] = ()  # how they were resolved, for the report's notes
     metric: MetricSpec | None = None  # --metric/--worse-if: trials called by their number (envdiff.numbers)
     metric_pattern: str | None = None
-    settings: SettingsPlan | None = None  # configs, variables, flags that differ too (envdiff.trialcase)
+    settings: SettingsPlan | None = None  # configs, variables, flags that differ too (envdiff.settingsplan)
 
     @property
     def key(self) -> str:

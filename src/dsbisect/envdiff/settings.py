@@ -308,3 +308,10 @@ def _segment_of(good: Line, bad: Line, name: str) -> int:
         if dict(g).get(name) != dict(b).get(name):
             return i
     return -1
+
+
+def change_json(c: Change) -> dict:
+    if not is_package(c):
+        return setting_json(c)
+    return {"name": c.name, "kind": c.kind.value, "good": c.good.requirement if c.good else None,
+            "bad": c.bad.requirement if c.bad else None, "bisectable": c.bisectable, "describe": c.describe()}

@@ -24,7 +24,8 @@ from dsbisect.envdiff.flagknobs import flag_lines, line_kinds
 from dsbisect.envdiff.knobgroups import GroupLimits, GroupTry, search_groups
 from dsbisect.envdiff.knobs import Knob
 from dsbisect.envdiff.settings import Setting, Where, flatten, parse_config
-from dsbisect.envdiff.trialcase import CONFIG_WORD, SettingsPlan, TrialCases, mark_config
+from dsbisect.envdiff.settingsplan import CONFIG_WORD, SettingsPlan, mark_config
+from dsbisect.envdiff.trialcase import TrialCases
 from dsbisect.run.runner import Runner
 from dsbisect.run.settings import Frontend, Settings
 

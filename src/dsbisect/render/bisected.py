@@ -14,7 +14,7 @@ from dsbisect.bisect import fixedin
 from dsbisect.core.model import IndexOptions
 from dsbisect.core.outside import safe, safe_text
 from dsbisect.render.grid import md
-from dsbisect.envdiff.engine import EnvResult
+from dsbisect.envdiff.result import EnvResult
 from dsbisect.records.results import Result, dumps
 from dsbisect.render import chainreport, nextstep
 from dsbisect.render import report as rep

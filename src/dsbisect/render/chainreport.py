@@ -12,13 +12,13 @@ from rich.text import Text
 
 from dsbisect.render import numbers as render_numbers
 from dsbisect.render import report as rep
-from dsbisect.envdiff.engine import EnvResult
+from dsbisect.envdiff.result import EnvResult
 from dsbisect.render.grid import md as _md
 from dsbisect.core.model import Answer
 from dsbisect.core.outside import clip, safe, safe_text
 from dsbisect.core.paths import unlocal
 from dsbisect.render.pointaxes import SHOWN
-from dsbisect.envdiff.summary import chain
+from dsbisect.envdiff.result import chain
 from dsbisect.envdiff.settings import ends_word, is_package
 from dsbisect.records.results import Result, TrialRun
 
