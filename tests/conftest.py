@@ -21,8 +21,8 @@ sys.path[:0] = [str(_HERE)] + sorted(str(p) for p in _HERE.iterdir()
                                      if p.is_dir() and p.name not in {"data", "__pycache__"})
 import toypkg  # noqa: E402
 from helpers import (ToyHang, cli_json, commit, commit_toy, git, invoke_cli, live_pids,  # noqa: E402,F401
-                     make_case, offline, pyproject, requirements_history, stopped_dsbisect, toy_hang,
-                     wait_until, write_matrix)  # the tests import these from conftest
+                     make_case, offline, pyproject, requirements_history, slurm_job_under, stopped_dsbisect,
+                     toy_hang, wait_until, write_matrix)  # the tests import these from conftest
 from indexes import DatedIndex, SimpleIndex  # noqa: E402,F401
 
 # A pytest-xdist worker starts with COLUMNS=80, LINES=24: a console made when dsbisect.cli is

@@ -1,5 +1,5 @@
 """What the tests share besides fixtures: the CLI in-process, a toy matrix, a case, the options
-of an offline run, waiting for an event, live pids, git and a toy package's commits.
+of an offline run, waiting for an event, a test's Slurm job, live pids, git and a toy package's commits.
 ``conftest`` re-exports them (the tests import them from there)."""
 
 from __future__ import annotations
@@ -102,6 +102,16 @@ cases:
     path = folder / "matrix.yaml"
     path.write_text(text)
     return path
+
+
+def slurm_job_under(folder: Path) -> str | None:
+    """The newest Slurm job whose working folder is inside ``folder`` (a test's own: dsbisect
+    gives each job its run's folder), None while there is none.  Told apart by folder, not by
+    name: a suite beside this one runs the same tests, with jobs of the same names."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i %Z"], capture_output=True, text=True).stdout
+    mine = [job for job, _, where in (line.partition(" ") for line in out.splitlines())
+            if where and Path(where).resolve().is_relative_to(folder.resolve())]
+    return max(mine, key=int) if mine else None
 
 
 def live_pids(pids) -> list[int]:

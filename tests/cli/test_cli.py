@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import typer
 
-from conftest import TOY_RELEASES, git, live_pids, offline, wait_until, write_matrix
+from conftest import TOY_RELEASES, git, live_pids, offline, slurm_job_under, wait_until, write_matrix
 
 # Every command's arguments and options, in the order --help lists them (the names are the
 # command line's contract: scripts and READMEs spell them).
@@ -232,12 +232,7 @@ def test_a_signal_while_a_slurm_job_waits_cancels_it_with_its_exit_code(tmp_path
                              "--executor", "slurm", "--slurm-arg=--hold"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        def held():
-            out = subprocess.run(["squeue", "-h", "-n", f"dsbisect-held{code}", "-o", "%i"], capture_output=True,
-                                 text=True).stdout.split()
-            return max(out, key=int) if out else None
-
-        job = wait_until(held, 120, "the held job in squeue")
+        job = wait_until(lambda: slurm_job_under(tmp_path), 120, "the held job in squeue")
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=120)
     finally:

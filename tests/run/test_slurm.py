@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 import toypkg
-from conftest import cli_json, make_case, offline, write_matrix
+from conftest import cli_json, make_case, offline, slurm_job_under, wait_until, write_matrix
 from dsbisect.run import matrix as matrix_mod
 from dsbisect.envs.venvs import EnvManager
 from dsbisect.core.model import Accelerator, Case, SlurmSettings
@@ -175,15 +175,11 @@ def test_a_cancelled_job_is_a_skip_and_sbatch_errors_are_one_line(tmp_path, hous
     cmd = [sys.executable, "-m", "dsbisect", "run", "matrix.yaml", *offline(house, cache_dir),
            "--format", "json", "-q", "--executor", "slurm", "--slurm-arg=--hold"]
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    job = ""
-    for _ in range(120):
-        held = subprocess.run(["squeue", "-h", "-n", "dsbisect-held", "-o", "%i"], capture_output=True,
-                              text=True).stdout.split()
-        if held:
-            job = max(held, key=int)  # ours is the newest
-            break
-        time.sleep(0.25)
-    assert job, "the held job never showed up in squeue"
+    try:
+        job = wait_until(lambda: slurm_job_under(tmp_path), 120, "the held job in squeue")
+    except AssertionError:
+        proc.kill()
+        raise
     subprocess.run(["scancel", job], check=True)
     stdout, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr
