@@ -2,7 +2,7 @@
 # The test suite under load: two full runs of the README's test command side by side, each from
 # its own clean clone and venv (installed as .ci/run installs them), with the 1-minute load
 # average logged every minute. On a 2-core machine two suites of three workers each, with their
-# toy jobs' ranks, keep the load near 20 -- the load the suite must pass at (issue 35).
+# toy jobs' ranks, keep the load near 10 (up to 15; docs/benchmarks.md has the figures).
 #
 #     bash benchmarks/suite_under_load.sh            # two suites side by side
 #     bash benchmarks/suite_under_load.sh 1          # one suite alone: the quiet figure
@@ -31,9 +31,10 @@ trap 'kill $logger 2>/dev/null || true' EXIT
 
 pids=()
 for i in $(seq "$n"); do
-  (cd "$work/s$i" && start=$(date +%s) \
-     && { .venv/bin/python -m pytest -p no:cacheprovider >"$work/s$i.log" 2>&1; echo "rc=$?" >>"$work/s$i.log"; } \
-     ; echo "seconds=$(( $(date +%s) - start ))" >>"$work/s$i.log") &
+  # (set -e holds in the subshell: a failing suite must still write its rc and seconds)
+  (cd "$work/s$i" && start=$(date +%s) && rc=0 \
+     && { .venv/bin/python -m pytest -p no:cacheprovider >"$work/s$i.log" 2>&1 || rc=$?; } \
+     && echo "rc=$rc" >>"$work/s$i.log" && echo "seconds=$(( $(date +%s) - start ))" >>"$work/s$i.log") &
   pids+=($!)
 done
 wait "${pids[@]}"
